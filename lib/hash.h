@@ -1,0 +1,42 @@
+/* hash.h -- the one table of key hash functions, shared by every algorithm.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#ifndef CHASH_HASH_H
+#define CHASH_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef uint64_t (*chash__hash_fn)(const void *key, size_t len);
+
+/* One row of the table: a config name, the function, its output width. */
+struct chash__hash_entry {
+    int id;             /* enum chash_hash */
+    const char *name;   /* config / CLI name */
+    chash__hash_fn fn;
+    int bits;           /* 32 or 64 */
+};
+
+/* The row for <id>, or NULL. */
+const struct chash__hash_entry *chash__hash_get(int id);
+
+/* Raw functions the algorithms also use directly. */
+uint64_t chash__xxh3(const void *key, size_t len);
+uint64_t chash__xxh3_seed(const void *key, size_t len, uint64_t seed);
+uint64_t chash__xxh64_seed(const void *key, size_t len, uint64_t seed);
+void chash__md5(const void *key, size_t len, unsigned char digest[16]);
+uint32_t chash__crc32(uint32_t crc, const void *buf, size_t len);
+
+/* twemproxy/libhashkit functions (hash_compat.c). */
+uint64_t chash__one_at_a_time(const void *key, size_t len);
+uint64_t chash__crc16(const void *key, size_t len);
+uint64_t chash__crc32_15(const void *key, size_t len);
+uint64_t chash__fnv1_64(const void *key, size_t len);
+uint64_t chash__fnv1a_64_tw(const void *key, size_t len);
+uint64_t chash__fnv1_32(const void *key, size_t len);
+uint64_t chash__fnv1a_32(const void *key, size_t len);
+uint64_t chash__hsieh(const void *key, size_t len);
+uint64_t chash__murmur2_tw(const void *key, size_t len);
+uint64_t chash__jenkins(const void *key, size_t len);
+
+#endif /* CHASH_HASH_H */
