@@ -1,0 +1,127 @@
+/* conf.h -- the one config loader: YAML (twemproxy's nutcracker.yml
+ * included) into pools of servers, with every error as "file:line: what".
+ * Used by chashd, `chashd -t` and `chash lookup --config`.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#ifndef CHASHD_CONF_H
+#define CHASHD_CONF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "chash/chash.h"
+
+enum conf_mode { CONF_MODE_TCP, CONF_MODE_HTTP, CONF_MODE_REDIS, CONF_MODE_MEMCACHE };
+enum conf_hash_key { CONF_HASH_KEY_SOURCE_IP, CONF_HASH_KEY_SOURCE_IP_PORT };
+enum conf_on_failure { CONF_ON_FAILURE_FAILOVER, CONF_ON_FAILURE_REMAP, CONF_ON_FAILURE_ERROR };
+/* distribution: a libchash algorithm (enum chash_algo), or one of these
+ * twemproxy distributions that are not consistent hashing. */
+enum { CONF_DIST_MODULA = CHASH_ALGO_COUNT, CONF_DIST_RANDOM };
+
+/* A socket address as written in the config and as resolved. */
+struct conf_addr {
+    char *text;                  /* as written: "127.0.0.1:9001", "/tmp/s" */
+    struct sockaddr_storage sa;  /* numeric, no DNS on the data path */
+    socklen_t salen;
+    int family;                  /* AF_INET, AF_INET6 or AF_UNIX */
+    uint16_t port;               /* 0 for AF_UNIX */
+};
+
+struct conf_server {
+    char *name;                  /* ring identity: the explicit name, else
+                                    twemproxy's rule (host when the port is
+                                    11211, else host:port) */
+    struct conf_addr addr;
+    uint32_t weight;             /* default 1 */
+    int line;                    /* where it was written */
+};
+
+struct conf_health {
+    bool enabled;                /* a health_check block was given */
+    uint32_t interval_ms;        /* default 1000 */
+    uint32_t timeout_ms;         /* default 500 */
+    uint32_t rise;               /* default 2 */
+    uint32_t fall;               /* default 3 */
+};
+
+struct conf_pool {
+    char *name;
+    int line;
+    struct conf_addr listen;
+    uint32_t backlog;            /* default 512 */
+    int mode;                    /* enum conf_mode */
+    int hash_key;                /* enum conf_hash_key, tcp mode */
+    int distribution;            /* enum chash_algo or CONF_DIST_* */
+    struct chash_config ring;    /* algo, hash, points_per_weight, table_size */
+    char hash_tag[3];            /* twemproxy hash_tag, "" when unset */
+    double balance_factor;       /* 0 = off; else >= 1 */
+    uint32_t slow_start_ms;      /* 0 = off */
+    int on_failure;              /* enum conf_on_failure */
+    uint32_t retries;            /* backend connect attempts after the first */
+    struct conf_health health;
+    uint32_t connect_timeout_ms; /* default 1000 */
+    uint32_t idle_timeout_ms;    /* 0 = none */
+    uint32_t shutdown_timeout_ms;/* default 5000 */
+    uint32_t timeout_ms;         /* twemproxy `timeout` (0 = none) */
+    uint32_t client_connections; /* 0 = unlimited */
+    uint32_t server_connections; /* twemproxy, default 1 */
+    bool preconnect;
+    bool auto_eject_hosts;
+    uint32_t server_failure_limit; /* default 2, as twemproxy */
+    uint32_t server_retry_timeout_ms; /* default 30000, as twemproxy */
+    bool tcpkeepalive;
+    bool redis;                  /* twemproxy `redis:` as given */
+    char *redis_auth;
+    int redis_db;
+    struct conf_server *servers;
+    size_t nservers;
+};
+
+struct conf {
+    char *file;                  /* path it was loaded from, or "<embedded>" */
+    struct conf_addr admin;      /* default 127.0.0.1:8404 */
+    char *admin_token;           /* NULL when unset */
+    uint32_t workers;            /* default: number of online cores */
+    int log_level;               /* enum log_level order: 0 error .. 3 debug; default 2 info */
+    char *pid_file;
+    char *state_file;
+    struct conf_pool *pools;
+    size_t npools;
+};
+
+/*
+ * Load <path> into a new conf. On error returns NULL and writes one line
+ * "file:line: message" into <err> (of <errlen> bytes). Checks everything
+ * that can be checked without binding sockets: keys, types, ranges,
+ * addresses, duplicate names/addresses, listen ports used twice,
+ * non-loopback admin without admin_token.
+ */
+struct conf *conf_load(const char *path, char *err, size_t errlen);
+
+/* The same from a YAML text; <name> is used in messages. */
+struct conf *conf_load_string(const char *name, const char *yaml, size_t len,
+                              char *err, size_t errlen);
+
+void conf_destroy(struct conf *conf);
+
+/* The pool named <name>, or NULL. */
+const struct conf_pool *conf_pool_find(const struct conf *conf, const char *name);
+
+/* Parse a duration: "500ms", "2s", "1m", or plain milliseconds. 0 or -1. */
+int conf_parse_duration(const char *s, uint32_t *ms);
+
+/* Parse "host:port" / "[v6]:port" / "/unix/path" into <addr> (text is
+ * copied). 0, or -1 with a message in <err>. */
+int conf_parse_addr(const char *s, struct conf_addr *addr, char *err, size_t errlen);
+void conf_addr_deinit(struct conf_addr *addr);
+
+/* Fill a libchash member array (name, weight, ramp 1) for <pool>; the
+ * names are borrowed from the pool. */
+void conf_pool_members(const struct conf_pool *pool, struct chash_member *out);
+
+/* The embedded demo config `make run` uses. */
+extern const char conf_default_yaml[];
+
+#endif /* CHASHD_CONF_H */
