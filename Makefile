@@ -13,11 +13,13 @@ SANITIZE ?=
 WERROR   ?=
 PYTHON   ?= /usr/bin/python3
 
+# BUILD picks the output folder (helpers and CI may use their own).
+BUILD    ?= build
 ifeq ($(SANITIZE),)
-B := build
+B := $(BUILD)
 SANFLAGS :=
 else
-B := build/sanitize
+B := $(BUILD)/sanitize
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 
@@ -67,7 +69,7 @@ $(B)/libchash.so: $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libchash.so.0 $(LDFLAGS) -o $@ $^ $(LIBDEPS)
 
 $(B)/chash: $(CLI_OBJ) $(CLI_DOBJ) $(B)/libchash.a
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(CLI_DOBJ) $(B)/libchash.a $(LIBDEPS) -lyaml
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(CLI_DOBJ) $(B)/libchash.a $(LIBDEPS) $(DLIBS)
 
 $(B)/chashd: $(D_OBJ) $(B)/libchash.a
 	$(CC) $(LDFLAGS) -o $@ $(D_OBJ) $(B)/libchash.a $(LIBDEPS) $(DLIBS)
