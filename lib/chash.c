@@ -186,9 +186,11 @@ chash_ring_create(const struct chash_config *cfg_in,
     uint32_t *tmp = NULL;
     int rc;
 
-    if (out == NULL || (members == NULL && n > 0))
+    if (out == NULL)
         return -CHASH_EINVAL;
     *out = NULL;
+    if (members == NULL && n > 0)
+        return -CHASH_EINVAL;
     if (n > UINT32_MAX)
         return -CHASH_ETOOMANY;
     r = calloc(1, sizeof(*r));
