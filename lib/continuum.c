@@ -137,30 +137,6 @@ chash__continuum_memory(const struct chash__continuum *c)
            buckets * sizeof(*c->index);
 }
 
-size_t
-chash__continuum_find(const struct chash__continuum *c, uint64_t h)
-{
-    size_t b = (size_t)(h >> c->shift);
-    size_t lo = c->index[b], hi = c->index[b + 1];
-
-    /* The successor of h is in this bucket or is the first point after
-     * it. Buckets hold one or two points on average: scan them; fall back
-     * to a binary search for the rare crowded bucket. */
-    if (hi - lo > 8) {
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (c->pos[mid] < h)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-    } else {
-        while (lo < hi && c->pos[lo] < h)
-            lo++;
-    }
-    return lo == c->npoints ? 0 : lo;
-}
-
 void
 chash__continuum_shares(const struct chash__continuum *c, double *share,
                         size_t nmem)
