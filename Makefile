@@ -67,6 +67,7 @@ $(B)/libchash.a: $(LIB_OBJ)
 
 $(B)/libchash.so: $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libchash.so.0 $(LDFLAGS) -o $@ $^ $(LIBDEPS)
+	ln -sf libchash.so $(B)/libchash.so.0
 
 $(B)/chash: $(CLI_OBJ) $(CLI_DOBJ) $(B)/libchash.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(CLI_DOBJ) $(B)/libchash.a $(LIBDEPS) $(DLIBS)
