@@ -16,6 +16,8 @@
 enum conf_mode { CONF_MODE_TCP, CONF_MODE_HTTP, CONF_MODE_REDIS, CONF_MODE_MEMCACHE };
 enum conf_hash_key { CONF_HASH_KEY_SOURCE_IP, CONF_HASH_KEY_SOURCE_IP_PORT };
 enum conf_on_failure { CONF_ON_FAILURE_FAILOVER, CONF_ON_FAILURE_REMAP, CONF_ON_FAILURE_ERROR };
+enum conf_health_type { CONF_HEALTH_TCP };
+enum conf_log_level { CONF_LOG_ERROR, CONF_LOG_WARN, CONF_LOG_INFO, CONF_LOG_DEBUG };
 /* distribution: a libchash algorithm (enum chash_algo), or one of these
  * twemproxy distributions that are not consistent hashing. */
 enum { CONF_DIST_MODULA = CHASH_ALGO_COUNT, CONF_DIST_RANDOM };
@@ -39,7 +41,8 @@ struct conf_server {
 };
 
 struct conf_health {
-    bool enabled;                /* a health_check block was given */
+    bool enabled;                /* a health_check block (or `true`) was given */
+    int type;                    /* enum conf_health_type */
     uint32_t interval_ms;        /* default 1000 */
     uint32_t timeout_ms;         /* default 500 */
     uint32_t rise;               /* default 2 */
@@ -50,6 +53,8 @@ struct conf_pool {
     char *name;
     int line;
     struct conf_addr listen;
+    int listen_perm;             /* unix listen socket mode (0666 ...), -1
+                                    when not given */
     uint32_t backlog;            /* default 512 */
     int mode;                    /* enum conf_mode */
     int hash_key;                /* enum conf_hash_key, tcp mode */
@@ -75,13 +80,17 @@ struct conf_pool {
     bool redis;                  /* twemproxy `redis:` as given */
     char *redis_auth;
     int redis_db;
-    struct conf_server *servers;
+    char **commands;             /* twemproxy `command:` (extra redis
+                                    module commands), kept as written */
+    size_t ncommands;
+    struct conf_server *servers; /* in file order */
     size_t nservers;
 };
 
 struct conf {
     char *file;                  /* path it was loaded from, or "<embedded>" */
-    struct conf_addr admin;      /* default 127.0.0.1:8404 */
+    struct conf_addr admin;      /* default 127.0.0.1:8404; `admin: off`
+                                    leaves it zeroed (family AF_UNSPEC) */
     char *admin_token;           /* NULL when unset */
     uint32_t workers;            /* default: number of online cores */
     int log_level;               /* enum log_level order: 0 error .. 3 debug; default 2 info */
@@ -113,13 +122,44 @@ const struct conf_pool *conf_pool_find(const struct conf *conf, const char *name
 int conf_parse_duration(const char *s, uint32_t *ms);
 
 /* Parse "host:port" / "[v6]:port" / "/unix/path" into <addr> (text is
- * copied). 0, or -1 with a message in <err>. */
+ * copied). A host that is not a numeric address is resolved once, here,
+ * with getaddrinfo (the first IPv4 result, else the first IPv6 one).
+ * 0, or -1 with a message in <err>; free with conf_addr_deinit. */
 int conf_parse_addr(const char *s, struct conf_addr *addr, char *err, size_t errlen);
 void conf_addr_deinit(struct conf_addr *addr);
 
 /* Fill a libchash member array (name, weight, ramp 1) for <pool>; the
  * names are borrowed from the pool. */
 void conf_pool_members(const struct conf_pool *pool, struct chash_member *out);
+
+/* Parse one server as written in `servers:`: "host:port:weight [name]",
+ * "host:port [name]" (weight 1), "[v6]:port:weight [name]" or
+ * "/unix/path:weight [name]", applying twemproxy's naming rule. For the
+ * admin API's runtime adds, so they name members exactly as the config
+ * does. 0, or -1 with a message in <err>; free with conf_server_deinit. */
+int conf_parse_server(const char *s, struct conf_server *server, char *err,
+                      size_t errlen);
+void conf_server_deinit(struct conf_server *server);
+
+/* True when two addresses are the same socket (family, address, port or
+ * path); the texts may differ ("127.0.0.1:80" and "127.000.0.1:80"). */
+bool conf_addr_equal(const struct conf_addr *a, const struct conf_addr *b);
+
+/* True when a reload can keep <a>'s listening sockets for <b>: same
+ * address, unix permissions and backlog. */
+bool conf_pool_same_listen(const struct conf_pool *a, const struct conf_pool *b);
+
+/* True when <a> and <b> place keys identically: same distribution, ring
+ * config, hash_tag and members (names and weights, in any order). */
+bool conf_pool_same_ring(const struct conf_pool *a, const struct conf_pool *b);
+
+/* Config names of the enums, for messages, `chashd -t` and the admin API
+ * (NULL for an unknown value). conf_dist_name covers CONF_DIST_* too. */
+const char *conf_mode_name(int mode);
+const char *conf_hash_key_name(int hash_key);
+const char *conf_on_failure_name(int on_failure);
+const char *conf_dist_name(int distribution);
+const char *conf_log_level_name(int log_level);
 
 /* The embedded demo config `make run` uses. */
 extern const char conf_default_yaml[];

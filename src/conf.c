@@ -1,0 +1,1782 @@
+/* conf.c -- the config loader: YAML (a twemproxy nutcracker.yml included)
+ * into pools of servers, table-driven so key names and struct fields cannot
+ * drift, with every error reported once as "file:line: what is wrong".
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "conf.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <yaml.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* twemproxy leaves the port out of a server's ketama name when it is the
+ * memcached port, for libmemcached compatibility (nc_conf.h). */
+#define KETAMA_PORT 11211
+/* Longest server name: twemproxy hashes "<name>-<i>" into a 273-byte
+ * buffer, so longer names would place points differently there. */
+#define MAX_NAME 255
+/* One day: no timeout, ramp or interval in a proxy config is longer, and
+ * a cap turns a typo ("30000s") into an error instead of a silent value. */
+#define MAX_DURATION (24u * 3600 * 1000)
+#define MSG_MAX 1024
+
+const char conf_default_yaml[] =
+    "# The embedded demo config (make run): three local backends behind a\n"
+    "# tcp pool hashed by client address.\n"
+    "global:\n"
+    "  admin: 127.0.0.1:8404\n"
+    "  workers: 2\n"
+    "web:\n"
+    "  listen: 127.0.0.1:8080\n"
+    "  mode: tcp\n"
+    "  hash_key: source_ip\n"
+    "  distribution: ring\n"
+    "  hash: xxh3\n"
+    "  balance_factor: 1.25\n"
+    "  slow_start: 10s\n"
+    "  on_failure: failover\n"
+    "  health_check: { type: tcp, interval: 1s, timeout: 500ms, rise: 2, "
+    "fall: 3 }\n"
+    "  servers:\n"
+    "    - 127.0.0.1:9001:1 web-1\n"
+    "    - 127.0.0.1:9002:1 web-2\n"
+    "    - 127.0.0.1:9003:1 web-3\n";
+
+/* One load in progress: where messages go and what they name. */
+struct load {
+    const char *file;      /* name used in messages (ref) */
+    yaml_document_t *doc;  /* the parsed document (ref) */
+    char *err;             /* the caller's buffer (ref) */
+    size_t errlen;
+};
+
+/*
+ * A config key: its name, the function that parses its YAML node into the
+ * field at <offset> of the struct being filled, and the limits that
+ * function checks. One table per kind of map (pool, global, health_check,
+ * server); the "valid keys" lists in messages come from the same tables.
+ */
+struct conf_key {
+    const char *name;
+    int (*set)(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+               void *base);
+    size_t offset;
+    uint32_t min, max;          /* numbers and durations */
+    const char *const *names;   /* enums: NULL-terminated, in enum order */
+};
+
+/* The server map form { address: .., weight: .., name: .. }. */
+struct server_spec {
+    char *address;
+    uint32_t weight;
+    char *name;
+};
+
+/* ------------------------------------------------------------------ */
+/* Messages                                                           */
+
+static int
+node_line(const yaml_node_t *node)
+{
+    return node != NULL ? (int)node->start_mark.line + 1 : 1;
+}
+
+/* Write "file:line: message" for <node> (line 1 when NULL); returns -1 so
+ * parsers can `return fail(...)`. */
+static int __attribute__((format(printf, 3, 4)))
+fail(struct load *ld, const yaml_node_t *node, const char *fmt, ...)
+{
+    char msg[MSG_MAX];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (ld->err != NULL && ld->errlen > 0)
+        snprintf(ld->err, ld->errlen, "%s:%d: %s", ld->file, node_line(node),
+                 msg);
+    return -1;
+}
+
+static const char *
+node_kind(const yaml_node_t *node)
+{
+    switch (node->type) {
+    case YAML_SEQUENCE_NODE:
+        return "a list";
+    case YAML_MAPPING_NODE:
+        return "a map";
+    default:
+        return "a value";
+    }
+}
+
+/* Join the names of <table> (or a NULL-terminated <names>) with ", ". */
+static void
+join_keys(char *buf, size_t len, const struct conf_key *table, size_t n)
+{
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s",
+                                 i ? ", " : "", table[i].name);
+}
+
+static void
+join_names(char *buf, size_t len, const char *const *names)
+{
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (size_t i = 0; names[i] != NULL && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s",
+                                 i ? ", " : "", names[i]);
+}
+
+/* ------------------------------------------------------------------ */
+/* Enum names                                                         */
+
+static const char *const mode_names[] = {"tcp", "http", "redis", "memcache",
+                                         NULL};
+static const char *const hash_key_names[] = {"source_ip", "source_ip_port",
+                                             NULL};
+static const char *const on_failure_names[] = {"failover", "remap", "error",
+                                               NULL};
+static const char *const health_type_names[] = {"tcp", NULL};
+static const char *const log_level_names[] = {"error", "warn", "info",
+                                              "debug", NULL};
+
+_Static_assert(ARRAY_SIZE(mode_names) == CONF_MODE_MEMCACHE + 2,
+               "mode_names follows enum conf_mode");
+_Static_assert(ARRAY_SIZE(hash_key_names) == CONF_HASH_KEY_SOURCE_IP_PORT + 2,
+               "hash_key_names follows enum conf_hash_key");
+_Static_assert(ARRAY_SIZE(on_failure_names) == CONF_ON_FAILURE_ERROR + 2,
+               "on_failure_names follows enum conf_on_failure");
+_Static_assert(ARRAY_SIZE(log_level_names) == CONF_LOG_DEBUG + 2,
+               "log_level_names follows enum conf_log_level");
+
+static const char *
+enum_name(const char *const *names, size_t n, int v)
+{
+    return v >= 0 && (size_t)v < n - 1 ? names[v] : NULL;
+}
+
+const char *
+conf_mode_name(int mode)
+{
+    return enum_name(mode_names, ARRAY_SIZE(mode_names), mode);
+}
+
+const char *
+conf_hash_key_name(int hash_key)
+{
+    return enum_name(hash_key_names, ARRAY_SIZE(hash_key_names), hash_key);
+}
+
+const char *
+conf_on_failure_name(int on_failure)
+{
+    return enum_name(on_failure_names, ARRAY_SIZE(on_failure_names),
+                     on_failure);
+}
+
+const char *
+conf_log_level_name(int log_level)
+{
+    return enum_name(log_level_names, ARRAY_SIZE(log_level_names), log_level);
+}
+
+const char *
+conf_dist_name(int distribution)
+{
+    if (distribution == CONF_DIST_MODULA)
+        return "modula";
+    if (distribution == CONF_DIST_RANDOM)
+        return "random";
+    return chash_algo_name(distribution);
+}
+
+/* ------------------------------------------------------------------ */
+/* Scalars: numbers, durations, addresses                             */
+
+/* Parse all of <s> as a decimal unsigned number; 0 or -1. */
+static int
+parse_u64(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (*s == '\0')
+        return -1;
+    for (; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        if (v > (UINT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/*
+ * Durations: a number with an optional fraction and a unit (ms, s, m, h),
+ * or a plain integer of milliseconds as twemproxy writes `timeout: 400`.
+ * The value is computed in integers so "1.5s" is exactly 1500; a result
+ * that is not a whole number of milliseconds ("1.0005s") is refused rather
+ * than rounded, as is anything above UINT32_MAX ms.
+ */
+int
+conf_parse_duration(const char *s, uint32_t *ms)
+{
+    uint64_t whole = 0, frac = 0, scale = 1, unit = 1, v;
+    const char *p = s;
+    int digits = 0;
+
+    if (s == NULL || ms == NULL)
+        return -1;
+    for (; *p >= '0' && *p <= '9'; p++, digits++) {
+        if (whole > UINT32_MAX)
+            return -1;
+        whole = whole * 10 + (uint64_t)(*p - '0');
+    }
+    if (*p == '.') {
+        p++;
+        for (; *p >= '0' && *p <= '9'; p++, digits++) {
+            if (scale >= 1000000000)
+                return -1;
+            frac = frac * 10 + (uint64_t)(*p - '0');
+            scale *= 10;
+        }
+        if (scale == 1)
+            return -1; /* "1." */
+    }
+    if (digits == 0)
+        return -1;
+    if (strcmp(p, "ms") == 0)
+        unit = 1;
+    else if (strcmp(p, "s") == 0)
+        unit = 1000;
+    else if (strcmp(p, "m") == 0)
+        unit = 60 * 1000;
+    else if (strcmp(p, "h") == 0)
+        unit = 3600 * 1000;
+    else if (*p == '\0' && scale == 1)
+        unit = 1; /* plain milliseconds, twemproxy style */
+    else
+        return -1;
+    if (whole > UINT32_MAX || (frac * unit) % scale != 0)
+        return -1;
+    v = whole * unit + frac * unit / scale;
+    if (v > UINT32_MAX)
+        return -1;
+    *ms = (uint32_t)v;
+    return 0;
+}
+
+void
+conf_addr_deinit(struct conf_addr *addr)
+{
+    if (addr == NULL)
+        return;
+    free(addr->text);
+    memset(addr, 0, sizeof(*addr));
+}
+
+/* Resolve <host> (numeric first, then once through getaddrinfo) with
+ * <port> into <addr>. <v6only>: the host was written in brackets. */
+static int
+resolve(const char *host, uint16_t port, bool v6only, struct conf_addr *addr,
+        char *err, size_t errlen)
+{
+    struct addrinfo hints, *res = NULL, *pick = NULL;
+    int rc;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = v6only ? AF_INET6 : AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST;
+    rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0 && !v6only) {
+        hints.ai_flags = 0;
+        rc = getaddrinfo(host, NULL, &hints, &res);
+    }
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot resolve host '%s': %s", host,
+                 v6only ? "not an IPv6 address" : gai_strerror(rc));
+        return -1;
+    }
+    /* Prefer IPv4: "localhost" should not silently mean ::1 only. */
+    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        if (ai->ai_family == AF_INET) {
+            pick = ai;
+            break;
+        }
+        if (ai->ai_family == AF_INET6 && pick == NULL)
+            pick = ai;
+    }
+    if (pick == NULL || pick->ai_addrlen > sizeof(addr->sa)) {
+        freeaddrinfo(res);
+        snprintf(err, errlen, "host '%s' has no IPv4 or IPv6 address", host);
+        return -1;
+    }
+    memcpy(&addr->sa, pick->ai_addr, pick->ai_addrlen);
+    addr->salen = (socklen_t)pick->ai_addrlen;
+    addr->family = pick->ai_family;
+    addr->port = port;
+    if (addr->family == AF_INET)
+        ((struct sockaddr_in *)&addr->sa)->sin_port = htons(port);
+    else
+        ((struct sockaddr_in6 *)&addr->sa)->sin6_port = htons(port);
+    freeaddrinfo(res);
+    return 0;
+}
+
+static int
+parse_port(const char *s, uint16_t *port)
+{
+    uint64_t v;
+
+    if (parse_u64(s, &v) != 0 || v < 1 || v > 65535)
+        return -1;
+    *port = (uint16_t)v;
+    return 0;
+}
+
+/*
+ * "host:port", "[v6]:port" or "/unix/path". The port is taken after the
+ * last colon; a host with colons must be bracketed, because "::1:80" could
+ * be read two ways.
+ */
+int
+conf_parse_addr(const char *s, struct conf_addr *addr, char *err,
+                size_t errlen)
+{
+    char host[256];
+    const char *colon, *port_text;
+    size_t hostlen;
+    bool bracket = false;
+
+    memset(addr, 0, sizeof(*addr));
+    if (s == NULL || *s == '\0') {
+        snprintf(err, errlen, "empty address");
+        return -1;
+    }
+    if (s[0] == '/') {
+        struct sockaddr_un *un = (struct sockaddr_un *)&addr->sa;
+        size_t len = strlen(s);
+
+        if (len >= sizeof(un->sun_path)) {
+            snprintf(err, errlen, "unix socket path '%s' is longer than %zu "
+                     "bytes", s, sizeof(un->sun_path) - 1);
+            return -1;
+        }
+        un->sun_family = AF_UNIX;
+        memcpy(un->sun_path, s, len + 1);
+        addr->salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+                                  len + 1);
+        addr->family = AF_UNIX;
+        goto text;
+    }
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+
+        if (close == NULL || close[1] != ':') {
+            snprintf(err, errlen, "bad address '%s': expected [ipv6]:port",
+                     s);
+            return -1;
+        }
+        bracket = true;
+        hostlen = (size_t)(close - s - 1);
+        memcpy(host, s + 1, hostlen < sizeof(host) ? hostlen : 0);
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon == NULL) {
+            snprintf(err, errlen, "bad address '%s': expected host:port "
+                     "or /unix/path", s);
+            return -1;
+        }
+        hostlen = (size_t)(colon - s);
+        if (memchr(s, ':', hostlen) != NULL) {
+            snprintf(err, errlen, "bad address '%s': write IPv6 addresses "
+                     "in brackets, as [::1]:port", s);
+            return -1;
+        }
+        if (hostlen < sizeof(host))
+            memcpy(host, s, hostlen);
+    }
+    if (hostlen == 0 || hostlen >= sizeof(host)) {
+        snprintf(err, errlen, "bad address '%s': %s host", s,
+                 hostlen == 0 ? "missing" : "too long a");
+        return -1;
+    }
+    host[hostlen] = '\0';
+    port_text = colon + 1;
+    if (parse_port(port_text, &addr->port) != 0) {
+        snprintf(err, errlen, "bad address '%s': port '%s' is not a number "
+                 "from 1 to 65535", s, port_text);
+        return -1;
+    }
+    if (resolve(host, addr->port, bracket, addr, err, errlen) != 0)
+        return -1;
+text:
+    addr->text = strdup(s);
+    if (addr->text == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+bool
+conf_addr_equal(const struct conf_addr *a, const struct conf_addr *b)
+{
+    if (a->family != b->family)
+        return false;
+    switch (a->family) {
+    case AF_INET: {
+        const struct sockaddr_in *x = (const void *)&a->sa;
+        const struct sockaddr_in *y = (const void *)&b->sa;
+        return a->port == b->port &&
+               x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    case AF_INET6: {
+        const struct sockaddr_in6 *x = (const void *)&a->sa;
+        const struct sockaddr_in6 *y = (const void *)&b->sa;
+        return a->port == b->port && x->sin6_scope_id == y->sin6_scope_id &&
+               memcmp(&x->sin6_addr, &y->sin6_addr, 16) == 0;
+    }
+    case AF_UNIX: {
+        const struct sockaddr_un *x = (const void *)&a->sa;
+        const struct sockaddr_un *y = (const void *)&b->sa;
+        return strcmp(x->sun_path, y->sun_path) == 0;
+    }
+    default:
+        return true; /* both unset */
+    }
+}
+
+static bool
+addr_is_wildcard(const struct conf_addr *a)
+{
+    if (a->family == AF_INET)
+        return ((const struct sockaddr_in *)(const void *)&a->sa)
+                   ->sin_addr.s_addr == htonl(INADDR_ANY);
+    if (a->family == AF_INET6)
+        return IN6_IS_ADDR_UNSPECIFIED(
+            &((const struct sockaddr_in6 *)(const void *)&a->sa)->sin6_addr);
+    return false;
+}
+
+/* Two listening addresses that cannot both be bound, or that would share
+ * one port through SO_REUSEPORT and split its clients: the same address,
+ * or the same port where either side is a wildcard (0.0.0.0 and [::] also
+ * overlap, as Linux binds [::] dual-stack by default). */
+static bool
+addr_conflict(const struct conf_addr *a, const struct conf_addr *b)
+{
+    if (a->family == AF_UNSPEC || b->family == AF_UNSPEC)
+        return false;
+    if (a->family == AF_UNIX || b->family == AF_UNIX)
+        return conf_addr_equal(a, b);
+    if (a->port != b->port)
+        return false;
+    return conf_addr_equal(a, b) || addr_is_wildcard(a) ||
+           addr_is_wildcard(b);
+}
+
+static bool
+addr_is_loopback(const struct conf_addr *a)
+{
+    if (a->family == AF_UNIX)
+        return true;
+    if (a->family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)(const void *)&a->sa)
+                          ->sin_addr.s_addr) >> 24) == 127;
+    if (a->family == AF_INET6) {
+        const struct in6_addr *in =
+            &((const struct sockaddr_in6 *)(const void *)&a->sa)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(in) ||
+               (IN6_IS_ADDR_V4MAPPED(in) && in->s6_addr[12] == 127);
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------------ */
+/* Servers                                                            */
+
+void
+conf_server_deinit(struct conf_server *server)
+{
+    if (server == NULL)
+        return;
+    free(server->name);
+    conf_addr_deinit(&server->addr);
+    memset(server, 0, sizeof(*server));
+}
+
+static bool
+has_space(const char *s)
+{
+    for (; *s != '\0'; s++)
+        if (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+            return true;
+    return false;
+}
+
+/* Fill <server> from an address text, a weight and an optional explicit
+ * name, applying twemproxy's naming rule when <name> is NULL. */
+static int
+server_init(struct conf_server *server, const char *address, uint32_t weight,
+            const char *name, char *err, size_t errlen)
+{
+    memset(server, 0, sizeof(*server));
+    if (name != NULL && (*name == '\0' || has_space(name))) {
+        snprintf(err, errlen, "bad server name '%s': a name is one word",
+                 name);
+        return -1;
+    }
+    if (conf_parse_addr(address, &server->addr, err, errlen) != 0)
+        return -1;
+    server->weight = weight;
+    if (name != NULL) {
+        server->name = strdup(name);
+    } else if (server->addr.port == KETAMA_PORT) {
+        /* "host" alone, as written: libmemcached compatibility. */
+        server->name = strndup(address,
+                               (size_t)(strrchr(address, ':') - address));
+    } else {
+        server->name = strdup(address); /* "host:port" or the unix path */
+    }
+    if (server->name == NULL) {
+        conf_server_deinit(server);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (strlen(server->name) > MAX_NAME) {
+        snprintf(err, errlen, "server name '%.40s...' is longer than %d "
+                 "bytes", server->name, MAX_NAME);
+        conf_server_deinit(server);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+parse_weight(const char *s, uint32_t *weight, const char *whole, char *err,
+             size_t errlen)
+{
+    uint64_t v;
+
+    if (parse_u64(s, &v) != 0 || v > UINT32_MAX) {
+        snprintf(err, errlen, "bad server '%s': weight '%s' is not a whole "
+                 "number from 0 to %u", whole, s, UINT32_MAX);
+        return -1;
+    }
+    *weight = (uint32_t)v;
+    return 0;
+}
+
+/*
+ * "host:port:weight [name]" as twemproxy writes it, and the shorter forms
+ * this loader also takes: the weight may be left out (1), the host may be
+ * a bracketed IPv6 address, and "/unix/path[:weight] [name]". What ends
+ * the address and starts the weight is told by counting colons after the
+ * host, so "10.0.0.1:9001" and "10.0.0.1:9001:2" are both clear.
+ */
+int
+conf_parse_server(const char *s, struct conf_server *server, char *err,
+                  size_t errlen)
+{
+    char *buf, *addr, *name = NULL, *weight_text = NULL, *p;
+    uint32_t weight = 1;
+    int rc = -1;
+
+    memset(server, 0, sizeof(*server));
+    buf = strdup(s != NULL ? s : "");
+    if (buf == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    addr = buf + strspn(buf, " \t");
+    p = addr + strcspn(addr, " \t");
+    if (*p != '\0') {
+        *p++ = '\0';
+        name = p + strspn(p, " \t");
+        for (p = name + strlen(name); p > name && (p[-1] == ' ' ||
+                                                   p[-1] == '\t');)
+            *--p = '\0';
+        if (*name == '\0') {
+            name = NULL;
+        } else if (has_space(name)) {
+            snprintf(err, errlen, "bad server '%s': expected "
+                     "host:port:weight [name], with a one-word name", s);
+            goto out;
+        }
+    }
+    if (*addr == '\0') {
+        snprintf(err, errlen, "bad server '%s': expected host:port:weight "
+                 "[name]", s);
+        goto out;
+    }
+    if (addr[0] == '/') {
+        /* "/path:weight": a trailing all-digit part is the weight. */
+        char *c = strrchr(addr, ':');
+        uint64_t v;
+        if (c != NULL && parse_u64(c + 1, &v) == 0) {
+            *c = '\0';
+            weight_text = c + 1;
+        }
+    } else {
+        const char *host_end = addr;
+        size_t colons = 0;
+        if (addr[0] == '[') {
+            host_end = strchr(addr, ']');
+            if (host_end == NULL) {
+                snprintf(err, errlen, "bad server '%s': missing ']' after "
+                         "the IPv6 address", s);
+                goto out;
+            }
+        }
+        for (const char *c = host_end; *c != '\0'; c++)
+            colons += *c == ':';
+        if (colons == 2) {
+            char *c = strrchr(addr, ':');
+            *c = '\0';
+            weight_text = c + 1;
+        } else if (colons > 2) {
+            snprintf(err, errlen, "bad server '%s': expected host:port:weight"
+                     " [name] (write IPv6 addresses as [::1]:port:weight)",
+                     s);
+            goto out;
+        }
+    }
+    if (weight_text != NULL &&
+        parse_weight(weight_text, &weight, s, err, errlen) != 0)
+        goto out;
+    rc = server_init(server, addr, weight, name, err, errlen);
+out:
+    free(buf);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Key parsers                                                        */
+
+#define FIELD(base, key, type) ((type *)(void *)((char *)(base) + (key)->offset))
+
+/* The text of a scalar <node>, or NULL after a message. */
+static const char *
+scalar(struct load *ld, const struct conf_key *key, yaml_node_t *node)
+{
+    const char *v = (const char *)node->data.scalar.value;
+
+    if (node->type != YAML_SCALAR_NODE) {
+        fail(ld, node, "'%s' takes a single value, not %s", key->name,
+             node_kind(node));
+        return NULL;
+    }
+    if (node->data.scalar.length == 0) {
+        fail(ld, node, "'%s' has no value", key->name);
+        return NULL;
+    }
+    if (strlen(v) != node->data.scalar.length) {
+        fail(ld, node, "'%s' contains a NUL byte", key->name);
+        return NULL;
+    }
+    return v;
+}
+
+static int
+set_u32(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+        void *base)
+{
+    const char *v = scalar(ld, key, node);
+    uint64_t n;
+
+    if (v == NULL)
+        return -1;
+    if (parse_u64(v, &n) != 0)
+        return fail(ld, node, "'%s' must be a whole number, not '%s'",
+                    key->name, v);
+    if (n < key->min || n > key->max)
+        return fail(ld, node, "'%s' is out of range: %s is not between %u "
+                    "and %u", key->name, v, key->min, key->max);
+    *FIELD(base, key, uint32_t) = (uint32_t)n;
+    return 0;
+}
+
+static int
+set_int(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+        void *base)
+{
+    uint32_t v;
+    struct conf_key k = *key;
+
+    k.offset = 0;
+    if (set_u32(ld, &k, node, &v) != 0)
+        return -1;
+    *FIELD(base, key, int) = (int)v;
+    return 0;
+}
+
+static int
+set_ms(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+       void *base)
+{
+    const char *v = scalar(ld, key, node);
+    uint32_t ms;
+
+    if (v == NULL)
+        return -1;
+    if (conf_parse_duration(v, &ms) != 0)
+        return fail(ld, node, "'%s' must be a duration (500ms, 2s, 1m, 1h, "
+                    "or plain milliseconds), not '%s'", key->name, v);
+    if (ms < key->min || ms > key->max)
+        return fail(ld, node, "'%s' is out of range: %s is not between %ums "
+                    "and %ums", key->name, v, key->min, key->max);
+    *FIELD(base, key, uint32_t) = ms;
+    return 0;
+}
+
+static int
+parse_bool(const char *v, bool *out)
+{
+    static const char *const yes[] = {"true", "yes", "on"};
+    static const char *const no[] = {"false", "no", "off"};
+
+    for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
+        if (strcasecmp(v, yes[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcasecmp(v, no[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int
+set_bool(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+         void *base)
+{
+    const char *v = scalar(ld, key, node);
+
+    if (v == NULL)
+        return -1;
+    if (parse_bool(v, FIELD(base, key, bool)) != 0)
+        return fail(ld, node, "'%s' must be true or false, not '%s'",
+                    key->name, v);
+    return 0;
+}
+
+static int
+set_string(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+           void *base)
+{
+    const char *v = scalar(ld, key, node);
+    char **field = FIELD(base, key, char *);
+
+    if (v == NULL)
+        return -1;
+    free(*field);
+    *field = strdup(v);
+    if (*field == NULL)
+        return fail(ld, node, "out of memory");
+    return 0;
+}
+
+static int
+set_enum(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+         void *base)
+{
+    const char *v = scalar(ld, key, node);
+    char valid[512];
+
+    if (v == NULL)
+        return -1;
+    for (int i = 0; key->names[i] != NULL; i++) {
+        if (strcmp(v, key->names[i]) == 0) {
+            *FIELD(base, key, int) = i;
+            return 0;
+        }
+    }
+    join_names(valid, sizeof(valid), key->names);
+    return fail(ld, node, "unknown %s '%s' (valid: %s)", key->name, v, valid);
+}
+
+static int
+set_hash(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+         void *base)
+{
+    const char *v = scalar(ld, key, node);
+    char valid[512];
+    size_t used = 0;
+    int id;
+
+    if (v == NULL)
+        return -1;
+    id = chash_hash_from_name(v);
+    if (id >= 0) {
+        *FIELD(base, key, int) = id;
+        return 0;
+    }
+    valid[0] = '\0';
+    for (int i = 0; i < CHASH_HASH_COUNT && used < sizeof(valid); i++) {
+        const char *name = chash_hash_name(i);
+        if (name != NULL)
+            used += (size_t)snprintf(valid + used, sizeof(valid) - used,
+                                     "%s%s", used ? ", " : "", name);
+    }
+    return fail(ld, node, "unknown hash '%s' (valid: %s)", v, valid);
+}
+
+static int
+set_distribution(struct load *ld, const struct conf_key *key,
+                 yaml_node_t *node, void *base)
+{
+    const char *v = scalar(ld, key, node);
+    char valid[512];
+    size_t used = 0;
+
+    if (v == NULL)
+        return -1;
+    for (int i = 0; i <= CONF_DIST_RANDOM; i++) {
+        if (strcmp(v, conf_dist_name(i)) == 0) {
+            *FIELD(base, key, int) = i;
+            return 0;
+        }
+    }
+    valid[0] = '\0';
+    for (int i = 0; i <= CONF_DIST_RANDOM && used < sizeof(valid); i++)
+        used += (size_t)snprintf(valid + used, sizeof(valid) - used, "%s%s",
+                                 i ? ", " : "", conf_dist_name(i));
+    return fail(ld, node, "unknown distribution '%s' (valid: %s)", v, valid);
+}
+
+static int
+set_hash_tag(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+             void *base)
+{
+    const char *v = scalar(ld, key, node);
+    char *tag = FIELD(base, key, char);
+
+    if (v == NULL)
+        return -1;
+    if (strlen(v) != 2)
+        return fail(ld, node, "'hash_tag' must be two characters, like "
+                    "\"{}\", not '%s'", v);
+    memcpy(tag, v, 3);
+    return 0;
+}
+
+static int
+set_balance_factor(struct load *ld, const struct conf_key *key,
+                   yaml_node_t *node, void *base)
+{
+    const char *v = scalar(ld, key, node);
+    char *end;
+    double f;
+
+    if (v == NULL)
+        return -1;
+    errno = 0;
+    f = strtod(v, &end);
+    if (*end != '\0' || end == v || errno != 0 || !isfinite(f))
+        return fail(ld, node, "'%s' must be a number, not '%s'", key->name,
+                    v);
+    if (f != 0 && (f < 1.0 || f > 100.0))
+        return fail(ld, node, "'%s' is out of range: %s is not 0 (off) or "
+                    "between 1.0 and 100", key->name, v);
+    *FIELD(base, key, double) = f;
+    return 0;
+}
+
+/* `listen: host:port`, `/path/sock`, and twemproxy's unix socket
+ * permissions: "/path/sock 0666" (nutcracker 0.5) or "/path/sock:0666". */
+static int
+set_listen(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+           void *base)
+{
+    struct conf_pool *pool = base;
+    const char *v = scalar(ld, key, node);
+    char buf[512], msg[512], *perm = NULL;
+
+    if (v == NULL)
+        return -1;
+    if (strlen(v) >= sizeof(buf))
+        return fail(ld, node, "'listen' address is too long");
+    strcpy(buf, v);
+    if (buf[0] == '/') {
+        char *sep = strrchr(buf, ' ');
+        if (sep == NULL)
+            sep = strrchr(buf, ':');
+        if (sep != NULL && sep[1] >= '0' && sep[1] <= '9') {
+            *sep = '\0';
+            perm = sep + 1;
+        }
+    }
+    if (perm != NULL) {
+        char *end;
+        long mode;
+
+        errno = 0;
+        mode = strtol(perm, &end, 8);
+        if (*end != '\0' || errno != 0 || mode < 0 || mode > 0777)
+            return fail(ld, node, "bad 'listen' permissions '%s': expected "
+                        "an octal mode like 0666", perm);
+        pool->listen_perm = (int)mode;
+    }
+    conf_addr_deinit(&pool->listen);
+    if (conf_parse_addr(buf, &pool->listen, msg, sizeof(msg)) != 0)
+        return fail(ld, node, "bad 'listen': %s", msg);
+    return 0;
+}
+
+static int
+set_admin(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+          void *base)
+{
+    struct conf_addr *admin = FIELD(base, key, struct conf_addr);
+    const char *v = scalar(ld, key, node);
+    char msg[512];
+    bool on;
+
+    if (v == NULL)
+        return -1;
+    conf_addr_deinit(admin);
+    if (parse_bool(v, &on) == 0 && !on)
+        return 0; /* admin: off */
+    if (conf_parse_addr(v, admin, msg, sizeof(msg)) != 0)
+        return fail(ld, node, "bad 'admin': %s", msg);
+    return 0;
+}
+
+static int parse_map(struct load *ld, yaml_node_t *node,
+                     const struct conf_key *table, size_t n, void *base,
+                     const char *what, int *lines);
+
+static const struct conf_key health_keys[] = {
+    {"type", set_enum, offsetof(struct conf_health, type), 0, 0,
+     health_type_names},
+    {"interval", set_ms, offsetof(struct conf_health, interval_ms), 10,
+     MAX_DURATION, NULL},
+    {"timeout", set_ms, offsetof(struct conf_health, timeout_ms), 1,
+     MAX_DURATION, NULL},
+    {"rise", set_u32, offsetof(struct conf_health, rise), 1, 1000, NULL},
+    {"fall", set_u32, offsetof(struct conf_health, fall), 1, 1000, NULL},
+};
+
+/* `health_check: { type: tcp, ... }`, or `true` / `false` alone. */
+static int
+set_health(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+           void *base)
+{
+    struct conf_health *health = FIELD(base, key, struct conf_health);
+    int lines[ARRAY_SIZE(health_keys)] = {0};
+
+    if (node->type == YAML_SCALAR_NODE) {
+        const char *v = scalar(ld, key, node);
+        if (v == NULL)
+            return -1;
+        if (parse_bool(v, &health->enabled) != 0)
+            return fail(ld, node, "'health_check' must be a map like { type:"
+                        " tcp, interval: 1s } or true/false, not '%s'", v);
+        return 0;
+    }
+    if (parse_map(ld, node, health_keys, ARRAY_SIZE(health_keys), health,
+                  "health_check", lines) != 0)
+        return -1;
+    health->enabled = true;
+    return 0;
+}
+
+static const struct conf_key server_keys[] = {
+    {"address", set_string, offsetof(struct server_spec, address), 0, 0,
+     NULL},
+    {"weight", set_u32, offsetof(struct server_spec, weight), 0, UINT32_MAX,
+     NULL},
+    {"name", set_string, offsetof(struct server_spec, name), 0, 0, NULL},
+};
+
+static int
+server_from_map(struct load *ld, yaml_node_t *node, struct conf_server *server)
+{
+    struct server_spec spec = {NULL, 1, NULL};
+    int lines[ARRAY_SIZE(server_keys)] = {0};
+    char msg[512];
+    int rc = -1;
+
+    if (parse_map(ld, node, server_keys, ARRAY_SIZE(server_keys), &spec,
+                  "a server", lines) != 0)
+        goto out;
+    if (spec.address == NULL) {
+        fail(ld, node, "server has no 'address' (valid keys: address, "
+             "weight, name)");
+        goto out;
+    }
+    if (server_init(server, spec.address, spec.weight, spec.name, msg,
+                    sizeof(msg)) != 0) {
+        fail(ld, node, "%s", msg);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(spec.address);
+    free(spec.name);
+    return rc;
+}
+
+static int
+set_servers(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+            void *base)
+{
+    struct conf_pool *pool = base;
+    yaml_node_item_t *item;
+    size_t n;
+
+    (void)key;
+    if (node->type == YAML_SCALAR_NODE && node->data.scalar.length == 0)
+        return 0; /* `servers:` with nothing: "has no servers" later */
+    if (node->type != YAML_SEQUENCE_NODE)
+        return fail(ld, node, "'servers' must be a list of \"host:port:weight"
+                    " [name]\", not %s", node_kind(node));
+    n = (size_t)(node->data.sequence.items.top -
+                 node->data.sequence.items.start);
+    pool->servers = calloc(n ? n : 1, sizeof(*pool->servers));
+    if (pool->servers == NULL)
+        return fail(ld, node, "out of memory");
+    for (item = node->data.sequence.items.start;
+         item < node->data.sequence.items.top; item++) {
+        yaml_node_t *s = yaml_document_get_node(ld->doc, *item);
+        struct conf_server *server = &pool->servers[pool->nservers];
+        char msg[512];
+
+        if (s->type == YAML_MAPPING_NODE) {
+            if (server_from_map(ld, s, server) != 0)
+                return -1;
+        } else if (s->type == YAML_SCALAR_NODE) {
+            const char *v = (const char *)s->data.scalar.value;
+            if (strlen(v) != s->data.scalar.length)
+                return fail(ld, s, "server contains a NUL byte");
+            if (conf_parse_server(v, server, msg, sizeof(msg)) != 0)
+                return fail(ld, s, "%s", msg);
+        } else {
+            return fail(ld, s, "a server must be \"host:port:weight [name]\""
+                        " or { address: .., weight: .., name: .. }, not %s",
+                        node_kind(s));
+        }
+        server->line = node_line(s);
+        pool->nservers++;
+    }
+    return 0;
+}
+
+static int
+set_commands(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+             void *base)
+{
+    struct conf_pool *pool = base;
+    yaml_node_item_t *item;
+    size_t n;
+
+    if (node->type != YAML_SEQUENCE_NODE)
+        return fail(ld, node, "'%s' must be a list, not %s", key->name,
+                    node_kind(node));
+    n = (size_t)(node->data.sequence.items.top -
+                 node->data.sequence.items.start);
+    pool->commands = calloc(n ? n : 1, sizeof(*pool->commands));
+    if (pool->commands == NULL)
+        return fail(ld, node, "out of memory");
+    for (item = node->data.sequence.items.start;
+         item < node->data.sequence.items.top; item++) {
+        yaml_node_t *c = yaml_document_get_node(ld->doc, *item);
+        const char *v = scalar(ld, key, c);
+        if (v == NULL)
+            return -1;
+        pool->commands[pool->ncommands] = strdup(v);
+        if (pool->commands[pool->ncommands] == NULL)
+            return fail(ld, c, "out of memory");
+        pool->ncommands++;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Tables                                                             */
+
+#define POOL(f) offsetof(struct conf_pool, f)
+
+/* Pool keys: twemproxy's first, with their twemproxy meaning, then ours.
+ * The index of a key here is its index in parse_map's <lines>. */
+enum pool_key {
+    PK_LISTEN, PK_HASH, PK_HASH_TAG, PK_DISTRIBUTION, PK_TIMEOUT, PK_BACKLOG,
+    PK_PRECONNECT, PK_CLIENT_CONNECTIONS, PK_REDIS, PK_REDIS_AUTH,
+    PK_REDIS_DB, PK_SERVER_CONNECTIONS, PK_AUTO_EJECT_HOSTS,
+    PK_SERVER_RETRY_TIMEOUT, PK_SERVER_FAILURE_LIMIT, PK_TCPKEEPALIVE,
+    PK_COMMAND, PK_SERVERS, PK_MODE, PK_HASH_KEY, PK_POINTS_PER_WEIGHT,
+    PK_TABLE_SIZE, PK_BALANCE_FACTOR, PK_SLOW_START, PK_ON_FAILURE,
+    PK_RETRIES, PK_HEALTH_CHECK, PK_CONNECT_TIMEOUT, PK_IDLE_TIMEOUT,
+    PK_SHUTDOWN_TIMEOUT, PK_COUNT
+};
+
+static const struct conf_key pool_keys[] = {
+    [PK_LISTEN] = {"listen", set_listen, POOL(listen), 0, 0, NULL},
+    [PK_HASH] = {"hash", set_hash, POOL(ring.hash), 0, 0, NULL},
+    [PK_HASH_TAG] = {"hash_tag", set_hash_tag, POOL(hash_tag), 0, 0, NULL},
+    [PK_DISTRIBUTION] = {"distribution", set_distribution, POOL(distribution),
+                         0, 0, NULL},
+    [PK_TIMEOUT] = {"timeout", set_ms, POOL(timeout_ms), 0, MAX_DURATION,
+                    NULL},
+    [PK_BACKLOG] = {"backlog", set_u32, POOL(backlog), 1, 1000000, NULL},
+    [PK_PRECONNECT] = {"preconnect", set_bool, POOL(preconnect), 0, 0, NULL},
+    [PK_CLIENT_CONNECTIONS] = {"client_connections", set_u32,
+                               POOL(client_connections), 0, 10000000, NULL},
+    [PK_REDIS] = {"redis", set_bool, POOL(redis), 0, 0, NULL},
+    [PK_REDIS_AUTH] = {"redis_auth", set_string, POOL(redis_auth), 0, 0,
+                       NULL},
+    [PK_REDIS_DB] = {"redis_db", set_int, POOL(redis_db), 0, 1000000, NULL},
+    [PK_SERVER_CONNECTIONS] = {"server_connections", set_u32,
+                               POOL(server_connections), 1, 10000, NULL},
+    [PK_AUTO_EJECT_HOSTS] = {"auto_eject_hosts", set_bool,
+                             POOL(auto_eject_hosts), 0, 0, NULL},
+    [PK_SERVER_RETRY_TIMEOUT] = {"server_retry_timeout", set_ms,
+                                 POOL(server_retry_timeout_ms), 0,
+                                 MAX_DURATION, NULL},
+    [PK_SERVER_FAILURE_LIMIT] = {"server_failure_limit", set_u32,
+                                 POOL(server_failure_limit), 0, 1000000,
+                                 NULL},
+    [PK_TCPKEEPALIVE] = {"tcpkeepalive", set_bool, POOL(tcpkeepalive), 0, 0,
+                         NULL},
+    [PK_COMMAND] = {"command", set_commands, POOL(commands), 0, 0, NULL},
+    [PK_SERVERS] = {"servers", set_servers, POOL(servers), 0, 0, NULL},
+    [PK_MODE] = {"mode", set_enum, POOL(mode), 0, 0, mode_names},
+    [PK_HASH_KEY] = {"hash_key", set_enum, POOL(hash_key), 0, 0,
+                     hash_key_names},
+    [PK_POINTS_PER_WEIGHT] = {"points_per_weight", set_u32,
+                              POOL(ring.points_per_weight), 1,
+                              CHASH_MAX_MEMBER_POINTS, NULL},
+    [PK_TABLE_SIZE] = {"table_size", set_u32, POOL(ring.table_size), 1,
+                       1u << 26, NULL},
+    [PK_BALANCE_FACTOR] = {"balance_factor", set_balance_factor,
+                           POOL(balance_factor), 0, 0, NULL},
+    [PK_SLOW_START] = {"slow_start", set_ms, POOL(slow_start_ms), 0,
+                       MAX_DURATION, NULL},
+    [PK_ON_FAILURE] = {"on_failure", set_enum, POOL(on_failure), 0, 0,
+                       on_failure_names},
+    [PK_RETRIES] = {"retries", set_u32, POOL(retries), 0, 100, NULL},
+    [PK_HEALTH_CHECK] = {"health_check", set_health, POOL(health), 0, 0,
+                         NULL},
+    [PK_CONNECT_TIMEOUT] = {"connect_timeout", set_ms,
+                            POOL(connect_timeout_ms), 1, MAX_DURATION, NULL},
+    [PK_IDLE_TIMEOUT] = {"idle_timeout", set_ms, POOL(idle_timeout_ms), 0,
+                         MAX_DURATION, NULL},
+    [PK_SHUTDOWN_TIMEOUT] = {"shutdown_timeout", set_ms,
+                             POOL(shutdown_timeout_ms), 0, MAX_DURATION,
+                             NULL},
+};
+_Static_assert(ARRAY_SIZE(pool_keys) == PK_COUNT, "one entry per pool key");
+
+#define GLOBAL(f) offsetof(struct conf, f)
+
+enum global_key {
+    GK_ADMIN, GK_ADMIN_TOKEN, GK_WORKERS, GK_LOG_LEVEL, GK_PID_FILE,
+    GK_STATE_FILE, GK_COUNT
+};
+
+static const struct conf_key global_keys[] = {
+    [GK_ADMIN] = {"admin", set_admin, GLOBAL(admin), 0, 0, NULL},
+    [GK_ADMIN_TOKEN] = {"admin_token", set_string, GLOBAL(admin_token), 0, 0,
+                        NULL},
+    [GK_WORKERS] = {"workers", set_u32, GLOBAL(workers), 1, 1024, NULL},
+    [GK_LOG_LEVEL] = {"log_level", set_enum, GLOBAL(log_level), 0, 0,
+                      log_level_names},
+    [GK_PID_FILE] = {"pid_file", set_string, GLOBAL(pid_file), 0, 0, NULL},
+    [GK_STATE_FILE] = {"state_file", set_string, GLOBAL(state_file), 0, 0,
+                       NULL},
+};
+_Static_assert(ARRAY_SIZE(global_keys) == GK_COUNT, "one entry per key");
+
+/*
+ * Parse the mapping <node> with <table> into <base>. <lines>[i] gets the
+ * line of key i's value when it is given (0 otherwise), so callers can
+ * tell set from default and point at a key in later messages. Refuses
+ * anything but a map, keys that are not plain names, unknown keys (the
+ * message lists the valid ones) and a key given twice, which YAML parsers
+ * accept silently and would let the last one win unseen.
+ */
+static int
+parse_map(struct load *ld, yaml_node_t *node, const struct conf_key *table,
+          size_t n, void *base, const char *what, int *lines)
+{
+    yaml_node_pair_t *pair;
+    char valid[1024];
+
+    if (node->type != YAML_MAPPING_NODE)
+        return fail(ld, node, "%s must be a map of keys, not %s", what,
+                    node_kind(node));
+    for (pair = node->data.mapping.pairs.start;
+         pair < node->data.mapping.pairs.top; pair++) {
+        yaml_node_t *k = yaml_document_get_node(ld->doc, pair->key);
+        yaml_node_t *v = yaml_document_get_node(ld->doc, pair->value);
+        const char *name = (const char *)k->data.scalar.value;
+        size_t i;
+
+        if (k->type != YAML_SCALAR_NODE)
+            return fail(ld, k, "keys in %s must be names, not %s", what,
+                        node_kind(k));
+        for (i = 0; i < n; i++)
+            if (strcmp(name, table[i].name) == 0)
+                break;
+        if (i == n) {
+            join_keys(valid, sizeof(valid), table, n);
+            return fail(ld, k, "unknown key '%s' in %s (valid keys: %s)",
+                        name, what, valid);
+        }
+        if (lines[i] != 0)
+            return fail(ld, k, "duplicate key '%s' in %s (first given at "
+                        "line %d)", name, what, lines[i]);
+        lines[i] = node_line(k);
+        if (table[i].set(ld, &table[i], v, base) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Pools                                                              */
+
+static void
+pool_deinit(struct conf_pool *pool)
+{
+    free(pool->name);
+    conf_addr_deinit(&pool->listen);
+    free(pool->redis_auth);
+    for (size_t i = 0; i < pool->ncommands; i++)
+        free(pool->commands[i]);
+    free(pool->commands);
+    for (size_t i = 0; i < pool->nservers; i++)
+        conf_server_deinit(&pool->servers[i]);
+    free(pool->servers);
+}
+
+/* Defaults that do not depend on the mode (twemproxy's, nc_conf.h). */
+static void
+pool_init(struct conf_pool *pool)
+{
+    memset(pool, 0, sizeof(*pool));
+    pool->listen_perm = -1;
+    pool->backlog = 512;
+    pool->ring.points_per_weight = CHASH_DEFAULT_POINTS;
+    pool->ring.table_size = CHASH_DEFAULT_TABLE_SIZE;
+    pool->health.interval_ms = 1000;
+    pool->health.timeout_ms = 500;
+    pool->health.rise = 2;
+    pool->health.fall = 3;
+    pool->connect_timeout_ms = 1000;
+    pool->shutdown_timeout_ms = 5000;
+    pool->server_connections = 1;
+    pool->server_failure_limit = 2;
+    pool->server_retry_timeout_ms = 30000;
+}
+
+static int
+cmp_server_name(const void *a, const void *b)
+{
+    const struct conf_server *x = *(const struct conf_server *const *)a;
+    const struct conf_server *y = *(const struct conf_server *const *)b;
+    int c = strcmp(x->name, y->name);
+
+    return c != 0 ? c : x->line - y->line;
+}
+
+/* Refuse two servers of a pool with the same name (the ring identity) or
+ * the same address (one backend counted twice). Sorting pointers keeps
+ * this O(n log n) for large pools; the later line is reported. */
+static int
+check_duplicates(struct load *ld, struct conf_pool *pool, yaml_node_t *node)
+{
+    struct conf_server **by = calloc(pool->nservers, sizeof(*by));
+    int rc = 0;
+
+    if (by == NULL)
+        return fail(ld, node, "out of memory");
+    for (size_t i = 0; i < pool->nservers; i++)
+        by[i] = &pool->servers[i];
+    qsort(by, pool->nservers, sizeof(*by), cmp_server_name);
+    for (size_t i = 1; i < pool->nservers && rc == 0; i++) {
+        if (strcmp(by[i - 1]->name, by[i]->name) == 0) {
+            snprintf(ld->err, ld->errlen, "%s:%d: duplicate server name '%s'"
+                     " in pool '%s' (first at line %d)", ld->file,
+                     by[i]->line, by[i]->name, pool->name, by[i - 1]->line);
+            rc = -1;
+        }
+    }
+    free(by);
+    if (rc != 0)
+        return rc;
+    /* Addresses: compared as sockets, so "127.0.0.1:1" and a hostname
+     * resolving to it collide. Quadratic but only over distinct names;
+     * pools have hundreds of servers, not millions. */
+    for (size_t i = 1; i < pool->nservers; i++) {
+        for (size_t j = 0; j < i; j++) {
+            const struct conf_server *a = &pool->servers[j];
+            const struct conf_server *b = &pool->servers[i];
+            if (!conf_addr_equal(&a->addr, &b->addr))
+                continue;
+            snprintf(ld->err, ld->errlen, "%s:%d: duplicate server address "
+                     "'%s' in pool '%s' (same as '%s' at line %d)", ld->file,
+                     b->line, b->addr.text, pool->name, a->addr.text,
+                     a->line);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Build the pool's ring once so every limit of the algorithm (maglev table
+ * size, jump weights, points per member, nothing owned) is a config error
+ * with a line, not a daemon that fails later. */
+static int
+check_ring(struct load *ld, struct conf_pool *pool, yaml_node_t *name_node,
+           const int *lines)
+{
+    struct chash_member *members;
+    struct chash_ring *ring = NULL;
+    yaml_node_t *at = name_node;
+    int rc, line = 0;
+
+    members = calloc(pool->nservers, sizeof(*members));
+    if (members == NULL)
+        return fail(ld, name_node, "out of memory");
+    conf_pool_members(pool, members);
+    if (pool->distribution >= CHASH_ALGO_COUNT) {
+        /* modula / random keep twemproxy's continuum, no libchash ring */
+        rc = -CHASH_EEMPTY;
+        for (size_t i = 0; i < pool->nservers; i++)
+            if (members[i].weight > 0)
+                rc = 0;
+    } else {
+        rc = chash_ring_create(&pool->ring, members, pool->nservers, &ring);
+        chash_ring_destroy(ring);
+    }
+    free(members);
+    /* An algorithm the library does not implement yet is the library's
+     * gap, not a config error; the daemon reports it when it builds. */
+    if (rc == 0 || rc == -CHASH_ENOTSUP)
+        return 0;
+    if (lines[PK_SERVERS] != 0)
+        line = lines[PK_SERVERS];
+    switch (-rc) {
+    case CHASH_EEMPTY:
+        return fail(ld, at, "pool '%s': no server has a weight above 0",
+                    pool->name);
+    case CHASH_ETABLE:
+        line = lines[PK_TABLE_SIZE] ? lines[PK_TABLE_SIZE] : line;
+        snprintf(ld->err, ld->errlen, "%s:%d: pool '%s': table_size %u is "
+                 "not a prime larger than the %zu servers", ld->file,
+                 line ? line : node_line(at), pool->name,
+                 pool->ring.table_size, pool->nservers);
+        return -1;
+    case CHASH_EWEIGHT:
+        snprintf(ld->err, ld->errlen, "%s:%d: pool '%s': %s", ld->file,
+                 line ? line : node_line(at), pool->name,
+                 pool->ring.algo == CHASH_ALGO_JUMP
+                     ? "distribution jump takes server weights 0 or 1 only"
+                     : "a server's weight gives more than the maximum "
+                       "points per member (lower points_per_weight or the "
+                       "weight)");
+        return -1;
+    default:
+        snprintf(ld->err, ld->errlen, "%s:%d: pool '%s': %s", ld->file,
+                 line ? line : node_line(at), pool->name, chash_strerror(rc));
+        return -1;
+    }
+}
+
+static int
+parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
+           struct conf_pool *pool)
+{
+    int lines[PK_COUNT] = {0};
+    char what[300];
+    bool twem;
+
+    pool_init(pool);
+    pool->name = strdup((const char *)name_node->data.scalar.value);
+    if (pool->name == NULL)
+        return fail(ld, name_node, "out of memory");
+    pool->line = node_line(name_node);
+    snprintf(what, sizeof(what), "pool '%s'", pool->name);
+    if (node->type == YAML_SCALAR_NODE && node->data.scalar.length == 0)
+        return fail(ld, name_node, "pool '%s' is empty: it needs 'listen' "
+                    "and 'servers'", pool->name);
+    if (parse_map(ld, node, pool_keys, PK_COUNT, pool, what, lines) != 0)
+        return -1;
+
+    /* The mode follows twemproxy (redis: true -> redis, else memcache)
+     * unless `mode:` says otherwise; defaults then follow the mode. */
+    if (lines[PK_MODE] == 0)
+        pool->mode = pool->redis ? CONF_MODE_REDIS : CONF_MODE_MEMCACHE;
+    twem = pool->mode == CONF_MODE_REDIS || pool->mode == CONF_MODE_MEMCACHE;
+    if (lines[PK_DISTRIBUTION] == 0)
+        pool->distribution = twem ? CHASH_ALGO_KETAMA : CHASH_ALGO_RING;
+    if (lines[PK_HASH] == 0)
+        pool->ring.hash = twem ? CHASH_HASH_FNV1A_64_TW : CHASH_HASH_XXH3;
+    pool->ring.algo = pool->distribution < CHASH_ALGO_COUNT
+                          ? pool->distribution
+                          : CHASH_ALGO_KETAMA;
+    if (lines[PK_ON_FAILURE] == 0)
+        pool->on_failure = !twem ? CONF_ON_FAILURE_FAILOVER
+                           : pool->auto_eject_hosts ? CONF_ON_FAILURE_REMAP
+                                                    : CONF_ON_FAILURE_ERROR;
+    if (lines[PK_RETRIES] == 0)
+        pool->retries = twem ? 0 : 2;
+    if (twem && lines[PK_HASH_KEY] != 0) {
+        snprintf(ld->err, ld->errlen, "%s:%d: 'hash_key' is for tcp and "
+                 "http pools; pool '%s' is %s and hashes the request key",
+                 ld->file, lines[PK_HASH_KEY], pool->name,
+                 conf_mode_name(pool->mode));
+        return -1;
+    }
+    if (lines[PK_LISTEN] == 0)
+        return fail(ld, name_node, "pool '%s' has no 'listen' address",
+                    pool->name);
+    if (pool->nservers == 0)
+        return fail(ld, name_node, "pool '%s' has no servers", pool->name);
+    if (check_duplicates(ld, pool, name_node) != 0)
+        return -1;
+    return check_ring(ld, pool, name_node, lines);
+}
+
+static int
+parse_global(struct load *ld, yaml_node_t *node, struct conf *conf,
+             int *lines)
+{
+    if (node->type == YAML_SCALAR_NODE && node->data.scalar.length == 0)
+        return 0; /* `global:` alone: all defaults */
+    return parse_map(ld, node, global_keys, GK_COUNT, conf, "global", lines);
+}
+
+/* Checks across pools and the admin address, after all are parsed. */
+static int
+check_listeners(struct load *ld, struct conf *conf, const int *glines)
+{
+    for (size_t i = 0; i < conf->npools; i++) {
+        struct conf_pool *p = &conf->pools[i];
+        for (size_t j = 0; j < i; j++) {
+            struct conf_pool *q = &conf->pools[j];
+            if (!addr_conflict(&p->listen, &q->listen))
+                continue;
+            snprintf(ld->err, ld->errlen, "%s:%d: pool '%s' listens on '%s',"
+                     " which pool '%s' already uses (line %d)", ld->file,
+                     p->line, p->name, p->listen.text, q->name, q->line);
+            return -1;
+        }
+        if (addr_conflict(&p->listen, &conf->admin)) {
+            snprintf(ld->err, ld->errlen, "%s:%d: pool '%s' listens on '%s',"
+                     " which is the admin address '%s'", ld->file, p->line,
+                     p->name, p->listen.text, conf->admin.text);
+            return -1;
+        }
+    }
+    if (conf->admin.family != AF_UNSPEC && !addr_is_loopback(&conf->admin) &&
+        (conf->admin_token == NULL || conf->admin_token[0] == '\0')) {
+        snprintf(ld->err, ld->errlen, "%s:%d: admin address '%s' is not "
+                 "loopback: set 'admin_token' so the admin API is not open "
+                 "to the network", ld->file, glines[GK_ADMIN],
+                 conf->admin.text);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Loading                                                            */
+
+void
+conf_destroy(struct conf *conf)
+{
+    if (conf == NULL)
+        return;
+    for (size_t i = 0; i < conf->npools; i++)
+        pool_deinit(&conf->pools[i]);
+    free(conf->pools);
+    free(conf->file);
+    conf_addr_deinit(&conf->admin);
+    free(conf->admin_token);
+    free(conf->pid_file);
+    free(conf->state_file);
+    free(conf);
+}
+
+static uint32_t
+online_cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+    return n < 1 ? 1 : n > 1024 ? 1024 : (uint32_t)n;
+}
+
+/* The 1-based line of byte <offset> of <text>: libyaml's reader errors
+ * (bad UTF-8) give an offset, not a line. */
+static int
+offset_line(const char *text, size_t len, size_t offset)
+{
+    int line = 1;
+
+    for (size_t i = 0; i < offset && i < len; i++)
+        line += text[i] == '\n';
+    return line;
+}
+
+static int
+yaml_error(struct load *ld, yaml_parser_t *parser, const char *yaml,
+           size_t len)
+{
+    int line;
+
+    if (parser->error == YAML_READER_ERROR)
+        line = offset_line(yaml, len, parser->problem_offset);
+    else
+        line = (int)parser->problem_mark.line + 1;
+    snprintf(ld->err, ld->errlen, "%s:%d: YAML syntax error: %s%s%s",
+             ld->file, line, parser->problem ? parser->problem : "unknown",
+             parser->context ? " " : "",
+             parser->context ? parser->context : "");
+    return -1;
+}
+
+static int
+load_document(struct load *ld, struct conf *conf)
+{
+    yaml_node_t *root = yaml_document_get_root_node(ld->doc);
+    int glines[GK_COUNT] = {0}, global_line = 0;
+    yaml_node_pair_t *pair;
+    size_t npairs;
+
+    if (root == NULL)
+        return fail(ld, NULL, "the configuration is empty: it needs at "
+                    "least one pool");
+    if (root->type != YAML_MAPPING_NODE)
+        return fail(ld, root, "the top level must be a map of pools (and "
+                    "'global'), not %s", node_kind(root));
+    npairs = (size_t)(root->data.mapping.pairs.top -
+                      root->data.mapping.pairs.start);
+    conf->pools = calloc(npairs, sizeof(*conf->pools));
+    if (conf->pools == NULL)
+        return fail(ld, root, "out of memory");
+    for (pair = root->data.mapping.pairs.start;
+         pair < root->data.mapping.pairs.top; pair++) {
+        yaml_node_t *k = yaml_document_get_node(ld->doc, pair->key);
+        yaml_node_t *v = yaml_document_get_node(ld->doc, pair->value);
+        const char *name = (const char *)k->data.scalar.value;
+
+        if (k->type != YAML_SCALAR_NODE || k->data.scalar.length == 0 ||
+            strlen(name) != k->data.scalar.length)
+            return fail(ld, k, "a pool name must be a plain name");
+        if (strcmp(name, "global") == 0) {
+            if (global_line != 0)
+                return fail(ld, k, "duplicate 'global' (first at line %d)",
+                            global_line);
+            global_line = node_line(k);
+            if (parse_global(ld, v, conf, glines) != 0)
+                return -1;
+            continue;
+        }
+        for (size_t i = 0; i < conf->npools; i++)
+            if (strcmp(conf->pools[i].name, name) == 0)
+                return fail(ld, k, "duplicate pool '%s' (first at line %d)",
+                            name, conf->pools[i].line);
+        /* counted before parsing, so a half-parsed pool is freed too */
+        conf->npools++;
+        if (parse_pool(ld, k, v, &conf->pools[conf->npools - 1]) != 0)
+            return -1;
+    }
+    if (conf->npools == 0)
+        return fail(ld, root, "no pools: add at least one pool besides "
+                    "'global'");
+    if (glines[GK_ADMIN] == 0) {
+        char msg[256];
+        if (conf_parse_addr("127.0.0.1:8404", &conf->admin, msg,
+                            sizeof(msg)) != 0)
+            return fail(ld, root, "%s", msg);
+    }
+    return check_listeners(ld, conf, glines);
+}
+
+struct conf *
+conf_load_string(const char *name, const char *yaml, size_t len, char *err,
+                 size_t errlen)
+{
+    struct load ld = {name != NULL ? name : "<string>", NULL, err, errlen};
+    yaml_parser_t parser;
+    yaml_document_t doc, extra;
+    struct conf *conf;
+    bool more;
+    int rc;
+
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    conf = calloc(1, sizeof(*conf));
+    if (conf == NULL) {
+        snprintf(err, errlen, "%s: out of memory", ld.file);
+        return NULL;
+    }
+    conf->file = strdup(ld.file);
+    conf->workers = online_cores();
+    conf->log_level = CONF_LOG_INFO;
+    if (conf->file == NULL || !yaml_parser_initialize(&parser)) {
+        snprintf(err, errlen, "%s: out of memory", ld.file);
+        conf_destroy(conf);
+        return NULL;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        yaml_error(&ld, &parser, yaml, len);
+        yaml_parser_delete(&parser);
+        conf_destroy(conf);
+        return NULL;
+    }
+    /* One document only: a second "---" would be silently ignored. */
+    if (!yaml_parser_load(&parser, &extra)) {
+        yaml_error(&ld, &parser, yaml, len);
+        rc = -1;
+    } else {
+        yaml_node_t *root2 = yaml_document_get_root_node(&extra);
+        more = root2 != NULL;
+        rc = 0;
+        if (more) {
+            ld.doc = &extra;
+            rc = fail(&ld, root2, "a second YAML document: a config is one "
+                      "document");
+        }
+        yaml_document_delete(&extra);
+    }
+    yaml_parser_delete(&parser);
+    ld.doc = &doc;
+    if (rc == 0)
+        rc = load_document(&ld, conf);
+    yaml_document_delete(&doc);
+    if (rc != 0) {
+        conf_destroy(conf);
+        return NULL;
+    }
+    return conf;
+}
+
+struct conf *
+conf_load(const char *path, char *err, size_t errlen)
+{
+    struct conf *conf = NULL;
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    FILE *f;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    for (;;) {
+        size_t got;
+        if (len == cap) {
+            char *grown;
+            cap = cap ? cap * 2 : 16384;
+            grown = realloc(text, cap);
+            if (grown == NULL) {
+                snprintf(err, errlen, "%s: out of memory", path);
+                goto out;
+            }
+            text = grown;
+        }
+        got = fread(text + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    if (ferror(f)) {
+        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+        goto out;
+    }
+    conf = conf_load_string(path, text, len, err, errlen);
+out:
+    fclose(f);
+    free(text);
+    return conf;
+}
+
+/* ------------------------------------------------------------------ */
+/* Queries                                                            */
+
+const struct conf_pool *
+conf_pool_find(const struct conf *conf, const char *name)
+{
+    if (conf == NULL || name == NULL)
+        return NULL;
+    for (size_t i = 0; i < conf->npools; i++)
+        if (strcmp(conf->pools[i].name, name) == 0)
+            return &conf->pools[i];
+    return NULL;
+}
+
+void
+conf_pool_members(const struct conf_pool *pool, struct chash_member *out)
+{
+    for (size_t i = 0; i < pool->nservers; i++) {
+        out[i].name = pool->servers[i].name;
+        out[i].weight = pool->servers[i].weight;
+        out[i].ramp = 1.0;
+    }
+}
+
+bool
+conf_pool_same_listen(const struct conf_pool *a, const struct conf_pool *b)
+{
+    return conf_addr_equal(&a->listen, &b->listen) &&
+           a->listen_perm == b->listen_perm && a->backlog == b->backlog;
+}
+
+bool
+conf_pool_same_ring(const struct conf_pool *a, const struct conf_pool *b)
+{
+    if (a->distribution != b->distribution || a->ring.algo != b->ring.algo ||
+        a->ring.hash != b->ring.hash ||
+        a->ring.points_per_weight != b->ring.points_per_weight ||
+        a->ring.table_size != b->ring.table_size ||
+        strcmp(a->hash_tag, b->hash_tag) != 0 || a->nservers != b->nservers)
+        return false;
+    /* Jump takes array order as identity: order matters there. */
+    if (a->ring.algo == CHASH_ALGO_JUMP) {
+        for (size_t i = 0; i < a->nservers; i++)
+            if (strcmp(a->servers[i].name, b->servers[i].name) != 0 ||
+                a->servers[i].weight != b->servers[i].weight)
+                return false;
+        return true;
+    }
+    for (size_t i = 0; i < a->nservers; i++) {
+        size_t j;
+        for (j = 0; j < b->nservers; j++)
+            if (strcmp(a->servers[i].name, b->servers[j].name) == 0)
+                break;
+        if (j == b->nservers || a->servers[i].weight != b->servers[j].weight)
+            return false;
+    }
+    return true;
+}
