@@ -1,0 +1,175 @@
+/* admin_ops.c -- migration reports (chash_ring_diff and chash_ring_flows
+ * between the memberships before and after a change) and ring arcs for
+ * the dashboard.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "admin_ops.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int
+ops_hash_bits(int algo)
+{
+    return algo == CHASH_ALGO_KETAMA || algo == CHASH_ALGO_NGINX ? 32 : 64;
+}
+
+/* Build a ring from <m>[0..<n>), every ramp forced to 1 when <full>. */
+static int
+build(const struct chash_config *cfg, const struct chash_member *m, size_t n,
+      bool full, struct chash_ring **out)
+{
+    struct chash_member *copy;
+    int rc;
+
+    if (!full)
+        return chash_ring_create(cfg, m, n, out);
+    copy = calloc(n ? n : 1, sizeof(*copy));
+    if (copy == NULL)
+        return -CHASH_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        copy[i] = m[i];
+        copy[i].ramp = 1.0;
+    }
+    rc = chash_ring_create(cfg, copy, n, out);
+    free(copy);
+    return rc;
+}
+
+static double
+share_of(const struct chash_ring *r, const char *name)
+{
+    for (size_t i = 0; i < chash_ring_members(r); i++)
+        if (strcmp(chash_ring_member_name(r, i), name) == 0)
+            return chash_ring_share(r, i);
+    return 0.0;
+}
+
+/* Round away float noise so a report reads 0.25, not 0.25000000000000006;
+ * 1e-12 is far below what a 2^64 circle's arcs can distinguish in a
+ * report. */
+static double
+tidy(double x)
+{
+    double r = round(x * 1e12) / 1e12;
+
+    return r == 0.0 ? 0.0 : r;
+}
+
+json_t *
+ops_report(const struct chash_config *cfg, const struct chash_member *before,
+           size_t nb, const struct chash_member *after, size_t na,
+           const char *changed, char *err, size_t errlen)
+{
+    struct chash_ring *rb = NULL, *ra = NULL, *ib = NULL, *ia = NULL;
+    struct chash_flow *flows = NULL;
+    size_t nflows = 0;
+    double moved = 0, immediate = 0;
+    json_t *rep = NULL, *jf;
+    int rc;
+
+    rc = build(cfg, before, nb, true, &rb);
+    if (rc != 0) {
+        snprintf(err, errlen, "the current membership gives no ring: %s",
+                 chash_strerror(rc));
+        goto out;
+    }
+    rc = build(cfg, after, na, true, &ra);
+    if (rc != 0) {
+        snprintf(err, errlen, "the new membership gives no ring: %s",
+                 chash_strerror(rc));
+        goto out;
+    }
+    rc = chash_ring_diff(rb, ra, &moved);
+    if (rc == 0)
+        rc = chash_ring_flows(rb, ra, NULL, 0, &nflows);
+    if (rc == 0 && nflows > 0) {
+        flows = calloc(nflows, sizeof(*flows));
+        rc = flows == NULL ? -CHASH_ENOMEM
+                           : chash_ring_flows(rb, ra, flows, nflows, &nflows);
+    }
+    if (rc != 0) {
+        snprintf(err, errlen, "migration: %s", chash_strerror(rc));
+        goto out;
+    }
+
+    rep = json_object();
+    json_object_set_new(rep, "moved", json_real(tidy(moved)));
+    json_object_set_new(rep, "optimal",
+                        json_real(tidy(fabs(share_of(ra, changed) -
+                                            share_of(rb, changed)))));
+    jf = json_array();
+    for (size_t i = 0; i < nflows; i++) {
+        json_t *f = json_object();
+
+        json_object_set_new(f, "from", json_string(chash_ring_member_name(
+                                           rb, flows[i].from)));
+        json_object_set_new(f, "to", json_string(chash_ring_member_name(
+                                         ra, flows[i].to)));
+        json_object_set_new(f, "fraction", json_real(tidy(flows[i].fraction)));
+        json_array_append_new(jf, f);
+    }
+    json_object_set_new(rep, "flows", jf);
+
+    /* The immediate step: the rings as the snapshots will hold them, slow
+     * start ramps included. Either side may own nothing (every member
+     * still ramping from 0): then there is no immediate figure. */
+    if (build(cfg, before, nb, false, &ib) == 0 &&
+        build(cfg, after, na, false, &ia) == 0 &&
+        chash_ring_diff(ib, ia, &immediate) == 0)
+        json_object_set_new(rep, "immediate", json_real(tidy(immediate)));
+    else
+        json_object_set_new(rep, "immediate", json_null());
+    json_object_set_new(rep, "exact", json_boolean(chash_ring_diff_exact(rb)));
+out:
+    free(flows);
+    chash_ring_destroy(rb);
+    chash_ring_destroy(ra);
+    chash_ring_destroy(ib);
+    chash_ring_destroy(ia);
+    return rep;
+}
+
+json_t *
+ops_ring_arcs(const struct chash_ring *ring, size_t segments)
+{
+    struct chash_config cfg;
+    json_t *arcs = json_array();
+    size_t run_start = 0, owner = 0;
+    int bits;
+
+    chash_ring_config(ring, &cfg);
+    bits = ops_hash_bits(cfg.algo);
+    if (segments == 0)
+        return arcs;
+    for (size_t i = 0; i <= segments; i++) {
+        size_t o = 0;
+
+        if (i < segments) {
+            /* Position i/segments of the circle, exactly, in 128 bits. */
+            unsigned __int128 h = ((unsigned __int128)i << bits) / segments;
+
+            o = chash_ring_lookup(ring, (uint64_t)h);
+        }
+        if (i == 0) {
+            owner = o;
+            continue;
+        }
+        if (i < segments && o == owner)
+            continue;
+        json_t *a = json_object();
+
+        json_object_set_new(a, "member",
+                            json_string(chash_ring_member_name(ring, owner)));
+        json_object_set_new(a, "start",
+                            json_real((double)run_start / (double)segments));
+        json_object_set_new(a, "end", json_real((double)i / (double)segments));
+        json_array_append_new(arcs, a);
+        run_start = i;
+        owner = o;
+    }
+    return arcs;
+}

@@ -1,0 +1,54 @@
+/* admin_ops.h -- the computations behind the admin API that need only rings:
+ * migration reports between two memberships, and a ring's arcs sampled
+ * around the circle for the dashboard. No daemon state, no I/O.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#ifndef CHASHD_ADMIN_OPS_H
+#define CHASHD_ADMIN_OPS_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "chash/chash.h"
+
+/*
+ * The migration report of one membership change, as the admin API answers
+ * it: <before>[0..<nb>) and <after>[0..<na>) are the ring memberships
+ * (names, weights, ramps as the snapshots hold them) on either side of the
+ * change of member <changed>.
+ *
+ *   moved      exact fraction of the key space whose owner changes once the
+ *              change is complete: both rings built with every ramp at 1
+ *   optimal    the least any placement must move for this change: the
+ *              absolute change of <changed>'s share at full ramp (its share
+ *              when added or brought up, its former share when removed,
+ *              drained or put in maintenance, |new - old| for a reweight)
+ *   flows      [{"from","to","fraction"}], largest first, at full ramp
+ *   immediate  the fraction that moves at once with the ramps as given
+ *              (a slowly starting member enters with a ramp below 1), or
+ *              null when a side owns nothing
+ *   exact      whether the algorithm's diff is exact (else measured on 2^20
+ *              evenly spaced hashes)
+ *
+ * Returns a new JSON object, or NULL with a message in <err> when a ring
+ * cannot be built (the message names libchash's reason).
+ */
+json_t *ops_report(const struct chash_config *cfg,
+                   const struct chash_member *before, size_t nb,
+                   const struct chash_member *after, size_t na,
+                   const char *changed, char *err, size_t errlen);
+
+/*
+ * <ring>'s owners sampled at <segments> evenly spaced positions of the
+ * hash space (2^64, or 2^32 for the 32-bit continua), runs of one owner
+ * merged into arcs: [{"member", "start", "end"}] with start/end as
+ * fractions of the circle in [0,1]. Works for every algorithm, since it
+ * only calls chash_ring_lookup().
+ */
+json_t *ops_ring_arcs(const struct chash_ring *ring, size_t segments);
+
+/* Bits of the hash space chash_ring_hash() spans for <algo>. */
+int ops_hash_bits(int algo);
+
+#endif /* CHASHD_ADMIN_OPS_H */
