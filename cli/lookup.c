@@ -1,0 +1,279 @@
+/* lookup.c -- `chash lookup`: print which member owns each key (and its
+ * replicas), from a member list on the command line or from a pool of a
+ * chashd config file, built exactly as the daemon builds it.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "cli.h"
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chash/chash.h"
+#include "../src/conf.h"
+#include "util.h"
+
+#define CMD "lookup"
+
+static const char usage_text[] =
+    "usage: chash lookup [--algo A] [--hash H] [--points N] [--table-size M]\n"
+    "                    --members LIST [--replicas N] [KEY ...]\n"
+    "       chash lookup --config FILE --pool NAME [--replicas N] [KEY ...]\n"
+    "  LIST is name[=weight],... (the weight follows the last '=')\n"
+    "  Prints key<TAB>member (with --replicas N: key<TAB>m1<TAB>m2...).\n"
+    "  Keys come from the arguments, or one per line from stdin.\n"
+    "  For a tcp pool the key is the client IP address as text.\n";
+
+struct lookup {
+    struct chash_ring *ring;
+    size_t replicas;
+    size_t *out;
+    char tag[3];        /* twemproxy hash_tag, "" when unset */
+};
+
+/* twemproxy's hash_tag: hash only the text between the first tag[0] and
+ * the next tag[1] after it, when that text is not empty. */
+static void
+tagged(const struct lookup *l, const char *key, size_t len,
+       const char **part, size_t *plen)
+{
+    *part = key;
+    *plen = len;
+    if (l->tag[0] == '\0')
+        return;
+    const char *s = memchr(key, l->tag[0], len);
+    if (s == NULL)
+        return;
+    const char *e = memchr(s + 1, l->tag[1], len - (size_t)(s + 1 - key));
+    if (e != NULL && e - s > 1) {
+        *part = s + 1;
+        *plen = (size_t)(e - s - 1);
+    }
+}
+
+static void
+print_key(const struct lookup *l, const char *key, size_t len)
+{
+    const char *part;
+    size_t plen, got;
+
+    tagged(l, key, len, &part, &plen);
+    uint64_t h = chash_ring_hash(l->ring, part, plen);
+    got = chash_ring_lookup_n(l->ring, h, l->out, l->replicas);
+    fwrite(key, 1, len, stdout);
+    for (size_t i = 0; i < got; i++)
+        printf("\t%s", chash_ring_member_name(l->ring, l->out[i]));
+    putchar('\n');
+}
+
+static int
+run(struct lookup *l, int nkeys, char **keys)
+{
+    l->out = malloc(l->replicas * sizeof(*l->out));
+    if (l->out == NULL) {
+        cli_error(CMD, "out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    if (l->replicas > chash_ring_members(l->ring))
+        cli_error(CMD, "note: --replicas %zu but only %zu members; printing "
+                       "the distinct ones",
+                  l->replicas, chash_ring_members(l->ring));
+    if (nkeys > 0) {
+        for (int i = 0; i < nkeys; i++)
+            print_key(l, keys[i], strlen(keys[i]));
+    } else {
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t n;
+        while ((n = getline(&line, &cap, stdin)) >= 0) {
+            while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+                n--;
+            print_key(l, line, (size_t)n);
+        }
+        free(line);
+    }
+    free(l->out);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        cli_error(CMD, "cannot write the output");
+        return CLI_EXIT_FAIL;
+    }
+    return CLI_EXIT_OK;
+}
+
+/*
+ * --config: load <path> with the daemon's own loader and build <pool>'s
+ * ring as chashd does (algorithm, hash, points and table from the pool,
+ * members from conf_pool_members()), so what is printed is where chashd
+ * sends the key.
+ */
+static int
+lookup_config(const char *path, const char *name, struct lookup *l)
+{
+    char err[512];
+    struct conf *conf = conf_load(path, err, sizeof(err));
+    struct chash_member *members = NULL;
+    const struct conf_pool *pool;
+    int rc = CLI_EXIT_FAIL;
+
+    if (conf == NULL) {
+        cli_error(CMD, "%s", err);
+        return CLI_EXIT_FAIL;
+    }
+    pool = conf_pool_find(conf, name);
+    if (pool == NULL) {
+        fprintf(stderr, "chash %s: %s has no pool '%s'; its pools are:", CMD,
+                path, name);
+        for (size_t i = 0; i < conf->npools; i++)
+            fprintf(stderr, "%s %s", i ? "," : "", conf->pools[i].name);
+        fputc('\n', stderr);
+        rc = CLI_EXIT_USAGE;
+        goto out;
+    }
+    if (pool->distribution >= CHASH_ALGO_COUNT) {
+        cli_error(CMD, "pool '%s' uses distribution %s, which is not "
+                       "consistent hashing: there is no fixed owner to print",
+                  name,
+                  pool->distribution == CONF_DIST_MODULA ? "modula"
+                                                         : "random");
+        goto out;
+    }
+    if (pool->nservers == 0) {
+        cli_error(CMD, "pool '%s' has no servers", name);
+        goto out;
+    }
+    members = calloc(pool->nservers, sizeof(*members));
+    if (members == NULL) {
+        cli_error(CMD, "out of memory");
+        goto out;
+    }
+    conf_pool_members(pool, members);
+    int e = chash_ring_create(&pool->ring, members, pool->nservers, &l->ring);
+    if (e != 0) {
+        cli_error(CMD, "pool '%s': cannot build its ring: %s", name,
+                  chash_strerror(e));
+        goto out;
+    }
+    /* twemproxy hashes only the tagged part of a key in its key-value
+     * modes; a tcp pool's key is the client address and has no tag. */
+    if (pool->mode == CONF_MODE_REDIS || pool->mode == CONF_MODE_MEMCACHE)
+        memcpy(l->tag, pool->hash_tag, sizeof(l->tag));
+    rc = CLI_EXIT_OK;
+out:
+    free(members);
+    conf_destroy(conf);
+    return rc;
+}
+
+int
+cmd_lookup(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"members", required_argument, NULL, 'm'},
+        {"algo", required_argument, NULL, 'a'},
+        {"hash", required_argument, NULL, 'H'},
+        {"points", required_argument, NULL, 'p'},
+        {"table-size", required_argument, NULL, 't'},
+        {"replicas", required_argument, NULL, 'r'},
+        {"config", required_argument, NULL, 'c'},
+        {"pool", required_argument, NULL, 'P'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct chash_config cfg = {0};
+    struct cli_members ms = {0};
+    struct lookup l = {0};
+    const char *config = NULL, *pool = NULL;
+    bool ring_opts = false;
+    uint32_t replicas = 1;
+    int c, rc = CLI_EXIT_USAGE;
+
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            if (cli_members_parse(CMD, optarg, &ms) != 0)
+                goto usage;
+            break;
+        case 'a':
+            if ((cfg.algo = cli_parse_algo(CMD, optarg)) < 0)
+                goto usage;
+            ring_opts = true;
+            break;
+        case 'H':
+            if ((cfg.hash = cli_parse_hash(CMD, optarg)) < 0)
+                goto usage;
+            ring_opts = true;
+            break;
+        case 'p':
+            if (cli_parse_u32(CMD, "--points", optarg, 1,
+                              CHASH_MAX_MEMBER_POINTS,
+                              &cfg.points_per_weight) != 0)
+                goto usage;
+            ring_opts = true;
+            break;
+        case 't':
+            if (cli_parse_u32(CMD, "--table-size", optarg, 1, UINT32_MAX,
+                              &cfg.table_size) != 0)
+                goto usage;
+            ring_opts = true;
+            break;
+        case 'r':
+            if (cli_parse_u32(CMD, "--replicas", optarg, 1, 1000000,
+                              &replicas) != 0)
+                goto usage;
+            break;
+        case 'c':
+            config = optarg;
+            break;
+        case 'P':
+            pool = optarg;
+            break;
+        case 'h':
+            fputs(usage_text, stdout);
+            rc = CLI_EXIT_OK;
+            goto out;
+        default:
+            rc = cli_bad_option(CMD, usage_text, argv, c);
+            goto out;
+        }
+    }
+    l.replicas = replicas;
+    if (config != NULL || pool != NULL) {
+        if (config == NULL || pool == NULL) {
+            rc = cli_usage_error(CMD, usage_text,
+                                 "--config and --pool go together");
+            goto out;
+        }
+        if (ms.n > 0 || ring_opts) {
+            rc = cli_usage_error(CMD, usage_text,
+                                 "--config takes the members and the ring "
+                                 "from the file: drop --members, --algo, "
+                                 "--hash, --points and --table-size");
+            goto out;
+        }
+        rc = lookup_config(config, pool, &l);
+        if (rc != CLI_EXIT_OK)
+            goto out;
+    } else {
+        if (ms.n == 0) {
+            rc = cli_usage_error(CMD, usage_text, "--members is required");
+            goto out;
+        }
+        if (cli_ring_create(CMD, &cfg, &ms, &l.ring) != 0) {
+            rc = CLI_EXIT_FAIL;
+            goto out;
+        }
+    }
+    rc = run(&l, argc - optind, argv + optind);
+    goto out;
+usage:
+    fputs(usage_text, stderr);
+    rc = CLI_EXIT_USAGE;
+out:
+    chash_ring_destroy(l.ring);
+    cli_members_free(&ms);
+    return rc;
+}

@@ -1,0 +1,903 @@
+/* sim.c -- `chash sim`: play a membership history (init, then adds,
+ * removes and reweights) over a key set and report, per step, the
+ * distribution and the migration measured key by key against the exact
+ * figures of chash_ring_share() and chash_ring_diff().
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "cli.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chash/chash.h"
+#include "util.h"
+
+#define CMD "sim"
+
+static const char usage_text[] =
+    "usage: chash sim [--members LIST] [--algo A] [--hash H] [--points N]\n"
+    "                 [--table-size M] [--keys N] [--key-prefix S] [--seed N]\n"
+    "                 [--ops OPS] [--fail NAME [--factor F]] [--clients N]\n"
+    "                 [--json]\n"
+    "  --members LIST  name[=weight],... (default Server-A,Server-B,Server-C)\n"
+    "  --points N      ring/ketama points per unit of weight (default 100)\n"
+    "  --keys N        keys <prefix>0 .. <prefix>N-1 (default 10000)\n"
+    "  --key-prefix S  key prefix (default data_key_)\n"
+    "  --seed N        keys are <prefix><16 hex digits> from a splitmix64\n"
+    "                  stream seeded with N instead of <prefix><i>; clients\n"
+    "                  get random 10.x.y.z addresses\n"
+    "  --ops OPS       +NAME[=W] add, -NAME remove, NAME=W reweight, comma\n"
+    "                  separated (default +Server-D,-Server-B,+Server-E)\n"
+    "  --fail NAME     where NAME's keys go when it fails: next distinct\n"
+    "                  member vs bounded loads with --factor F (default 1.25)\n"
+    "  --clients N     play N client addresses 10.0.x.y as keys and print\n"
+    "                  each client whose server changes, then the mapping\n"
+    "  --json          one JSON document instead of text\n";
+
+enum op_kind { OP_INIT, OP_ADD, OP_REMOVE, OP_REWEIGHT };
+
+struct sim_op {
+    int kind;          /* enum op_kind */
+    char *name;        /* the member the op is about (NULL for init) */
+    uint32_t weight;   /* add, reweight */
+    char *text;        /* as written, for the report */
+};
+
+struct sim {
+    struct chash_config cfg;
+    struct cli_members init;
+    uint64_t nkeys;
+    const char *prefix;
+    bool seeded;
+    uint64_t seed;
+    struct sim_op *ops;
+    size_t nops;
+    const char *fail;
+    double factor;
+    bool clients;
+    bool json;
+    FILE *out;          /* stdout, or the JSON buffer */
+    uint64_t *hash;     /* key hashes, computed once with the init ring */
+    /* Every name ever seen gets a global id, so that owners of different
+     * steps (different member arrays) compare by name in O(1). */
+    char **names;
+    size_t nnames;
+};
+
+/* Key or client address number <i> into <buf>. Seeded keys use the i-th
+ * splitmix64 output, so any key is addressable without a stored list. */
+static void
+key_text(const struct sim *s, uint64_t i, char *buf, size_t len)
+{
+    uint64_t r = 0;
+
+    if (s->seeded) {
+        uint64_t st = s->seed + i * 0x9e3779b97f4a7c15ULL;
+        r = cli_splitmix64(&st);
+    }
+    if (s->clients) {
+        uint64_t host = s->seeded ? r : i + 1;
+        snprintf(buf, len, "10.%u.%u.%u", (unsigned)(host >> 16 & 255),
+                 (unsigned)(host >> 8 & 255), (unsigned)(host & 255));
+    } else if (s->seeded) {
+        snprintf(buf, len, "%s%016" PRIx64, s->prefix, r);
+    } else {
+        snprintf(buf, len, "%s%" PRIu64, s->prefix, i);
+    }
+}
+
+static long
+name_id(struct sim *s, const char *name)
+{
+    for (size_t i = 0; i < s->nnames; i++)
+        if (strcmp(s->names[i], name) == 0)
+            return (long)i;
+    char **n = realloc(s->names, (s->nnames + 1) * sizeof(*n));
+    if (n == NULL)
+        return -1;
+    s->names = n;
+    if ((n[s->nnames] = strdup(name)) == NULL)
+        return -1;
+    return (long)s->nnames++;
+}
+
+static void
+ops_free(struct sim *s)
+{
+    for (size_t i = 0; i < s->nops; i++) {
+        free(s->ops[i].name);
+        free(s->ops[i].text);
+    }
+    free(s->ops);
+    s->ops = NULL;
+    s->nops = 0;
+}
+
+/* Parse one op item and check it against the membership <ms> as it
+ * stands before the op; apply it to <ms> so the next item sees it. */
+static int
+parse_op(const char *item, size_t len, struct cli_members *ms,
+         struct sim_op *op)
+{
+    char *buf = strndup(item, len), *name, *eq;
+    int rc = -1;
+    long at;
+
+    memset(op, 0, sizeof(*op));
+    if (buf == NULL || (op->text = strdup(buf)) == NULL) {
+        free(buf);
+        cli_error(CMD, "out of memory");
+        return -1;
+    }
+    name = buf;
+    if (*name == '+') {
+        op->kind = OP_ADD;
+        name++;
+    } else if (*name == '-') {
+        op->kind = OP_REMOVE;
+        name++;
+    } else {
+        op->kind = OP_REWEIGHT;
+    }
+    op->weight = 1;
+    eq = strrchr(name, '=');
+    if (eq != NULL && op->kind != OP_REMOVE) {
+        *eq = '\0';
+        if (cli_parse_u32(CMD, "weight", eq + 1, 0, UINT32_MAX,
+                          &op->weight) != 0)
+            goto bad;
+    } else if (op->kind == OP_REWEIGHT) {
+        cli_error(CMD, "op '%s': write +NAME to add, -NAME to remove, "
+                       "NAME=W to reweight",
+                  op->text);
+        goto bad;
+    }
+    if (*name == '\0') {
+        cli_error(CMD, "op '%s' has no member name", op->text);
+        goto bad;
+    }
+    at = cli_members_find(ms, name);
+    if (op->kind == OP_ADD && at >= 0) {
+        cli_error(CMD, "op '%s': %s is already a member", op->text, name);
+        goto bad;
+    }
+    if (op->kind != OP_ADD && at < 0) {
+        cli_error(CMD, "op '%s': %s is not a member at that point", op->text,
+                  name);
+        goto bad;
+    }
+    if (op->kind == OP_REMOVE && ms->n == 1) {
+        cli_error(CMD, "op '%s' would leave no member", op->text);
+        goto bad;
+    }
+    if ((op->name = strdup(name)) == NULL)
+        goto oom;
+    if (op->kind == OP_ADD && cli_members_add(ms, name, op->weight) != 0)
+        goto oom;
+    if (op->kind == OP_REMOVE)
+        cli_members_remove(ms, (size_t)at);
+    if (op->kind == OP_REWEIGHT)
+        ms->m[at].weight = op->weight;
+    rc = 0;
+    goto out;
+oom:
+    cli_error(CMD, "out of memory");
+bad:
+    free(op->name);
+    free(op->text);
+    op->name = op->text = NULL;
+out:
+    free(buf);
+    return rc;
+}
+
+static int
+parse_ops(struct sim *s, const char *list)
+{
+    struct cli_members ms;
+    const char *p = list;
+    int rc = 0;
+
+    if (cli_members_copy(&ms, &s->init) != 0) {
+        cli_error(CMD, "out of memory");
+        return -1;
+    }
+    ops_free(s);
+    while (*p != '\0') {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        struct sim_op *ops = realloc(s->ops, (s->nops + 1) * sizeof(*ops));
+        if (ops == NULL) {
+            cli_error(CMD, "out of memory");
+            rc = -1;
+            break;
+        }
+        s->ops = ops;
+        if (parse_op(p, len, &ms, &s->ops[s->nops]) != 0) {
+            rc = -1;
+            break;
+        }
+        s->nops++;
+        if (comma == NULL)
+            break;
+        p = comma + 1;
+    }
+    cli_members_free(&ms);
+    if (rc != 0)
+        ops_free(s);
+    return rc;
+}
+
+/* The state of one step: its membership, ring and who owns each key. */
+struct step {
+    struct cli_members ms;
+    struct chash_ring *ring;
+    uint32_t *gid;      /* global name id per array index */
+    uint32_t *owner;    /* global name id of each key's owner */
+    uint64_t *count;    /* keys per array index */
+};
+
+static void
+step_free(struct step *st)
+{
+    cli_members_free(&st->ms);
+    chash_ring_destroy(st->ring);
+    free(st->gid);
+    free(st->owner);
+    free(st->count);
+    memset(st, 0, sizeof(*st));
+}
+
+static int
+step_build(struct sim *s, struct step *st)
+{
+    if (cli_ring_create(CMD, &s->cfg, &st->ms, &st->ring) != 0)
+        return -1;
+    st->gid = malloc(st->ms.n * sizeof(*st->gid));
+    st->count = calloc(st->ms.n, sizeof(*st->count));
+    st->owner = malloc(s->nkeys * sizeof(*st->owner));
+    if (st->gid == NULL || st->count == NULL || st->owner == NULL)
+        goto oom;
+    for (size_t i = 0; i < st->ms.n; i++) {
+        long id = name_id(s, st->ms.m[i].name);
+        if (id < 0)
+            goto oom;
+        st->gid[i] = (uint32_t)id;
+    }
+    if (s->hash == NULL) {
+        /* The key hash depends only on the hash function, which every
+         * step shares: hash the keys once. */
+        char buf[256];
+        s->hash = malloc(s->nkeys * sizeof(*s->hash));
+        if (s->hash == NULL)
+            goto oom;
+        for (uint64_t k = 0; k < s->nkeys; k++) {
+            key_text(s, k, buf, sizeof(buf));
+            s->hash[k] = chash_ring_hash(st->ring, buf, strlen(buf));
+        }
+    }
+    for (uint64_t k = 0; k < s->nkeys; k++) {
+        size_t m = chash_ring_lookup(st->ring, s->hash[k]);
+        st->count[m]++;
+        st->owner[k] = st->gid[m];
+    }
+    return 0;
+oom:
+    cli_error(CMD, "out of memory");
+    return -1;
+}
+
+/* Load balance against the weights: x_i = keys_i / (K * w_i / W) over
+ * members of non-zero weight; peak is max x_i (mean is 1 by design), cv
+ * the standard deviation of x_i. */
+static void
+balance(const struct sim *s, const struct step *st, double *peak, double *cv)
+{
+    double wsum = 0, sum = 0, sq = 0, n = 0;
+
+    *peak = 0;
+    for (size_t i = 0; i < st->ms.n; i++)
+        wsum += st->ms.m[i].weight;
+    for (size_t i = 0; i < st->ms.n; i++) {
+        if (st->ms.m[i].weight == 0)
+            continue;
+        double x = (double)st->count[i] /
+                   ((double)s->nkeys * st->ms.m[i].weight / wsum);
+        if (x > *peak)
+            *peak = x;
+        sum += x;
+        sq += x * x;
+        n++;
+    }
+    double mean = n > 0 ? sum / n : 0;
+    *cv = n > 0 && mean > 0 ? sqrt(fmax(0, sq / n - mean * mean)) / mean : 0;
+    if (mean > 0)
+        *peak /= mean;
+}
+
+/* What moved between <prev> and <cur> because of <op>. */
+struct migration {
+    uint64_t moved;           /* keys whose owner changed, by name */
+    uint64_t between;         /* of those, keys between two members neither
+                                 of which is the op's member */
+    double exact;             /* chash_ring_diff */
+    bool exact_is_exact;      /* chash_ring_diff_exact */
+    double optimal;           /* from the exact shares */
+    double by_weight;         /* from the weights alone */
+};
+
+static double
+weight_share(const struct cli_members *ms, const char *name)
+{
+    double w = 0, mine = 0;
+
+    for (size_t i = 0; i < ms->n; i++) {
+        w += ms->m[i].weight;
+        if (strcmp(ms->m[i].name, name) == 0)
+            mine = ms->m[i].weight;
+    }
+    return w > 0 ? mine / w : 0;
+}
+
+static int
+migrate(struct sim *s, const struct step *prev, const struct step *cur,
+        const struct sim_op *op, struct migration *mg)
+{
+    long changed = name_id(s, op->name);
+    long pi = cli_members_find(&prev->ms, op->name);
+    long ci = cli_members_find(&cur->ms, op->name);
+    double before = pi >= 0 ? chash_ring_share(prev->ring, (size_t)pi) : 0;
+    double after = ci >= 0 ? chash_ring_share(cur->ring, (size_t)ci) : 0;
+    int rc;
+
+    memset(mg, 0, sizeof(*mg));
+    for (uint64_t k = 0; k < s->nkeys; k++) {
+        if (prev->owner[k] == cur->owner[k])
+            continue;
+        mg->moved++;
+        if ((long)prev->owner[k] != changed && (long)cur->owner[k] != changed)
+            mg->between++;
+    }
+    rc = chash_ring_diff(prev->ring, cur->ring, &mg->exact);
+    if (rc != 0) {
+        cli_error(CMD, "chash_ring_diff: %s", chash_strerror(rc));
+        return -1;
+    }
+    mg->exact_is_exact = chash_ring_diff_exact(cur->ring) != 0;
+    /* The least any placement could move: the share the added member
+     * takes, the share the removed one had, or the change of the
+     * reweighted one's share. */
+    mg->optimal = fabs(after - before);
+    mg->by_weight = fabs(weight_share(&cur->ms, op->name) -
+                         weight_share(&prev->ms, op->name));
+    return 0;
+}
+
+static size_t
+name_width(const struct step *st)
+{
+    size_t w = 6;
+
+    for (size_t i = 0; i < st->ms.n; i++)
+        if (strlen(st->ms.m[i].name) > w)
+            w = strlen(st->ms.m[i].name);
+    return w;
+}
+
+static void
+text_step(const struct sim *s, const struct step *st, const char *title,
+          const struct migration *mg)
+{
+    FILE *f = s->out;
+    int w = (int)name_width(st);
+    double peak, cv, total = 0;
+
+    fprintf(f, "== %s: %zu members\n", title, st->ms.n);
+    fprintf(f, "  %-*s %6s %10s %8s %8s\n", w, "member", "weight", "keys",
+            "keys%", "share");
+    for (size_t i = 0; i < st->ms.n; i++) {
+        double share = chash_ring_share(st->ring, i);
+        total += share;
+        fprintf(f, "  %-*s %6" PRIu32 " %10" PRIu64 " %7.2f%% %7.3f%%\n", w,
+                st->ms.m[i].name, st->ms.m[i].weight, st->count[i],
+                100.0 * (double)st->count[i] / (double)s->nkeys,
+                100.0 * share);
+    }
+    balance(s, st, &peak, &cv);
+    fprintf(f, "  load: peak/mean %.3f, coefficient of variation %.3f "
+               "(keys against weights)\n",
+            peak, cv);
+    if (mg == NULL) {
+        fputc('\n', f);
+        return;
+    }
+    double measured = (double)mg->moved / (double)s->nkeys;
+    fprintf(f, "  moved (key by key):   %" PRIu64 " of %" PRIu64
+               " keys = %.2f%%\n",
+            mg->moved, s->nkeys, 100.0 * measured);
+    fprintf(f, "  moved (exact):        %.3f%% of the hash space%s\n",
+            100.0 * mg->exact,
+            mg->exact_is_exact ? "" : " (sampled at 2^20 points)");
+    fprintf(f, "  optimum (exact):      %.3f%% = %s\n", 100.0 * mg->optimal,
+            title[0] == '+'   ? "the added member's share"
+            : title[0] == '-' ? "the removed member's share"
+                              : "the change of the member's share");
+    fprintf(f, "  optimum (by weight):  %.3f%%%s\n", 100.0 * mg->by_weight,
+            title[0] == '+' ? " = w/W after the add (1/(N+1) when equal)"
+            : title[0] == '-' ? " = w/W before the remove (1/N when equal)"
+                              : " = |w'/W' - w/W|");
+    if (mg->optimal > 0)
+        fprintf(f, "  moved / optimum:      %.3f key by key, %.3f exact\n",
+                measured / mg->optimal, mg->exact / mg->optimal);
+    fprintf(f, "  moved between members other than %s: %" PRIu64 " keys\n\n",
+            title + (title[0] == '+' || title[0] == '-'), mg->between);
+}
+
+static void
+json_step(const struct sim *s, const struct step *st, const char *op,
+          const struct migration *mg, bool first)
+{
+    FILE *f = s->out;
+    double peak, cv;
+
+    balance(s, st, &peak, &cv);
+    fprintf(f, "%s{\"op\":", first ? "" : ",");
+    cli_json_string(f, op);
+    fprintf(f, ",\"members\":[");
+    for (size_t i = 0; i < st->ms.n; i++) {
+        fprintf(f, "%s{\"name\":", i ? "," : "");
+        cli_json_string(f, st->ms.m[i].name);
+        fprintf(f,
+                ",\"weight\":%" PRIu32 ",\"keys\":%" PRIu64
+                ",\"share\":%.9g}",
+                st->ms.m[i].weight, st->count[i],
+                chash_ring_share(st->ring, i));
+    }
+    fprintf(f,
+            "],\"moved_keys\":%" PRIu64 ",\"moved_fraction\":%.9g,"
+            "\"exact_moved\":%.9g,\"exact_is_exact\":%s,\"optimal\":%.9g,"
+            "\"optimal_by_weight\":%.9g,\"moved_between_survivors\":%" PRIu64
+            ",\"peak_to_mean\":%.6g,\"cv\":%.6g",
+            mg ? mg->moved : 0,
+            mg ? (double)mg->moved / (double)s->nkeys : 0.0,
+            mg ? mg->exact : 0.0,
+            mg == NULL || mg->exact_is_exact ? "true" : "false",
+            mg ? mg->optimal : 0.0, mg ? mg->by_weight : 0.0,
+            mg ? mg->between : 0, peak, cv);
+}
+
+/* --clients: every client whose server changed in this step. */
+static void
+client_changes(const struct sim *s, const struct step *prev,
+               const struct step *cur)
+{
+    char buf[64];
+    bool any = false;
+
+    if (s->json)
+        fprintf(s->out, ",\"changes\":[");
+    for (uint64_t k = 0; k < s->nkeys; k++) {
+        if (prev->owner[k] == cur->owner[k])
+            continue;
+        key_text(s, k, buf, sizeof(buf));
+        if (s->json) {
+            fprintf(s->out, "%s{\"client\":\"%s\",\"from\":", any ? "," : "",
+                    buf);
+            cli_json_string(s->out, s->names[prev->owner[k]]);
+            fprintf(s->out, ",\"to\":");
+            cli_json_string(s->out, s->names[cur->owner[k]]);
+            fputc('}', s->out);
+        } else {
+            fprintf(s->out, "  client %-15s %s -> %s\n", buf,
+                    s->names[prev->owner[k]], s->names[cur->owner[k]]);
+        }
+        any = true;
+    }
+    if (s->json)
+        fputc(']', s->out);
+    else if (!any)
+        fprintf(s->out, "  no client changed server\n");
+    if (!s->json)
+        fputc('\n', s->out);
+}
+
+static void
+client_mapping(const struct sim *s, const struct step *st)
+{
+    char buf[64];
+
+    fprintf(s->out, s->json ? ",\"final\":[" : "== final mapping\n");
+    for (uint64_t k = 0; k < s->nkeys; k++) {
+        key_text(s, k, buf, sizeof(buf));
+        if (s->json) {
+            fprintf(s->out, "%s{\"client\":\"%s\",\"member\":", k ? "," : "",
+                    buf);
+            cli_json_string(s->out, s->names[st->owner[k]]);
+            fputc('}', s->out);
+        } else {
+            fprintf(s->out, "  %-15s %s\n", buf, s->names[st->owner[k]]);
+        }
+    }
+    if (s->json)
+        fputc(']', s->out);
+}
+
+/*
+ * --fail: the avalanche view on the initial membership. The failed
+ * member's keys go either to the next distinct member in preference order
+ * (chash_ring_lookup_n's second choice: what failover does) or, with
+ * bounded loads, to the first member in preference order of the
+ * survivors' ring whose live load stays under factor x its fair share.
+ * Survivors keep their own keys; the failed member's keys arrive one by
+ * one in key order and each admission counts in the loads at once.
+ */
+static int
+fail_view(struct sim *s, const struct step *init)
+{
+    long f = cli_members_find(&init->ms, s->fail);
+    struct step surv = {0};
+    uint64_t *plain = NULL, *bounded = NULL, *before = NULL, total = 0;
+    uint64_t failed_keys = 0, wsum = 0;
+    size_t pref[2];
+    int rc = -1;
+
+    if (cli_members_copy(&surv.ms, &init->ms) != 0)
+        goto oom;
+    cli_members_remove(&surv.ms, (size_t)f);
+    if (cli_ring_create(CMD, &s->cfg, &surv.ms, &surv.ring) != 0)
+        goto out;
+    plain = calloc(surv.ms.n, sizeof(*plain));
+    bounded = calloc(surv.ms.n, sizeof(*bounded));
+    before = calloc(surv.ms.n, sizeof(*before));
+    if (plain == NULL || bounded == NULL || before == NULL)
+        goto oom;
+    /* survivors' own keys: init array index i maps to i or i-1 */
+    for (size_t i = 0; i < init->ms.n; i++)
+        if ((long)i != f)
+            before[i - ((long)i > f)] = init->count[i];
+    for (size_t i = 0; i < surv.ms.n; i++) {
+        bounded[i] = before[i];
+        total += before[i];
+        wsum += chash_ring_member_points(surv.ring, i);
+    }
+    for (uint64_t k = 0; k < s->nkeys; k++) {
+        size_t m = chash_ring_lookup(init->ring, s->hash[k]);
+        if ((long)m != f)
+            continue;
+        failed_keys++;
+        if (chash_ring_lookup_n(init->ring, s->hash[k], pref, 2) == 2) {
+            size_t p = pref[1];
+            plain[p - (p > (size_t)f)]++;
+        }
+        size_t b = chash_ring_lookup_bounded(surv.ring, s->hash[k], bounded,
+                                             total, s->factor);
+        bounded[b]++;
+        total++;
+    }
+
+    double mean = (double)s->nkeys / (double)surv.ms.n;
+    double peak_plain = 0, peak_bounded = 0;
+    int w = (int)name_width(init);
+    FILE *o = s->out;
+    if (s->json) {
+        fprintf(o, ",\"fail\":{\"member\":");
+        cli_json_string(o, s->fail);
+        fprintf(o, ",\"keys\":%" PRIu64 ",\"factor\":%g,\"survivors\":[",
+                failed_keys, s->factor);
+    } else {
+        fprintf(o,
+                "== fail %s: its %" PRIu64 " keys (%.2f%%) go to the "
+                "survivors\n",
+                s->fail, failed_keys,
+                100.0 * (double)failed_keys / (double)s->nkeys);
+        fprintf(o, "  %-*s %8s | %-22s | %-22s | %8s\n", w, "survivor",
+                "before", "next distinct member", "bounded loads", "cap");
+    }
+    for (size_t i = 0; i < surv.ms.n; i++) {
+        uint64_t p = before[i] + plain[i];
+        /* The final cap for a member: what the last admission allows. */
+        double cap = ceil(s->factor * (double)s->nkeys *
+                          (double)chash_ring_member_points(surv.ring, i) /
+                          (double)wsum);
+        double wmean = (double)s->nkeys *
+                       (double)chash_ring_member_points(surv.ring, i) /
+                       (double)wsum;
+        if (wmean > 0) {
+            peak_plain = fmax(peak_plain, (double)p / wmean);
+            peak_bounded = fmax(peak_bounded, (double)bounded[i] / wmean);
+        }
+        if (s->json) {
+            fprintf(o, "%s{\"name\":", i ? "," : "");
+            cli_json_string(o, surv.ms.m[i].name);
+            fprintf(o,
+                    ",\"before\":%" PRIu64 ",\"plain\":%" PRIu64
+                    ",\"bounded\":%" PRIu64 ",\"cap\":%.0f}",
+                    before[i], p, bounded[i], cap);
+        } else {
+            char a[32], b[32];
+            snprintf(a, sizeof(a), "+%" PRIu64 " -> %" PRIu64, plain[i], p);
+            snprintf(b, sizeof(b), "+%" PRIu64 " -> %" PRIu64,
+                     bounded[i] - before[i], bounded[i]);
+            fprintf(o, "  %-*s %8" PRIu64 " | %-22s | %-22s | %8.0f\n", w,
+                    surv.ms.m[i].name, before[i], a, b, cap);
+        }
+    }
+    (void)mean;
+    if (s->json) {
+        fprintf(o, "],\"peak_to_mean_plain\":%.6g,"
+                   "\"peak_to_mean_bounded\":%.6g}",
+                peak_plain, peak_bounded);
+    } else {
+        fprintf(o,
+                "  peak/mean over the survivors: %.3f next distinct member, "
+                "%.3f bounded (factor %g)\n\n",
+                peak_plain, peak_bounded, s->factor);
+    }
+    rc = 0;
+    goto out;
+oom:
+    cli_error(CMD, "out of memory");
+out:
+    free(plain);
+    free(bounded);
+    free(before);
+    step_free(&surv);
+    return rc;
+}
+
+static int
+apply_op(struct step *next, const struct step *prev, const struct sim_op *op)
+{
+    if (cli_members_copy(&next->ms, &prev->ms) != 0)
+        return -1;
+    long at = cli_members_find(&next->ms, op->name);
+    switch (op->kind) {
+    case OP_ADD:
+        return cli_members_add(&next->ms, op->name, op->weight);
+    case OP_REMOVE:
+        cli_members_remove(&next->ms, (size_t)at);
+        return 0;
+    default:
+        next->ms.m[at].weight = op->weight;
+        return 0;
+    }
+}
+
+static int
+run(struct sim *s)
+{
+    struct step prev = {0}, cur = {0};
+    char *buf = NULL;
+    size_t buflen = 0;
+    int rc = CLI_EXIT_FAIL;
+
+    s->out = s->json ? open_memstream(&buf, &buflen) : stdout;
+    if (s->out == NULL) {
+        cli_error(CMD, "out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    if (cli_members_copy(&cur.ms, &s->init) != 0 || step_build(s, &cur) != 0)
+        goto out;
+    if (s->json) {
+        fprintf(s->out, "{\"algo\":\"%s\",\"hash\":\"%s\",\"points\":%" PRIu32
+                        ",\"keys\":%" PRIu64 ",\"steps\":[",
+                chash_algo_name(s->cfg.algo), chash_hash_name(s->cfg.hash),
+                s->cfg.points_per_weight, s->nkeys);
+        json_step(s, &cur, "init", NULL, true);
+        fputc('}', s->out);
+    } else {
+        fprintf(s->out,
+                "chash sim: algorithm %s, hash %s, %" PRIu32
+                " points per weight, %" PRIu64 " %s\n\n",
+                chash_algo_name(s->cfg.algo), chash_hash_name(s->cfg.hash),
+                s->cfg.points_per_weight, s->nkeys,
+                s->clients ? "clients" : "keys");
+        text_step(s, &cur, "init", NULL);
+    }
+    for (size_t i = 0; i < s->nops; i++) {
+        struct migration mg;
+        step_free(&prev);
+        prev = cur;
+        memset(&cur, 0, sizeof(cur));
+        if (apply_op(&cur, &prev, &s->ops[i]) != 0) {
+            cli_error(CMD, "out of memory");
+            goto out;
+        }
+        if (step_build(s, &cur) != 0 || migrate(s, &prev, &cur, &s->ops[i],
+                                                &mg) != 0)
+            goto out;
+        if (s->json)
+            json_step(s, &cur, s->ops[i].text, &mg, false);
+        else
+            text_step(s, &cur, s->ops[i].text, &mg);
+        if (s->clients)
+            client_changes(s, &prev, &cur);
+        if (s->json)
+            fputc('}', s->out);
+    }
+    if (s->json)
+        fputc(']', s->out);
+    if (s->clients)
+        client_mapping(s, &cur);
+    if (s->fail != NULL) {
+        /* the fail view is about the initial membership */
+        struct step init = {0};
+        if (cli_members_copy(&init.ms, &s->init) != 0 ||
+            step_build(s, &init) != 0 || fail_view(s, &init) != 0) {
+            step_free(&init);
+            goto out;
+        }
+        step_free(&init);
+    }
+    if (s->json)
+        fputs("}\n", s->out);
+    rc = CLI_EXIT_OK;
+out:
+    step_free(&prev);
+    step_free(&cur);
+    if (s->json) {
+        fclose(s->out);
+        if (rc == CLI_EXIT_OK)
+            fwrite(buf, 1, buflen, stdout);
+        free(buf);
+    }
+    return rc;
+}
+
+int
+cmd_sim(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"members", required_argument, NULL, 'm'},
+        {"algo", required_argument, NULL, 'a'},
+        {"hash", required_argument, NULL, 'H'},
+        {"points", required_argument, NULL, 'p'},
+        {"table-size", required_argument, NULL, 't'},
+        {"keys", required_argument, NULL, 'k'},
+        {"key-prefix", required_argument, NULL, 'P'},
+        {"seed", required_argument, NULL, 's'},
+        {"ops", required_argument, NULL, 'o'},
+        {"fail", required_argument, NULL, 'f'},
+        {"factor", required_argument, NULL, 'F'},
+        {"clients", required_argument, NULL, 'c'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct sim s = {0};
+    const char *ops = NULL;
+    bool keys_given = false, default_members;
+    int c, rc = CLI_EXIT_USAGE;
+
+    s.cfg.points_per_weight = 100;
+    s.nkeys = 10000;
+    s.prefix = "data_key_";
+    s.factor = 1.25;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            if (cli_members_parse(CMD, optarg, &s.init) != 0)
+                goto usage;
+            break;
+        case 'a':
+            if ((s.cfg.algo = cli_parse_algo(CMD, optarg)) < 0)
+                goto usage;
+            break;
+        case 'H':
+            if ((s.cfg.hash = cli_parse_hash(CMD, optarg)) < 0)
+                goto usage;
+            break;
+        case 'p':
+            if (cli_parse_u32(CMD, "--points", optarg, 1,
+                              CHASH_MAX_MEMBER_POINTS,
+                              &s.cfg.points_per_weight) != 0)
+                goto usage;
+            break;
+        case 't':
+            if (cli_parse_u32(CMD, "--table-size", optarg, 1, UINT32_MAX,
+                              &s.cfg.table_size) != 0)
+                goto usage;
+            break;
+        case 'k':
+            if (cli_parse_u64(CMD, "--keys", optarg, 1, 50000000,
+                              &s.nkeys) != 0)
+                goto usage;
+            keys_given = true;
+            break;
+        case 'P':
+            s.prefix = optarg;
+            break;
+        case 's':
+            if (cli_parse_u64(CMD, "--seed", optarg, 0, UINT64_MAX,
+                              &s.seed) != 0)
+                goto usage;
+            s.seeded = true;
+            break;
+        case 'o':
+            ops = optarg;
+            break;
+        case 'f':
+            s.fail = optarg;
+            break;
+        case 'F':
+            if (cli_parse_double(CMD, "--factor", optarg, 1.0, 1000.0,
+                                 &s.factor) != 0)
+                goto usage;
+            break;
+        case 'c':
+            if (cli_parse_u64(CMD, "--clients", optarg, 1, 1u << 24,
+                              &s.nkeys) != 0)
+                goto usage;
+            s.clients = true;
+            break;
+        case 'j':
+            s.json = true;
+            break;
+        case 'h':
+            fputs(usage_text, stdout);
+            rc = CLI_EXIT_OK;
+            goto out;
+        default:
+            rc = cli_bad_option(CMD, usage_text, argv, c);
+            goto out;
+        }
+    }
+    if (optind < argc) {
+        rc = cli_usage_error(CMD, usage_text, "unexpected argument '%s'",
+                             argv[optind]);
+        goto out;
+    }
+    if (s.clients && keys_given) {
+        rc = cli_usage_error(CMD, usage_text,
+                             "--clients and --keys both set the key count");
+        goto out;
+    }
+    default_members = s.init.n == 0;
+    if (default_members &&
+        (cli_members_add(&s.init, "Server-A", 1) != 0 ||
+         cli_members_add(&s.init, "Server-B", 1) != 0 ||
+         cli_members_add(&s.init, "Server-C", 1) != 0)) {
+        cli_error(CMD, "out of memory");
+        rc = CLI_EXIT_FAIL;
+        goto out;
+    }
+    if (s.fail != NULL) {
+        if (cli_members_find(&s.init, s.fail) < 0) {
+            rc = cli_usage_error(CMD, usage_text,
+                                 "--fail %s: not one of the initial members",
+                                 s.fail);
+            goto out;
+        }
+        if (s.init.n < 2) {
+            rc = cli_usage_error(CMD, usage_text,
+                                 "--fail needs at least two members");
+            goto out;
+        }
+    }
+    /* The default history is the seeds' scenario, on the seeds' members;
+     * --fail alone shows only the initial membership and the failure. */
+    if (ops == NULL && s.fail == NULL && default_members)
+        ops = "+Server-D,-Server-B,+Server-E";
+    if (ops != NULL && parse_ops(&s, ops) != 0)
+        goto usage;
+    rc = run(&s);
+    goto out;
+usage:
+    fputs(usage_text, stderr);
+    rc = CLI_EXIT_USAGE;
+out:
+    ops_free(&s);
+    cli_members_free(&s.init);
+    free(s.hash);
+    for (size_t i = 0; i < s.nnames; i++)
+        free(s.names[i]);
+    free(s.names);
+    return rc;
+}

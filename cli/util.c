@@ -1,0 +1,332 @@
+/* util.c -- shared parsing and output for the chash subcommands: one place
+ * for member lists, algorithm and hash names and usage errors, so every
+ * subcommand refuses bad input with the same words.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int
+cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "chash %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n%s", usage);
+    return CLI_EXIT_USAGE;
+}
+
+void
+cli_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "chash %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int
+cli_bad_option(const char *cmd, const char *usage, char **argv, int c)
+{
+    /* getopt_long has already advanced optind past the culprit. */
+    extern int optind, optopt;
+    const char *arg = argv[optind - 1];
+
+    if (c == ':')
+        return cli_usage_error(cmd, usage, "option '%s' needs a value", arg);
+    if (optopt != 0 && arg[0] == '-' && arg[1] != '-')
+        return cli_usage_error(cmd, usage, "unknown option '-%c'", optopt);
+    return cli_usage_error(cmd, usage, "unknown option '%s'", arg);
+}
+
+int
+cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t min,
+              uint64_t max, uint64_t *out)
+{
+    char *end;
+    unsigned long long v;
+
+    /* strtoull accepts "-1" as a huge value: refuse any sign up front. */
+    if (s == NULL || s[0] < '0' || s[0] > '9')
+        goto bad;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        goto bad;
+    if (v < min || v > max) {
+        cli_error(cmd, "%s %s is out of range [%llu, %llu]", opt, s,
+                  (unsigned long long)min, (unsigned long long)max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+bad:
+    cli_error(cmd, "%s needs a whole number, not '%s'", opt, s ? s : "");
+    return -1;
+}
+
+int
+cli_parse_u32(const char *cmd, const char *opt, const char *s, uint32_t min,
+              uint32_t max, uint32_t *out)
+{
+    uint64_t v;
+
+    if (cli_parse_u64(cmd, opt, s, min, max, &v) != 0)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+int
+cli_parse_double(const char *cmd, const char *opt, const char *s, double min,
+                 double max, double *out)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (s[0] == '\0' || *end != '\0' || errno != 0 || !isfinite(v)) {
+        cli_error(cmd, "%s needs a number, not '%s'", opt, s);
+        return -1;
+    }
+    if (v < min || v > max) {
+        cli_error(cmd, "%s %s is out of range [%g, %g]", opt, s, min, max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int
+cli_parse_algo(const char *cmd, const char *s)
+{
+    int id = chash_algo_from_name(s);
+
+    if (id >= 0)
+        return id;
+    fprintf(stderr, "chash %s: unknown algorithm '%s'; valid names are:", cmd,
+            s);
+    for (int a = 0; a < CHASH_ALGO_COUNT; a++)
+        fprintf(stderr, "%s %s", a ? "," : "", chash_algo_name(a));
+    fputc('\n', stderr);
+    return -1;
+}
+
+int
+cli_parse_hash(const char *cmd, const char *s)
+{
+    int id = chash_hash_from_name(s);
+
+    if (id >= 0)
+        return id;
+    fprintf(stderr, "chash %s: unknown hash function '%s'; valid names are:",
+            cmd, s);
+    for (int h = 0; h < CHASH_HASH_COUNT; h++)
+        fprintf(stderr, "%s %s", h ? "," : "", chash_hash_name(h));
+    fputc('\n', stderr);
+    return -1;
+}
+
+int
+cli_hash_space_bits(int algo)
+{
+    return algo == CHASH_ALGO_KETAMA || algo == CHASH_ALGO_NGINX ? 32 : 64;
+}
+
+int
+cli_members_add(struct cli_members *ms, const char *name, uint32_t weight)
+{
+    char *copy;
+
+    if (ms->n == ms->cap) {
+        size_t cap = ms->cap ? 2 * ms->cap : 8;
+        struct chash_member *m = realloc(ms->m, cap * sizeof(*m));
+        if (m == NULL)
+            return -1;
+        ms->m = m;
+        ms->cap = cap;
+    }
+    copy = strdup(name);
+    if (copy == NULL)
+        return -1;
+    ms->m[ms->n].name = copy;
+    ms->m[ms->n].weight = weight;
+    ms->m[ms->n].ramp = 1.0;
+    ms->n++;
+    return 0;
+}
+
+long
+cli_members_find(const struct cli_members *ms, const char *name)
+{
+    for (size_t i = 0; i < ms->n; i++)
+        if (strcmp(ms->m[i].name, name) == 0)
+            return (long)i;
+    return -1;
+}
+
+void
+cli_members_remove(struct cli_members *ms, size_t idx)
+{
+    free((char *)ms->m[idx].name);
+    memmove(&ms->m[idx], &ms->m[idx + 1],
+            (ms->n - idx - 1) * sizeof(*ms->m));
+    ms->n--;
+}
+
+int
+cli_members_copy(struct cli_members *dst, const struct cli_members *src)
+{
+    memset(dst, 0, sizeof(*dst));
+    for (size_t i = 0; i < src->n; i++) {
+        if (cli_members_add(dst, src->m[i].name, src->m[i].weight) != 0) {
+            cli_members_free(dst);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void
+cli_members_free(struct cli_members *ms)
+{
+    for (size_t i = 0; i < ms->n; i++)
+        free((char *)ms->m[i].name);
+    free(ms->m);
+    memset(ms, 0, sizeof(*ms));
+}
+
+/* One "name[=weight]" item of <len> bytes. The weight is split at the
+ * LAST '=' so names may hold '=' as long as a weight follows; names hold
+ * ':' freely (host:port). */
+static int
+parse_item(const char *cmd, const char *item, size_t len,
+           struct cli_members *ms)
+{
+    char *buf = strndup(item, len), *eq;
+    uint32_t weight = 1;
+    int rc = -1;
+
+    if (buf == NULL) {
+        cli_error(cmd, "out of memory");
+        return -1;
+    }
+    eq = strrchr(buf, '=');
+    if (eq != NULL) {
+        char what[128];
+        snprintf(what, sizeof(what), "member '%.*s': the weight",
+                 len > 64 ? 64 : (int)len, item);
+        *eq = '\0';
+        if (cli_parse_u32(cmd, what, eq + 1, 0, UINT32_MAX, &weight) != 0)
+            goto out;
+    }
+    if (buf[0] == '\0') {
+        cli_error(cmd, "empty member name in the member list");
+        goto out;
+    }
+    if (cli_members_find(ms, buf) >= 0) {
+        cli_error(cmd, "member '%s' is listed twice", buf);
+        goto out;
+    }
+    if (cli_members_add(ms, buf, weight) != 0) {
+        cli_error(cmd, "out of memory");
+        goto out;
+    }
+    rc = 0;
+out:
+    free(buf);
+    return rc;
+}
+
+int
+cli_members_parse(const char *cmd, const char *list, struct cli_members *ms)
+{
+    const char *p = list;
+
+    cli_members_free(ms);
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (parse_item(cmd, p, len, ms) != 0) {
+            cli_members_free(ms);
+            return -1;
+        }
+        if (comma == NULL)
+            break;
+        p = comma + 1;
+    }
+    return 0;
+}
+
+int
+cli_ring_create(const char *cmd, const struct chash_config *cfg,
+                const struct cli_members *ms, struct chash_ring **out)
+{
+    int rc = chash_ring_create(cfg, ms->m, ms->n, out);
+
+    if (rc != 0)
+        cli_error(cmd, "cannot build the %s ring: %s",
+                  chash_algo_name(cfg->algo) ? chash_algo_name(cfg->algo)
+                                             : "?",
+                  chash_strerror(rc));
+    return rc;
+}
+
+uint64_t
+cli_splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+double
+cli_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void
+cli_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"':
+            fputs("\\\"", f);
+            break;
+        case '\\':
+            fputs("\\\\", f);
+            break;
+        case '\n':
+            fputs("\\n", f);
+            break;
+        case '\t':
+            fputs("\\t", f);
+            break;
+        default:
+            if (*p < 0x20)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
