@@ -307,8 +307,8 @@ text_table(const struct bench_opts *o, const struct result *r, size_t nr)
     printf("%-11s %10s %10s %6s | %-31s | %-31s\n", "", "peak/mean",
            "peak/mean", "", "add one member: moved", "remove one: moved");
     printf("%-11s %10s %10s %6s | %9s %9s %5s %5s | %9s %9s %5s %5s\n",
-           "algo", "(keys)", "(exact)", "cv", "keys", "exact", "/opt",
-           "/opt", "keys", "exact", "/opt", "/opt");
+           "algo", "(keys)", "(exact)", "cv", "keys", "exact", "k/opt",
+           "e/opt", "keys", "exact", "k/opt", "e/opt");
     for (size_t i = 0; i < nr; i++) {
         char am[16], ae[16], ar1[16], ar2[16];
         char rm[16], re[16], rr1[16], rr2[16];
@@ -326,6 +326,8 @@ text_table(const struct bench_opts *o, const struct result *r, size_t nr)
                chash_algo_name(r[i].algo), r[i].peak_keys, r[i].peak_exact,
                r[i].cv, am, ae, ar1, ar2, rm, re, rr1, rr2);
     }
+    printf("k/opt, e/opt: moved keys and exact moved fraction over the "
+           "optimum (the added member's share, the removed member's share)\n");
     for (size_t i = 0; i < nr; i++) {
         const char *a = chash_algo_name(r[i].algo);
         if (r[i].reduced)

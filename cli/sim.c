@@ -381,7 +381,7 @@ migrate(struct sim *s, const struct step *prev, const struct step *cur,
 static size_t
 name_width(const struct step *st)
 {
-    size_t w = 6;
+    size_t w = 8;
 
     for (size_t i = 0; i < st->ms.n; i++)
         if (strlen(st->ms.m[i].name) > w)
@@ -391,7 +391,7 @@ name_width(const struct step *st)
 
 static void
 text_step(const struct sim *s, const struct step *st, const char *title,
-          const struct migration *mg)
+          const char *who, const struct migration *mg)
 {
     FILE *f = s->out;
     int w = (int)name_width(st);
@@ -434,8 +434,12 @@ text_step(const struct sim *s, const struct step *st, const char *title,
     if (mg->optimal > 0)
         fprintf(f, "  moved / optimum:      %.3f key by key, %.3f exact\n",
                 measured / mg->optimal, mg->exact / mg->optimal);
-    fprintf(f, "  moved between members other than %s: %" PRIu64 " keys\n\n",
-            title + (title[0] == '+' || title[0] == '-'), mg->between);
+    fprintf(f, "  moved between members other than %s: %" PRIu64 " keys\n",
+            who, mg->between);
+    if (s->cfg.algo == CHASH_ALGO_JUMP && title[0] == '-' && mg->between > 0)
+        fprintf(f, "  (jump takes array order as identity: removing a member "
+                   "that is not the last renumbers the ones after it)\n");
+    fputc('\n', f);
 }
 
 static void
@@ -528,22 +532,25 @@ client_mapping(const struct sim *s, const struct step *st)
 }
 
 /*
- * --fail: the avalanche view on the initial membership. The failed
- * member's keys go either to the next distinct member in preference order
- * (chash_ring_lookup_n's second choice: what failover does) or, with
- * bounded loads, to the first member in preference order of the
- * survivors' ring whose live load stays under factor x its fair share.
- * Survivors keep their own keys; the failed member's keys arrive one by
- * one in key order and each admission counts in the loads at once.
+ * --fail: the avalanche view on the initial membership, in two worlds.
+ * Plain: keys sit with their owner; the failed member's keys go to the
+ * next distinct member in preference order (chash_ring_lookup_n's second
+ * choice: what on_failure: failover does). Bounded: every key was placed
+ * one by one with chash_ring_lookup_bounded(), live loads counting each
+ * admission, as chashd places connections with a balance_factor; on the
+ * failure the failed member's keys are placed again one by one on the
+ * survivors' ring, the survivors keeping theirs.
  */
 static int
 fail_view(struct sim *s, const struct step *init)
 {
     long f = cli_members_find(&init->ms, s->fail);
     struct step surv = {0};
-    uint64_t *plain = NULL, *bounded = NULL, *before = NULL, total = 0;
-    uint64_t failed_keys = 0, wsum = 0;
-    size_t pref[2];
+    uint64_t *plain = NULL, *bounded = NULL, *load = NULL, total = 0;
+    uint64_t *bbefore = NULL, failed_plain = 0, failed_bounded = 0;
+    uint32_t *bowner = NULL;
+    size_t pref[2], n = init->ms.n;
+    double wsum = 0;
     int rc = -1;
 
     if (cli_members_copy(&surv.ms, &init->ms) != 0)
@@ -551,92 +558,110 @@ fail_view(struct sim *s, const struct step *init)
     cli_members_remove(&surv.ms, (size_t)f);
     if (cli_ring_create(CMD, &s->cfg, &surv.ms, &surv.ring) != 0)
         goto out;
-    plain = calloc(surv.ms.n, sizeof(*plain));
-    bounded = calloc(surv.ms.n, sizeof(*bounded));
-    before = calloc(surv.ms.n, sizeof(*before));
-    if (plain == NULL || bounded == NULL || before == NULL)
+    plain = calloc(n, sizeof(*plain));
+    load = calloc(n, sizeof(*load));
+    bounded = calloc(n, sizeof(*bounded));
+    bbefore = calloc(n, sizeof(*bbefore));
+    bowner = malloc(s->nkeys * sizeof(*bowner));
+    if (!plain || !load || !bounded || !bbefore || !bowner)
         goto oom;
-    /* survivors' own keys: init array index i maps to i or i-1 */
-    for (size_t i = 0; i < init->ms.n; i++)
-        if ((long)i != f)
-            before[i - ((long)i > f)] = init->count[i];
-    for (size_t i = 0; i < surv.ms.n; i++) {
-        bounded[i] = before[i];
-        total += before[i];
-        wsum += chash_ring_member_points(surv.ring, i);
-    }
+
+    /* plain world: the failed member's keys go to the second choice */
+    for (size_t i = 0; i < n; i++)
+        plain[i] = init->count[i];
     for (uint64_t k = 0; k < s->nkeys; k++) {
-        size_t m = chash_ring_lookup(init->ring, s->hash[k]);
-        if ((long)m != f)
+        if ((long)chash_ring_lookup(init->ring, s->hash[k]) != f)
             continue;
-        failed_keys++;
-        if (chash_ring_lookup_n(init->ring, s->hash[k], pref, 2) == 2) {
-            size_t p = pref[1];
-            plain[p - (p > (size_t)f)]++;
-        }
-        size_t b = chash_ring_lookup_bounded(surv.ring, s->hash[k], bounded,
+        failed_plain++;
+        if (chash_ring_lookup_n(init->ring, s->hash[k], pref, 2) == 2)
+            plain[pref[1]]++;
+    }
+    /* bounded world: place all keys with live loads, then fail */
+    for (uint64_t k = 0; k < s->nkeys; k++) {
+        size_t m = chash_ring_lookup_bounded(init->ring, s->hash[k], load,
                                              total, s->factor);
-        bounded[b]++;
+        bowner[k] = (uint32_t)m;
+        load[m]++;
         total++;
     }
+    failed_bounded = load[f];
+    total -= load[f];
+    /* survivors' loads, indexed like surv (init index minus one past f) */
+    for (size_t i = 0; i < n; i++) {
+        if ((long)i == f)
+            continue;
+        bbefore[i] = load[i];
+        bounded[i - ((long)i > f)] = load[i];
+    }
+    for (uint64_t k = 0; k < s->nkeys; k++) {
+        if ((long)bowner[k] != f)
+            continue;
+        size_t m = chash_ring_lookup_bounded(surv.ring, s->hash[k], bounded,
+                                             total, s->factor);
+        bounded[m]++;
+        total++;
+    }
+    for (size_t i = 0; i < surv.ms.n; i++)
+        wsum += (double)chash_ring_member_points(surv.ring, i);
 
-    double mean = (double)s->nkeys / (double)surv.ms.n;
-    double peak_plain = 0, peak_bounded = 0;
-    int w = (int)name_width(init);
     FILE *o = s->out;
+    int w = (int)name_width(init);
+    double peak_plain = 0, peak_bounded = 0, worst = 0;
     if (s->json) {
         fprintf(o, ",\"fail\":{\"member\":");
         cli_json_string(o, s->fail);
-        fprintf(o, ",\"keys\":%" PRIu64 ",\"factor\":%g,\"survivors\":[",
-                failed_keys, s->factor);
+        fprintf(o,
+                ",\"keys\":%" PRIu64 ",\"keys_bounded\":%" PRIu64
+                ",\"factor\":%g,\"survivors\":[",
+                failed_plain, failed_bounded, s->factor);
     } else {
         fprintf(o,
-                "== fail %s: its %" PRIu64 " keys (%.2f%%) go to the "
-                "survivors\n",
-                s->fail, failed_keys,
-                100.0 * (double)failed_keys / (double)s->nkeys);
-        fprintf(o, "  %-*s %8s | %-22s | %-22s | %8s\n", w, "survivor",
-                "before", "next distinct member", "bounded loads", "cap");
+                "== fail %s: where its keys go (plain: it held %" PRIu64
+                "; with bounded loads, factor %g: it held %" PRIu64 ")\n",
+                s->fail, failed_plain, s->factor, failed_bounded);
+        fprintf(o, "  %-*s | %-26s | %-26s | %7s\n", w, "survivor",
+                "next distinct member", "bounded loads", "cap");
     }
-    for (size_t i = 0; i < surv.ms.n; i++) {
-        uint64_t p = before[i] + plain[i];
-        /* The final cap for a member: what the last admission allows. */
-        double cap = ceil(s->factor * (double)s->nkeys *
-                          (double)chash_ring_member_points(surv.ring, i) /
-                          (double)wsum);
-        double wmean = (double)s->nkeys *
-                       (double)chash_ring_member_points(surv.ring, i) /
-                       (double)wsum;
-        if (wmean > 0) {
-            peak_plain = fmax(peak_plain, (double)p / wmean);
-            peak_bounded = fmax(peak_bounded, (double)bounded[i] / wmean);
+    for (size_t i = 0, j = 0; i < n; i++) {
+        if ((long)i == f)
+            continue;
+        /* The cap the last admission allows: ceil(factor x K x w / W). */
+        double fair = (double)s->nkeys *
+                      (double)chash_ring_member_points(surv.ring, j) / wsum;
+        double cap = ceil(s->factor * fair);
+        if (fair > 0) {
+            peak_plain = fmax(peak_plain, (double)plain[i] / fair);
+            peak_bounded = fmax(peak_bounded, (double)bounded[j] / fair);
+            worst = fmax(worst, (double)bounded[j] / cap);
         }
         if (s->json) {
-            fprintf(o, "%s{\"name\":", i ? "," : "");
-            cli_json_string(o, surv.ms.m[i].name);
+            fprintf(o, "%s{\"name\":", j ? "," : "");
+            cli_json_string(o, surv.ms.m[j].name);
             fprintf(o,
                     ",\"before\":%" PRIu64 ",\"plain\":%" PRIu64
-                    ",\"bounded\":%" PRIu64 ",\"cap\":%.0f}",
-                    before[i], p, bounded[i], cap);
+                    ",\"bounded_before\":%" PRIu64 ",\"bounded\":%" PRIu64
+                    ",\"cap\":%.0f}",
+                    init->count[i], plain[i], bbefore[i], bounded[j], cap);
         } else {
-            char a[32], b[32];
-            snprintf(a, sizeof(a), "+%" PRIu64 " -> %" PRIu64, plain[i], p);
-            snprintf(b, sizeof(b), "+%" PRIu64 " -> %" PRIu64,
-                     bounded[i] - before[i], bounded[i]);
-            fprintf(o, "  %-*s %8" PRIu64 " | %-22s | %-22s | %8.0f\n", w,
-                    surv.ms.m[i].name, before[i], a, b, cap);
+            char a[40], b[40];
+            snprintf(a, sizeof(a), "%" PRIu64 " +%" PRIu64 " -> %" PRIu64,
+                     init->count[i], plain[i] - init->count[i], plain[i]);
+            snprintf(b, sizeof(b), "%" PRIu64 " +%" PRIu64 " -> %" PRIu64,
+                     bbefore[i], bounded[j] - bbefore[i], bounded[j]);
+            fprintf(o, "  %-*s | %-26s | %-26s | %7.0f\n", w,
+                    surv.ms.m[j].name, a, b, cap);
         }
+        j++;
     }
-    (void)mean;
     if (s->json) {
         fprintf(o, "],\"peak_to_mean_plain\":%.6g,"
                    "\"peak_to_mean_bounded\":%.6g}",
                 peak_plain, peak_bounded);
     } else {
         fprintf(o,
-                "  peak/mean over the survivors: %.3f next distinct member, "
-                "%.3f bounded (factor %g)\n\n",
-                peak_plain, peak_bounded, s->factor);
+                "  survivors' peak/mean: %.3f plain, %.3f bounded; bounded "
+                "peak/cap %.3f (never above 1)\n\n",
+                peak_plain, peak_bounded, worst);
     }
     rc = 0;
     goto out;
@@ -644,8 +669,10 @@ oom:
     cli_error(CMD, "out of memory");
 out:
     free(plain);
+    free(load);
     free(bounded);
-    free(before);
+    free(bbefore);
+    free(bowner);
     step_free(&surv);
     return rc;
 }
@@ -697,7 +724,7 @@ run(struct sim *s)
                 chash_algo_name(s->cfg.algo), chash_hash_name(s->cfg.hash),
                 s->cfg.points_per_weight, s->nkeys,
                 s->clients ? "clients" : "keys");
-        text_step(s, &cur, "init", NULL);
+        text_step(s, &cur, "init", NULL, NULL);
     }
     for (size_t i = 0; i < s->nops; i++) {
         struct migration mg;
@@ -714,7 +741,7 @@ run(struct sim *s)
         if (s->json)
             json_step(s, &cur, s->ops[i].text, &mg, false);
         else
-            text_step(s, &cur, s->ops[i].text, &mg);
+            text_step(s, &cur, s->ops[i].text, s->ops[i].name, &mg);
         if (s->clients)
             client_changes(s, &prev, &cur);
         if (s->json)
