@@ -94,30 +94,34 @@ xml_text(FILE *f, const char *s)
 }
 
 static void
-point_at(double frac, double *x, double *y)
+point_at(double frac, double radius, double *x, double *y)
 {
     double a = 2 * M_PI * frac - M_PI / 2;
-    *x = RING_CX + RING_R * cos(a);
-    *y = RING_CY + RING_R * sin(a);
+    *x = RING_CX + radius * cos(a);
+    *y = RING_CY + radius * sin(a);
 }
 
 /* One arc from <from> to <to> (fractions of the circle, to > from, at
- * most one half so the SVG arc flags stay unambiguous). */
+ * most one half so the SVG arc flags stay unambiguous), drawn as a
+ * filled annular sector: strokes of tiny arcs render as artefacts. */
 static void
 arc(struct plot *p, size_t m, double from, double to)
 {
+    const double ro = RING_R + RING_W / 2, ri = RING_R - RING_W / 2;
     char colour[16];
-    double x0, y0, x1, y1;
+    double x0, y0, x1, y1, x2, y2, x3, y3;
 
     member_colour(m, colour, sizeof(colour));
-    point_at(from, &x0, &y0);
-    point_at(to, &x1, &y1);
+    point_at(from, ro, &x0, &y0);
+    point_at(to, ro, &x1, &y1);
+    point_at(to, ri, &x2, &y2);
+    point_at(from, ri, &x3, &y3);
     fprintf(p->f, "<path class=\"arc\" data-member=\"");
     xml_text(p->f, p->ms.m[m].name);
     fprintf(p->f,
-            "\" stroke=\"%s\" stroke-width=\"%.0f\" fill=\"none\" "
-            "d=\"M %.2f %.2f A %.0f %.0f 0 0 1 %.2f %.2f\"/>\n",
-            colour, RING_W, x0, y0, RING_R, RING_R, x1, y1);
+            "\" fill=\"%s\" d=\"M %.2f %.2f A %.0f %.0f 0 0 1 %.2f %.2f "
+            "L %.2f %.2f A %.0f %.0f 0 0 0 %.2f %.2f Z\"/>\n",
+            colour, x0, y0, ro, ro, x1, y1, x2, y2, ri, ri, x3, y3);
 }
 
 static void
@@ -242,11 +246,18 @@ draw_loads(struct plot *p, double top, double width)
                 "<line x1=\"%.2f\" x2=\"%.2f\" y1=\"%.2f\" y2=\"%.2f\" "
                 "stroke=\"#000\" stroke-width=\"2\"/>\n",
                 x, x + bw, fy, fy);
-        if (p->ms.n <= 32)
+        if (p->ms.n <= 32) {
             fprintf(p->f,
                     "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\" "
                     "text-anchor=\"middle\">%" PRIu64 "</text>\n",
                     x + bw / 2, base - h - 4, count[i]);
+            fprintf(p->f,
+                    "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\" "
+                    "text-anchor=\"middle\">",
+                    x + bw / 2, base + 14);
+            xml_text(p->f, p->ms.m[i].name);
+            fprintf(p->f, "</text>\n");
+        }
     }
     fprintf(p->f, "</g>\n");
     free(count);
@@ -273,7 +284,7 @@ render(struct plot *p)
             width, height, width, height);
     fprintf(p->f,
             "<text x=\"20\" y=\"30\" font-size=\"18\" font-weight=\"bold\">"
-            "chash %s ring: %zu members, hash %s",
+            "chash plot: algorithm %s, %zu members, hash %s",
             chash_algo_name(p->cfg.algo), p->ms.n,
             chash_hash_name(p->cfg.hash));
     if (p->cfg.algo == CHASH_ALGO_RING || p->cfg.algo == CHASH_ALGO_KETAMA ||
@@ -282,6 +293,13 @@ render(struct plot *p)
                 p->cfg.points_per_weight ? p->cfg.points_per_weight
                                          : CHASH_DEFAULT_POINTS);
     fprintf(p->f, "</text>\n");
+    if (p->cfg.algo != CHASH_ALGO_RING && p->cfg.algo != CHASH_ALGO_KETAMA &&
+        p->cfg.algo != CHASH_ALGO_NGINX)
+        fprintf(p->f,
+                "<text x=\"20\" y=\"%.0f\" font-size=\"12\">%s places "
+                "each hash on its own (no arcs): the circle shows the owners "
+                "of %" PRIu32 " evenly spaced hashes</text>\n",
+                RING_CY * 2 + 5, chash_algo_name(p->cfg.algo), p->samples);
     draw_ring(p);
     fprintf(p->f,
             "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" "
