@@ -546,8 +546,7 @@ server_init(struct conf_server *server, const char *address, uint32_t weight,
 {
     memset(server, 0, sizeof(*server));
     if (name != NULL && (*name == '\0' || has_space(name))) {
-        snprintf(err, errlen, "bad server name '%s': a name is one word",
-                 name);
+        snprintf(err, errlen, "name '%s' must be one word", name);
         return -1;
     }
     if (conf_parse_addr(address, &server->addr, err, errlen) != 0)
@@ -602,7 +601,7 @@ int
 conf_parse_server(const char *s, struct conf_server *server, char *err,
                   size_t errlen)
 {
-    char *buf, *addr, *name = NULL, *weight_text = NULL, *p;
+    char *buf, *addr, *name = NULL, *weight_text = NULL, *p, msg[400];
     uint32_t weight = 1;
     int rc = -1;
 
@@ -668,7 +667,9 @@ conf_parse_server(const char *s, struct conf_server *server, char *err,
     if (weight_text != NULL &&
         parse_weight(weight_text, &weight, s, err, errlen) != 0)
         goto out;
-    rc = server_init(server, addr, weight, name, err, errlen);
+    rc = server_init(server, addr, weight, name, msg, sizeof(msg));
+    if (rc != 0)
+        snprintf(err, errlen, "bad server '%s': %s", s, msg);
 out:
     free(buf);
     return rc;
@@ -677,7 +678,8 @@ out:
 /* ------------------------------------------------------------------ */
 /* Key parsers                                                        */
 
-#define FIELD(base, key, type) ((type *)(void *)((char *)(base) + (key)->offset))
+#define FIELD(base, key, type)                                                 \
+    ((type *)(void *)((char *)(base) + (key)->offset))
 
 /* The text of a scalar <node>, or NULL after a message. */
 static const char *
@@ -1033,7 +1035,7 @@ server_from_map(struct load *ld, yaml_node_t *node, struct conf_server *server)
     }
     if (server_init(server, spec.address, spec.weight, spec.name, msg,
                     sizeof(msg)) != 0) {
-        fail(ld, node, "%s", msg);
+        fail(ld, node, "bad server: %s", msg);
         goto out;
     }
     rc = 0;
@@ -1366,13 +1368,13 @@ check_ring(struct load *ld, struct conf_pool *pool, yaml_node_t *name_node,
     if (members == NULL)
         return fail(ld, name_node, "out of memory");
     conf_pool_members(pool, members);
-    if (pool->distribution >= CHASH_ALGO_COUNT) {
-        /* modula / random keep twemproxy's continuum, no libchash ring */
-        rc = -CHASH_EEMPTY;
-        for (size_t i = 0; i < pool->nservers; i++)
-            if (members[i].weight > 0)
-                rc = 0;
-    } else {
+    /* Checked here too, for modula and random (twemproxy's own
+     * continuum, no libchash ring) and whatever the library does. */
+    rc = -CHASH_EEMPTY;
+    for (size_t i = 0; i < pool->nservers; i++)
+        if (members[i].weight > 0)
+            rc = 0;
+    if (rc == 0 && pool->distribution < CHASH_ALGO_COUNT) {
         rc = chash_ring_create(&pool->ring, members, pool->nservers, &ring);
         chash_ring_destroy(ring);
     }
@@ -1550,16 +1552,25 @@ static int
 yaml_error(struct load *ld, yaml_parser_t *parser, const char *yaml,
            size_t len)
 {
-    int line;
+    char started[64] = "";
+    int line, ctx_line = (int)parser->context_mark.line + 1;
 
     if (parser->error == YAML_READER_ERROR)
         line = offset_line(yaml, len, parser->problem_offset);
     else
         line = (int)parser->problem_mark.line + 1;
-    snprintf(ld->err, ld->errlen, "%s:%d: YAML syntax error: %s%s%s",
+    /* An unclosed quote or bracket is found at the end of the file; the
+     * line worth showing is where the unclosed thing starts. */
+    if (parser->context != NULL && parser->problem != NULL &&
+        strstr(parser->problem, "end of stream") != NULL)
+        line = ctx_line;
+    else if (parser->context != NULL && ctx_line != line)
+        snprintf(started, sizeof(started), " (started at line %d)",
+                 ctx_line);
+    snprintf(ld->err, ld->errlen, "%s:%d: YAML syntax error: %s%s%s%s",
              ld->file, line, parser->problem ? parser->problem : "unknown",
              parser->context ? " " : "",
-             parser->context ? parser->context : "");
+             parser->context ? parser->context : "", started);
     return -1;
 }
 

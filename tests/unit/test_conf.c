@@ -1,0 +1,1182 @@
+/* test_conf.c -- the config loader: DESIGN.md's example, nutcracker.yml
+ * files, defaults per mode, every key and value form, and one test per
+ * error class checking the exact "file:line:" and the message.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cmocka.h>
+
+#include "chash/chash.h"
+#include "conf.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+static char err[4096];
+
+static struct conf *
+load(const char *yaml)
+{
+    struct conf *c = conf_load_string("t.yml", yaml, strlen(yaml), err,
+                                      sizeof(err));
+    if (c == NULL)
+        print_message("conf_load_string: %s\n", err);
+    return c;
+}
+
+/* The load must fail with exactly "t.yml:<line>: " and <phrase> in the
+ * message. */
+static void
+expect_error(const char *yaml, int line, const char *phrase)
+{
+    char prefix[64];
+    struct conf *c;
+
+    err[0] = '\0';
+    c = conf_load_string("t.yml", yaml, strlen(yaml), err, sizeof(err));
+    if (c != NULL) {
+        conf_destroy(c);
+        fail_msg("loaded, expected an error at line %d: %s", line, phrase);
+    }
+    snprintf(prefix, sizeof(prefix), "t.yml:%d: ", line);
+    if (strncmp(err, prefix, strlen(prefix)) != 0 ||
+        strstr(err, phrase) == NULL)
+        fail_msg("got   \"%s\"\nwant  \"%s...%s...\"", err, prefix, phrase);
+}
+
+static const struct conf_server *
+server(const struct conf_pool *p, const char *name)
+{
+    for (size_t i = 0; i < p->nservers; i++)
+        if (strcmp(p->servers[i].name, name) == 0)
+            return &p->servers[i];
+    fail_msg("no server named '%s' in pool '%s'", name, p->name);
+    return NULL;
+}
+
+/* The embedded demo config is what `make run` starts: check it says what
+ * the README promises. */
+static void
+test_default_yaml(void **state)
+{
+    struct conf *c = load(conf_default_yaml);
+    const struct conf_pool *p;
+
+    (void)state;
+    assert_non_null(c);
+    assert_string_equal(c->file, "t.yml");
+    assert_string_equal(c->admin.text, "127.0.0.1:8404");
+    assert_int_equal(c->admin.port, 8404);
+    assert_int_equal(c->workers, 2);
+    assert_int_equal(c->npools, 1);
+    p = conf_pool_find(c, "web");
+    assert_non_null(p);
+    assert_string_equal(p->listen.text, "127.0.0.1:8080");
+    assert_int_equal(p->listen.family, AF_INET);
+    assert_int_equal(p->mode, CONF_MODE_TCP);
+    assert_int_equal(p->distribution, CHASH_ALGO_RING);
+    assert_int_equal(p->ring.algo, CHASH_ALGO_RING);
+    assert_int_equal(p->ring.hash, CHASH_HASH_XXH3);
+    assert_int_equal(p->hash_key, CONF_HASH_KEY_SOURCE_IP);
+    assert_true(p->health.enabled);
+    assert_int_equal(p->slow_start_ms, 10000);
+    assert_true(p->balance_factor == 1.25);
+    assert_int_equal(p->on_failure, CONF_ON_FAILURE_FAILOVER);
+    assert_int_equal(p->nservers, 3);
+    assert_string_equal(p->servers[0].name, "web-1");
+    assert_string_equal(p->servers[1].name, "web-2");
+    assert_string_equal(p->servers[2].name, "web-3");
+    assert_int_equal(p->servers[2].addr.port, 9003);
+    assert_null(conf_pool_find(c, "nope"));
+    conf_destroy(c);
+}
+
+/* The example of DESIGN.md's "Config" section, verbatim. */
+static const char design_yaml[] =
+    "global:                      # the one reserved top-level key; all "
+    "others are pools\n"
+    "  admin: 127.0.0.1:8404      # admin API, metrics, dashboard; loopback "
+    "by default\n"
+    "  workers: 2\n"
+    "  state_file: /var/lib/chashd/state.json\n"
+    "web:\n"
+    "  listen: 0.0.0.0:8080\n"
+    "  mode: tcp                  # tcp | http | redis | memcache "
+    "(twemproxy: redis: true/false)\n"
+    "  hash_key: source_ip        # tcp: source_ip | source_ip_port\n"
+    "  distribution: ring         # ring | maglev | rendezvous | jump | "
+    "ketama | nginx | modula | random\n"
+    "  hash: xxh3                 # twemproxy names accepted: fnv1a_64, md5,"
+    " murmur, crc32, ...\n"
+    "  points_per_weight: 160\n"
+    "  balance_factor: 1.25       # bounded loads; 0 disables\n"
+    "  slow_start: 30s\n"
+    "  on_failure: failover\n"
+    "  health_check: { type: tcp, interval: 1s, timeout: 500ms, rise: 2, "
+    "fall: 3 }\n"
+    "  auto_eject_hosts: true     # twemproxy keys keep their meaning\n"
+    "  server_failure_limit: 3\n"
+    "  server_retry_timeout: 2000\n"
+    "  timeout: 5000\n"
+    "  servers:\n"
+    "    - 127.0.0.1:9001:3 web-1           # twemproxy form: "
+    "host:port:weight [name]\n"
+    "    - { address: 127.0.0.1:9002, weight: 2, name: web-2 }\n";
+
+static void
+test_design_example(void **state)
+{
+    struct conf *c = load(design_yaml);
+    const struct conf_pool *p;
+
+    (void)state;
+    assert_non_null(c);
+    assert_int_equal(c->workers, 2);
+    assert_string_equal(c->state_file, "/var/lib/chashd/state.json");
+    assert_null(c->admin_token);
+    assert_null(c->pid_file);
+    assert_int_equal(c->log_level, CONF_LOG_INFO);
+    p = conf_pool_find(c, "web");
+    assert_non_null(p);
+    assert_int_equal(p->line, 5);
+    assert_string_equal(p->listen.text, "0.0.0.0:8080");
+    assert_int_equal(p->listen.port, 8080);
+    assert_int_equal(p->mode, CONF_MODE_TCP);
+    assert_int_equal(p->hash_key, CONF_HASH_KEY_SOURCE_IP);
+    assert_int_equal(p->ring.algo, CHASH_ALGO_RING);
+    assert_int_equal(p->ring.hash, CHASH_HASH_XXH3);
+    assert_int_equal(p->ring.points_per_weight, 160);
+    assert_true(p->balance_factor == 1.25);
+    assert_int_equal(p->slow_start_ms, 30000);
+    assert_int_equal(p->on_failure, CONF_ON_FAILURE_FAILOVER);
+    assert_true(p->health.enabled);
+    assert_int_equal(p->health.type, CONF_HEALTH_TCP);
+    assert_int_equal(p->health.interval_ms, 1000);
+    assert_int_equal(p->health.timeout_ms, 500);
+    assert_int_equal(p->health.rise, 2);
+    assert_int_equal(p->health.fall, 3);
+    assert_true(p->auto_eject_hosts);
+    assert_int_equal(p->server_failure_limit, 3);
+    assert_int_equal(p->server_retry_timeout_ms, 2000);
+    assert_int_equal(p->timeout_ms, 5000);
+    assert_int_equal(p->nservers, 2);
+    assert_string_equal(p->servers[0].name, "web-1");
+    assert_int_equal(p->servers[0].weight, 3);
+    assert_string_equal(p->servers[0].addr.text, "127.0.0.1:9001");
+    assert_int_equal(p->servers[0].line, 21);
+    assert_string_equal(p->servers[1].name, "web-2");
+    assert_int_equal(p->servers[1].weight, 2);
+    assert_string_equal(p->servers[1].addr.text, "127.0.0.1:9002");
+    assert_int_equal(p->servers[1].addr.port, 9002);
+    assert_int_equal(p->servers[1].line, 22);
+    conf_destroy(c);
+}
+
+/* A nutcracker.yml in twemproxy's own style: several pools, redis and
+ * memcache, names, hash_tag, a unix socket with permissions. */
+static const char nutcracker_yaml[] =
+    "alpha:\n"
+    "  listen: 127.0.0.1:22121\n"
+    "  hash: fnv1a_64\n"
+    "  distribution: ketama\n"
+    "  auto_eject_hosts: true\n"
+    "  redis: true\n"
+    "  server_retry_timeout: 2000\n"
+    "  server_failure_limit: 1\n"
+    "  servers:\n"
+    "   - 127.0.0.1:6379:1\n"
+    "\n"
+    "beta:\n"
+    "  listen: 127.0.0.1:22122\n"
+    "  hash: fnv1a_64\n"
+    "  hash_tag: \"{}\"\n"
+    "  distribution: ketama\n"
+    "  auto_eject_hosts: false\n"
+    "  timeout: 400\n"
+    "  redis: true\n"
+    "  redis_auth: hunter2\n"
+    "  redis_db: 3\n"
+    "  servers:\n"
+    "   - 127.0.0.1:6380:1 server1\n"
+    "   - 127.0.0.1:6381:1 server2\n"
+    "   - 127.0.0.1:6382:1 server3\n"
+    "\n"
+    "gamma:\n"
+    "  listen: 127.0.0.1:22123\n"
+    "  hash: md5\n"
+    "  distribution: ketama\n"
+    "  timeout: 400\n"
+    "  backlog: 1024\n"
+    "  preconnect: true\n"
+    "  auto_eject_hosts: true\n"
+    "  server_retry_timeout: 2000\n"
+    "  server_failure_limit: 3\n"
+    "  servers:\n"
+    "   - 127.0.0.1:11211:1\n"
+    "   - 127.0.0.2:11211:2\n"
+    "   - 127.0.0.1:11213:1\n"
+    "\n"
+    "delta:\n"
+    "  listen: /tmp/chash-test-delta.sock 0666\n"
+    "  hash: hsieh\n"
+    "  distribution: modula\n"
+    "  client_connections: 100\n"
+    "  server_connections: 2\n"
+    "  tcpkeepalive: true\n"
+    "  servers:\n"
+    "   - 127.0.0.1:11214:100000\n"
+    "   - 127.0.0.1:11215:1\n"
+    "\n"
+    "omega:\n"
+    "  listen: 127.0.0.1:22125\n"
+    "  distribution: random\n"
+    "  redis: true\n"
+    "  command:\n"
+    "   - redis_module_get\n"
+    "   - redis_module_mset 2\n"
+    "  servers:\n"
+    "   - /tmp/redis.sock:1\n";
+
+static void
+test_nutcracker(void **state)
+{
+    struct conf *c = load(nutcracker_yaml);
+    const struct conf_pool *p;
+
+    (void)state;
+    assert_non_null(c);
+    assert_int_equal(c->npools, 5);
+    /* pools in file order */
+    assert_string_equal(c->pools[0].name, "alpha");
+    assert_string_equal(c->pools[4].name, "omega");
+
+    p = conf_pool_find(c, "alpha");
+    assert_int_equal(p->mode, CONF_MODE_REDIS);
+    assert_true(p->redis);
+    assert_int_equal(p->distribution, CHASH_ALGO_KETAMA);
+    assert_int_equal(p->ring.algo, CHASH_ALGO_KETAMA);
+    assert_int_equal(p->ring.hash, CHASH_HASH_FNV1A_64_TW);
+    assert_true(p->auto_eject_hosts);
+    assert_int_equal(p->on_failure, CONF_ON_FAILURE_REMAP);
+    assert_int_equal(p->server_retry_timeout_ms, 2000);
+    assert_int_equal(p->server_failure_limit, 1);
+    assert_string_equal(p->servers[0].name, "127.0.0.1:6379");
+
+    p = conf_pool_find(c, "beta");
+    assert_string_equal(p->hash_tag, "{}");
+    assert_int_equal(p->timeout_ms, 400);
+    assert_false(p->auto_eject_hosts);
+    assert_int_equal(p->on_failure, CONF_ON_FAILURE_ERROR);
+    assert_string_equal(p->redis_auth, "hunter2");
+    assert_int_equal(p->redis_db, 3);
+    assert_string_equal(server(p, "server2")->addr.text, "127.0.0.1:6381");
+
+    p = conf_pool_find(c, "gamma");
+    assert_int_equal(p->mode, CONF_MODE_MEMCACHE);
+    assert_false(p->redis);
+    assert_int_equal(p->ring.hash, CHASH_HASH_MD5);
+    assert_int_equal(p->backlog, 1024);
+    assert_true(p->preconnect);
+    /* twemproxy's ketama name: host alone on 11211, else host:port */
+    assert_int_equal(server(p, "127.0.0.1")->addr.port, 11211);
+    assert_int_equal(server(p, "127.0.0.2")->weight, 2);
+    assert_int_equal(server(p, "127.0.0.1:11213")->addr.port, 11213);
+
+    p = conf_pool_find(c, "delta");
+    assert_int_equal(p->listen.family, AF_UNIX);
+    assert_string_equal(p->listen.text, "/tmp/chash-test-delta.sock");
+    assert_int_equal(p->listen_perm, 0666);
+    assert_int_equal(p->ring.hash, CHASH_HASH_HSIEH);
+    assert_int_equal(p->distribution, CONF_DIST_MODULA);
+    assert_string_equal(conf_dist_name(p->distribution), "modula");
+    assert_int_equal(p->client_connections, 100);
+    assert_int_equal(p->server_connections, 2);
+    assert_true(p->tcpkeepalive);
+    assert_int_equal(server(p, "127.0.0.1:11214")->weight, 100000);
+
+    p = conf_pool_find(c, "omega");
+    assert_int_equal(p->distribution, CONF_DIST_RANDOM);
+    assert_int_equal(p->ncommands, 2);
+    assert_string_equal(p->commands[1], "redis_module_mset 2");
+    assert_int_equal(p->servers[0].addr.family, AF_UNIX);
+    assert_string_equal(p->servers[0].name, "/tmp/redis.sock");
+    conf_destroy(c);
+}
+
+/* A pool is memcache unless redis: true; mode: wins; defaults follow. */
+static void
+test_defaults_per_mode(void **state)
+{
+    static const char yaml[] =
+        "mc:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:2]\n"
+        "rd:\n  listen: 127.0.0.1:3\n  redis: true\n  servers: [127.0.0.1:2]\n"
+        "tc:\n  listen: 127.0.0.1:4\n  mode: tcp\n  servers: [127.0.0.1:2]\n"
+        "ht:\n  listen: 127.0.0.1:5\n  mode: http\n  servers: [127.0.0.1:2]\n"
+        "mw:\n  listen: 127.0.0.1:6\n  mode: memcache\n  redis: true\n"
+        "  servers: [127.0.0.1:2]\n";
+    struct conf *c = load(yaml);
+    const struct conf_pool *p;
+
+    (void)state;
+    assert_non_null(c);
+    assert_string_equal(c->admin.text, "127.0.0.1:8404");
+    assert_int_equal(c->workers, (uint32_t)sysconf(_SC_NPROCESSORS_ONLN));
+
+    p = conf_pool_find(c, "mc");
+    assert_int_equal(p->mode, CONF_MODE_MEMCACHE);
+    assert_int_equal(p->distribution, CHASH_ALGO_KETAMA);
+    assert_int_equal(p->ring.hash, CHASH_HASH_FNV1A_64_TW);
+    assert_int_equal(p->on_failure, CONF_ON_FAILURE_ERROR);
+    assert_int_equal(p->retries, 0);
+    /* twemproxy's defaults (nc_conf.h) */
+    assert_int_equal(p->backlog, 512);
+    assert_int_equal(p->timeout_ms, 0);
+    assert_int_equal(p->client_connections, 0);
+    assert_int_equal(p->server_connections, 1);
+    assert_int_equal(p->server_failure_limit, 2);
+    assert_int_equal(p->server_retry_timeout_ms, 30000);
+    assert_false(p->preconnect);
+    assert_false(p->auto_eject_hosts);
+    assert_false(p->tcpkeepalive);
+    assert_int_equal(p->redis_db, 0);
+    assert_null(p->redis_auth);
+    assert_string_equal(p->hash_tag, "");
+    assert_int_equal(p->listen_perm, -1);
+    /* ours */
+    assert_int_equal(p->ring.points_per_weight, CHASH_DEFAULT_POINTS);
+    assert_int_equal(p->ring.table_size, CHASH_DEFAULT_TABLE_SIZE);
+    assert_false(p->health.enabled);
+    assert_int_equal(p->health.interval_ms, 1000);
+    assert_int_equal(p->health.timeout_ms, 500);
+    assert_int_equal(p->health.rise, 2);
+    assert_int_equal(p->health.fall, 3);
+    assert_int_equal(p->connect_timeout_ms, 1000);
+    assert_int_equal(p->idle_timeout_ms, 0);
+    assert_int_equal(p->shutdown_timeout_ms, 5000);
+    assert_int_equal(p->slow_start_ms, 0);
+    assert_true(p->balance_factor == 0);
+
+    p = conf_pool_find(c, "rd");
+    assert_int_equal(p->mode, CONF_MODE_REDIS);
+    assert_int_equal(p->distribution, CHASH_ALGO_KETAMA);
+    assert_int_equal(p->ring.hash, CHASH_HASH_FNV1A_64_TW);
+
+    p = conf_pool_find(c, "tc");
+    assert_int_equal(p->mode, CONF_MODE_TCP);
+    assert_int_equal(p->distribution, CHASH_ALGO_RING);
+    assert_int_equal(p->ring.hash, CHASH_HASH_XXH3);
+    assert_int_equal(p->hash_key, CONF_HASH_KEY_SOURCE_IP);
+    assert_int_equal(p->on_failure, CONF_ON_FAILURE_FAILOVER);
+    assert_int_equal(p->retries, 2);
+
+    p = conf_pool_find(c, "ht");
+    assert_int_equal(p->mode, CONF_MODE_HTTP);
+    assert_int_equal(p->distribution, CHASH_ALGO_RING);
+    assert_int_equal(p->ring.hash, CHASH_HASH_XXH3);
+
+    p = conf_pool_find(c, "mw");
+    assert_int_equal(p->mode, CONF_MODE_MEMCACHE);
+    assert_true(p->redis);
+    conf_destroy(c);
+}
+
+/* Every key of ours, with a non-default value. */
+static void
+test_our_keys(void **state)
+{
+    static const char yaml[] =
+        "global:\n"
+        "  admin: 10.1.2.3:9000\n"
+        "  admin_token: s3cret\n"
+        "  workers: 3\n"
+        "  log_level: debug\n"
+        "  pid_file: /run/chashd.pid\n"
+        "  state_file: /var/lib/chashd/state.json\n"
+        "p:\n"
+        "  listen: '[::1]:7000'\n"
+        "  mode: tcp\n"
+        "  hash_key: source_ip_port\n"
+        "  distribution: maglev\n"
+        "  hash: murmur3\n"
+        "  points_per_weight: 100\n"
+        "  table_size: 65537\n"
+        "  balance_factor: 1.5\n"
+        "  slow_start: 1m\n"
+        "  on_failure: remap\n"
+        "  retries: 5\n"
+        "  health_check: { type: tcp, interval: 2s, timeout: 1.5s, rise: 4,"
+        " fall: 6 }\n"
+        "  connect_timeout: 250ms\n"
+        "  idle_timeout: 1h\n"
+        "  shutdown_timeout: 0\n"
+        "  servers: [127.0.0.1:1]\n"
+        "q:\n"
+        "  listen: 127.0.0.1:7001\n"
+        "  mode: tcp\n"
+        "  on_failure: error\n"
+        "  health_check: true\n"
+        "  servers: [127.0.0.1:1]\n";
+    struct conf *c = load(yaml);
+    const struct conf_pool *p;
+
+    (void)state;
+    assert_non_null(c);
+    assert_string_equal(c->admin.text, "10.1.2.3:9000");
+    assert_string_equal(c->admin_token, "s3cret");
+    assert_int_equal(c->workers, 3);
+    assert_int_equal(c->log_level, CONF_LOG_DEBUG);
+    assert_string_equal(c->pid_file, "/run/chashd.pid");
+    p = conf_pool_find(c, "p");
+    assert_int_equal(p->listen.family, AF_INET6);
+    assert_int_equal(p->listen.port, 7000);
+    assert_int_equal(p->hash_key, CONF_HASH_KEY_SOURCE_IP_PORT);
+    assert_int_equal(p->distribution, CHASH_ALGO_MAGLEV);
+    assert_int_equal(p->ring.algo, CHASH_ALGO_MAGLEV);
+    assert_int_equal(p->ring.hash, CHASH_HASH_MURMUR3);
+    assert_int_equal(p->ring.points_per_weight, 100);
+    assert_int_equal(p->ring.table_size, 65537);
+    assert_true(p->balance_factor == 1.5);
+    assert_int_equal(p->slow_start_ms, 60000);
+    assert_int_equal(p->on_failure, CONF_ON_FAILURE_REMAP);
+    assert_int_equal(p->retries, 5);
+    assert_true(p->health.enabled);
+    assert_int_equal(p->health.interval_ms, 2000);
+    assert_int_equal(p->health.timeout_ms, 1500);
+    assert_int_equal(p->health.rise, 4);
+    assert_int_equal(p->health.fall, 6);
+    assert_int_equal(p->connect_timeout_ms, 250);
+    assert_int_equal(p->idle_timeout_ms, 3600000);
+    assert_int_equal(p->shutdown_timeout_ms, 0);
+    p = conf_pool_find(c, "q");
+    assert_int_equal(p->on_failure, CONF_ON_FAILURE_ERROR);
+    assert_true(p->health.enabled);
+    assert_int_equal(p->health.interval_ms, 1000);
+    conf_destroy(c);
+}
+
+static void
+test_durations(void **state)
+{
+    static const struct {
+        const char *text;
+        uint32_t ms;
+    } good[] = {
+        {"0", 0},         {"400", 400},       {"500ms", 500},
+        {"2s", 2000},     {"1m", 60000},      {"1h", 3600000},
+        {"1.5s", 1500},   {"0.25s", 250},     {"2.5m", 150000},
+        {"4294967295", UINT32_MAX},
+    };
+    static const char *const bad[] = {
+        "", "s", "ms", "5x", "-1", "1.", ".s", "1.0005s", "1.5", "1.5ms",
+        "4294967296", "1 s", " 1s", "1s ", "2d", "1e3", "0x10", "+5",
+    };
+    uint32_t ms;
+
+    (void)state;
+    for (size_t i = 0; i < ARRAY_SIZE(good); i++) {
+        ms = 12345;
+        if (conf_parse_duration(good[i].text, &ms) != 0)
+            fail_msg("'%s' refused", good[i].text);
+        if (ms != good[i].ms)
+            fail_msg("'%s': %u ms, want %u", good[i].text, ms, good[i].ms);
+    }
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+        if (conf_parse_duration(bad[i], &ms) == 0)
+            fail_msg("'%s' accepted as %u ms", bad[i], ms);
+}
+
+static void
+test_server_forms(void **state)
+{
+    static const struct {
+        const char *text, *name, *addr;
+        uint32_t weight;
+        int family;
+        uint16_t port;
+    } good[] = {
+        {"127.0.0.1:9001:3 web-1", "web-1", "127.0.0.1:9001", 3, AF_INET,
+         9001},
+        {"127.0.0.1:9001:3", "127.0.0.1:9001", "127.0.0.1:9001", 3, AF_INET,
+         9001},
+        {"127.0.0.1:9001", "127.0.0.1:9001", "127.0.0.1:9001", 1, AF_INET,
+         9001},
+        {"127.0.0.1:9001 web-1", "web-1", "127.0.0.1:9001", 1, AF_INET, 9001},
+        {"  127.0.0.1:9001:2\t web-1  ", "web-1", "127.0.0.1:9001", 2,
+         AF_INET, 9001},
+        {"127.0.0.1:9001:0 drained", "drained", "127.0.0.1:9001", 0, AF_INET,
+         9001},
+        /* twemproxy: the ketama name leaves out the memcached port */
+        {"10.0.0.1:11211:1", "10.0.0.1", "10.0.0.1:11211", 1, AF_INET,
+         11211},
+        {"10.0.0.1:11211:1 cache-a", "cache-a", "10.0.0.1:11211", 1, AF_INET,
+         11211},
+        {"10.0.0.1:11212:1", "10.0.0.1:11212", "10.0.0.1:11212", 1, AF_INET,
+         11212},
+        {"[::1]:9001:1", "[::1]:9001", "[::1]:9001", 1, AF_INET6, 9001},
+        {"[::1]:9001", "[::1]:9001", "[::1]:9001", 1, AF_INET6, 9001},
+        {"[::1]:11211:2 six", "six", "[::1]:11211", 2, AF_INET6, 11211},
+        {"[::1]:11211:2", "[::1]", "[::1]:11211", 2, AF_INET6, 11211},
+        {"/tmp/mc.sock:2", "/tmp/mc.sock", "/tmp/mc.sock", 2, AF_UNIX, 0},
+        {"/tmp/mc.sock", "/tmp/mc.sock", "/tmp/mc.sock", 1, AF_UNIX, 0},
+        {"/tmp/mc.sock:1 mc", "mc", "/tmp/mc.sock", 1, AF_UNIX, 0},
+        /* a hostname keeps its text as name; resolved once, at load */
+        {"localhost:9001:1", "localhost:9001", "localhost:9001", 1, AF_INET,
+         9001},
+    };
+    static const struct {
+        const char *text, *phrase;
+    } bad[] = {
+        {"127.0.0.1:9001:x", "weight 'x'"},
+        {"127.0.0.1:9001:-1", "weight '-1'"},
+        {"127.0.0.1", "expected host:port"},
+        {"::1:9001:1", "[::1]:port:weight"},
+        {"127.0.0.1:0:1", "port '0'"},
+        {"127.0.0.1:65536:1", "port '65536'"},
+        {"127.0.0.1:9001:1 a b", "one-word name"},
+        {"[::1:9001:1", "missing ']'"},
+        {"[127.0.0.1]:9001:1", "not an IPv6 address"},
+        {"", "expected host:port:weight"},
+        {":9001:1", "missing host"},
+        {"no-such-host.invalid:9001:1", "cannot resolve host"},
+    };
+    struct conf_server s;
+    char msg[512];
+
+    (void)state;
+    for (size_t i = 0; i < ARRAY_SIZE(good); i++) {
+        if (conf_parse_server(good[i].text, &s, msg, sizeof(msg)) != 0)
+            fail_msg("'%s': %s", good[i].text, msg);
+        assert_string_equal(s.name, good[i].name);
+        assert_string_equal(s.addr.text, good[i].addr);
+        assert_int_equal(s.weight, good[i].weight);
+        assert_int_equal(s.addr.family, good[i].family);
+        assert_int_equal(s.addr.port, good[i].port);
+        conf_server_deinit(&s);
+    }
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        msg[0] = '\0';
+        if (conf_parse_server(bad[i].text, &s, msg, sizeof(msg)) == 0) {
+            conf_server_deinit(&s);
+            fail_msg("'%s' accepted", bad[i].text);
+        }
+        if (strstr(msg, bad[i].phrase) == NULL)
+            fail_msg("'%s': got \"%s\", want \"%s\"", bad[i].text, msg,
+                     bad[i].phrase);
+    }
+}
+
+static void
+test_parse_addr(void **state)
+{
+    struct conf_addr a, b;
+    char msg[256];
+    const struct sockaddr_in *in;
+
+    (void)state;
+    assert_int_equal(conf_parse_addr("127.0.0.1:8080", &a, msg, sizeof(msg)),
+                     0);
+    in = (const struct sockaddr_in *)(const void *)&a.sa;
+    assert_int_equal(a.family, AF_INET);
+    assert_int_equal(in->sin_family, AF_INET);
+    assert_int_equal(ntohs(in->sin_port), 8080);
+    assert_int_equal(ntohl(in->sin_addr.s_addr), 0x7f000001);
+    assert_int_equal(a.salen, sizeof(struct sockaddr_in));
+    /* the same socket written differently is equal */
+    assert_int_equal(conf_parse_addr("localhost:8080", &b, msg, sizeof(msg)),
+                     0);
+    assert_true(conf_addr_equal(&a, &b));
+    conf_addr_deinit(&b);
+    assert_int_equal(conf_parse_addr("127.0.0.1:8081", &b, msg, sizeof(msg)),
+                     0);
+    assert_false(conf_addr_equal(&a, &b));
+    conf_addr_deinit(&b);
+    conf_addr_deinit(&a);
+    assert_null(a.text);
+
+    assert_int_equal(conf_parse_addr("[::]:80", &a, msg, sizeof(msg)), 0);
+    assert_int_equal(a.family, AF_INET6);
+    assert_int_equal(a.salen, sizeof(struct sockaddr_in6));
+    conf_addr_deinit(&a);
+    assert_int_equal(conf_parse_addr("/run/x.sock", &a, msg, sizeof(msg)), 0);
+    assert_int_equal(a.family, AF_UNIX);
+    assert_int_equal(a.port, 0);
+    conf_addr_deinit(&a);
+
+    assert_int_equal(conf_parse_addr("127.0.0.1", &a, msg, sizeof(msg)), -1);
+    assert_non_null(strstr(msg, "expected host:port"));
+    assert_int_equal(conf_parse_addr("::1:80", &a, msg, sizeof(msg)), -1);
+    assert_non_null(strstr(msg, "brackets"));
+    assert_int_equal(conf_parse_addr("127.0.0.1:http", &a, msg, sizeof(msg)),
+                     -1);
+    assert_non_null(strstr(msg, "port 'http'"));
+    assert_int_equal(conf_parse_addr("/" "0123456789012345678901234567890123"
+                                     "4567890123456789012345678901234567890"
+                                     "1234567890123456789012345678901234567"
+                                     "89", &a, msg, sizeof(msg)), -1);
+    assert_non_null(strstr(msg, "longer than 107"));
+}
+
+/* The map form, the list form and the 11211 rule inside a config. */
+static void
+test_servers_in_config(void **state)
+{
+    static const char yaml[] =
+        "p:\n"
+        "  listen: 127.0.0.1:7000\n"
+        "  mode: tcp\n"
+        "  servers:\n"
+        "    - { address: '[::1]:9002', weight: 2, name: web-2 }\n"
+        "    - address: 127.0.0.1:9003\n"
+        "    - { address: 127.0.0.1:11211 }\n"
+        "    - '[::1]:9001:1'\n"
+        "    - 127.0.0.1:9004:0 spare\n";
+    struct conf *c = load(yaml);
+    const struct conf_pool *p;
+    struct chash_member m[5];
+
+    (void)state;
+    assert_non_null(c);
+    p = &c->pools[0];
+    assert_int_equal(p->nservers, 5);
+    assert_string_equal(p->servers[0].name, "web-2");
+    assert_int_equal(p->servers[0].addr.family, AF_INET6);
+    assert_int_equal(p->servers[0].weight, 2);
+    assert_int_equal(p->servers[0].line, 5);
+    assert_string_equal(p->servers[1].name, "127.0.0.1:9003");
+    assert_int_equal(p->servers[1].weight, 1);
+    assert_int_equal(p->servers[1].line, 6);
+    assert_string_equal(p->servers[2].name, "127.0.0.1");
+    assert_string_equal(p->servers[3].name, "[::1]:9001");
+    assert_int_equal(p->servers[4].weight, 0);
+
+    conf_pool_members(p, m);
+    for (size_t i = 0; i < 5; i++) {
+        assert_ptr_equal(m[i].name, p->servers[i].name);
+        assert_int_equal(m[i].weight, p->servers[i].weight);
+        assert_true(m[i].ramp == 1.0);
+    }
+    conf_destroy(c);
+}
+
+static void
+test_unix_listen(void **state)
+{
+    static const char yaml[] =
+        "a:\n  listen: /tmp/a.sock\n  servers: [127.0.0.1:1]\n"
+        "b:\n  listen: /tmp/b.sock 0600\n  servers: [127.0.0.1:1]\n"
+        "c:\n  listen: /tmp/c.sock:0660\n  servers: [127.0.0.1:1]\n";
+    struct conf *c = load(yaml);
+
+    (void)state;
+    assert_non_null(c);
+    assert_int_equal(c->pools[0].listen.family, AF_UNIX);
+    assert_int_equal(c->pools[0].listen_perm, -1);
+    assert_string_equal(c->pools[1].listen.text, "/tmp/b.sock");
+    assert_int_equal(c->pools[1].listen_perm, 0600);
+    assert_string_equal(c->pools[2].listen.text, "/tmp/c.sock");
+    assert_int_equal(c->pools[2].listen_perm, 0660);
+    conf_destroy(c);
+    expect_error("a:\n  listen: /tmp/a.sock 0999\n", 2, "octal mode");
+}
+
+static void
+test_admin_forms(void **state)
+{
+    struct conf *c;
+
+    (void)state;
+    c = load("global:\n  admin: off\np:\n  listen: 127.0.0.1:8404\n"
+             "  servers: [127.0.0.1:1]\n");
+    assert_non_null(c);
+    assert_int_equal(c->admin.family, AF_UNSPEC);
+    assert_null(c->admin.text);
+    conf_destroy(c);
+    c = load("global:\n  admin: '[::1]:8405'\np:\n  listen: 127.0.0.1:1\n"
+             "  servers: [127.0.0.1:1]\n");
+    assert_non_null(c);
+    assert_int_equal(c->admin.family, AF_INET6);
+    conf_destroy(c);
+    c = load("global:\n  admin: /run/chashd-admin.sock\np:\n"
+             "  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n");
+    assert_non_null(c);
+    assert_int_equal(c->admin.family, AF_UNIX);
+    conf_destroy(c);
+    /* `global:` alone is all defaults */
+    c = load("global:\np:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n");
+    assert_non_null(c);
+    conf_destroy(c);
+}
+
+static void
+test_reload_helpers(void **state)
+{
+    static const char a_yaml[] =
+        "p:\n  listen: 127.0.0.1:7000\n  mode: tcp\n"
+        "  servers: [127.0.0.1:1:1 a, 127.0.0.1:2:2 b]\n";
+    static const char same[] =
+        "p:\n  listen: localhost:7000\n  mode: tcp\n  slow_start: 5s\n"
+        "  servers: [127.0.0.1:2:2 b, 127.0.0.1:1:1 a]\n";
+    static const char moved[] =
+        "p:\n  listen: 127.0.0.1:7001\n  mode: tcp\n"
+        "  servers: [127.0.0.1:1:1 a, 127.0.0.1:2:3 b]\n";
+    struct conf *a = load(a_yaml), *b = load(same), *c = load(moved);
+
+    (void)state;
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(c);
+    assert_true(conf_pool_same_listen(&a->pools[0], &b->pools[0]));
+    assert_true(conf_pool_same_ring(&a->pools[0], &b->pools[0]));
+    assert_false(conf_pool_same_listen(&a->pools[0], &c->pools[0]));
+    assert_false(conf_pool_same_ring(&a->pools[0], &c->pools[0]));
+    conf_destroy(a);
+    conf_destroy(b);
+    conf_destroy(c);
+}
+
+static void
+test_enum_names(void **state)
+{
+    (void)state;
+    assert_string_equal(conf_mode_name(CONF_MODE_MEMCACHE), "memcache");
+    assert_null(conf_mode_name(4));
+    assert_null(conf_mode_name(-1));
+    assert_string_equal(conf_hash_key_name(CONF_HASH_KEY_SOURCE_IP_PORT),
+                        "source_ip_port");
+    assert_string_equal(conf_on_failure_name(CONF_ON_FAILURE_REMAP), "remap");
+    assert_string_equal(conf_log_level_name(CONF_LOG_WARN), "warn");
+    assert_string_equal(conf_dist_name(CHASH_ALGO_NGINX), "nginx");
+    assert_string_equal(conf_dist_name(CONF_DIST_RANDOM), "random");
+    assert_null(conf_dist_name(CONF_DIST_RANDOM + 1));
+}
+
+/* The shipped examples load: conf/chashd.yml documents every key. */
+static void
+test_example_files(void **state)
+{
+    static const char *const files[] = {"conf/chashd.yml",
+                                        "conf/nutcracker.yml"};
+    (void)state;
+    for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+        struct conf *c = conf_load(files[i], err, sizeof(err));
+        if (c == NULL)
+            fail_msg("%s", err);
+        assert_string_equal(c->file, files[i]);
+        assert_true(c->npools >= 2);
+        conf_destroy(c);
+    }
+}
+
+static void
+test_load_file(void **state)
+{
+    char path[] = "/tmp/test_conf_XXXXXX";
+    int fd = mkstemp(path);
+    struct conf *c;
+    FILE *f;
+
+    (void)state;
+    assert_true(fd >= 0);
+    f = fdopen(fd, "w");
+    fputs("p:\n  listen: 127.0.0.1:7000\n  servers:\n    - bad:addr:x\n", f);
+    fclose(f);
+    c = conf_load(path, err, sizeof(err));
+    assert_null(c);
+    assert_true(strncmp(err, path, strlen(path)) == 0);
+    assert_non_null(strstr(err, ":4: bad server 'bad:addr:x'"));
+    unlink(path);
+    c = conf_load(path, err, sizeof(err));
+    assert_null(c);
+    assert_non_null(strstr(err, "cannot open: No such file"));
+}
+
+/* A nutcracker.yml maps keys exactly as nutcracker: the members the
+ * loader gives (names by twemproxy's rule) in a ketama ring with the
+ * default hash reproduce compat-hashing.md's worked example. */
+static void
+test_nutcracker_ketama_mapping(void **state)
+{
+    static const char yaml[] =
+        "mc:\n  listen: 127.0.0.1:22121\n  servers:\n"
+        "   - 127.0.0.1:11211:1\n   - 127.0.0.1:11212:1\n"
+        "   - 127.0.0.1:11213:1\n";
+    static const struct {
+        const char *key, *owner;
+    } want[] = {{"foo", "127.0.0.1:11212"}, {"bar", "127.0.0.1"},
+                {"key0", "127.0.0.1"},      {"key4", "127.0.0.1"}};
+    struct conf *c = load(yaml);
+    struct chash_member m[3];
+    struct chash_ring *ring = NULL;
+    const struct conf_pool *p;
+    int rc;
+
+    (void)state;
+    assert_non_null(c);
+    p = &c->pools[0];
+    conf_pool_members(p, m);
+    rc = chash_ring_create(&p->ring, m, p->nservers, &ring);
+    if (rc == -CHASH_ENOTSUP) {
+        conf_destroy(c);
+        skip(); /* ketama not in the library yet */
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(chash_ring_hash(ring, "foo", 3), 4275688823u);
+    for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
+        uint64_t h = chash_ring_hash(ring, want[i].key, strlen(want[i].key));
+        assert_string_equal(m[chash_ring_lookup(ring, h)].name,
+                            want[i].owner);
+    }
+    chash_ring_destroy(ring);
+    conf_destroy(c);
+}
+
+/* ---- one test per error class: exact line, key phrase ---- */
+
+static void
+test_err_unknown_key(void **state)
+{
+    (void)state;
+    expect_error("web:\n  listen: 127.0.0.1:8080\n  mode: tcp\n"
+                 "  balance: 2\n  servers: [127.0.0.1:1]\n",
+                 4, "unknown key 'balance' in pool 'web' (valid keys: "
+                    "listen, hash, hash_tag");
+    expect_error("global:\n  workers: 2\n  admin_port: 1\n", 3,
+                 "unknown key 'admin_port' in global (valid keys: admin, "
+                 "admin_token, workers, log_level, pid_file, state_file)");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  health_check:\n"
+                 "    type: tcp\n    every: 1s\n",
+                 5, "unknown key 'every' in health_check (valid keys: type,"
+                    " interval, timeout, rise, fall)");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
+                 "    - { address: 127.0.0.1:2, wieght: 2 }\n",
+                 4, "unknown key 'wieght' in a server");
+}
+
+static void
+test_err_wrong_type(void **state)
+{
+    (void)state;
+    expect_error("p:\n  listen:\n    - 127.0.0.1:1\n", 3,
+                 "'listen' takes a single value, not a list");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  timeout: { a: 1 }\n", 3,
+                 "'timeout' takes a single value, not a map");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers: 127.0.0.1:2\n", 3,
+                 "'servers' must be a list");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n    - [a, b]\n", 4,
+                 "a server must be");
+    expect_error("p: 5\n", 1, "pool 'p' must be a map of keys, not a value");
+    expect_error("- p\n", 1, "the top level must be a map");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  preconnect: maybe\n", 3,
+                 "'preconnect' must be true or false, not 'maybe'");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  mode:\n", 3,
+                 "'mode' has no value");
+}
+
+static void
+test_err_bad_address(void **state)
+{
+    (void)state;
+    expect_error("p:\n  listen: 127.0.0.1\n", 2,
+                 "bad 'listen': bad address '127.0.0.1'");
+    expect_error("global:\n  admin: localhost:99999\n", 2,
+                 "bad 'admin': bad address 'localhost:99999': port");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
+                 "    - 127.0.0.1:2:1\n    - 127.0.0.1::1\n",
+                 5, "bad server '127.0.0.1::1'");
+}
+
+static void
+test_err_bad_number(void **state)
+{
+    (void)state;
+    expect_error("p:\n  listen: 127.0.0.1:1\n  backlog: lots\n", 3,
+                 "'backlog' must be a whole number, not 'lots'");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  retries: -1\n", 3,
+                 "'retries' must be a whole number, not '-1'");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  balance_factor: high\n", 3,
+                 "'balance_factor' must be a number");
+}
+
+static void
+test_err_bad_duration(void **state)
+{
+    (void)state;
+    expect_error("p:\n  listen: 127.0.0.1:1\n\n  slow_start: 10 seconds\n",
+                 4, "'slow_start' must be a duration (500ms, 2s, 1m");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  health_check: { interval: 1x "
+                 "}\n", 3, "'interval' must be a duration");
+}
+
+static void
+test_err_out_of_range(void **state)
+{
+    (void)state;
+    expect_error("p:\n  listen: 127.0.0.1:1\n  retries: 101\n", 3,
+                 "'retries' is out of range: 101 is not between 0 and 100");
+    expect_error("global:\n  workers: 0\n", 2,
+                 "'workers' is out of range: 0 is not between 1 and 1024");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  server_connections: 0\n", 3,
+                 "'server_connections' is out of range");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  balance_factor: 0.5\n", 3,
+                 "'balance_factor' is out of range: 0.5 is not 0 (off) or "
+                 "between 1.0");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  timeout: 2d\n", 3,
+                 "'timeout' must be a duration");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  timeout: 25h\n", 3,
+                 "'timeout' is out of range");
+}
+
+static void
+test_err_unknown_name(void **state)
+{
+    (void)state;
+    expect_error("p:\n  listen: 127.0.0.1:1\n  hash: sha1\n", 3,
+                 "unknown hash 'sha1' (valid: xxh3, murmur3");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  distribution: consistent\n", 3,
+                 "unknown distribution 'consistent' (valid: ring, maglev, "
+                 "rendezvous, jump, ketama, nginx, modula, random)");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  mode: udp\n", 3,
+                 "unknown mode 'udp' (valid: tcp, http, redis, memcache)");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  on_failure: retry\n", 3,
+                 "unknown on_failure 'retry' (valid: failover, remap, "
+                 "error)");
+    expect_error("global:\n  log_level: trace\n", 2,
+                 "unknown log_level 'trace' (valid: error, warn, info, "
+                 "debug)");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  mode: tcp\n"
+                 "  hash_key: cookie\n", 4,
+                 "unknown hash_key 'cookie' (valid: source_ip, "
+                 "source_ip_port)");
+}
+
+static void
+test_err_duplicate_member_name(void **state)
+{
+    (void)state;
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
+                 "    - 127.0.0.1:2:1 a\n    - 127.0.0.1:3:1 b\n"
+                 "    - { address: 127.0.0.1:4, name: a }\n",
+                 6, "duplicate server name 'a' in pool 'p' (first at line "
+                    "4)");
+    /* twemproxy's rule names both "10.0.0.1": a duplicate too */
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
+                 "    - 127.0.0.1:11211:1\n    - 127.0.0.1:11211:2\n",
+                 5, "duplicate server name '127.0.0.1'");
+}
+
+static void
+test_err_duplicate_member_address(void **state)
+{
+    (void)state;
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
+                 "    - 127.0.0.1:2:1 a\n    - localhost:2:1 b\n",
+                 5, "duplicate server address 'localhost:2' in pool 'p' "
+                    "(same as '127.0.0.1:2' at line 4)");
+}
+
+static void
+test_err_listen_twice(void **state)
+{
+    (void)state;
+    expect_error("a:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:1]\n"
+                 "b:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:1]\n",
+                 4, "pool 'b' listens on '127.0.0.1:7000', which pool 'a' "
+                    "already uses (line 1)");
+    /* a wildcard on the same port overlaps */
+    expect_error("a:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:1]\n"
+                 "b:\n  listen: '[::]:7000'\n  servers: [127.0.0.1:1]\n",
+                 4, "pool 'b' listens on '[::]:7000'");
+    expect_error("a:\n  listen: /tmp/x.sock\n  servers: [127.0.0.1:1]\n"
+                 "b:\n  listen: /tmp/x.sock 0600\n  servers: [127.0.0.1:1]\n",
+                 4, "which pool 'a' already uses");
+    /* the admin address counts, the default one included */
+    expect_error("a:\n  listen: 127.0.0.1:8404\n  servers: [127.0.0.1:1]\n",
+                 1, "which is the admin address '127.0.0.1:8404'");
+    expect_error("global:\n  admin: 127.0.0.1:9999\n"
+                 "a:\n  listen: 0.0.0.0:9999\n  servers: [127.0.0.1:1]\n",
+                 3, "which is the admin address '127.0.0.1:9999'");
+}
+
+static void
+test_err_no_servers(void **state)
+{
+    (void)state;
+    expect_error("global:\n  workers: 1\nweb:\n  listen: 127.0.0.1:1\n", 3,
+                 "pool 'web' has no servers");
+    expect_error("web:\n  listen: 127.0.0.1:1\n  servers:\n", 1,
+                 "pool 'web' has no servers");
+    expect_error("web:\n  listen: 127.0.0.1:1\n  servers: []\n", 1,
+                 "pool 'web' has no servers");
+}
+
+static void
+test_err_no_listen(void **state)
+{
+    (void)state;
+    expect_error("a:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n"
+                 "web:\n  servers: [127.0.0.1:1]\n",
+                 4, "pool 'web' has no 'listen' address");
+    expect_error("web:\n", 1, "pool 'web' is empty");
+}
+
+static void
+test_err_yaml_syntax(void **state)
+{
+    (void)state;
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
+                 "    - 127.0.0.1:2\n   - 127.0.0.1:3\n",
+                 5, "YAML syntax error");
+    expect_error("p:\n  listen: \"127.0.0.1:1\n", 2, "YAML syntax error");
+    expect_error("p:\n  listen: 127.0.0.1:1\n\tservers: []\n", 3,
+                 "YAML syntax error");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  mode: \xff\xfe\n", 3,
+                 "YAML syntax error");
+}
+
+static void
+test_err_admin_token(void **state)
+{
+    struct conf *c;
+
+    (void)state;
+    expect_error("global:\n  workers: 1\n  admin: 0.0.0.0:8404\n"
+                 "p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n",
+                 3, "admin address '0.0.0.0:8404' is not loopback: set "
+                    "'admin_token'");
+    c = load("global:\n  admin: 0.0.0.0:8404\n  admin_token: t0k3n\n"
+             "p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n");
+    assert_non_null(c);
+    conf_destroy(c);
+    c = load("global:\n  admin: 127.9.9.9:8404\n"
+             "p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n");
+    assert_non_null(c);
+    conf_destroy(c);
+}
+
+static void
+test_err_duplicate_key(void **state)
+{
+    (void)state;
+    expect_error("p:\n  listen: 127.0.0.1:1\n  hash: md5\n"
+                 "  servers: [127.0.0.1:1]\n  hash: crc32\n",
+                 5, "duplicate key 'hash' in pool 'p' (first given at line "
+                    "3)");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n"
+                 "q:\n  listen: 127.0.0.1:2\n  servers: [127.0.0.1:1]\n"
+                 "p:\n  listen: 127.0.0.1:3\n  servers: [127.0.0.1:1]\n",
+                 7, "duplicate pool 'p' (first at line 1)");
+    expect_error("global:\n  workers: 1\nglobal:\n  workers: 2\n", 3,
+                 "duplicate 'global' (first at line 1)");
+}
+
+static void
+test_err_hash_key_in_store_mode(void **state)
+{
+    (void)state;
+    expect_error("p:\n  listen: 127.0.0.1:1\n  redis: true\n"
+                 "  hash_key: source_ip\n  servers: [127.0.0.1:1]\n",
+                 4, "'hash_key' is for tcp and http pools; pool 'p' is "
+                    "redis");
+}
+
+static void
+test_err_weights(void **state)
+{
+    struct chash_member one = {"a", 2, 1.0};
+    struct chash_config jump = {CHASH_ALGO_JUMP, 0, 0, 0};
+    struct chash_ring *ring = NULL;
+    int rc;
+
+    (void)state;
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
+                 "    - 127.0.0.1:2:0\n    - 127.0.0.1:3:0\n",
+                 1, "pool 'p': no server has a weight above 0");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  distribution: random\n"
+                 "  servers: [127.0.0.1:2:0]\n",
+                 1, "no server has a weight above 0");
+    /* the algorithm's own limits come from the library's ring build */
+    rc = chash_ring_create(&jump, &one, 1, &ring);
+    chash_ring_destroy(ring);
+    if (rc == -CHASH_ENOTSUP)
+        skip(); /* jump not in the library yet */
+    expect_error("p:\n  listen: 127.0.0.1:1\n  distribution: jump\n"
+                 "  servers:\n    - 127.0.0.1:2:1\n    - 127.0.0.1:3:2\n",
+                 4, "distribution jump takes server weights 0 or 1 only");
+}
+
+static void
+test_err_bad_values(void **state)
+{
+    (void)state;
+    expect_error("p:\n  listen: 127.0.0.1:1\n  hash_tag: \"{\"\n", 3,
+                 "'hash_tag' must be two characters");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
+                 "    - { weight: 2 }\n", 4, "server has no 'address'");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  health_check: sometimes\n", 3,
+                 "'health_check' must be a map");
+}
+
+static void
+test_err_documents(void **state)
+{
+    (void)state;
+    expect_error("", 1, "the configuration is empty");
+    expect_error("# only a comment\n", 1, "the configuration is empty");
+    expect_error("global:\n  workers: 2\n", 1, "no pools");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n"
+                 "---\nq: 1\n", 5, "a second YAML document");
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_default_yaml),
+        cmocka_unit_test(test_design_example),
+        cmocka_unit_test(test_nutcracker),
+        cmocka_unit_test(test_defaults_per_mode),
+        cmocka_unit_test(test_our_keys),
+        cmocka_unit_test(test_durations),
+        cmocka_unit_test(test_server_forms),
+        cmocka_unit_test(test_parse_addr),
+        cmocka_unit_test(test_servers_in_config),
+        cmocka_unit_test(test_unix_listen),
+        cmocka_unit_test(test_admin_forms),
+        cmocka_unit_test(test_reload_helpers),
+        cmocka_unit_test(test_enum_names),
+        cmocka_unit_test(test_example_files),
+        cmocka_unit_test(test_load_file),
+        cmocka_unit_test(test_nutcracker_ketama_mapping),
+        cmocka_unit_test(test_err_unknown_key),
+        cmocka_unit_test(test_err_wrong_type),
+        cmocka_unit_test(test_err_bad_address),
+        cmocka_unit_test(test_err_bad_number),
+        cmocka_unit_test(test_err_bad_duration),
+        cmocka_unit_test(test_err_out_of_range),
+        cmocka_unit_test(test_err_unknown_name),
+        cmocka_unit_test(test_err_duplicate_member_name),
+        cmocka_unit_test(test_err_duplicate_member_address),
+        cmocka_unit_test(test_err_listen_twice),
+        cmocka_unit_test(test_err_no_servers),
+        cmocka_unit_test(test_err_no_listen),
+        cmocka_unit_test(test_err_yaml_syntax),
+        cmocka_unit_test(test_err_admin_token),
+        cmocka_unit_test(test_err_duplicate_key),
+        cmocka_unit_test(test_err_hash_key_in_store_mode),
+        cmocka_unit_test(test_err_weights),
+        cmocka_unit_test(test_err_bad_values),
+        cmocka_unit_test(test_err_documents),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
