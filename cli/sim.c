@@ -458,7 +458,7 @@ json_step(const struct sim *s, const struct step *st, const char *op,
         cli_json_string(f, st->ms.m[i].name);
         fprintf(f,
                 ",\"weight\":%" PRIu32 ",\"keys\":%" PRIu64
-                ",\"share\":%.9g}",
+                ",\"share\":%.12g}",
                 st->ms.m[i].weight, st->count[i],
                 chash_ring_share(st->ring, i));
     }

@@ -1,0 +1,404 @@
+# test_cli.py -- the chash command line as a user runs it: sim (the seeds'
+# scenario, reweights, failures, clients), lookup (arguments, stdin,
+# replicas, --config), plot (a valid SVG) and bench --json.
+# SPDX-License-Identifier: BSD-2-Clause
+import json
+import os
+import re
+import subprocess
+import xml.etree.ElementTree as ET
+
+import pytest
+
+BUILD = os.environ.get("CHASH_BUILD", "/work/main/build")
+CHASH = os.path.join(BUILD, "chash")
+SVG = "{http://www.w3.org/2000/svg}"
+ALGOS = ["ring", "maglev", "rendezvous", "jump", "ketama", "nginx"]
+
+
+def chash(*args, stdin=None, check=True, timeout=120):
+    """Run chash; return the CompletedProcess (text mode)."""
+    p = subprocess.run([CHASH, *args], input=stdin, capture_output=True,
+                       text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError("chash %s: exit %d\n%s" % (
+            " ".join(args), p.returncode, p.stderr))
+    return p
+
+
+def sim_json(*args):
+    return json.loads(chash("sim", "--json", *args).stdout)
+
+
+def lookup_map(members, keys, *opts):
+    """key -> owner through `chash lookup`, keys on stdin."""
+    out = chash("lookup", "--members", members, *opts,
+                stdin="".join(k + "\n" for k in keys)).stdout
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert [r[0] for r in rows] == list(keys)
+    return {r[0]: r[1] for r in rows}
+
+
+DATA_KEYS = ["data_key_%d" % i for i in range(10000)]
+
+
+# ---- sim: the seeds' scenario ----------------------------------------
+
+def test_default_sim_moves_a_quarter_and_nothing_between_survivors():
+    text = chash("sim").stdout
+    steps = re.split(r"^== ", text, flags=re.M)[1:]
+    titles = [s.split(":")[0] for s in steps]
+    assert titles == ["init", "+Server-D", "-Server-B", "+Server-E"]
+    moved = {}
+    for s in steps[1:]:
+        m = re.search(r"moved \(key by key\):\s+(\d+) of 10000 keys", s)
+        assert m, s
+        moved[s.split(":")[0]] = int(m.group(1))
+        m = re.search(r"moved between members other than \S+: (\d+) keys", s)
+        assert m and int(m.group(1)) == 0, s
+    # adding a fourth member to three moves about a quarter of the keys
+    assert 0.18 <= moved["+Server-D"] / 10000 <= 0.32
+
+    doc = sim_json()
+    assert [st["op"] for st in doc["steps"]] == titles
+    for st in doc["steps"]:
+        assert sum(m["keys"] for m in st["members"]) == 10000
+        assert abs(sum(m["share"] for m in st["members"]) - 1) < 1e-6
+        assert st["moved_between_survivors"] == 0
+        assert st["moved_fraction"] == pytest.approx(st["moved_keys"] / 1e4)
+        assert st["peak_to_mean"] >= 1
+    for st in doc["steps"][1:]:
+        # text and JSON tell the same story
+        assert st["moved_keys"] == moved[st["op"]]
+        # the ring moves exactly the optimum; keys follow within noise
+        assert st["exact_moved"] == pytest.approx(st["optimal"], abs=1e-9)
+        assert abs(st["moved_fraction"] - st["exact_moved"]) < 0.03
+    add = doc["steps"][1]
+    share_d = [m for m in add["members"] if m["name"] == "Server-D"][0]
+    assert add["optimal"] == pytest.approx(share_d["share"])
+    assert add["optimal_by_weight"] == pytest.approx(0.25)
+
+
+def test_sim_agrees_with_lookup_key_by_key():
+    doc = sim_json()
+    before = lookup_map("Server-A,Server-B,Server-C", DATA_KEYS,
+                        "--points", "100")
+    after = lookup_map("Server-A,Server-B,Server-C,Server-D", DATA_KEYS,
+                       "--points", "100")
+    for st, owners in ((doc["steps"][0], before), (doc["steps"][1], after)):
+        for m in st["members"]:
+            assert m["keys"] == sum(1 for v in owners.values()
+                                    if v == m["name"])
+    changed = [k for k in DATA_KEYS if before[k] != after[k]]
+    assert len(changed) == doc["steps"][1]["moved_keys"]
+    assert all(after[k] == "Server-D" for k in changed)
+
+
+def test_sim_reweight_moves_only_to_that_member():
+    doc = sim_json("--ops", "+Server-D=2,Server-A=3,-Server-C")
+    ops = [st["op"] for st in doc["steps"]]
+    assert ops == ["init", "+Server-D=2", "Server-A=3", "-Server-C"]
+    prev = doc["steps"][1]
+    rew = doc["steps"][2]
+    a_before = [m for m in prev["members"] if m["name"] == "Server-A"][0]
+    a_after = [m for m in rew["members"] if m["name"] == "Server-A"][0]
+    assert a_after["weight"] == 3
+    # every moved key went to Server-A, and no key moved between others
+    assert rew["moved_between_survivors"] == 0
+    assert a_after["keys"] - a_before["keys"] == rew["moved_keys"] > 0
+    assert rew["optimal"] == pytest.approx(
+        a_after["share"] - a_before["share"])
+    assert rew["exact_moved"] == pytest.approx(rew["optimal"], abs=1e-9)
+    d = [m for m in prev["members"] if m["name"] == "Server-D"][0]
+    assert d["weight"] == 2 and d["share"] > 0.3
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_sim_every_algorithm(algo):
+    doc = sim_json("--algo", algo)
+    assert doc["algo"] == algo
+    for st in doc["steps"]:
+        assert sum(m["keys"] for m in st["members"]) == 10000
+    for st in doc["steps"][1:]:
+        if algo == "maglev":
+            # maglev states its extra movement instead of promising none
+            assert st["moved_fraction"] < 3 * st["optimal"]
+        elif algo == "jump" and st["op"].startswith("-"):
+            # jump renumbers the members after a removed one
+            assert st["moved_keys"] > 0
+        else:
+            assert st["moved_between_survivors"] == 0, st["op"]
+
+
+def test_sim_seed_picks_other_keys_reproducibly():
+    a = sim_json("--seed", "7", "--keys", "2000")
+    b = sim_json("--seed", "7", "--keys", "2000")
+    c = sim_json("--seed", "8", "--keys", "2000")
+    assert a == b
+    assert a["steps"][0]["members"] != c["steps"][0]["members"]
+
+
+# ---- sim --fail: the avalanche view ----------------------------------
+
+@pytest.mark.parametrize("factor", ["1.1", "1.25", "2"])
+def test_sim_fail_bounded_never_above_cap(factor):
+    doc = sim_json("--members", "a,b,c,d,e,f,g,h", "--points", "2",
+                   "--fail", "c", "--factor", factor)
+    fail = doc["fail"]
+    assert fail["member"] == "c" and fail["factor"] == float(factor)
+    surv = fail["survivors"]
+    assert [s["name"] for s in surv] == list("abdefgh")
+    assert sum(s["plain"] for s in surv) == 10000
+    assert sum(s["bounded"] for s in surv) == 10000
+    for s in surv:
+        assert s["bounded"] <= s["cap"], s
+        assert s["plain"] >= s["before"]
+        assert s["bounded"] >= s["bounded_before"]
+    init = {m["name"]: m["keys"] for m in doc["steps"][0]["members"]}
+    assert fail["keys"] == init["c"]
+    assert all(s["before"] == init[s["name"]] for s in surv)
+    assert fail["peak_to_mean_bounded"] <= float(factor) + 0.01
+
+
+def test_sim_fail_text_and_errors():
+    out = chash("sim", "--fail", "Server-B").stdout
+    assert "== fail Server-B" in out and "never above 1" in out
+    p = chash("sim", "--fail", "Server-Z", check=False)
+    assert p.returncode == 2 and "Server-Z" in p.stderr
+    p = chash("sim", "--fail", "Server-A", "--factor", "0.5", check=False)
+    assert p.returncode == 2 and "--factor" in p.stderr
+
+
+# ---- sim --clients: the Java seed's scenario -------------------------
+
+def test_sim_clients_changes_and_final_mapping():
+    doc = sim_json("--clients", "60")
+    steps = doc["steps"]
+    for st in steps[1:]:
+        assert len(st["changes"]) == st["moved_keys"]
+        for ch in st["changes"]:
+            assert re.fullmatch(r"10\.0\.\d+\.\d+", ch["client"])
+            assert ch["from"] != ch["to"]
+    final = {f["client"]: f["member"] for f in doc["final"]}
+    assert len(final) == 60
+    want = lookup_map("Server-A,Server-C,Server-D,Server-E", list(final),
+                      "--points", "100")
+    assert final == want
+    text = chash("sim", "--clients", "60").stdout
+    lines = re.findall(r"^  client (\S+)\s+(\S+) -> (\S+)$", text, re.M)
+    assert len(lines) == sum(st["moved_keys"] for st in steps[1:])
+    assert "== final mapping" in text
+
+
+# ---- sim: bad arguments ----------------------------------------------
+
+@pytest.mark.parametrize("args,word", [
+    (["--ops", "+Server-A"], "already a member"),
+    (["--ops", "-Server-Q"], "not a member"),
+    (["--ops", "Server-A"], "NAME=W"),
+    (["--ops", "Server-A=x"], "whole number"),
+    (["--keys", "-5"], "--keys"),
+    (["--points", "0"], "--points"),
+    (["--members", "A,,B"], "empty member name"),
+    (["--members", "A,A"], "listed twice"),
+    (["--frob"], "--frob"),
+    (["--points"], "needs a value"),
+    (["extra"], "unexpected argument"),
+])
+def test_sim_bad_arguments(args, word):
+    p = chash("sim", *args, check=False)
+    assert p.returncode == 2
+    assert word in p.stderr and "usage: chash sim" in p.stderr
+    assert p.stdout == ""
+
+
+# ---- lookup ----------------------------------------------------------
+
+def test_lookup_args_stdin_and_weights():
+    members = "127.0.0.1:6381=2,127.0.0.1:6382,cache-c=1"
+    keys = ["user:%d" % i for i in range(300)]
+    by_args = chash("lookup", "--members", members, *keys).stdout
+    by_stdin = chash("lookup", "--members", members,
+                     stdin="\r\n".join(keys) + "\r\n").stdout
+    assert by_args == by_stdin
+    owners = [line.split("\t")[1] for line in by_args.splitlines()]
+    assert set(owners) == {"127.0.0.1:6381", "127.0.0.1:6382", "cache-c"}
+    # the weight-2 member gets the most keys
+    counts = {o: owners.count(o) for o in set(owners)}
+    assert max(counts, key=counts.get) == "127.0.0.1:6381"
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_lookup_replicas_distinct(algo):
+    out = chash("lookup", "--algo", algo, "--members", "a,b,c,d,e",
+                "--replicas", "3", *["k%d" % i for i in range(200)]).stdout
+    first = lookup_map("a,b,c,d,e", ["k%d" % i for i in range(200)],
+                       "--algo", algo)
+    for line in out.splitlines():
+        row = line.split("\t")
+        assert len(row) == 4 and len(set(row[1:])) == 3
+        assert row[1] == first[row[0]]
+    # more replicas than members: all members, each once
+    out = chash("lookup", "--algo", algo, "--members", "a,b,c",
+                "--replicas", "5", "k").stdout
+    assert sorted(out.split()[1:]) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("args,word", [
+    (["--algo", "consistent", "--members", "a"],
+     "valid names are: ring, maglev, rendezvous, jump, ketama, nginx"),
+    (["--hash", "sha1", "--members", "a"], "valid names are: xxh3"),
+    (["--members", "a=heavy"], "whole number"),
+    (["--members", "=3"], "empty member name"),
+    (["k1"], "--members is required"),
+    (["--replicas", "0", "--members", "a"], "--replicas"),
+    (["--config", "/nonexistent.yml"], "--pool"),
+])
+def test_lookup_bad_arguments(args, word):
+    p = chash("lookup", *args, check=False)
+    assert p.returncode == 2, p.stderr
+    assert word in p.stderr
+
+
+def test_top_level_usage_and_version():
+    p = chash("frobnicate", check=False)
+    assert p.returncode == 2 and "unknown command 'frobnicate'" in p.stderr
+    assert "usage: chash" in p.stderr
+    p = chash(check=False)
+    assert p.returncode == 2
+    assert re.fullmatch(r"chash \d+\.\d+\.\d+\n", chash("--version").stdout)
+    out = chash("--help").stdout
+    for cmd in ("sim", "lookup", "bench", "plot", "serve"):
+        assert cmd in out
+
+
+def test_lookup_config_matches_members(tmp_path):
+    conf = tmp_path / "chashd.yml"
+    conf.write_text(
+        "global:\n  admin: 127.0.0.1:8404\n"
+        "web:\n  listen: 127.0.0.1:18080\n  mode: tcp\n"
+        "  distribution: ring\n  hash: murmur3\n  points_per_weight: 40\n"
+        "  servers:\n"
+        "    - 127.0.0.1:9001:1 web-1\n"
+        "    - 127.0.0.1:9002:3 web-2\n"
+        "    - { address: 127.0.0.1:9003, weight: 2, name: web-3 }\n")
+    ips = ["127.0.%d.%d" % (i // 200, i % 200 + 1) for i in range(400)]
+    got = chash("lookup", "--config", str(conf), "--pool", "web",
+                stdin="\n".join(ips) + "\n").stdout
+    want = chash("lookup", "--members", "web-1,web-2=3,web-3=2",
+                 "--hash", "murmur3", "--points", "40",
+                 stdin="\n".join(ips) + "\n").stdout
+    assert got == want
+    p = chash("lookup", "--config", str(conf), "--pool", "api", "x",
+              check=False)
+    assert p.returncode == 2 and "its pools are: web" in p.stderr
+    p = chash("lookup", "--config", str(conf), "--pool", "web",
+              "--members", "a", "x", check=False)
+    assert p.returncode == 2
+
+
+def test_lookup_config_hash_tag_and_bad_file(tmp_path):
+    conf = tmp_path / "nutcracker.yml"
+    conf.write_text(
+        "beta:\n  listen: 127.0.0.1:22122\n  hash: md5\n"
+        "  hash_tag: \"{}\"\n  distribution: ketama\n  redis: true\n"
+        "  servers:\n"
+        "   - 127.0.0.1:6380:1 server1\n   - 127.0.0.1:6381:1 server2\n"
+        "   - 127.0.0.1:6382:1 server3\n   - 127.0.0.1:6383:1 server4\n")
+    keys = ["{user%d}.profile" % i for i in range(50)]
+    tagged = chash("lookup", "--config", str(conf), "--pool", "beta",
+                   *keys).stdout.splitlines()
+    bare = chash("lookup", "--config", str(conf), "--pool", "beta",
+                 *["user%d" % i for i in range(50)]).stdout.splitlines()
+    # a tagged key goes where its tag content goes
+    assert [t.split("\t")[1] for t in tagged] == \
+        [b.split("\t")[1] for b in bare]
+    assert len({b.split("\t")[1] for b in bare}) > 1
+    bad = tmp_path / "bad.yml"
+    bad.write_text("web:\n  listen: 127.0.0.1:1\n  distribution: spiral\n"
+                   "  servers:\n    - 127.0.0.1:9001:1\n")
+    p = chash("lookup", "--config", str(bad), "--pool", "web", "x",
+              check=False)
+    assert p.returncode == 1
+    assert re.search(r"bad\.yml:\d+:", p.stderr), p.stderr
+
+
+# ---- plot ------------------------------------------------------------
+
+def parse_svg(text):
+    root = ET.fromstring(text)
+    assert root.tag == SVG + "svg"
+    return root
+
+
+def test_plot_svg_arcs_legend_and_loads(tmp_path):
+    out = tmp_path / "ring.svg"
+    members = "Server-A,Server-B=2,10.0.0.9:80,a&b<c>"
+    chash("plot", "--members", members, "--points", "20", "--loads",
+          "--keys", "5000", "--out", str(out))
+    root = parse_svg(out.read_text())
+    names = ["Server-A", "Server-B", "10.0.0.9:80", "a&b<c>"]
+    colours = {}
+    for path in root.iter(SVG + "path"):
+        if path.get("class") != "arc":
+            continue
+        colours.setdefault(path.get("data-member"), set()).add(
+            path.get("fill"))
+    assert set(colours) == set(names)
+    assert all(len(c) == 1 for c in colours.values())
+    assert len({c.pop() for c in colours.values()}) == len(names)
+    legend = [g for g in root.iter(SVG + "g")
+              if g.get("class") == "legend-item"]
+    assert [g.get("data-member") for g in legend] == names
+    assert sum(float(g.get("data-share")) for g in legend) == \
+        pytest.approx(1, abs=1e-6)
+    assert [g.get("data-weight") for g in legend] == ["1", "2", "1", "1"]
+    bars = [r for r in root.iter(SVG + "rect") if r.get("class") == "bar"]
+    assert sum(int(b.get("data-keys")) for b in bars) == 5000
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_plot_stdout_every_algorithm(algo):
+    text = chash("plot", "--algo", algo, "--members", "a,b,c").stdout
+    root = parse_svg(text)
+    members = {p.get("data-member") for p in root.iter(SVG + "path")
+               if p.get("class") == "arc"}
+    assert members == {"a", "b", "c"}
+
+
+def test_plot_bad_arguments():
+    p = chash("plot", check=False)
+    assert p.returncode == 2 and "--members is required" in p.stderr
+    p = chash("plot", "--members", "a", "--keys", "5", check=False)
+    assert p.returncode == 2 and "--loads" in p.stderr
+    p = chash("plot", "--members", "a", "--out", "/nonexistent/x.svg",
+              check=False)
+    assert p.returncode == 1 and "/nonexistent/x.svg" in p.stderr
+
+
+# ---- bench -----------------------------------------------------------
+
+def test_bench_json_structure():
+    doc = json.loads(chash("bench", "--json", "--members", "10", "--keys",
+                           "10000", "--rounds", "1").stdout)
+    res = doc["results"]
+    assert [r["algo"] for r in res] == ALGOS
+    for r in res:
+        assert r["members"] == 10 and r["keys"] == 10000
+        for f in ("ns_per_lookup", "lookups_per_s", "build_ms",
+                  "memory_bytes", "points", "bytes_per_point",
+                  "peak_to_mean", "cv"):
+            assert r[f] > 0, (r["algo"], f)
+        for change in ("add", "remove"):
+            mv = r[change]
+            assert 0 < mv["optimal"] < 1
+            assert 0 <= mv["moved_fraction"] <= 1
+    ring = res[0]
+    assert ring["add"]["exact_ratio"] == pytest.approx(1)
+    assert ring["remove"]["exact_ratio"] == pytest.approx(1)
+    assert ring["points"] == 1600
+    text = chash("bench", "--algo", "ring", "--members", "10", "--keys",
+                 "10000", "--rounds", "1").stdout
+    assert re.search(r"^ring\s+10000\s+[\d.]+", text, re.M)
+    p = chash("bench", "--algo", "spiral", check=False)
+    assert p.returncode == 2 and "valid names are" in p.stderr
