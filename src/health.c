@@ -1,0 +1,264 @@
+/* health.c -- health of members, on the control thread. Active checks
+ * are non-blocking TCP connects watched by the control loop (no thread per
+ * check): `rise` successes bring a member up, `fall` failures take it
+ * down. Passive: workers count consecutive connect failures; at
+ * server_failure_limit the member is ejected for server_retry_timeout and
+ * re-admitted only when a probe then succeeds (twemproxy re-admits
+ * blindly; we probe first).
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "health.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "control.h"
+#include "log.h"
+#include "pool.h"
+#include "state.h"
+
+struct health_probe {
+    struct control_watch watch;
+    struct server *s;            /* borrowed: cancelled before s leaves */
+    uint64_t deadline_ms;
+};
+
+static struct control_watch passive = {.fd = -1};
+
+static void probe_done(struct server *s, bool ok, const char *why);
+
+void
+health_passive_failure(struct pool *p, uint32_t fails)
+{
+    struct pool_snapshot *snap;
+    uint64_t one = 1;
+
+    /* <p> is kept alive by the caller's connection; its snapshot is valid
+     * inside the worker's epoch section. */
+    if (passive.fd < 0)
+        return;
+    snap = pool_snapshot(p);
+    if (!snap->set.auto_eject || snap->set.failure_limit == 0 ||
+        fails < snap->set.failure_limit)
+        return;
+    if (write(passive.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        log_error("health: eventfd: %s", strerror(errno));
+}
+
+/* Workers reported members at their failure limit: eject them. */
+static void
+passive_cb(struct control_watch *w, uint32_t events)
+{
+    uint64_t v, now = clock_ms();
+
+    (void)events;
+    if (read(w->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        return;
+    for (size_t i = 0; i < pool_count(); i++) {
+        struct pool *p = pool_at(i);
+        uint32_t limit = p->cfg.server_failure_limit;
+        if (!p->cfg.auto_eject_hosts || limit == 0)
+            continue;
+        for (size_t j = 0; j < p->nservers; j++) {
+            struct server *s = p->servers[j];
+            uint32_t fails = atomic_load(&s->fails);
+            char why[96];
+            if (fails < limit || s->health == HEALTH_EJECTED)
+                continue;
+            atomic_store(&s->fails, 0);
+            health_cancel(s);
+            s->eject_until_ms = now + p->cfg.server_retry_timeout_ms;
+            s->check_ok = s->check_fail = 0;
+            snprintf(why, sizeof(why),
+                     "%u connect failures in a row; probe again in %ums",
+                     fails, p->cfg.server_retry_timeout_ms);
+            server_set_health(s, HEALTH_EJECTED, why);
+        }
+    }
+}
+
+void
+health_cancel(struct server *s)
+{
+    struct health_probe *pr = s->probe;
+
+    if (pr == NULL)
+        return;
+    control_watch_del(&pr->watch);
+    close(pr->watch.fd);
+    s->probe = NULL;
+    control_defer_free(pr);
+}
+
+static void
+probe_cb(struct control_watch *w, uint32_t events)
+{
+    struct health_probe *pr = (struct health_probe *)w;
+    int err = 0;
+    socklen_t len = sizeof(err);
+
+    if (getsockopt(w->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+        err = errno;
+    if (err == 0 && (events & EPOLLERR))
+        err = ECONNREFUSED;
+    probe_done(pr->s, err == 0, err == 0 ? NULL : strerror(err));
+}
+
+/* Start a TCP connect probe of <s> with <timeout_ms>. */
+static void
+probe_start(struct server *s, uint32_t timeout_ms, uint64_t now)
+{
+    struct health_probe *pr;
+    int fd;
+
+    fd = socket(s->addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        probe_done(s, false, strerror(errno));
+        return;
+    }
+    if (connect(fd, (const struct sockaddr *)&s->addr.sa, s->addr.salen) ==
+        0) {
+        close(fd);
+        probe_done(s, true, NULL);
+        return;
+    }
+    if (errno != EINPROGRESS) {
+        int err = errno;
+        close(fd);
+        probe_done(s, false, strerror(err));
+        return;
+    }
+    pr = calloc(1, sizeof(*pr));
+    if (pr == NULL) {
+        close(fd);
+        return;
+    }
+    pr->watch.fd = fd;
+    pr->watch.cb = probe_cb;
+    pr->s = s;
+    pr->deadline_ms = now + timeout_ms;
+    if (control_watch_add(&pr->watch, EPOLLOUT) < 0) {
+        close(fd);
+        free(pr);
+        return;
+    }
+    s->probe = pr;
+}
+
+/* A probe of <s> finished: <ok>, or failed because <why>. */
+static void
+probe_done(struct server *s, bool ok, const char *why)
+{
+    struct pool *p = s->pool;
+    uint64_t now = clock_ms();
+    char msg[160];
+
+    if (s->probe != NULL) {
+        struct health_probe *pr = s->probe;
+        control_watch_del(&pr->watch);
+        close(pr->watch.fd);
+        s->probe = NULL;
+        control_defer_free(pr);
+    }
+    if (p == NULL)
+        return;
+    if (ok)
+        s->checks_ok++;
+    else
+        s->checks_failed++;
+    if (s->health == HEALTH_EJECTED) {
+        if (ok) {
+            s->check_ok = s->check_fail = 0;
+            atomic_store(&s->fails, 0);
+            s->next_check_ms = now + p->cfg.health.interval_ms;
+            server_set_health(s, HEALTH_UP,
+                              "probe after ejection succeeded");
+        } else {
+            s->eject_until_ms = now + p->cfg.server_retry_timeout_ms;
+            log_debug("pool %s: member %s still failing (%s); next probe in "
+                      "%ums", p->name, s->name, why,
+                      p->cfg.server_retry_timeout_ms);
+        }
+        return;
+    }
+    s->next_check_ms = now + p->cfg.health.interval_ms;
+    if (ok) {
+        s->check_fail = 0;
+        s->check_ok++;
+        if (s->health == HEALTH_DOWN && s->check_ok >= p->cfg.health.rise) {
+            snprintf(msg, sizeof(msg), "%u checks passed", s->check_ok);
+            atomic_store(&s->fails, 0);
+            server_set_health(s, HEALTH_UP, msg);
+        }
+    } else {
+        s->check_ok = 0;
+        s->check_fail++;
+        if (s->health == HEALTH_UP && s->check_fail >= p->cfg.health.fall) {
+            snprintf(msg, sizeof(msg), "%u checks failed (last: %s)",
+                     s->check_fail, why);
+            server_set_health(s, HEALTH_DOWN, msg);
+        }
+    }
+}
+
+static void
+health_tick(uint64_t now, void *arg)
+{
+    (void)arg;
+    for (size_t i = 0; i < pool_count(); i++) {
+        struct pool *p = pool_at(i);
+        const struct conf_health *hc = &p->cfg.health;
+
+        for (size_t j = 0; j < p->nservers; j++) {
+            struct server *s = p->servers[j];
+            if (s->admin == STATE_ADMIN_MAINT)
+                continue;
+            if (s->probe != NULL) {
+                if (now >= s->probe->deadline_ms)
+                    probe_done(s, false, "timed out");
+                continue;
+            }
+            if (s->health == HEALTH_EJECTED) {
+                /* Re-admission probe: the check's timeout when checks
+                 * are configured, else the connect timeout. */
+                if (now >= s->eject_until_ms)
+                    probe_start(s,
+                                hc->enabled ? hc->timeout_ms
+                                            : p->cfg.connect_timeout_ms,
+                                now);
+                continue;
+            }
+            if (hc->enabled && now >= s->next_check_ms)
+                probe_start(s, hc->timeout_ms, now);
+        }
+    }
+}
+
+int
+health_init(void)
+{
+    passive.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    passive.cb = passive_cb;
+    if (passive.fd < 0 || control_watch_add(&passive, EPOLLIN) < 0)
+        return -1;
+    return control_tick_add(health_tick, NULL);
+}
+
+void
+health_deinit(void)
+{
+    if (passive.fd >= 0) {
+        control_watch_del(&passive);
+        close(passive.fd);
+    }
+    passive.fd = -1;
+}

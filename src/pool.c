@@ -1,0 +1,942 @@
+/* pool.c -- pools, members and ring snapshots: the one place that turns a
+ * membership (names, weights, states, ramps) into a published libchash
+ * ring, and frees retired rings once no worker can hold them (QSBR).
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "pool.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "health.h"
+#include "log.h"
+#include "proto/proto.h"
+#include "state.h"
+
+#define EPOCH_QUIESCENT UINT64_MAX
+
+static unsigned nworkers;
+/* Global epoch, bumped at every retirement; each worker's last seen
+ * epoch (or EPOCH_QUIESCENT), one cache line each. */
+static _Atomic uint64_t epoch = 1;
+struct epoch_slot {
+    _Atomic uint64_t seen;
+} __attribute__((aligned(64)));
+static struct epoch_slot *seen;
+static struct pool_snapshot *retired;    /* list, control thread */
+static size_t nretired;
+
+static struct pool **pools;              /* registry, control thread */
+static size_t npools, cappools;
+static uint64_t next_server_id = 1;
+
+static const char *const state_names[SERVER_STATE_COUNT] = {
+    "up", "down", "ejected", "draining", "maint", "removed",
+};
+
+const char *
+server_state_name(int state)
+{
+    if (state < 0 || state >= SERVER_STATE_COUNT)
+        return "unknown";
+    return state_names[state];
+}
+
+static void *
+slots_alloc(size_t size)
+{
+    size_t len = (size * nworkers + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, len);
+
+    if (p != NULL)
+        memset(p, 0, len);
+    return p;
+}
+
+int
+pool_global_init(unsigned workers)
+{
+    nworkers = workers;
+    seen = aligned_alloc(64, sizeof(*seen) * workers);
+    if (seen == NULL)
+        return -1;
+    for (unsigned i = 0; i < workers; i++)
+        atomic_init(&seen[i].seen, EPOCH_QUIESCENT);
+    return 0;
+}
+
+unsigned
+pool_workers(void)
+{
+    return nworkers;
+}
+
+/* ---- epochs ---------------------------------------------------------- */
+
+void
+pool_epoch_enter(unsigned worker)
+{
+    /* seq_cst: the store must be ordered before this worker's later loads
+     * of any pool's snapshot pointer (see pool_reclaim). */
+    atomic_store(&seen[worker].seen, atomic_load(&epoch));
+}
+
+void
+pool_epoch_quiesce(unsigned worker)
+{
+    atomic_store(&seen[worker].seen, EPOCH_QUIESCENT);
+}
+
+static void
+snapshot_free(struct pool_snapshot *snap)
+{
+    if (snap == NULL)
+        return;
+    for (size_t i = 0; i < snap->n; i++)
+        server_unref(snap->servers[i]);
+    chash_ring_destroy(snap->ring);
+    free(snap->servers);
+    free(snap);
+}
+
+/* Retire <old>, just replaced by a newer snapshot: tag it with a new
+ * epoch. A worker that enters that epoch or later read the pointer after
+ * the swap, so it cannot hold <old>. */
+static void
+snapshot_retire(struct pool_snapshot *old)
+{
+    if (old == NULL)
+        return;
+    old->retire_epoch = atomic_fetch_add(&epoch, 1) + 1;
+    old->next_retired = retired;
+    retired = old;
+    nretired++;
+}
+
+void
+pool_reclaim(void)
+{
+    uint64_t min = EPOCH_QUIESCENT;
+    struct pool_snapshot **pp = &retired;
+
+    for (unsigned i = 0; i < nworkers; i++) {
+        uint64_t s = atomic_load(&seen[i].seen);
+        if (s < min)
+            min = s;
+    }
+    while (*pp != NULL) {
+        struct pool_snapshot *snap = *pp;
+        if (snap->retire_epoch <= min) {
+            *pp = snap->next_retired;
+            snapshot_free(snap);
+            nretired--;
+        } else {
+            pp = &snap->next_retired;
+        }
+    }
+}
+
+size_t
+pool_retired_count(void)
+{
+    return nretired;
+}
+
+/* ---- references ------------------------------------------------------ */
+
+void
+server_ref(struct server *s)
+{
+    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+}
+
+void
+server_unref(struct server *s)
+{
+    if (s == NULL ||
+        atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    free(s->name);
+    conf_addr_deinit(&s->addr);
+    free(s->stats);
+    free(s);
+}
+
+void
+pool_ref(struct pool *p)
+{
+    atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+}
+
+void
+pool_unref(struct pool *p)
+{
+    if (p == NULL ||
+        atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    /* Nobody can read p->snap any more: no connection and no registry
+     * entry refers to <p>. */
+    snapshot_free(atomic_load(&p->snap));
+    for (size_t i = 0; i < p->nservers; i++)
+        server_unref(p->servers[i]);
+    free(p->servers);
+    free(p->lfds);
+    free(p->stats);
+    free(p->cfg.name);
+    conf_addr_deinit(&p->cfg.listen);
+    free(p);
+}
+
+/* ---- members --------------------------------------------------------- */
+
+static int
+addr_copy(struct conf_addr *dst, const struct conf_addr *src)
+{
+    *dst = *src;
+    dst->text = strdup(src->text);
+    return dst->text == NULL ? -1 : 0;
+}
+
+static bool
+addr_equal(const struct conf_addr *a, const struct conf_addr *b)
+{
+    return conf_addr_equal(a, b);
+}
+
+/* The effective state from health and the operator's admin state. */
+static int
+server_compute_state(const struct server *s)
+{
+    if (s->pool == NULL)
+        return SERVER_REMOVED;
+    if (s->admin == STATE_ADMIN_MAINT)
+        return SERVER_MAINT;
+    if (s->admin == STATE_ADMIN_DRAIN)
+        return SERVER_DRAINING;
+    if (s->health == HEALTH_DOWN)
+        return SERVER_DOWN;
+    if (s->health == HEALTH_EJECTED)
+        return SERVER_EJECTED;
+    return SERVER_UP;
+}
+
+static void
+server_update_state(struct server *s)
+{
+    int st = server_compute_state(s);
+
+    if (st != atomic_load_explicit(&s->state, memory_order_relaxed)) {
+        atomic_store_explicit(&s->state, st, memory_order_relaxed);
+        s->since_ms = clock_ms();
+    }
+}
+
+/* A new member of <p> from <cs>; ramping from 0 when <ramp> and the pool
+ * has a slow start. The pool's list takes the returned reference. */
+static struct server *
+server_create(struct pool *p, const struct conf_server *cs, bool ramp)
+{
+    struct server *s = calloc(1, sizeof(*s));
+
+    if (s == NULL)
+        return NULL;
+    s->name = strdup(cs->name);
+    s->stats = slots_alloc(sizeof(struct stats_server));
+    if (s->name == NULL || s->stats == NULL ||
+        addr_copy(&s->addr, &cs->addr) < 0) {
+        free(s->name);
+        free(s->stats);
+        free(s);
+        return NULL;
+    }
+    s->id = next_server_id++;
+    s->pool = p;
+    s->weight = cs->weight;
+    s->health = HEALTH_UP;
+    s->admin = STATE_ADMIN_UP;
+    s->ramp = 1.0;
+    s->since_ms = clock_ms();
+    if (ramp && p->cfg.slow_start_ms > 0) {
+        s->ramp = 0.0;
+        s->ramping = true;
+        s->ramp_start_ms = s->since_ms;
+    }
+    atomic_init(&s->refs, 1);
+    atomic_init(&s->state, SERVER_UP);
+    return s;
+}
+
+static int
+pool_list_add(struct pool *p, struct server *s)
+{
+    if (p->nservers == p->capservers) {
+        size_t cap = p->capservers ? p->capservers * 2 : 8;
+        struct server **v = realloc(p->servers, cap * sizeof(*v));
+        if (v == NULL)
+            return -1;
+        p->servers = v;
+        p->capservers = cap;
+    }
+    p->servers[p->nservers++] = s;
+    return 0;
+}
+
+/* Take <s> out of <p>'s membership: REMOVED for the workers, probes
+ * cancelled, the list's reference dropped. */
+static void
+pool_list_remove(struct pool *p, size_t i)
+{
+    struct server *s = p->servers[i];
+
+    health_cancel(s);
+    s->pool = NULL;
+    server_update_state(s);
+    memmove(&p->servers[i], &p->servers[i + 1],
+            (p->nservers - i - 1) * sizeof(*p->servers));
+    p->nservers--;
+    server_unref(s);
+}
+
+struct server *
+pool_server_find(const struct pool *p, const char *name)
+{
+    for (size_t i = 0; i < p->nservers; i++)
+        if (strcmp(p->servers[i]->name, name) == 0)
+            return p->servers[i];
+    return NULL;
+}
+
+static long
+pool_server_index(const struct pool *p, const char *name)
+{
+    for (size_t i = 0; i < p->nservers; i++)
+        if (strcmp(p->servers[i]->name, name) == 0)
+            return (long)i;
+    return -1;
+}
+
+/* ---- snapshots ------------------------------------------------------- */
+
+static void
+settings_from_conf(struct pool_settings *set, const struct conf_pool *cp)
+{
+    memset(set, 0, sizeof(*set));
+    set->mode = cp->mode;
+    set->hash_key = cp->hash_key;
+    set->on_failure = cp->on_failure;
+    /* Spilling to a member that does not own the key is what `error`
+     * exists to prevent: bounded loads are off in that policy. */
+    set->balance_factor =
+        cp->on_failure == CONF_ON_FAILURE_ERROR ? 0 : cp->balance_factor;
+    set->retries = cp->retries;
+    set->connect_timeout_ms = cp->connect_timeout_ms;
+    set->idle_timeout_ms = cp->idle_timeout_ms;
+    set->client_connections = cp->client_connections;
+    set->tcpkeepalive = cp->tcpkeepalive;
+    set->auto_eject = cp->auto_eject_hosts;
+    set->failure_limit = cp->server_failure_limit;
+    set->proto = proto_find(cp->mode);
+}
+
+/* Whether member <s> is placed on the ring of the next snapshot. */
+static bool
+server_in_ring(const struct pool *p, const struct server *s)
+{
+    int st = atomic_load_explicit((_Atomic int *)&s->state,
+                                  memory_order_relaxed);
+
+    if (st == SERVER_MAINT || st == SERVER_REMOVED)
+        return false;
+    /* remap: only usable members own keys; failover and error keep the
+     * ring as configured and skip or refuse at lookup. */
+    if (p->cfg.on_failure == CONF_ON_FAILURE_REMAP)
+        return st == SERVER_UP;
+    return true;
+}
+
+/* Build a snapshot of <p> as the control thread sees it now. NULL with
+ * errno on failure (ENOMEM, or EINVAL when libchash refuses). */
+static struct pool_snapshot *
+snapshot_build(struct pool *p, uint64_t version)
+{
+    struct pool_snapshot *snap = calloc(1, sizeof(*snap));
+    struct chash_member *m = NULL;
+    int rc;
+
+    if (snap == NULL)
+        return NULL;
+    snap->version = version;
+    settings_from_conf(&snap->set, &p->cfg);
+    if (p->nservers > 0) {
+        m = calloc(p->nservers, sizeof(*m));
+        snap->servers = calloc(p->nservers, sizeof(*snap->servers));
+        if (m == NULL || snap->servers == NULL)
+            goto fail;
+    }
+    for (size_t i = 0; i < p->nservers; i++) {
+        struct server *s = p->servers[i];
+        if (!server_in_ring(p, s))
+            continue;
+        m[snap->n].name = s->name;
+        m[snap->n].weight = s->weight;
+        m[snap->n].ramp = s->ramp;
+        snap->servers[snap->n++] = s;
+    }
+    rc = snap->n > 0 ? chash_ring_create(&p->cfg.ring, m, snap->n, &snap->ring)
+                     : -CHASH_EEMPTY;
+    if (rc == -CHASH_EEMPTY) {
+        /* Nobody owns anything (no member, all weights 0, all ramps at
+         * 0): a valid state, new connections are refused. */
+        snap->ring = NULL;
+    } else if (rc < 0) {
+        log_error("pool %s: cannot build the ring: %s", p->name,
+                  chash_strerror(rc));
+        errno = rc == -CHASH_ENOMEM ? ENOMEM : EINVAL;
+        goto fail;
+    }
+    for (size_t i = 0; i < snap->n; i++) {
+        server_ref(snap->servers[i]);
+        if (snap->ring != NULL && server_usable(snap->servers[i]))
+            snap->usable_points +=
+                chash_ring_member_points(snap->ring, i);
+    }
+    free(m);
+    return snap;
+fail:
+    free(m);
+    free(snap->servers);
+    free(snap);
+    return NULL;
+}
+
+static double
+snapshot_share(const struct pool_snapshot *snap, const struct server *s)
+{
+    if (snap == NULL || snap->ring == NULL)
+        return 0;
+    for (size_t i = 0; i < snap->n; i++)
+        if (snap->servers[i] == s)
+            return chash_ring_share(snap->ring, i);
+    return 0;
+}
+
+static double
+snapshot_moved(const struct pool_snapshot *from, const struct pool_snapshot *to)
+{
+    double moved;
+
+    if (from == NULL || to == NULL)
+        return -1;
+    if (from->ring == NULL || to->ring == NULL)
+        return from->ring == to->ring ? 0 : 1;
+    if (chash_ring_diff(from->ring, to->ring, &moved) < 0)
+        return -1; /* algorithm or hash changed by a reload */
+    return moved;
+}
+
+int
+pool_rebuild(struct pool *p, struct server *s, const char *what,
+             struct pool_change *chg)
+{
+    struct pool_snapshot *old = atomic_load(&p->snap);
+    struct pool_snapshot *snap;
+    double moved;
+
+    snap = snapshot_build(p, old != NULL ? old->version + 1 : 1);
+    if (snap == NULL)
+        return -1;
+    atomic_store_explicit(&p->snap, snap, memory_order_release);
+    snapshot_retire(old);
+    moved = snapshot_moved(old, snap);
+    if (chg != NULL) {
+        chg->from = old;
+        chg->to = snap;
+        chg->moved = moved;
+    }
+    if (what == NULL)
+        return 0;
+    if (s != NULL)
+        log_info("pool %s: member %s (%s) %s%s%s; share %.6f -> %.6f; "
+                 "moved %.6f of the keys (v%llu)",
+                 p->name, s->name, s->addr.text, what,
+                 s->reason[0] ? ": " : "", s->reason,
+                 snapshot_share(old, s), snapshot_share(snap, s), moved,
+                 (unsigned long long)snap->version);
+    else
+        log_info("pool %s: %s; moved %.6f of the keys (v%llu)", p->name, what,
+                 moved, (unsigned long long)snap->version);
+    return 0;
+}
+
+/* ---- life cycle -------------------------------------------------------- */
+
+static int
+pool_register(struct pool *p)
+{
+    if (npools == cappools) {
+        size_t cap = cappools ? cappools * 2 : 8;
+        struct pool **v = realloc(pools, cap * sizeof(*v));
+        if (v == NULL)
+            return -1;
+        pools = v;
+        cappools = cap;
+    }
+    pools[npools++] = p;
+    return 0;
+}
+
+static void
+cfg_copy(struct conf_pool *dst, const struct conf_pool *cp, char *name,
+         const struct conf_addr *listen)
+{
+    *dst = *cp;
+    dst->name = name;
+    dst->listen = *listen;
+    dst->servers = NULL;
+    dst->nservers = 0;
+    dst->redis_auth = NULL;
+    dst->commands = NULL;
+    dst->ncommands = 0;
+}
+
+int
+pool_create(const struct conf_pool *cp, bool boot, struct pool **out,
+            char *err, size_t errlen)
+{
+    struct pool *p = calloc(1, sizeof(*p));
+    struct conf_addr listen;
+    char *name;
+
+    if (p == NULL)
+        goto nomem;
+    name = strdup(cp->name);
+    if (name == NULL || addr_copy(&listen, &cp->listen) < 0) {
+        free(name);
+        free(p);
+        goto nomem;
+    }
+    cfg_copy(&p->cfg, cp, name, &listen);
+    p->name = p->cfg.name;
+    atomic_init(&p->refs, 1);
+    p->stats = slots_alloc(sizeof(struct stats_pool));
+    p->lfds = malloc(sizeof(int) * (nworkers ? nworkers : 1));
+    if (p->stats == NULL || p->lfds == NULL)
+        goto fail;
+    for (unsigned i = 0; i < nworkers; i++)
+        p->lfds[i] = -1;
+    for (size_t i = 0; i < cp->nservers; i++) {
+        struct server *s = server_create(p, &cp->servers[i], !boot);
+        if (s == NULL || pool_list_add(p, s) < 0) {
+            server_unref(s);
+            goto fail;
+        }
+    }
+    if (cp->balance_factor > 0 && cp->on_failure == CONF_ON_FAILURE_ERROR)
+        log_warn("pool %s: balance_factor is ignored with on_failure: error "
+                 "(a spilled key would reach a member that does not own it)",
+                 p->name);
+    if (pool_rebuild(p, NULL, NULL, NULL) < 0 || pool_register(p) < 0)
+        goto fail;
+    if (!boot)
+        p->next_ramp_ms = clock_ms();
+    *out = p;
+    return 0;
+fail:
+    pool_unref(p);
+nomem:
+    snprintf(err, errlen, "pool %s: cannot create: %s", cp->name,
+             strerror(errno ? errno : ENOMEM));
+    return -1;
+}
+
+void
+pool_remove(struct pool *p)
+{
+    size_t i;
+
+    for (i = 0; i < npools && pools[i] != p; i++)
+        ;
+    if (i == npools)
+        return;
+    memmove(&pools[i], &pools[i + 1], (npools - i - 1) * sizeof(*pools));
+    npools--;
+    p->removed = true;
+    while (p->nservers > 0)
+        pool_list_remove(p, p->nservers - 1);
+    /* Connections still in their connect phase may look again: give them
+     * an empty ring rather than a dangling one. */
+    pool_rebuild(p, NULL, NULL, NULL);
+    log_info("pool %s: removed", p->name);
+    pool_unref(p);
+}
+
+void
+pool_global_deinit(void)
+{
+    while (npools > 0)
+        pool_remove(pools[npools - 1]);
+    free(pools);
+    pools = NULL;
+    cappools = 0;
+    /* Workers are gone: every worker is quiescent. */
+    pool_reclaim();
+    free(seen);
+    seen = NULL;
+}
+
+struct pool *
+pool_find(const char *name)
+{
+    for (size_t i = 0; i < npools; i++)
+        if (strcmp(pools[i]->name, name) == 0)
+            return pools[i];
+    return NULL;
+}
+
+size_t
+pool_count(void)
+{
+    return npools;
+}
+
+struct pool *
+pool_at(size_t i)
+{
+    return i < npools ? pools[i] : NULL;
+}
+
+int
+pool_reconfigure(struct pool *p, const struct conf_pool *cp, char *err,
+                 size_t errlen)
+{
+    struct conf_addr listen;
+    char *name, what[512];
+    size_t added = 0, removed = 0, reweighted = 0;
+    int n;
+
+    /* Settings first: new members ramp according to the new slow_start. */
+    name = strdup(cp->name);
+    if (name == NULL || addr_copy(&listen, &cp->listen) < 0) {
+        free(name);
+        snprintf(err, errlen, "pool %s: out of memory", cp->name);
+        return -1;
+    }
+    free(p->cfg.name);
+    conf_addr_deinit(&p->cfg.listen);
+    cfg_copy(&p->cfg, cp, name, &listen);
+    p->name = name;
+
+    /* Members gone, or moved to another address (removed, then added). */
+    for (size_t i = p->nservers; i-- > 0;) {
+        struct server *s = p->servers[i];
+        const struct conf_server *cs = NULL;
+        for (size_t j = 0; j < cp->nservers; j++)
+            if (strcmp(cp->servers[j].name, s->name) == 0)
+                cs = &cp->servers[j];
+        if (cs == NULL || !addr_equal(&cs->addr, &s->addr)) {
+            log_info("pool %s: member %s (%s) removed by reload", p->name,
+                     s->name, s->addr.text);
+            pool_list_remove(p, i);
+            removed++;
+        }
+    }
+    for (size_t j = 0; j < cp->nservers; j++) {
+        const struct conf_server *cs = &cp->servers[j];
+        struct server *s = pool_server_find(p, cs->name);
+        if (s != NULL) {
+            if (s->weight != cs->weight) {
+                s->weight = cs->weight;
+                reweighted++;
+            }
+            continue;
+        }
+        s = server_create(p, cs, true);
+        if (s == NULL || pool_list_add(p, s) < 0) {
+            server_unref(s);
+            snprintf(err, errlen, "pool %s: out of memory", p->name);
+            return -1;
+        }
+        log_info("pool %s: member %s (%s) added by reload%s", p->name, s->name,
+                 s->addr.text, s->ramping ? ", ramping" : "");
+        added++;
+    }
+    if (added > 0)
+        p->next_ramp_ms = clock_ms();
+    n = snprintf(what, sizeof(what),
+                 "reloaded: %zu members (+%zu -%zu, %zu reweighted)",
+                 p->nservers, added, removed, reweighted);
+    (void)n;
+    if (pool_rebuild(p, NULL, what, NULL) < 0) {
+        snprintf(err, errlen, "pool %s: cannot rebuild the ring: %s", p->name,
+                 strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- runtime changes --------------------------------------------------- */
+
+int
+pool_member_add(struct pool *p, const struct conf_server *cs,
+                struct pool_change *chg)
+{
+    struct server *s;
+
+    if (cs == NULL || cs->name == NULL || cs->name[0] == '\0') {
+        errno = EINVAL;
+        return -1;
+    }
+    for (size_t i = 0; i < p->nservers; i++)
+        if (strcmp(p->servers[i]->name, cs->name) == 0 ||
+            addr_equal(&p->servers[i]->addr, &cs->addr)) {
+            errno = EEXIST;
+            return -1;
+        }
+    s = server_create(p, cs, true);
+    if (s == NULL || pool_list_add(p, s) < 0) {
+        server_unref(s);
+        errno = ENOMEM;
+        return -1;
+    }
+    p->next_ramp_ms = clock_ms();
+    snprintf(s->reason, sizeof(s->reason), "%s",
+             s->ramping ? "slow start from 0" : "at full weight");
+    if (pool_rebuild(p, s, "added", chg) < 0) {
+        pool_list_remove(p, p->nservers - 1);
+        return -1;
+    }
+    return 0;
+}
+
+int
+pool_member_remove(struct pool *p, const char *name, struct pool_change *chg)
+{
+    long i = pool_server_index(p, name);
+    struct server *s;
+    int rc;
+
+    if (i < 0) {
+        errno = ENOENT;
+        return -1;
+    }
+    s = p->servers[i];
+    server_ref(s); /* for the log line */
+    pool_list_remove(p, (size_t)i);
+    snprintf(s->reason, sizeof(s->reason), "by the operator");
+    rc = pool_rebuild(p, s, "removed", chg);
+    server_unref(s);
+    return rc;
+}
+
+int
+pool_member_set_weight(struct pool *p, const char *name, uint32_t weight,
+                       struct pool_change *chg)
+{
+    struct server *s = pool_server_find(p, name);
+    char what[64];
+
+    if (s == NULL) {
+        errno = ENOENT;
+        return -1;
+    }
+    snprintf(what, sizeof(what), "weight %u -> %u", s->weight, weight);
+    s->weight = weight;
+    s->reason[0] = '\0';
+    return pool_rebuild(p, s, what, chg);
+}
+
+int
+pool_member_set_admin(struct pool *p, const char *name, int admin,
+                      struct pool_change *chg)
+{
+    struct server *s = pool_server_find(p, name);
+    char what[64];
+    int old;
+
+    if (s == NULL) {
+        errno = ENOENT;
+        return -1;
+    }
+    if (admin < STATE_ADMIN_UP || admin > STATE_ADMIN_MAINT) {
+        errno = EINVAL;
+        return -1;
+    }
+    old = atomic_load(&s->state);
+    s->admin = admin;
+    server_update_state(s);
+    if (admin == STATE_ADMIN_UP && old != SERVER_UP &&
+        atomic_load(&s->state) == SERVER_UP && p->cfg.slow_start_ms > 0) {
+        s->ramp = 0;
+        s->ramping = true;
+        s->ramp_start_ms = clock_ms();
+        p->next_ramp_ms = s->ramp_start_ms;
+    }
+    snprintf(what, sizeof(what), "%s -> %s", server_state_name(old),
+             server_state_name(atomic_load(&s->state)));
+    snprintf(s->reason, sizeof(s->reason), "by the operator");
+    if (admin == STATE_ADMIN_MAINT)
+        health_cancel(s);
+    return pool_rebuild(p, s, what, chg);
+}
+
+void
+server_set_health(struct server *s, int health, const char *reason)
+{
+    struct pool *p = s->pool;
+    int old = atomic_load(&s->state), now;
+    char what[96];
+
+    if (p == NULL || s->health == health)
+        return;
+    s->health = health;
+    server_update_state(s);
+    now = atomic_load(&s->state);
+    snprintf(s->reason, sizeof(s->reason), "%s", reason);
+    if (health != HEALTH_UP) {
+        s->ramping = false;
+    } else if (now == SERVER_UP && p->cfg.slow_start_ms > 0) {
+        /* Back up: ramp from 0 so its keys return gradually. */
+        s->ramp = 0;
+        s->ramping = true;
+        s->ramp_start_ms = clock_ms();
+        p->next_ramp_ms = s->ramp_start_ms;
+    } else {
+        s->ramp = 1;
+    }
+    if (now == SERVER_UP && s->ramping)
+        snprintf(what, sizeof(what), "%s -> up, ramping over %ums",
+                 server_state_name(old), p->cfg.slow_start_ms);
+    else
+        snprintf(what, sizeof(what), "%s -> %s", server_state_name(old),
+                 server_state_name(now));
+    pool_rebuild(p, s, what, NULL);
+}
+
+void
+pool_tick(uint64_t now_ms)
+{
+    for (size_t i = 0; i < npools; i++) {
+        struct pool *p = pools[i];
+        uint32_t window = p->cfg.slow_start_ms;
+        bool any = false;
+
+        if (now_ms < p->next_ramp_ms || p->next_ramp_ms == 0)
+            continue;
+        p->next_ramp_ms = 0;
+        for (size_t j = 0; j < p->nservers; j++) {
+            struct server *s = p->servers[j];
+            double r;
+            if (!s->ramping)
+                continue;
+            r = window > 0 ? (double)(now_ms - s->ramp_start_ms) / window : 1;
+            if (r >= 1) {
+                s->ramp = 1;
+                s->ramping = false;
+                snprintf(s->reason, sizeof(s->reason),
+                         "slow start over %ums", window);
+                pool_rebuild(p, s, "ramp done", NULL);
+                continue;
+            }
+            s->ramp = r;
+            any = true;
+        }
+        if (!any)
+            continue;
+        if (log_enabled(LOG_DEBUG)) {
+            for (size_t j = 0; j < p->nservers; j++)
+                if (p->servers[j]->ramping)
+                    log_debug("pool %s: member %s ramp %.3f", p->name,
+                              p->servers[j]->name, p->servers[j]->ramp);
+        }
+        pool_rebuild(p, NULL, NULL, NULL);
+        /* At least 20 rebuilds per window: 25, not faster than 10ms. */
+        p->next_ramp_ms = now_ms + (window / 25 > 10 ? window / 25 : 10);
+    }
+}
+
+/* ---- the data path's choice --------------------------------------------- */
+
+static bool
+tried_has(const uint64_t *tried, size_t ntried, uint64_t id)
+{
+    for (size_t i = 0; i < ntried; i++)
+        if (tried[i] == id)
+            return true;
+    return false;
+}
+
+#define PREF_FAST 16
+
+struct server *
+pool_choose(struct pool *p, const struct pool_snapshot *snap, uint64_t hash,
+            const uint64_t *tried, size_t ntried, int *decision)
+{
+    size_t fast[PREF_FAST], *pref = fast, npref, want;
+    struct server *fallback = NULL, *pick = NULL;
+    double factor = snap->set.balance_factor;
+    bool error = snap->set.on_failure == CONF_ON_FAILURE_ERROR;
+    bool skipped = false, spilled = false;
+    uint64_t total = 0;
+
+    *decision = POOL_NO_MEMBER;
+    if (snap->ring == NULL)
+        return NULL;
+    if (factor > 0 && snap->usable_points > 0)
+        total = atomic_load_explicit(&p->active_backends,
+                                     memory_order_relaxed);
+    want = snap->n < PREF_FAST ? snap->n : PREF_FAST;
+    for (int pass = 0; pass < 2 && pick == NULL; pass++) {
+        size_t start = pass == 0 ? 0 : PREF_FAST;
+        if (pass == 1) {
+            /* Rare: the first 16 preferences were all unusable. */
+            if (snap->n <= PREF_FAST || fallback != NULL)
+                break;
+            pref = malloc(snap->n * sizeof(*pref));
+            if (pref == NULL)
+                break;
+            want = snap->n;
+        }
+        npref = chash_ring_lookup_n(snap->ring, hash, pref, want);
+        for (size_t i = start; i < npref; i++) {
+            struct server *s = snap->servers[pref[i]];
+            if (!server_usable(s) || tried_has(tried, ntried, s->id)) {
+                if (error && i == 0) {
+                    *decision = POOL_REFUSED_ERROR;
+                    goto out;
+                }
+                skipped = true;
+                continue;
+            }
+            if (factor > 0 && snap->usable_points > 0) {
+                uint64_t load = atomic_load_explicit(&s->active,
+                                                     memory_order_relaxed);
+                double cap = ceil(factor * (double)(total + 1) *
+                                  (double)chash_ring_member_points(
+                                      snap->ring, pref[i]) /
+                                  (double)snap->usable_points);
+                if ((double)(load + 1) > cap) {
+                    if (fallback == NULL)
+                        fallback = s;
+                    spilled = true;
+                    continue;
+                }
+            }
+            pick = s;
+            break;
+        }
+    }
+    if (pick == NULL)
+        pick = fallback;
+    if (pick != NULL)
+        *decision = skipped   ? POOL_FAILED_OVER
+                    : spilled ? POOL_SPILLED
+                              : POOL_FIRST_CHOICE;
+out:
+    if (pref != fast)
+        free(pref);
+    return pick;
+}

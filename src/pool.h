@@ -1,0 +1,280 @@
+/* pool.h -- pools and their members (servers): state, slow-start ramps,
+ * the immutable ring snapshot workers read through an atomic pointer, and
+ * the epoch scheme that frees a retired snapshot once no worker holds it.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#ifndef CHASHD_POOL_H
+#define CHASHD_POOL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conf.h"
+#include "stats.h"
+
+struct proto;
+struct health_probe;
+
+/*
+ * Threads. chashd has one control thread (the main thread: config load
+ * and reload, health checks, ejection, ramps, the admin API) and N
+ * workers (the data path).
+ *
+ * - Everything that CHANGES a pool or a member -- every function below
+ *   not marked "any thread" -- is for the control thread only. There is
+ *   no lock: the control thread is the single writer. The admin API
+ *   (issue 5) runs its HTTP server inside the control thread's event loop
+ *   (libmicrohttpd in external-epoll mode: its epoll fd registered with
+ *   control_watch(), MHD_run() called from the callback and from a
+ *   control tick), so it calls these functions directly, without a mutex.
+ * - Workers only: pool_snapshot() (inside an epoch section), pool_choose(),
+ *   the atomic fields marked (atomic) and their stats slot.
+ * - Snapshots are immutable once published. A snapshot returned by
+ *   pool_snapshot() in a worker stays valid until that worker's next
+ *   pool_epoch_quiesce(); in the control thread, a retired snapshot stays
+ *   valid until the control thread next calls pool_reclaim() (it does so
+ *   from its loop, never inside a callback), so a change function can hand
+ *   the old and the new snapshot to its caller for a migration report.
+ */
+
+/* The state workers see. A member is usable for new connections only in
+ * SERVER_UP (ramping members are UP with a ramp below 1). */
+enum server_state {
+    SERVER_UP = 0,
+    SERVER_DOWN,     /* failed `fall` active checks */
+    SERVER_EJECTED,  /* server_failure_limit connect failures in a row */
+    SERVER_DRAINING, /* operator: no new connections, keeps its old ones */
+    SERVER_MAINT,    /* operator: out of the ring, not health-checked */
+    SERVER_REMOVED,  /* no longer a member; lives on while referenced */
+    SERVER_STATE_COUNT
+};
+
+/* Health as observed (the operator's drain/maint is separate: `admin`). */
+enum server_health { HEALTH_UP = 0, HEALTH_DOWN, HEALTH_EJECTED };
+
+/*
+ * A member. Referenced by its pool's membership list, by every snapshot
+ * that maps a ring index to it, and by every connection to it (refs);
+ * freed at the last unref, on whatever thread drops it.
+ */
+struct server {
+    uint64_t id;                 /* unique for the life of the process */
+    char *name;                  /* ring identity */
+    struct conf_addr addr;       /* own copy; numeric */
+    struct pool *pool;           /* borrowed: the pool whose list holds
+                                    the member; NULL once removed */
+    _Atomic int state;           /* (atomic) enum server_state; control writes */
+    _Atomic uint64_t active;     /* (atomic) live backend connections */
+    _Atomic uint32_t fails;      /* (atomic) consecutive connect failures,
+                                    workers bump it, a success resets it */
+    _Atomic int refs;            /* (atomic) */
+    struct stats_server *stats;  /* [workers] slots, stats.h */
+
+    /* Control thread only. */
+    uint32_t weight;
+    int health;                  /* enum server_health */
+    int admin;                   /* enum state_admin (state.h): up/drain/maint */
+    double ramp;                 /* slow-start fraction in the ring, 1 = full */
+    bool ramping;
+    uint64_t ramp_start_ms;
+    uint64_t since_ms;           /* when `state` last changed */
+    uint64_t eject_until_ms;     /* EJECTED: first re-admission probe */
+    uint64_t next_check_ms;      /* next active check */
+    uint32_t check_ok, check_fail;   /* consecutive active-check results */
+    uint64_t checks_ok, checks_failed; /* totals (control) */
+    struct health_probe *probe;  /* health.c's state, NULL when idle */
+    char reason[128];            /* why the last state change happened */
+};
+
+/* What workers need of a pool's settings, copied into every snapshot so
+ * that a reload changes them atomically with the ring. */
+struct pool_settings {
+    int mode;                    /* enum conf_mode */
+    int hash_key;                /* enum conf_hash_key */
+    int on_failure;              /* enum conf_on_failure */
+    double balance_factor;       /* 0 = off (also off with on_failure error) */
+    uint32_t retries;
+    uint32_t connect_timeout_ms;
+    uint32_t idle_timeout_ms;
+    uint32_t client_connections; /* 0 = unlimited */
+    bool tcpkeepalive;
+    bool auto_eject;             /* auto_eject_hosts */
+    uint32_t failure_limit;      /* server_failure_limit */
+    const struct proto *proto;
+};
+
+/*
+ * An immutable view of a pool: the ring, which member each ring index is,
+ * and the settings. Built by the control thread, published with one atomic
+ * store, retired on the next publish and freed once every worker has
+ * passed the epoch in which it was retired.
+ */
+struct pool_snapshot {
+    uint64_t version;            /* per pool, +1 per publish */
+    struct chash_ring *ring;     /* NULL: no member owns anything */
+    size_t n;                    /* members in the ring */
+    struct server **servers;     /* [n] ring index -> member (ref held) */
+    uint64_t usable_points;      /* points of the UP members: W of the
+                                    bounded-load cap */
+    struct pool_settings set;
+    /* retirement */
+    uint64_t retire_epoch;
+    struct pool_snapshot *next_retired;
+};
+
+struct pool {
+    char *name;
+    _Atomic(struct pool_snapshot *) snap; /* (atomic) the current view */
+    _Atomic uint64_t active;          /* (atomic) client connections */
+    _Atomic uint64_t active_backends; /* (atomic) sum of members' `active`:
+                                         the bounded-load total */
+    _Atomic int refs;                 /* (atomic) registry + connections */
+    struct stats_pool *stats;         /* [workers] slots, stats.h */
+
+    /* Control thread only. */
+    struct conf_pool cfg;        /* settings as loaded; pointer fields are
+                                    NULL except cfg.name/listen.text (own) */
+    struct server **servers;     /* membership, config order */
+    size_t nservers, capservers;
+    int *lfds;                   /* [workers] listening sockets, -1 = none */
+    bool removed;                /* dropped by a reload */
+    uint64_t next_ramp_ms;       /* next ramp rebuild while any member ramps */
+};
+
+/* Start-up: <workers> stats slots per counter array and epoch slots. */
+int pool_global_init(unsigned workers);
+void pool_global_deinit(void);
+unsigned pool_workers(void);     /* any thread */
+
+/*
+ * Create pool <cp>: members UP at full weight (no slow start at boot, as
+ * HAProxy), first snapshot built and published, pool registered. <boot>
+ * false means members ramp from 0 (a pool added by reload). 0, or -1 with
+ * a message in <err>.
+ */
+int pool_create(const struct conf_pool *cp, bool boot, struct pool **out,
+                char *err, size_t errlen);
+
+/*
+ * Apply a reloaded config <cp> to <p> (same name): settings replaced,
+ * members diffed by name -- kept (weight updated in place, state and
+ * counters kept), added (ramping when slow_start is set), removed (out of
+ * the ring; established connections stay) -- and one new snapshot
+ * published. A member whose address changed is removed and added again.
+ * The listen address is the caller's business. 0 or -1 (<err>).
+ */
+int pool_reconfigure(struct pool *p, const struct conf_pool *cp, char *err,
+                     size_t errlen);
+
+/* Unregister <p> (reload dropped it): retires its snapshot, marks its
+ * members REMOVED, drops the registry's ref. */
+void pool_remove(struct pool *p);
+
+/* Registry (control thread). */
+struct pool *pool_find(const char *name);
+size_t pool_count(void);
+struct pool *pool_at(size_t i);
+
+/* References (any thread). The last unref frees. */
+void pool_ref(struct pool *p);
+void pool_unref(struct pool *p);
+void server_ref(struct server *s);
+void server_unref(struct server *s);
+
+/* The member named <name> of <p>, or NULL. */
+struct server *pool_server_find(const struct pool *p, const char *name);
+
+/*
+ * Runtime changes for the admin API. Each applies the change, rebuilds and
+ * publishes the snapshot, logs one line with the exact moved fraction, and
+ * fills <chg> (may be NULL): the old and new snapshots (valid until the
+ * control loop's next pool_reclaim) and chash_ring_diff between them.
+ * 0, or -1 with errno: ENOENT (no such member), EEXIST (name or address
+ * taken), EINVAL (bad argument), ENOMEM.
+ */
+struct pool_change {
+    const struct pool_snapshot *from;
+    const struct pool_snapshot *to;
+    double moved;                /* -1 when the rings cannot be compared */
+};
+int pool_member_add(struct pool *p, const struct conf_server *cs,
+                    struct pool_change *chg);
+int pool_member_remove(struct pool *p, const char *name,
+                       struct pool_change *chg);
+int pool_member_set_weight(struct pool *p, const char *name, uint32_t weight,
+                           struct pool_change *chg);
+/* <admin>: enum state_admin (up, drain, maint). */
+int pool_member_set_admin(struct pool *p, const char *name, int admin,
+                          struct pool_change *chg);
+
+/*
+ * Health (health.c calls it): move <s> to <health> for <reason>. Coming
+ * back up starts a slow-start ramp when the pool has one. Publishes a new
+ * snapshot and logs the one state-change line.
+ */
+void server_set_health(struct server *s, int health, const char *reason);
+
+/* Rebuild and publish <p>'s snapshot; log "<what>" with the moved
+ * fraction when <what> is not NULL. 0 or -1. */
+int pool_rebuild(struct pool *p, struct server *s, const char *what,
+                 struct pool_change *chg);
+
+/* Advance slow-start ramps of all pools at <now_ms> (control tick). */
+void pool_tick(uint64_t now_ms);
+
+/* Usable for a new connection (any thread). */
+static inline bool
+server_usable(const struct server *s)
+{
+    return atomic_load_explicit((_Atomic int *)&s->state,
+                                memory_order_relaxed) == SERVER_UP;
+}
+
+const char *server_state_name(int state);
+
+/*
+ * Epochs (QSBR). A worker calls pool_epoch_enter() after each epoll_wait
+ * returns and before it touches any snapshot, and pool_epoch_quiesce()
+ * before it blocks again; it holds no snapshot pointer across. The control
+ * thread frees retired snapshots in pool_reclaim() once every worker is
+ * quiescent or has entered an epoch later than the retirement.
+ */
+void pool_epoch_enter(unsigned worker);
+void pool_epoch_quiesce(unsigned worker);
+void pool_reclaim(void);
+size_t pool_retired_count(void);  /* snapshots waiting to be freed */
+
+/* The current snapshot of <p> (worker, inside an epoch section). */
+static inline struct pool_snapshot *
+pool_snapshot(struct pool *p)
+{
+    return atomic_load_explicit(&p->snap, memory_order_acquire);
+}
+
+/* Routing decisions, counted per pool in stats_pool. */
+enum pool_decision {
+    POOL_FIRST_CHOICE,
+    POOL_SPILLED,
+    POOL_FAILED_OVER,
+    POOL_REFUSED_ERROR,
+    POOL_NO_MEMBER
+};
+
+/*
+ * Pick the member for key hash <hash> in <snap> (worker): preference order
+ * from chash_ring_lookup_n, skipping members not usable and those whose
+ * id is in <tried>[0..<ntried>) (connects that already failed); with a
+ * balance_factor, the first whose active+1 stays within
+ * ceil(factor * (total+1) * points_i / usable_points), total being the
+ * pool's active_backends (the cap formula of chash_ring_lookup_bounded
+ * over usable members); if every usable member is over its cap, the first
+ * usable one. With on_failure error, an unusable or failed owner refuses.
+ * Returns the member (no ref taken) or NULL; *<decision> says why.
+ */
+struct server *pool_choose(struct pool *p, const struct pool_snapshot *snap,
+                           uint64_t hash, const uint64_t *tried,
+                           size_t ntried, int *decision);
+
+#endif /* CHASHD_POOL_H */

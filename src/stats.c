@@ -1,0 +1,40 @@
+/* stats.c -- summing the per-worker counter slots of stats.h.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "stats.h"
+
+#include <string.h>
+
+void
+stats_server_sum(const struct stats_server *slots, size_t nslots,
+                 struct stats_server_sum *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (size_t i = 0; i < nslots; i++) {
+        out->conns_total += stats_get(&slots[i].conns_total);
+        out->connect_failures += stats_get(&slots[i].connect_failures);
+        out->connect_timeouts += stats_get(&slots[i].connect_timeouts);
+        out->bytes_in += stats_get(&slots[i].bytes_in);
+        out->bytes_out += stats_get(&slots[i].bytes_out);
+    }
+}
+
+void
+stats_pool_sum(const struct stats_pool *slots, size_t nslots,
+               struct stats_pool_sum *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (size_t i = 0; i < nslots; i++) {
+        out->accepted += stats_get(&slots[i].accepted);
+        out->first_choice += stats_get(&slots[i].first_choice);
+        out->spilled += stats_get(&slots[i].spilled);
+        out->failed_over += stats_get(&slots[i].failed_over);
+        out->refused_limit += stats_get(&slots[i].refused_limit);
+        out->refused_error += stats_get(&slots[i].refused_error);
+        out->no_member += stats_get(&slots[i].no_member);
+        out->retries += stats_get(&slots[i].retries);
+        out->idle_timeouts += stats_get(&slots[i].idle_timeouts);
+        out->bytes_in += stats_get(&slots[i].bytes_in);
+        out->bytes_out += stats_get(&slots[i].bytes_out);
+    }
+}

@@ -1,0 +1,87 @@
+/* stats.h -- the counters chashd keeps per pool and per member, in one
+ * place, for the log, the admin API and Prometheus metrics.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#ifndef CHASHD_STATS_H
+#define CHASHD_STATS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Two kinds of counters:
+ *
+ * - Gauges that decide routing (active connections per member and per
+ *   pool) are ONE relaxed atomic shared by all workers (fields `active` in
+ *   struct server and struct pool, pool.h). Bounded loads compare them on
+ *   every new connection, and summing per-worker slots there would cost a
+ *   cache miss per worker per candidate; an atomic add happens only at
+ *   connect and close, so sharing is cheap.
+ *
+ * - Monotonic counters (totals, bytes, failures, decisions) are
+ *   PER-WORKER slots, one cache line per worker, written only by their
+ *   worker with a plain relaxed load+store (no locked instruction on the
+ *   data path) and summed by readers (stats_*_sum). Readers may run on
+ *   any thread at any time; a sum is a consistent-enough snapshot (each
+ *   64-bit load is atomic, the set is not).
+ *
+ * Slot index = worker id (0..workers-1). The control thread (health
+ * checks) writes only the fields marked "control" and owns no slot.
+ */
+
+/* Per member, per worker. */
+struct stats_server {
+    _Atomic uint64_t conns_total;      /* backend connections established */
+    _Atomic uint64_t connect_failures; /* refused, reset or timed out connects */
+    _Atomic uint64_t connect_timeouts; /* of which timed out */
+    _Atomic uint64_t bytes_in;         /* bytes read from the member */
+    _Atomic uint64_t bytes_out;        /* bytes written to the member */
+} __attribute__((aligned(64)));
+
+/* Per pool, per worker: every routing decision is counted once. */
+struct stats_pool {
+    _Atomic uint64_t accepted;      /* client connections accepted */
+    _Atomic uint64_t first_choice;  /* went to the key's owner */
+    _Atomic uint64_t spilled;       /* owner over the bounded-load cap */
+    _Atomic uint64_t failed_over;   /* owner unusable or its connect failed */
+    _Atomic uint64_t refused_limit; /* client_connections reached */
+    _Atomic uint64_t refused_error; /* on_failure: error, owner unusable */
+    _Atomic uint64_t no_member;     /* no usable member left (or retries spent) */
+    _Atomic uint64_t retries;       /* backend connects after the first */
+    _Atomic uint64_t idle_timeouts; /* connections closed by idle_timeout */
+    _Atomic uint64_t bytes_in;      /* bytes read from clients */
+    _Atomic uint64_t bytes_out;     /* bytes written to clients */
+} __attribute__((aligned(64)));
+
+/* Sums over all workers' slots (any thread). */
+struct stats_server_sum {
+    uint64_t conns_total, connect_failures, connect_timeouts;
+    uint64_t bytes_in, bytes_out;
+};
+struct stats_pool_sum {
+    uint64_t accepted, first_choice, spilled, failed_over;
+    uint64_t refused_limit, refused_error, no_member, retries, idle_timeouts;
+    uint64_t bytes_in, bytes_out;
+};
+
+/* Add <n> to a counter only the calling worker writes. */
+static inline void
+stats_add(_Atomic uint64_t *c, uint64_t n)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+static inline uint64_t
+stats_get(const _Atomic uint64_t *c)
+{
+    return atomic_load_explicit((_Atomic uint64_t *)c, memory_order_relaxed);
+}
+
+void stats_server_sum(const struct stats_server *slots, size_t nslots,
+                      struct stats_server_sum *out);
+void stats_pool_sum(const struct stats_pool *slots, size_t nslots,
+                    struct stats_pool_sum *out);
+
+#endif /* CHASHD_STATS_H */

@@ -1,0 +1,384 @@
+/* worker.c -- the data-path threads: one epoll loop per worker, each with
+ * its own SO_REUSEPORT listening socket per pool, a timer wheel, and a
+ * command queue the control thread fills (listeners in and out, exit).
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "worker.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "conf.h"
+#include "log.h"
+#include "pool.h"
+#include "proxy.h"
+
+enum cmd_type { CMD_ADD_LISTENER, CMD_DEL_LISTENER, CMD_STOP_ACCEPTING,
+                CMD_EXIT };
+
+struct worker_cmd {
+    int type;
+    struct pool *pool;           /* ADD: (ref held) */
+    int fd;
+    struct worker_cmd *next;
+};
+
+static struct worker *workers;
+static unsigned nworkers;
+
+unsigned
+worker_count(void)
+{
+    return nworkers;
+}
+
+uint64_t
+worker_connections(void)
+{
+    uint64_t n = 0;
+
+    for (unsigned i = 0; i < nworkers; i++)
+        n += atomic_load_explicit(&workers[i].nconns, memory_order_relaxed);
+    return n;
+}
+
+/* ---- timer wheel --------------------------------------------------------
+ * Slots of WHEEL_MS; an entry whose deadline is more than one revolution
+ * away is simply put back when its slot comes round. Idle timeouts are
+ * checked lazily: activity does not move an entry, the expiry handler
+ * re-arms it from the last activity. */
+
+void
+worker_timer_del(struct worker *w, struct timer *t)
+{
+    if (t->next == NULL)
+        return;
+    t->prev->next = t->next;
+    t->next->prev = t->prev;
+    t->prev = t->next = NULL;
+    w->ntimers--;
+}
+
+void
+worker_timer_set(struct worker *w, struct timer *t, uint64_t deadline_ms)
+{
+    uint64_t tick = deadline_ms / WHEEL_MS;
+    struct timer *head;
+
+    worker_timer_del(w, t);
+    if (tick <= w->wheel_pos)
+        tick = w->wheel_pos + 1;
+    head = &w->wheel[tick & (WHEEL_SLOTS - 1)];
+    t->deadline_ms = deadline_ms;
+    t->next = head->next;
+    t->prev = head;
+    head->next->prev = t;
+    head->next = t;
+    w->ntimers++;
+}
+
+static void
+wheel_advance(struct worker *w)
+{
+    uint64_t target = w->now_ms / WHEEL_MS;
+
+    if (w->ntimers == 0) {
+        w->wheel_pos = target;
+        return;
+    }
+    while (w->wheel_pos < target && w->ntimers > 0) {
+        struct timer *head = &w->wheel[++w->wheel_pos & (WHEEL_SLOTS - 1)];
+        struct timer due = {&due, &due, 0};
+
+        if (head->next == head)
+            continue;
+        /* Move the slot to a local list: handlers may re-arm into the
+         * same slot (next revolution) or cancel other entries. */
+        due.next = head->next;
+        due.prev = head->prev;
+        due.next->prev = &due;
+        due.prev->next = &due;
+        head->next = head->prev = head;
+        while (due.next != &due) {
+            struct timer *t = due.next;
+            t->prev->next = t->next;
+            t->next->prev = t->prev;
+            t->prev = t->next = NULL;
+            w->ntimers--;
+            if (t->deadline_ms > w->now_ms) {
+                worker_timer_set(w, t, t->deadline_ms);
+                continue;
+            }
+            proxy_timeout(w, (struct conn *)((char *)t -
+                                             offsetof(struct conn, timer)));
+        }
+    }
+    if (w->ntimers == 0)
+        w->wheel_pos = target;
+}
+
+/* ---- listeners ------------------------------------------------------------ */
+
+int
+listener_open(const struct conf_addr *addr, uint32_t backlog, int *fds,
+              unsigned n, char *err, size_t errlen)
+{
+    unsigned i;
+    int one = 1;
+
+    for (i = 0; i < n; i++) {
+        int fd = socket(addr->family, SOCK_STREAM | SOCK_NONBLOCK |
+                                          SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            goto fail;
+        fds[i] = fd;
+        if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+            setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
+            bind(fd, (const struct sockaddr *)&addr->sa, addr->salen) < 0 ||
+            listen(fd, backlog > 0 ? (int)backlog : 512) < 0) {
+            i++;
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    snprintf(err, errlen, "cannot listen on %s: %s", addr->text,
+             strerror(errno));
+    while (i-- > 0)
+        close(fds[i]);
+    return -1;
+}
+
+static void
+listener_close(struct worker *w, struct listener *l)
+{
+    epoll_ctl(w->ep, EPOLL_CTL_DEL, l->fd, NULL);
+    close(l->fd);
+    pool_unref(l->pool);
+    free(l);
+}
+
+static int
+worker_push(struct worker *w, int type, struct pool *p, int fd)
+{
+    struct worker_cmd *cmd = calloc(1, sizeof(*cmd)), **pp;
+    uint64_t one = 1;
+
+    if (cmd == NULL)
+        return -1;
+    cmd->type = type;
+    cmd->pool = p;
+    cmd->fd = fd;
+    if (p != NULL)
+        pool_ref(p);
+    /* FIFO: a DEL after an ADD of the same fd must run in that order. */
+    pthread_mutex_lock(&w->lock);
+    for (pp = &w->cmds; *pp != NULL; pp = &(*pp)->next)
+        ;
+    *pp = cmd;
+    pthread_mutex_unlock(&w->lock);
+    if (write(w->cmdfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        return -1;
+    return 0;
+}
+
+int
+worker_add_listener(unsigned w, struct pool *p, int fd)
+{
+    return worker_push(&workers[w], CMD_ADD_LISTENER, p, fd);
+}
+
+int
+worker_del_listener(unsigned w, int fd)
+{
+    return worker_push(&workers[w], CMD_DEL_LISTENER, NULL, fd);
+}
+
+void
+worker_stop_accepting(void)
+{
+    for (unsigned i = 0; i < nworkers; i++)
+        worker_push(&workers[i], CMD_STOP_ACCEPTING, NULL, -1);
+}
+
+static void
+worker_commands(struct worker *w)
+{
+    struct worker_cmd *cmd, *next;
+    uint64_t v;
+
+    if (read(w->cmdfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        log_error("worker %u: command eventfd: %s", w->id, strerror(errno));
+    pthread_mutex_lock(&w->lock);
+    cmd = w->cmds;
+    w->cmds = NULL;
+    pthread_mutex_unlock(&w->lock);
+    for (; cmd != NULL; cmd = next) {
+        next = cmd->next;
+        switch (cmd->type) {
+        case CMD_ADD_LISTENER: {
+            struct listener *l = calloc(1, sizeof(*l));
+            struct epoll_event e = {.events = EPOLLIN};
+            if (l == NULL) {
+                close(cmd->fd);
+                break;
+            }
+            l->ev.kind = EV_LISTENER;
+            l->fd = cmd->fd;
+            l->pool = cmd->pool;
+            cmd->pool = NULL; /* the listener keeps the reference */
+            e.data.ptr = l;
+            if (epoll_ctl(w->ep, EPOLL_CTL_ADD, l->fd, &e) < 0) {
+                log_error("worker %u: epoll_ctl: %s", w->id, strerror(errno));
+                listener_close(w, l);
+                break;
+            }
+            l->next = w->listeners;
+            w->listeners = l;
+            break;
+        }
+        case CMD_DEL_LISTENER:
+            for (struct listener **pp = &w->listeners; *pp != NULL;
+                 pp = &(*pp)->next) {
+                if ((*pp)->fd == cmd->fd) {
+                    struct listener *l = *pp;
+                    *pp = l->next;
+                    listener_close(w, l);
+                    break;
+                }
+            }
+            break;
+        case CMD_STOP_ACCEPTING:
+            while (w->listeners != NULL) {
+                struct listener *l = w->listeners;
+                w->listeners = l->next;
+                listener_close(w, l);
+            }
+            break;
+        case CMD_EXIT:
+            w->exiting = true;
+            break;
+        }
+        if (cmd->pool != NULL)
+            pool_unref(cmd->pool);
+        free(cmd);
+    }
+}
+
+/* ---- the loop -------------------------------------------------------------- */
+
+static void *
+worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct epoll_event evs[256];
+
+    w->now_ms = clock_coarse_ms();
+    w->wheel_pos = w->now_ms / WHEEL_MS;
+    while (!w->exiting) {
+        int timeout = w->ntimers > 0 ? WHEEL_MS : -1, n;
+
+        /* Hold no snapshot while blocked: the control thread may free
+         * retired ones meanwhile. */
+        pool_epoch_quiesce(w->id);
+        n = epoll_wait(w->ep, evs, 256, timeout);
+        pool_epoch_enter(w->id);
+        w->now_ms = clock_coarse_ms();
+        if (n < 0 && errno != EINTR) {
+            log_error("worker %u: epoll_wait: %s", w->id, strerror(errno));
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            struct ev *ev = evs[i].data.ptr;
+            switch (ev->kind) {
+            case EV_LISTENER:
+                proxy_accept(w, (struct listener *)ev);
+                break;
+            case EV_CLIENT:
+            case EV_BACKEND:
+                proxy_event(w, (struct side *)ev, evs[i].events);
+                break;
+            case EV_COMMAND:
+                worker_commands(w);
+                break;
+            }
+        }
+        wheel_advance(w);
+        proxy_reap(w);
+    }
+    proxy_close_all(w);
+    while (w->listeners != NULL) {
+        struct listener *l = w->listeners;
+        w->listeners = l->next;
+        listener_close(w, l);
+    }
+    pool_epoch_quiesce(w->id);
+    return NULL;
+}
+
+int
+worker_start_all(unsigned n)
+{
+    workers = calloc(n, sizeof(*workers));
+    if (workers == NULL)
+        return -1;
+    for (unsigned i = 0; i < n; i++) {
+        struct worker *w = &workers[i];
+        struct epoll_event e = {.events = EPOLLIN};
+
+        w->id = i;
+        w->ep = epoll_create1(EPOLL_CLOEXEC);
+        w->cmdfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        w->scratch = malloc(PROXY_BUF);
+        w->cmd_ev.kind = EV_COMMAND;
+        pthread_mutex_init(&w->lock, NULL);
+        for (size_t s = 0; s < WHEEL_SLOTS; s++)
+            w->wheel[s].prev = w->wheel[s].next = &w->wheel[s];
+        e.data.ptr = &w->cmd_ev;
+        if (w->ep < 0 || w->cmdfd < 0 || w->scratch == NULL ||
+            epoll_ctl(w->ep, EPOLL_CTL_ADD, w->cmdfd, &e) < 0)
+            return -1;
+        nworkers = i + 1;
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            nworkers = i;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void
+worker_stop_all(void)
+{
+    for (unsigned i = 0; i < nworkers; i++)
+        worker_push(&workers[i], CMD_EXIT, NULL, -1);
+    for (unsigned i = 0; i < nworkers; i++) {
+        struct worker *w = &workers[i];
+        struct worker_cmd *cmd, *next;
+
+        pthread_join(w->thread, NULL);
+        for (cmd = w->cmds; cmd != NULL; cmd = next) {
+            next = cmd->next;
+            if (cmd->type == CMD_ADD_LISTENER)
+                close(cmd->fd);
+            if (cmd->pool != NULL)
+                pool_unref(cmd->pool);
+            free(cmd);
+        }
+        close(w->ep);
+        close(w->cmdfd);
+        free(w->scratch);
+        pthread_mutex_destroy(&w->lock);
+    }
+    free(workers);
+    workers = NULL;
+    nworkers = 0;
+}
