@@ -19,6 +19,7 @@ static const struct {
     {"bench", cmd_bench, "benchmark lookup speed, build time, memory, balance"},
     {"plot", cmd_plot, "draw the ring as SVG (arcs per member, loads)"},
     {"serve", cmd_serve, "run a demo backend that answers with its name"},
+    {"ctl", cmd_ctl, "drive a running chashd: members, reports, lookups"},
 };
 
 static void

@@ -1,0 +1,653 @@
+/* ctl.c -- `chash ctl`: drive a running chashd through its admin API: list
+ * pools, show members, add/remove/reweight/drain members with their
+ * migration report, look keys up. A tiny HTTP/1.1 client over a socket.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "util.h"
+
+#define CMD "ctl"
+#define CTL_MAX_RESPONSE (16 * 1024 * 1024)
+#define CTL_TIMEOUT_S 10
+
+static const char usage_text[] =
+    "usage: chash ctl [--admin HOST:PORT] [--token T] [--json] COMMAND\n"
+    "commands:\n"
+    "  pools                                 list the pools\n"
+    "  show POOL                             a pool's settings and members\n"
+    "  add POOL NAME ADDRESS [--weight W] [--dry-run]\n"
+    "                                        add a member\n"
+    "  remove POOL NAME [--dry-run]          remove a member\n"
+    "  weight POOL NAME W [--dry-run]        change a member's weight\n"
+    "  drain POOL NAME [--dry-run]           no new keys to the member\n"
+    "  up POOL NAME [--dry-run]              back in the ring\n"
+    "  maint POOL NAME [--dry-run]           out of the ring, not checked\n"
+    "  lookup POOL KEY [--replicas N]        the member(s) owning KEY\n"
+    "options:\n"
+    "  --admin HOST:PORT  the admin API (default $CHASH_ADMIN or "
+    "127.0.0.1:8404)\n"
+    "  --token T          bearer token (default $CHASH_TOKEN)\n"
+    "  --json             print the API's JSON instead of tables\n"
+    "Each change prints its migration report. Exit: 0 done, 1 the API or the\n"
+    "connection failed (its error is printed), 2 bad arguments.\n";
+
+struct ctl {
+    const char *admin;
+    const char *token;
+    bool json;
+    bool dry_run;
+    bool have_weight;
+    uint32_t weight;
+    bool have_replicas;
+    uint32_t replicas;
+};
+
+/* ---- HTTP client ------------------------------------------------------- */
+
+struct reply {
+    int status;
+    char *body;   /* NUL-terminated */
+    size_t len;
+};
+
+/* Split "host:port" / "[v6]:port" into <host> and <port>. 0 or -1. */
+static int
+split_hostport(const char *s, char *host, size_t hostlen, char *port,
+               size_t portlen)
+{
+    const char *colon;
+
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+
+        if (close == NULL || close[1] != ':' || close[2] == '\0')
+            return -1;
+        snprintf(host, hostlen, "%.*s", (int)(close - s - 1), s + 1);
+        snprintf(port, portlen, "%s", close + 2);
+        return 0;
+    }
+    colon = strrchr(s, ':');
+    if (colon == NULL || colon == s || colon[1] == '\0')
+        return -1;
+    snprintf(host, hostlen, "%.*s", (int)(colon - s), s);
+    snprintf(port, portlen, "%s", colon + 1);
+    return 0;
+}
+
+static int
+send_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
+
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        buf += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Find header <name> in the header block [<h>, <end>) (case-insensitive);
+ * its value into <out>. */
+static bool
+header_value(const char *h, const char *end, const char *name, char *out,
+             size_t outlen)
+{
+    size_t nl = strlen(name);
+
+    while (h < end) {
+        const char *eol = memchr(h, '\n', (size_t)(end - h));
+
+        if (eol == NULL)
+            eol = end;
+        if ((size_t)(eol - h) > nl && strncasecmp(h, name, nl) == 0 &&
+            h[nl] == ':') {
+            const char *v = h + nl + 1;
+            size_t vl;
+
+            while (v < eol && (*v == ' ' || *v == '\t'))
+                v++;
+            vl = (size_t)(eol - v);
+            while (vl > 0 && (v[vl - 1] == '\r' || v[vl - 1] == ' '))
+                vl--;
+            snprintf(out, outlen, "%.*s", (int)vl, v);
+            return true;
+        }
+        h = eol + 1;
+    }
+    return false;
+}
+
+/*
+ * One request: <method> <path> with an optional JSON <body>, Connection:
+ * close, the answer read to the end. 0 with <r> filled (any status), or -1
+ * after printing what failed (connect, send, a malformed answer).
+ */
+static int
+http_request(const struct ctl *c, const char *method, const char *path,
+             const char *body, struct reply *r)
+{
+    char host[256], port[32], hdr[1024], cl[32];
+    struct addrinfo hints = {0}, *ai = NULL, *a;
+    struct timeval tv = {.tv_sec = CTL_TIMEOUT_S};
+    char *buf = NULL, *hend, *sp;
+    size_t len = 0, cap = 0, blen = body ? strlen(body) : 0;
+    int fd = -1, rc, n;
+
+    memset(r, 0, sizeof(*r));
+    if (split_hostport(c->admin, host, sizeof(host), port, sizeof(port)) != 0) {
+        cli_error(CMD, "bad --admin '%s': expected HOST:PORT", c->admin);
+        return -1;
+    }
+    hints.ai_socktype = SOCK_STREAM;
+    rc = getaddrinfo(host, port, &hints, &ai);
+    if (rc != 0) {
+        cli_error(CMD, "cannot resolve %s: %s", c->admin, gai_strerror(rc));
+        return -1;
+    }
+    for (a = ai; a != NULL; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC,
+                    a->ai_protocol);
+        if (fd < 0)
+            continue;
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+            break;
+        rc = errno;
+        close(fd);
+        fd = -1;
+        errno = rc;
+    }
+    freeaddrinfo(ai);
+    if (fd < 0) {
+        cli_error(CMD, "cannot connect to the admin API at %s: %s", c->admin,
+                  strerror(errno));
+        return -1;
+    }
+    n = snprintf(hdr, sizeof(hdr),
+                 "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n"
+                 "Accept: application/json\r\nUser-Agent: chash-ctl/%s\r\n",
+                 method, path, c->admin, CHASH_VERSION_STRING);
+    if (c->token != NULL)
+        n += snprintf(hdr + n, sizeof(hdr) - (size_t)n,
+                      "Authorization: Bearer %s\r\n", c->token);
+    if (body != NULL)
+        n += snprintf(hdr + n, sizeof(hdr) - (size_t)n,
+                      "Content-Type: application/json\r\n"
+                      "Content-Length: %zu\r\n", blen);
+    n += snprintf(hdr + n, sizeof(hdr) - (size_t)n, "\r\n");
+    if ((size_t)n >= sizeof(hdr)) {
+        cli_error(CMD, "request too long");
+        goto fail;
+    }
+    if (send_all(fd, hdr, (size_t)n) != 0 ||
+        (body != NULL && send_all(fd, body, blen) != 0)) {
+        cli_error(CMD, "sending to %s: %s", c->admin, strerror(errno));
+        goto fail;
+    }
+    for (;;) {
+        ssize_t got;
+
+        if (len + 4096 + 1 > cap) {
+            char *nb;
+
+            cap = cap ? cap * 2 : 16384;
+            if (cap > CTL_MAX_RESPONSE) {
+                cli_error(CMD, "answer from %s is too large", c->admin);
+                goto fail;
+            }
+            nb = realloc(buf, cap);
+            if (nb == NULL) {
+                cli_error(CMD, "out of memory");
+                goto fail;
+            }
+            buf = nb;
+        }
+        got = recv(fd, buf + len, cap - len - 1, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            cli_error(CMD, "reading from %s: %s", c->admin,
+                      errno == EAGAIN ? "timed out" : strerror(errno));
+            goto fail;
+        }
+        if (got == 0)
+            break;
+        len += (size_t)got;
+    }
+    close(fd);
+    fd = -1;
+    if (buf == NULL)
+        goto bad;
+    buf[len] = '\0';
+    hend = strstr(buf, "\r\n\r\n");
+    if (hend == NULL || strncmp(buf, "HTTP/1.", 7) != 0)
+        goto bad;
+    sp = strchr(buf, ' ');
+    if (sp == NULL || sp > hend)
+        goto bad;
+    r->status = atoi(sp + 1);
+    if (r->status < 100 || r->status > 599)
+        goto bad;
+    if (header_value(buf, hend, "Transfer-Encoding", cl, sizeof(cl)) &&
+        strcasecmp(cl, "identity") != 0) {
+        cli_error(CMD, "unsupported Transfer-Encoding '%s' from %s", cl,
+                  c->admin);
+        goto fail;
+    }
+    r->len = len - (size_t)(hend + 4 - buf);
+    if (header_value(buf, hend, "Content-Length", cl, sizeof(cl))) {
+        size_t want = strtoull(cl, NULL, 10);
+
+        if (want > r->len) {
+            cli_error(CMD, "short answer from %s (%zu of %zu bytes)",
+                      c->admin, r->len, want);
+            goto fail;
+        }
+        r->len = want;
+    }
+    r->body = malloc(r->len + 1);
+    if (r->body == NULL) {
+        cli_error(CMD, "out of memory");
+        goto fail;
+    }
+    memcpy(r->body, hend + 4, r->len);
+    r->body[r->len] = '\0';
+    free(buf);
+    return 0;
+bad:
+    cli_error(CMD, "malformed HTTP answer from %s", c->admin);
+fail:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    return -1;
+}
+
+/* Percent-encode <s> for a path segment or a query value. */
+static void
+url_escape(const char *s, char *out, size_t outlen)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+
+    for (; *s && o + 4 < outlen; s++) {
+        unsigned char ch = (unsigned char)*s;
+
+        if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+            (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.' ||
+            ch == '~' || ch == ':') {
+            out[o++] = (char)ch;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[ch >> 4];
+            out[o++] = hex[ch & 15];
+        }
+    }
+    out[o] = '\0';
+}
+
+/*
+ * Call the API and parse its JSON. On a non-2xx answer print its "error"
+ * and return NULL with *<exit> = 1; on a transport failure the same.
+ * With --json the body is printed as is (the caller prints nothing more).
+ */
+static json_t *
+call(const struct ctl *c, const char *method, const char *path,
+     json_t *body, int *exit_code)
+{
+    struct reply r;
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_error_t jerr;
+    json_t *j;
+    int rc = http_request(c, method, path, text, &r);
+
+    free(text);
+    *exit_code = CLI_EXIT_FAIL;
+    if (rc != 0)
+        return NULL;
+    j = json_loadb(r.body, r.len, 0, &jerr);
+    if (r.status < 200 || r.status > 299) {
+        const char *msg = j ? json_string_value(json_object_get(j, "error"))
+                            : NULL;
+
+        if (c->json && j != NULL)
+            fputs(r.body, stdout);
+        cli_error(CMD, "%s (HTTP %d)", msg ? msg : "request failed",
+                  r.status);
+        json_decref(j);
+        free(r.body);
+        return NULL;
+    }
+    if (j == NULL) {
+        cli_error(CMD, "the answer is not JSON: %s", jerr.text);
+        free(r.body);
+        return NULL;
+    }
+    if (c->json)
+        fputs(r.body, stdout);
+    free(r.body);
+    *exit_code = CLI_EXIT_OK;
+    return j;
+}
+
+/* ---- printing ----------------------------------------------------------- */
+
+static const char *
+str(json_t *j, const char *key)
+{
+    const char *s = json_string_value(json_object_get(j, key));
+
+    return s ? s : "-";
+}
+
+static long long
+num(json_t *j, const char *key)
+{
+    json_t *v = json_object_get(j, key);
+
+    return json_is_integer(v) ? (long long)json_integer_value(v)
+                              : (long long)json_number_value(v);
+}
+
+static double
+real(json_t *j, const char *key)
+{
+    return json_number_value(json_object_get(j, key));
+}
+
+static void
+print_pools(json_t *j)
+{
+    json_t *pools = json_object_get(j, "pools"), *p;
+    size_t i;
+
+    printf("%-16s %-6s %-22s %-10s %-10s %7s %7s  %s\n", "POOL", "MODE",
+           "LISTEN", "ALGORITHM", "HASH", "MEMBERS", "ACTIVE", "CHECKSUM");
+    json_array_foreach(pools, i, p) {
+        printf("%-16s %-6s %-22s %-10s %-10s %7zu %7lld  %s\n", str(p, "name"),
+               str(p, "mode"), str(p, "listen"), str(p, "algorithm"),
+               str(p, "hash"), json_array_size(json_object_get(p, "members")),
+               num(p, "active"), str(p, "checksum"));
+    }
+}
+
+static void
+print_members(json_t *members)
+{
+    json_t *m;
+    size_t i;
+
+    printf("%-20s %-22s %-9s %6s %6s %7s %9s %6s %8s\n", "MEMBER", "ADDRESS",
+           "STATE", "WEIGHT", "RAMP", "ACTIVE", "TOTAL", "FAILS", "SHARE");
+    json_array_foreach(members, i, m) {
+        printf("%-20s %-22s %-9s %6lld %5.0f%% %7lld %9lld %6lld %7.3f%%\n",
+               str(m, "name"), str(m, "address"), str(m, "state"),
+               num(m, "weight"), 100 * real(m, "ramp"), num(m, "active"),
+               num(m, "connections_total"), num(m, "connect_failures"),
+               100 * real(m, "share"));
+    }
+}
+
+static void
+print_pool(json_t *p)
+{
+    json_t *s = json_object_get(p, "settings"), *st = json_object_get(p,
+                                                                     "stats");
+
+    printf("pool %s: %s on %s, %s/%s, hash_key %s\n", str(p, "name"),
+           str(p, "mode"), str(p, "listen"), str(p, "algorithm"),
+           str(p, "hash"), str(s, "hash_key"));
+    printf("  balance_factor %g, slow_start %lld ms, on_failure %s, "
+           "snapshot v%lld, checksum %s\n",
+           real(s, "balance_factor"), num(s, "slow_start_ms"),
+           str(s, "on_failure"), num(p, "snapshot"), str(p, "checksum"));
+    printf("  active %lld, accepted %lld, first choice %lld, spilled %lld, "
+           "failed over %lld\n\n",
+           num(p, "active"), num(st, "accepted"), num(st, "first_choice"),
+           num(st, "spilled"), num(st, "failed_over"));
+    print_members(json_object_get(p, "members"));
+}
+
+static void
+print_report(json_t *r, const char *what)
+{
+    json_t *flows = json_object_get(r, "flows"), *f, *imm;
+    bool dry = json_is_true(json_object_get(r, "dry_run"));
+    size_t i;
+
+    printf("%s%s\n", dry ? "dry run, nothing changed: " : "", what);
+    if (json_is_null(json_object_get(r, "moved"))) {
+        printf("  %s\n", str(r, "note"));
+        return;
+    }
+    printf("  moved %.4f%% of the key space at full ramp (optimal %.4f%%)%s\n",
+           100 * real(r, "moved"), 100 * real(r, "optimal"),
+           json_is_false(json_object_get(r, "exact")) ? ", measured" : "");
+    imm = json_object_get(r, "immediate");
+    if (json_is_number(imm))
+        printf("  moves %.4f%% at once (slow start brings the rest)\n",
+               100 * json_number_value(imm));
+    if (json_array_size(flows) > 0)
+        printf("  %-20s    %-20s %10s\n", "FROM", "TO", "FRACTION");
+    json_array_foreach(flows, i, f) {
+        printf("  %-20s -> %-20s %9.4f%%\n", str(f, "from"), str(f, "to"),
+               100 * real(f, "fraction"));
+    }
+    if (json_object_get(r, "warning") != NULL)
+        printf("  warning: %s\n", str(r, "warning"));
+}
+
+static void
+print_lookup(json_t *j)
+{
+    json_t *members = json_object_get(j, "members"), *m;
+    size_t i;
+
+    printf("%s", str(j, "key"));
+    json_array_foreach(members, i, m) {
+        printf("\t%s (%s, %s)", str(m, "name"), str(m, "address"),
+               str(m, "state"));
+    }
+    printf("\n");
+}
+
+/* ---- commands ------------------------------------------------------------- */
+
+static int
+need(int have, int want, const char *cmd)
+{
+    if (have != want)
+        return cli_usage_error(CMD, usage_text,
+                               "'%s' takes %d argument%s, got %d", cmd, want,
+                               want == 1 ? "" : "s", have);
+    return 0;
+}
+
+/* A change: <method> on <path> with <body>, report printed as <what>. */
+static int
+change(const struct ctl *c, const char *method, const char *path,
+       json_t *body, const char *what)
+{
+    char full[2700];
+    int ex;
+    json_t *r;
+
+    snprintf(full, sizeof(full), "%s%s", path, c->dry_run ? "?dry_run=1" : "");
+    r = call(c, method, full, body, &ex);
+    json_decref(body);
+    if (r == NULL)
+        return ex;
+    if (!c->json)
+        print_report(r, what);
+    json_decref(r);
+    return CLI_EXIT_OK;
+}
+
+int
+cmd_ctl(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"admin", required_argument, NULL, 'a'},
+        {"token", required_argument, NULL, 't'},
+        {"json", no_argument, NULL, 'j'},
+        {"weight", required_argument, NULL, 'w'},
+        {"dry-run", no_argument, NULL, 'n'},
+        {"replicas", required_argument, NULL, 'r'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct ctl c = {0};
+    char pool[800], name[800], path[2600], what[1024], key[800];
+    const char *verb;
+    json_t *j;
+    int opt, nargs, ex, rc;
+    char **args;
+
+    c.admin = getenv("CHASH_ADMIN") ? getenv("CHASH_ADMIN") : "127.0.0.1:8404";
+    c.token = getenv("CHASH_TOKEN");
+    if (c.token != NULL && c.token[0] == '\0')
+        c.token = NULL;
+    opterr = 0;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, ":a:t:jw:nr:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'a': c.admin = optarg; break;
+        case 't': c.token = optarg; break;
+        case 'j': c.json = true; break;
+        case 'n': c.dry_run = true; break;
+        case 'w':
+            if (cli_parse_u32(CMD, "--weight", optarg, 0, 1000000,
+                              &c.weight) != 0)
+                return CLI_EXIT_USAGE;
+            c.have_weight = true;
+            break;
+        case 'r':
+            if (cli_parse_u32(CMD, "--replicas", optarg, 1, 64,
+                              &c.replicas) != 0)
+                return CLI_EXIT_USAGE;
+            c.have_replicas = true;
+            break;
+        case 'h': fputs(usage_text, stdout); return CLI_EXIT_OK;
+        default: return cli_bad_option(CMD, usage_text, argv, opt);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage_error(CMD, usage_text, "a command is needed");
+    verb = argv[optind];
+    args = argv + optind + 1;
+    nargs = argc - optind - 1;
+    if (c.have_weight && strcmp(verb, "add") != 0)
+        return cli_usage_error(CMD, usage_text,
+                               "--weight goes with 'add' (use 'weight POOL "
+                               "NAME W' to change one)");
+    if (c.have_replicas && strcmp(verb, "lookup") != 0)
+        return cli_usage_error(CMD, usage_text,
+                               "--replicas goes with 'lookup'");
+    if (c.dry_run && (strcmp(verb, "pools") == 0 ||
+                      strcmp(verb, "show") == 0 ||
+                      strcmp(verb, "lookup") == 0))
+        return cli_usage_error(CMD, usage_text,
+                               "--dry-run goes with a change");
+    for (int i = 0; i < nargs; i++)
+        if (strlen(args[i]) > 255)
+            return cli_usage_error(CMD, usage_text,
+                                   "argument %d is longer than 255 bytes",
+                                   i + 1);
+    if (nargs >= 1)
+        url_escape(args[0], pool, sizeof(pool));
+    if (nargs >= 2)
+        url_escape(args[1], name, sizeof(name));
+
+    if (strcmp(verb, "pools") == 0) {
+        if ((rc = need(nargs, 0, verb)) != 0)
+            return rc;
+        j = call(&c, "GET", "/api/pools", NULL, &ex);
+        if (j != NULL && !c.json)
+            print_pools(j);
+        json_decref(j);
+        return ex;
+    }
+    if (strcmp(verb, "show") == 0) {
+        if ((rc = need(nargs, 1, verb)) != 0)
+            return rc;
+        snprintf(path, sizeof(path), "/api/pools/%s", pool);
+        j = call(&c, "GET", path, NULL, &ex);
+        if (j != NULL && !c.json)
+            print_pool(j);
+        json_decref(j);
+        return ex;
+    }
+    if (strcmp(verb, "lookup") == 0) {
+        if ((rc = need(nargs, 2, verb)) != 0)
+            return rc;
+        url_escape(args[1], key, sizeof(key));
+        snprintf(path, sizeof(path), "/api/pools/%s/lookup?key=%s&replicas=%u",
+                 pool, key, c.have_replicas ? c.replicas : 1);
+        j = call(&c, "GET", path, NULL, &ex);
+        if (j != NULL && !c.json)
+            print_lookup(j);
+        json_decref(j);
+        return ex;
+    }
+    if (strcmp(verb, "add") == 0) {
+        if ((rc = need(nargs, 3, verb)) != 0)
+            return rc;
+        snprintf(path, sizeof(path), "/api/pools/%s/members", pool);
+        snprintf(what, sizeof(what), "pool %s: add %s (%s, weight %u)",
+                 args[0], args[1], args[2], c.have_weight ? c.weight : 1);
+        j = json_pack("{s:s,s:s,s:i}", "name", args[1], "address", args[2],
+                      "weight", (int)(c.have_weight ? c.weight : 1));
+        return change(&c, "POST", path, j, what);
+    }
+    if (strcmp(verb, "remove") == 0) {
+        if ((rc = need(nargs, 2, verb)) != 0)
+            return rc;
+        snprintf(path, sizeof(path), "/api/pools/%s/members/%s", pool, name);
+        snprintf(what, sizeof(what), "pool %s: remove %s", args[0], args[1]);
+        return change(&c, "DELETE", path, NULL, what);
+    }
+    if (strcmp(verb, "weight") == 0) {
+        uint32_t w;
+
+        if ((rc = need(nargs, 3, verb)) != 0)
+            return rc;
+        if (cli_parse_u32(CMD, "W", args[2], 0, 1000000, &w) != 0)
+            return CLI_EXIT_USAGE;
+        snprintf(path, sizeof(path), "/api/pools/%s/members/%s", pool, name);
+        snprintf(what, sizeof(what), "pool %s: weight of %s -> %u", args[0],
+                 args[1], w);
+        return change(&c, "PATCH", path, json_pack("{s:i}", "weight", (int)w),
+                      what);
+    }
+    if (strcmp(verb, "drain") == 0 || strcmp(verb, "up") == 0 ||
+        strcmp(verb, "maint") == 0) {
+        if ((rc = need(nargs, 2, verb)) != 0)
+            return rc;
+        snprintf(path, sizeof(path), "/api/pools/%s/members/%s", pool, name);
+        snprintf(what, sizeof(what), "pool %s: %s %s", args[0], verb,
+                 args[1]);
+        return change(&c, "PATCH", path, json_pack("{s:s}", "state", verb),
+                      what);
+    }
+    return cli_usage_error(CMD, usage_text, "unknown command '%s'", verb);
+}
