@@ -19,6 +19,7 @@
 #include <xxhash.h>
 
 #include "chash/chash.h"
+#include "internal.h"
 
 #define NKEYS 100000
 #define MAXM 128
@@ -885,6 +886,67 @@ test_ketama_hash_width(void **state)
     chash_ring_destroy(r);
 }
 
+/* Exact ties between 32-bit points: with 1500 servers (240,000 points)
+ * a few are expected. twemproxy keeps the server earlier in its order
+ * (shorter name, then bytewise) first, so the ring is the same in any
+ * array order. nginx keeps the member earlier in the ARRAY. */
+static void
+test_ties(void **state)
+{
+    enum { N = 1500 };
+    static struct chash_member m[N], rev[N];
+    static char names[N][24];
+    (void)state;
+    for (size_t i = 0; i < N; i++) {
+        /* names of two lengths, so both tie rules get exercised */
+        snprintf(names[i], sizeof(names[i]), i % 2 ? "k%zx" : "key-%zx",
+                 (size_t)(rnd() & 0xffffffffu));
+        m[i] = (struct chash_member){names[i], 1, 1.0};
+    }
+    for (size_t i = 0; i < N; i++)
+        rev[i] = m[N - 1 - i];
+    for (int pass = 0; pass < 2; pass++) {
+        struct chash_config cfg = {.algo = pass ? CHASH_ALGO_NGINX
+                                                : CHASH_ALGO_KETAMA,
+                                   .hash = pass ? 0 : CHASH_HASH_MD5};
+        struct chash_ring *r = build(&cfg, m, N), *q = build(&cfg, rev, N);
+        size_t ties = 0;
+        const struct chash__continuum *c = &r->cont;
+        for (size_t i = 1; i < c->npoints; i++) {
+            if (c->pos[i] != c->pos[i - 1])
+                continue;
+            ties++;
+            const char *x = names[c->owner[i - 1]], *y = names[c->owner[i]];
+            assert_true(strlen(x) < strlen(y) ||
+                        (strlen(x) == strlen(y) && strcmp(x, y) <= 0));
+        }
+        if (pass == 0) {
+            print_message("ketama: %zu tied points among %zu\n", ties,
+                          c->npoints);
+            assert_true(ties > 0);
+            assert_int_equal(chash_ring_checksum(r), chash_ring_checksum(q));
+        } else {
+            /* nginx dropped the duplicates: every tie kept the member
+             * earlier in the array, so the two orders may differ. */
+            assert_int_equal(ties, 0);
+            assert_true(c->npoints < (size_t)N * 160);
+            size_t i = 0, dropped = (size_t)N * 160 - c->npoints;
+            print_message("nginx: %zu duplicate points dropped\n", dropped);
+            for (i = 0; i < q->cont.npoints; i++)
+                if (q->cont.pos[i] != c->pos[i])
+                    break;
+            assert_int_equal(i, c->npoints); /* same positions */
+            size_t differ = 0;
+            for (i = 0; i < c->npoints; i++)
+                differ += strcmp(names[c->owner[i]],
+                                 rev[q->cont.owner[i]].name) != 0;
+            assert_int_equal(differ, dropped);
+        }
+        chash_ring_destroy(r);
+        chash_ring_destroy(q);
+    }
+}
+
 /* nginx ties between servers go to the earlier member in the array and the
  * later duplicate is dropped: a member repeated under two names that split
  * to the same host and port ("unix:" is case-insensitive) has the same
@@ -1032,6 +1094,7 @@ main(void)
         cmocka_unit_test(test_rendezvous_golden),
         cmocka_unit_test(test_jump_model),
         cmocka_unit_test(test_ketama_hash_width),
+        cmocka_unit_test(test_ties),
         cmocka_unit_test(test_nginx_ties),
         cmocka_unit_test(test_errors),
     };
