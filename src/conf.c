@@ -32,6 +32,9 @@
  * a cap turns a typo ("30000s") into an error instead of a silent value. */
 #define MAX_DURATION (24u * 3600 * 1000)
 #define MSG_MAX 1024
+/* Maglev table entries: Envoy's upper bound, so a typo cannot ask for a
+ * gigabyte table at load. */
+#define MAX_TABLE_SIZE 5000011
 
 const char conf_default_yaml[] =
     "# The embedded demo config (make run): three local backends behind a\n"
@@ -1175,7 +1178,7 @@ static const struct conf_key pool_keys[] = {
                               POOL(ring.points_per_weight), 1,
                               CHASH_MAX_MEMBER_POINTS, NULL},
     [PK_TABLE_SIZE] = {"table_size", set_u32, POOL(ring.table_size), 1,
-                       1u << 26, NULL},
+                       MAX_TABLE_SIZE, NULL},
     [PK_BALANCE_FACTOR] = {"balance_factor", set_balance_factor,
                            POOL(balance_factor), 0, 0, NULL},
     [PK_SLOW_START] = {"slow_start", set_ms, POOL(slow_start_ms), 0,
