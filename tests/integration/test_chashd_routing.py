@@ -1,0 +1,110 @@
+# test_chashd_routing.py -- chashd in tcp mode routes each client address
+# to the member `chash lookup` names, always the same one, with the
+# distribution the ring promises; the command line behaves.
+# SPDX-License-Identifier: BSD-2-Clause
+import subprocess
+
+from conftest import (CHASHD, GLOBAL, client_ip, fetch, free_port,
+                      lookup_config, pool_yaml)
+
+N_CLIENTS = 200
+
+
+def test_sticky_and_agrees_with_chash_lookup(backends, chashd):
+    bs = backends(3)
+    port = free_port()
+    d = chashd(GLOBAL + pool_yaml("web", port, bs), port)
+    clients = [client_ip(i) for i in range(N_CLIENTS)]
+    first = {c: fetch(port, c) for c in clients}
+    again = {c: fetch(port, c) for c in clients}
+    assert None not in first.values()
+    assert first == again
+    expected = lookup_config(d.conf, "web", clients)
+    assert {c: expected[c][0] for c in clients} == first
+
+
+def test_source_ip_port_key(backends, chashd):
+    # With source_ip_port the key includes the port: connections from one
+    # address spread over the members.
+    bs = backends(3)
+    port = free_port()
+    chashd(GLOBAL + pool_yaml("web", port, bs, hash_key="source_ip_port"),
+           port)
+    seen = {fetch(port, "127.0.0.9") for _ in range(60)}
+    assert None not in seen
+    assert len(seen) >= 2
+
+
+def test_distribution_within_theory(backends, chashd):
+    # Weights 1:1:2 -- the weight-2 member owns about half of the ring;
+    # 400 clients land within a few binomial sigmas of the exact shares
+    # chash lookup implies.
+    bs = backends(3)
+    port = free_port()
+    d = chashd(GLOBAL + pool_yaml("web", port,
+                                  [bs[0], bs[1], (bs[2], 2)]), port)
+    clients = [client_ip(i) for i in range(400)]
+    got = {c: fetch(port, c) for c in clients}
+    counts = {b.name: 0 for b in bs}
+    for m in got.values():
+        counts[m] += 1
+    # exact ring shares from a big sample of the same ring
+    sample = ["10.%d.%d.%d" % (i >> 16, (i >> 8) & 255, i & 255)
+              for i in range(20000)]
+    owners = lookup_config(d.conf, "web", sample)
+    share = {b.name: sum(1 for o in owners.values() if o[0] == b.name)
+             / len(sample) for b in bs}
+    assert share["web-3"] > share["web-1"] and share["web-3"] > share["web-2"]
+    for name, n in counts.items():
+        p = share[name]
+        sigma = (len(clients) * p * (1 - p)) ** 0.5
+        assert abs(n - len(clients) * p) <= 4 * sigma, (name, n, p)
+
+
+def test_check_config_ok_and_errors(tmp_path, backends):
+    bs = backends(1)
+    good = tmp_path / "good.yml"
+    good.write_text(GLOBAL + pool_yaml("web", free_port(), bs))
+    p = subprocess.run([CHASHD, "-t", "-c", str(good)], capture_output=True,
+                       text=True, timeout=10)
+    assert p.returncode == 0
+    assert p.stdout.strip() == "%s: configuration OK" % good
+    bad = tmp_path / "bad.yml"
+    bad.write_text(GLOBAL + "web:\n  listen: 127.0.0.1:1\n  mode: tcp\n"
+                   "  balance_factor: lots\n  servers:\n"
+                   "    - 127.0.0.1:2:1 a\n")
+    p = subprocess.run([CHASHD, "-t", "-c", str(bad)], capture_output=True,
+                       text=True, timeout=10)
+    assert p.returncode == 2
+    # file:line: message, the line of the bad value
+    assert p.stderr.startswith("%s:6: " % bad), p.stderr
+    assert "balance_factor" in p.stderr
+
+
+def test_unsupported_mode_is_refused_at_start(tmp_path):
+    conf = tmp_path / "redis.yml"
+    conf.write_text(GLOBAL + "alpha:\n  listen: 127.0.0.1:%d\n  mode: redis\n"
+                    "  servers:\n    - 127.0.0.1:6379:1 r1\n" % free_port())
+    # -t only loads the file: a redis pool is a valid config.
+    p = subprocess.run([CHASHD, "-t", "-c", str(conf)], capture_output=True,
+                       text=True, timeout=10)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([CHASHD, "-c", str(conf)], capture_output=True,
+                       text=True, timeout=10)
+    assert p.returncode == 2
+    assert "pool 'alpha': mode redis is not supported yet" in p.stderr
+
+
+def test_bad_arguments_print_usage():
+    for args in (["--bogus"], ["-c"], ["--log-level", "loud"], ["extra"]):
+        p = subprocess.run([CHASHD, *args], capture_output=True, text=True,
+                           timeout=10)
+        assert p.returncode == 2, args
+        assert p.stderr.startswith("chashd: "), p.stderr
+        assert "usage: chashd" in p.stderr
+    p = subprocess.run([CHASHD, "--version"], capture_output=True, text=True,
+                       timeout=10)
+    assert p.returncode == 0 and p.stdout.startswith("chashd ")
+    p = subprocess.run([CHASHD, "--help"], capture_output=True, text=True,
+                       timeout=10)
+    assert p.returncode == 0 and "usage: chashd" in p.stdout
