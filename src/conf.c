@@ -1364,8 +1364,8 @@ check_ring(struct load *ld, struct conf_pool *pool, yaml_node_t *name_node,
 {
     struct chash_member *members;
     struct chash_ring *ring = NULL;
-    yaml_node_t *at = name_node;
-    int rc, line = 0;
+    const struct conf_server *heaviest = &pool->servers[0];
+    int rc, line;
 
     members = calloc(pool->nservers, sizeof(*members));
     if (members == NULL)
@@ -1382,36 +1382,37 @@ check_ring(struct load *ld, struct conf_pool *pool, yaml_node_t *name_node,
         chash_ring_destroy(ring);
     }
     free(members);
-    /* An algorithm the library does not implement yet is the library's
-     * gap, not a config error; the daemon reports it when it builds. */
-    if (rc == 0 || rc == -CHASH_ENOTSUP)
+    if (rc == 0)
         return 0;
-    if (lines[PK_SERVERS] != 0)
-        line = lines[PK_SERVERS];
     switch (-rc) {
     case CHASH_EEMPTY:
-        return fail(ld, at, "pool '%s': no server has a weight above 0",
-                    pool->name);
+        return fail(ld, name_node, "pool '%s': no server has a weight above "
+                    "0", pool->name);
     case CHASH_ETABLE:
-        line = lines[PK_TABLE_SIZE] ? lines[PK_TABLE_SIZE] : line;
+        line = lines[PK_TABLE_SIZE] ? lines[PK_TABLE_SIZE] : pool->line;
         snprintf(ld->err, ld->errlen, "%s:%d: pool '%s': table_size %u is "
-                 "not a prime larger than the %zu servers", ld->file,
-                 line ? line : node_line(at), pool->name,
-                 pool->ring.table_size, pool->nservers);
+                 "not a prime larger than the %zu servers", ld->file, line,
+                 pool->name, pool->ring.table_size, pool->nservers);
         return -1;
     case CHASH_EWEIGHT:
-        snprintf(ld->err, ld->errlen, "%s:%d: pool '%s': %s", ld->file,
-                 line ? line : node_line(at), pool->name,
-                 pool->ring.algo == CHASH_ALGO_JUMP
-                     ? "distribution jump takes server weights 0 or 1 only"
-                     : "a server's weight gives more than the maximum "
-                       "points per member (lower points_per_weight or the "
-                       "weight)");
+        /* point at the heaviest server: the one over the limit */
+        for (size_t i = 0; i < pool->nservers; i++)
+            if (pool->servers[i].weight > heaviest->weight)
+                heaviest = &pool->servers[i];
+        if (pool->ring.algo == CHASH_ALGO_JUMP)
+            snprintf(ld->err, ld->errlen, "%s:%d: pool '%s': distribution "
+                     "jump takes server weights 0 or 1 only, not %u",
+                     ld->file, heaviest->line, pool->name, heaviest->weight);
+        else
+            snprintf(ld->err, ld->errlen, "%s:%d: pool '%s': weight %u of "
+                     "server '%s' gives more than %d points (lower "
+                     "points_per_weight or the weights)", ld->file,
+                     heaviest->line, pool->name, heaviest->weight,
+                     heaviest->name, CHASH_MAX_MEMBER_POINTS);
         return -1;
     default:
-        snprintf(ld->err, ld->errlen, "%s:%d: pool '%s': %s", ld->file,
-                 line ? line : node_line(at), pool->name, chash_strerror(rc));
-        return -1;
+        return fail(ld, name_node, "pool '%s': cannot build its ring: %s",
+                    pool->name, chash_strerror(rc));
     }
 }
 

@@ -826,10 +826,6 @@ test_nutcracker_ketama_mapping(void **state)
     p = &c->pools[0];
     conf_pool_members(p, m);
     rc = chash_ring_create(&p->ring, m, p->nservers, &ring);
-    if (rc == -CHASH_ENOTSUP) {
-        conf_destroy(c);
-        skip(); /* ketama not in the library yet */
-    }
     assert_int_equal(rc, 0);
     assert_int_equal(chash_ring_hash(ring, "foo", 3), 4275688823u);
     for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
@@ -1093,11 +1089,6 @@ test_err_hash_key_in_store_mode(void **state)
 static void
 test_err_weights(void **state)
 {
-    struct chash_member one = {"a", 2, 1.0};
-    struct chash_config jump = {CHASH_ALGO_JUMP, 0, 0, 0};
-    struct chash_ring *ring = NULL;
-    int rc;
-
     (void)state;
     expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
                  "    - 127.0.0.1:2:0\n    - 127.0.0.1:3:0\n",
@@ -1105,14 +1096,28 @@ test_err_weights(void **state)
     expect_error("p:\n  listen: 127.0.0.1:1\n  distribution: random\n"
                  "  servers: [127.0.0.1:2:0]\n",
                  1, "no server has a weight above 0");
-    /* the algorithm's own limits come from the library's ring build */
-    rc = chash_ring_create(&jump, &one, 1, &ring);
-    chash_ring_destroy(ring);
-    if (rc == -CHASH_ENOTSUP)
-        skip(); /* jump not in the library yet */
+}
+
+/* The algorithm's own limits come from building the ring at load, with
+ * the line of what is at fault. */
+static void
+test_err_ring_limits(void **state)
+{
+    (void)state;
     expect_error("p:\n  listen: 127.0.0.1:1\n  distribution: jump\n"
                  "  servers:\n    - 127.0.0.1:2:1\n    - 127.0.0.1:3:2\n",
-                 4, "distribution jump takes server weights 0 or 1 only");
+                 6, "distribution jump takes server weights 0 or 1 only, "
+                    "not 2");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  mode: tcp\n  servers:\n"
+                 "    - 127.0.0.1:2:1\n    - 127.0.0.1:3:10000 big\n",
+                 6, "weight 10000 of server 'big' gives more than 1000000 "
+                    "points");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  distribution: maglev\n"
+                 "  table_size: 1000\n  servers: [127.0.0.1:2]\n",
+                 4, "table_size 1000 is not a prime larger than the 1 "
+                    "servers");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  table_size: 5000012\n",
+                 3, "'table_size' is out of range");
 }
 
 static void
@@ -1175,6 +1180,7 @@ main(void)
         cmocka_unit_test(test_err_duplicate_key),
         cmocka_unit_test(test_err_hash_key_in_store_mode),
         cmocka_unit_test(test_err_weights),
+        cmocka_unit_test(test_err_ring_limits),
         cmocka_unit_test(test_err_bad_values),
         cmocka_unit_test(test_err_documents),
     };
