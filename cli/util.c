@@ -277,11 +277,18 @@ cli_ring_create(const char *cmd, const struct chash_config *cfg,
 {
     int rc = chash_ring_create(cfg, ms->m, ms->n, out);
 
-    if (rc != 0)
-        cli_error(cmd, "cannot build the %s ring: %s",
-                  chash_algo_name(cfg->algo) ? chash_algo_name(cfg->algo)
-                                             : "?",
-                  chash_strerror(rc));
+    const char *algo = chash_algo_name(cfg->algo);
+
+    if (rc == 0)
+        return 0;
+    /* The library's sentences are generic; say what it means here. */
+    cli_error(cmd, "cannot build the ring (algorithm %s): %s%s",
+              algo ? algo : "?", chash_strerror(rc),
+              cfg->algo == CHASH_ALGO_JUMP && rc == -CHASH_EWEIGHT
+                  ? " (jump takes weights 0 and 1 only)"
+              : cfg->algo == CHASH_ALGO_MAGLEV && rc == -CHASH_ETABLE
+                  ? " (give --table-size a prime above the member count)"
+                  : "");
     return rc;
 }
 
