@@ -304,7 +304,7 @@ text_table(const struct bench_opts *o, const struct result *r, size_t nr)
                chash_algo_name(r[i].algo), r[i].keys, r[i].ns_lookup,
                1e3 / r[i].ns_lookup, r[i].build_ms, r[i].memory, r[i].points,
                (double)r[i].memory / (double)r[i].points);
-    printf("%-11s %10s %10s %6s | %-31s | %-31s\n", "", "peak/mean",
+    printf("%-11s %10s %10s %6s | %-31s | %s\n", "", "peak/mean",
            "peak/mean", "", "add one member: moved", "remove one: moved");
     printf("%-11s %10s %10s %6s | %9s %9s %5s %5s | %9s %9s %5s %5s\n",
            "algo", "(keys)", "(exact)", "cv", "keys", "exact", "k/opt",
