@@ -396,14 +396,13 @@ text_step(const struct sim *s, const struct step *st, const char *title,
 {
     FILE *f = s->out;
     int w = (int)name_width(st);
-    double peak, cv, total = 0;
+    double peak, cv;
 
     fprintf(f, "== %s: %zu members\n", title, st->ms.n);
     fprintf(f, "  %-*s %6s %10s %8s %8s\n", w, "member", "weight", "keys",
             "keys%", "share");
     for (size_t i = 0; i < st->ms.n; i++) {
         double share = chash_ring_share(st->ring, i);
-        total += share;
         fprintf(f, "  %-*s %6" PRIu32 " %10" PRIu64 " %7.2f%% %7.3f%%\n", w,
                 st->ms.m[i].name, st->ms.m[i].weight, st->count[i],
                 100.0 * (double)st->count[i] / (double)s->nkeys,
