@@ -3,6 +3,7 @@
 # replicas, --config), plot (a valid SVG) and bench --json.
 # SPDX-License-Identifier: BSD-2-Clause
 import json
+import math
 import os
 import re
 import subprocess
@@ -150,8 +151,11 @@ def test_sim_fail_bounded_never_above_cap(factor):
     assert [s["name"] for s in surv] == list("abdefgh")
     assert sum(s["plain"] for s in surv) == 10000
     assert sum(s["bounded"] for s in surv) == 10000
+    # equal weights: every survivor's cap is ceil(factor x keys / 7)
+    cap = math.ceil(float(factor) * 10000 / 7)
     for s in surv:
-        assert s["bounded"] <= s["cap"], s
+        assert s["cap"] == cap
+        assert s["bounded"] <= cap, s
         assert s["plain"] >= s["before"]
         assert s["bounded"] >= s["bounded_before"]
     init = {m["name"]: m["keys"] for m in doc["steps"][0]["members"]}
