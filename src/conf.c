@@ -6,6 +6,7 @@
 #include "conf.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <netdb.h>
@@ -28,6 +29,7 @@
 /* Longest server name: twemproxy hashes "<name>-<i>" into a 273-byte
  * buffer, so longer names would place points differently there. */
 #define MAX_NAME 255
+#define MAX_POOL_NAME 64
 /* One day: no timeout, ramp or interval in a proxy config is longer, and
  * a cap turns a typo ("30000s") into an error instead of a silent value. */
 #define MAX_DURATION (24u * 3600 * 1000)
@@ -688,13 +690,14 @@ out:
 static const char *
 scalar(struct load *ld, const struct conf_key *key, yaml_node_t *node)
 {
-    const char *v = (const char *)node->data.scalar.value;
+    const char *v;
 
     if (node->type != YAML_SCALAR_NODE) {
         fail(ld, node, "'%s' takes a single value, not %s", key->name,
              node_kind(node));
         return NULL;
     }
+    v = (const char *)node->data.scalar.value;
     if (node->data.scalar.length == 0) {
         fail(ld, node, "'%s' has no value", key->name);
         return NULL;
@@ -1240,12 +1243,15 @@ parse_map(struct load *ld, yaml_node_t *node, const struct conf_key *table,
          pair < node->data.mapping.pairs.top; pair++) {
         yaml_node_t *k = yaml_document_get_node(ld->doc, pair->key);
         yaml_node_t *v = yaml_document_get_node(ld->doc, pair->value);
-        const char *name = (const char *)k->data.scalar.value;
+        const char *name;
         size_t i;
 
         if (k->type != YAML_SCALAR_NODE)
             return fail(ld, k, "keys in %s must be names, not %s", what,
                         node_kind(k));
+        name = (const char *)k->data.scalar.value;
+        if (strlen(name) != k->data.scalar.length)
+            return fail(ld, k, "a key in %s contains a NUL byte", what);
         for (i = 0; i < n; i++)
             if (strcmp(name, table[i].name) == 0)
                 break;
@@ -1578,6 +1584,19 @@ yaml_error(struct load *ld, yaml_parser_t *parser, const char *yaml,
     return -1;
 }
 
+static bool
+pool_name_ok(const char *name)
+{
+    size_t len = strlen(name);
+
+    if (len == 0 || len > MAX_POOL_NAME)
+        return false;
+    for (; *name != '\0'; name++)
+        if (!isalnum((unsigned char)*name) && strchr("_-.", *name) == NULL)
+            return false;
+    return true;
+}
+
 static int
 load_document(struct load *ld, struct conf *conf)
 {
@@ -1615,6 +1634,10 @@ load_document(struct load *ld, struct conf *conf)
                 return -1;
             continue;
         }
+        if (!pool_name_ok(name))
+            return fail(ld, k, "bad pool name '%s': use up to %d letters, "
+                        "digits, '_', '-' or '.' (it appears in admin URLs "
+                        "and metric labels)", name, MAX_POOL_NAME);
         for (size_t i = 0; i < conf->npools; i++)
             if (strcmp(conf->pools[i].name, name) == 0)
                 return fail(ld, k, "duplicate pool '%s' (first at line %d)",

@@ -105,7 +105,8 @@ struct conf {
  * "file:line: message" into <err> (of <errlen> bytes). Checks everything
  * that can be checked without binding sockets: keys, types, ranges,
  * addresses, duplicate names/addresses, listen ports used twice,
- * non-loopback admin without admin_token.
+ * non-loopback admin without admin_token. Give <err> 1024 bytes: an
+ * unknown-key message lists the valid keys.
  */
 struct conf *conf_load(const char *path, char *err, size_t errlen);
 

@@ -1077,6 +1077,17 @@ test_err_duplicate_key(void **state)
 }
 
 static void
+test_err_pool_name(void **state)
+{
+    (void)state;
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n"
+                 "my pool:\n  listen: 127.0.0.1:2\n", 4,
+                 "bad pool name 'my pool': use up to 64 letters, digits");
+    expect_error("a/b:\n  listen: 127.0.0.1:2\n", 1, "bad pool name 'a/b'");
+    expect_error("? [a, b]\n: 1\n", 1, "a pool name must be a plain name");
+}
+
+static void
 test_err_hash_key_in_store_mode(void **state)
 {
     (void)state;
@@ -1178,6 +1189,7 @@ main(void)
         cmocka_unit_test(test_err_yaml_syntax),
         cmocka_unit_test(test_err_admin_token),
         cmocka_unit_test(test_err_duplicate_key),
+        cmocka_unit_test(test_err_pool_name),
         cmocka_unit_test(test_err_hash_key_in_store_mode),
         cmocka_unit_test(test_err_weights),
         cmocka_unit_test(test_err_ring_limits),
