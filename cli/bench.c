@@ -21,7 +21,7 @@
 
 static const char usage_text[] =
     "usage: chash bench [--algo A|all] [--members N] [--points P] [--keys K]\n"
-    "                   [--table-size M] [--rounds R] [--json]\n"
+    "                   [--table-size M] [--rounds R] [--latency] [--json]\n"
     "  --algo A|all   one algorithm or all of them (default all)\n"
     "  --members N    members node-0 .. node-N-1 (default: one table each\n"
     "                 for N = 10, 100, 1000, 10000)\n"
@@ -30,7 +30,9 @@ static const char usage_text[] =
     "                 lookups take them as they are, so no key hash is timed\n"
     "  --table-size M maglev table (default: smallest prime >= max(65537,\n"
     "                 100 x N))\n"
-    "  --rounds R     timing rounds; medians are reported (default 5)\n";
+    "  --rounds R     timing rounds; medians are reported (default 5)\n"
+    "  --latency      also time dependent lookups (each hash perturbed by\n"
+    "                 the previous answer, so lookups cannot overlap)\n";
 
 /* O(n)-per-lookup algorithms get at most this many member-lookups per
  * round, so rendezvous at 10000 members takes seconds, not minutes. */
@@ -44,6 +46,7 @@ struct bench_opts {
     uint32_t table_size;
     uint64_t keys;
     uint32_t rounds;
+    bool latency;
     bool json;
 };
 
@@ -62,6 +65,7 @@ struct result {
     uint64_t keys;      /* after any reduction */
     bool reduced;
     double ns_lookup;
+    double ns_dependent; /* --latency: each lookup waits for the last; 0 = not run */
     double build_ms;
     size_t memory;
     size_t points;
@@ -134,6 +138,22 @@ time_lookups(const struct chash_ring *ring, const uint64_t *h, uint64_t n)
         acc += chash_ring_lookup(ring, h[i]);
     double t1 = cli_now();
     bench_sink = acc;
+    return (t1 - t0) * 1e9 / (double)n;
+}
+
+/* The latency view: each hash is perturbed by the previous answer, so a
+ * lookup cannot start before the last one ends and the CPU cannot overlap
+ * their cache misses. */
+static double
+time_dependent(const struct chash_ring *ring, const uint64_t *h, uint64_t n)
+{
+    size_t prev = 0;
+    double t0 = cli_now();
+
+    for (uint64_t i = 0; i < n; i++)
+        prev = chash_ring_lookup(ring, h[i] ^ (prev & 1));
+    double t1 = cli_now();
+    bench_sink = prev;
     return (t1 - t0) * 1e9 / (double)n;
 }
 
@@ -212,6 +232,11 @@ bench_one(const struct bench_opts *o, int algo, size_t n, const uint64_t *h,
     for (uint32_t k = 0; k < o->rounds; k++)
         t[k] = time_lookups(ring, h, r->keys);
     r->ns_lookup = median(t, o->rounds);
+    if (o->latency) {
+        for (uint32_t k = 0; k < o->rounds; k++)
+            t[k] = time_dependent(ring, h, r->keys);
+        r->ns_dependent = median(t, o->rounds);
+    }
 
     /* Balance: keys per member against the mean (equal weights). */
     count = calloc(n, sizeof(*count));
@@ -296,14 +321,18 @@ text_table(const struct bench_opts *o, const struct result *r, size_t nr)
     printf("\n== %zu members, %" PRIu32 " points per weight, "
            "%" PRIu64 " random hashes, median of %" PRIu32 " rounds\n",
            r[0].members, o->points, o->keys, o->rounds);
-    printf("%-11s %9s %9s %11s %9s %12s %10s %8s\n", "algo", "keys",
+    printf("%-11s %9s %9s %11s %9s %12s %10s %8s%s\n", "algo", "keys",
            "ns/lookup", "Mlookups/s", "build ms", "memory B", "points",
-           "B/point");
-    for (size_t i = 0; i < nr; i++)
-        printf("%-11s %9" PRIu64 " %9.1f %11.2f %9.3f %12zu %10zu %8.2f\n",
+           "B/point", o->latency ? "  dependent ns" : "");
+    for (size_t i = 0; i < nr; i++) {
+        printf("%-11s %9" PRIu64 " %9.1f %11.2f %9.3f %12zu %10zu %8.2f",
                chash_algo_name(r[i].algo), r[i].keys, r[i].ns_lookup,
                1e3 / r[i].ns_lookup, r[i].build_ms, r[i].memory, r[i].points,
                (double)r[i].memory / (double)r[i].points);
+        if (o->latency)
+            printf(" %14.1f", r[i].ns_dependent);
+        putchar('\n');
+    }
     printf("%-11s %10s %10s %6s | %-31s | %s\n", "", "peak/mean",
            "peak/mean", "", "add one member: moved", "remove one: moved");
     printf("%-11s %10s %10s %6s | %9s %9s %5s %5s | %9s %9s %5s %5s\n",
@@ -381,6 +410,8 @@ json_result(const struct result *r, bool first)
            r->peak_exact, r->cv);
     if (r->algo == CHASH_ALGO_MAGLEV)
         printf("\"table_size\":%" PRIu32 ",", r->table_size);
+    if (r->ns_dependent > 0)
+        printf("\"ns_per_lookup_dependent\":%.4g,", r->ns_dependent);
     json_movement("add", &r->add);
     putchar(',');
     json_movement("remove", &r->remove);
@@ -459,6 +490,7 @@ cmd_bench(int argc, char **argv)
         {"keys", required_argument, NULL, 'k'},
         {"table-size", required_argument, NULL, 't'},
         {"rounds", required_argument, NULL, 'r'},
+        {"latency", no_argument, NULL, 'L'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -506,6 +538,9 @@ cmd_bench(int argc, char **argv)
             break;
         case 'j':
             o.json = true;
+            break;
+        case 'L':
+            o.latency = true;
             break;
         case 'h':
             fputs(usage_text, stdout);

@@ -404,5 +404,10 @@ def test_bench_json_structure():
     text = chash("bench", "--algo", "ring", "--members", "10", "--keys",
                  "10000", "--rounds", "1").stdout
     assert re.search(r"^ring\s+10000\s+[\d.]+", text, re.M)
+    doc = json.loads(chash("bench", "--json", "--algo", "ring", "--members",
+                           "10", "--keys", "10000", "--rounds", "1",
+                           "--latency").stdout)
+    assert doc["results"][0]["ns_per_lookup_dependent"] > 0
+    assert "ns_per_lookup_dependent" not in res[0]
     p = chash("bench", "--algo", "spiral", check=False)
     assert p.returncode == 2 and "valid names are" in p.stderr
