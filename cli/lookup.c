@@ -131,12 +131,18 @@ lookup_config(const char *path, const char *name, struct lookup *l)
         rc = CLI_EXIT_USAGE;
         goto out;
     }
+    if (pool->distribution == CONF_DIST_RANDOM) {
+        cli_error(CMD, "pool '%s' uses distribution random: a key has no "
+                       "fixed owner to print",
+                  name);
+        goto out;
+    }
     if (pool->distribution >= CHASH_ALGO_COUNT) {
-        cli_error(CMD, "pool '%s' uses distribution %s, which is not "
-                       "consistent hashing: there is no fixed owner to print",
-                  name,
-                  pool->distribution == CONF_DIST_MODULA ? "modula"
-                                                         : "random");
+        cli_error(CMD, "pool '%s' uses distribution modula (hash modulo the "
+                       "servers), which is not consistent hashing; chash "
+                       "lookup prints the placements of libchash's "
+                       "algorithms only",
+                  name);
         goto out;
     }
     if (pool->nservers == 0) {
