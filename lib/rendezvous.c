@@ -20,8 +20,10 @@
  * in 2^50 keys.
  * Members with weight x ramp = 0 own nothing and never score.
  *
- * Cost: a lookup computes one score per member, O(n): about 2 ns a member
- * with equal weights and 10-20 ns with unequal ones (a log each). Use it
+ * Cost: a lookup computes one score per member, O(n): measured about 1.5-2
+ * ns a member with equal weights and 7.5 ns with unequal ones (a log each),
+ * so 150 ns and 750 ns at 100 members against tens of ns for the ring and
+ * 2 ns for maglev. Use it
  * for small pools (tens of members), where its perfect spreading of a
  * failed member's keys and its free replica order are worth it; use the
  * ring or maglev for large ones.
