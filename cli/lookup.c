@@ -24,7 +24,8 @@ static const char usage_text[] =
     "  LIST is name[=weight],... (the weight follows the last '=')\n"
     "  Prints key<TAB>member (with --replicas N: key<TAB>m1<TAB>m2...).\n"
     "  Keys come from the arguments, or one per line from stdin.\n"
-    "  For a tcp pool the key is the client IP address as text.\n";
+    "  For a tcp pool the key is the client address as chashd writes it:\n"
+    "  the IP (hash_key: source_ip), or IP:port / [v6]:port (source_ip_port).\n";
 
 struct lookup {
     struct chash_ring *ring;
