@@ -793,6 +793,8 @@ server_set_health(struct server *s, int health, const char *reason)
     if (p == NULL || s->health == health)
         return;
     s->health = health;
+    if (health == HEALTH_EJECTED)
+        s->ejections++;
     server_update_state(s);
     now = atomic_load(&s->state);
     snprintf(s->reason, sizeof(s->reason), "%s", reason);

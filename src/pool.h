@@ -84,6 +84,7 @@ struct server {
     uint64_t next_check_ms;      /* next active check */
     uint32_t check_ok, check_fail;   /* consecutive active-check results */
     uint64_t checks_ok, checks_failed; /* totals (control) */
+    uint64_t ejections;          /* times moved to HEALTH_EJECTED (metrics) */
     struct health_probe *probe;  /* health.c's state, NULL when idle */
     char reason[128];            /* why the last state change happened */
 };
