@@ -157,13 +157,28 @@ fail:
     return -1;
 }
 
+/* Close <l>; it is freed after this loop iteration, since an event of
+ * the current batch may still point at it. */
 static void
 listener_close(struct worker *w, struct listener *l)
 {
     epoll_ctl(w->ep, EPOLL_CTL_DEL, l->fd, NULL);
     close(l->fd);
+    l->fd = -1;
     pool_unref(l->pool);
-    free(l);
+    l->pool = NULL;
+    l->next = w->dead_listeners;
+    w->dead_listeners = l;
+}
+
+static void
+listener_reap(struct worker *w)
+{
+    while (w->dead_listeners != NULL) {
+        struct listener *l = w->dead_listeners;
+        w->dead_listeners = l->next;
+        free(l);
+    }
 }
 
 static int
@@ -300,7 +315,8 @@ worker_main(void *arg)
             struct ev *ev = evs[i].data.ptr;
             switch (ev->kind) {
             case EV_LISTENER:
-                proxy_accept(w, (struct listener *)ev);
+                if (((struct listener *)ev)->fd >= 0)
+                    proxy_accept(w, (struct listener *)ev);
                 break;
             case EV_CLIENT:
             case EV_BACKEND:
@@ -313,6 +329,7 @@ worker_main(void *arg)
         }
         wheel_advance(w);
         proxy_reap(w);
+        listener_reap(w);
     }
     proxy_close_all(w);
     while (w->listeners != NULL) {
@@ -320,6 +337,7 @@ worker_main(void *arg)
         w->listeners = l->next;
         listener_close(w, l);
     }
+    listener_reap(w);
     pool_epoch_quiesce(w->id);
     return NULL;
 }

@@ -49,6 +49,7 @@ struct worker {
     pthread_mutex_t lock;        /* guards <cmds> only (control path) */
     struct worker_cmd *cmds;
     struct listener *listeners;
+    struct listener *dead_listeners; /* closed this iteration (as dead) */
     struct conn *conns;          /* every live connection (list) */
     struct conn *dead;           /* closed this iteration, freed after it:
                                     later events of the same epoll batch

@@ -77,7 +77,7 @@ def test_check_config_ok_and_errors(tmp_path, backends):
                        text=True, timeout=10)
     assert p.returncode == 2
     # file:line: message, the line of the bad value
-    assert p.stderr.startswith("%s:6: " % bad), p.stderr
+    assert p.stderr.startswith("%s:7: " % bad), p.stderr
     assert "balance_factor" in p.stderr
 
 
