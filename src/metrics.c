@@ -116,6 +116,7 @@ enum member_value {
     MV_SHARE,
     MV_CHECKS_OK,
     MV_CHECKS_FAILED,
+    MV_EJECTIONS,
 };
 
 static const struct {
@@ -153,6 +154,9 @@ static const struct {
     [MV_CHECKS_FAILED] = {"chashd_member_health_checks_failed_total",
                           "counter",
                           "Active health checks the member failed."},
+    [MV_EJECTIONS] = {"chashd_member_ejections_total", "counter",
+                      "Times the member was ejected after "
+                      "server_failure_limit connect failures in a row."},
 };
 
 static void
@@ -188,6 +192,7 @@ member_family(FILE *f, enum member_value v)
             case MV_SHARE: d = share_of(p, s); break;
             case MV_CHECKS_OK: u = s->checks_ok; break;
             case MV_CHECKS_FAILED: u = s->checks_failed; break;
+            case MV_EJECTIONS: u = s->ejections; break;
             }
             fputs(member_families[v].name, f);
             member_labels(f, p, s);
@@ -394,7 +399,7 @@ metrics_render(size_t *len)
     for (int v = PV_ACTIVE; v <= PV_SNAPSHOT; v++)
         pool_family(f, (enum pool_value)v);
     pool_refused_family(f);
-    for (int v = MV_ACTIVE; v <= MV_CHECKS_FAILED; v++)
+    for (int v = MV_ACTIVE; v <= MV_EJECTIONS; v++)
         member_family(f, (enum member_value)v);
     member_state_family(f);
 
