@@ -760,14 +760,35 @@ test_rendezvous_model(void **state)
     struct chash_config cfg = {.algo = CHASH_ALGO_RENDEZVOUS};
     (void)state;
     for (int round = 0; round < 4; round++) {
-        team_make(&t, 2 + rnd() % 30, round % 2 == 1);
+        team_make(&t, round < 2 ? 2 + rnd() % 14 : 17 + rnd() % 30,
+                  round % 2 == 1);
         t.m[0].ramp = 0.5;
-        if (round == 0)
+        if (round % 2 == 0)
             t.m[0].ramp = 1.0; /* all equal: the fast path */
         struct chash_ring *r = build(&cfg, t.m, t.n);
         for (int k = 0; k < 20000; k++) {
             uint64_t h = rnd();
             assert_int_equal(chash_ring_lookup(r, h), rz_model(t.m, t.n, h));
+        }
+        /* The preference order is the score order: remove the winner and
+         * the model's next winner is the next one, for the small (<= 16)
+         * and the sorted (> 16) paths alike. */
+        for (int k = 0; k < 200; k++) {
+            uint64_t h = rnd();
+            struct chash_member left[MAXM];
+            size_t idx[MAXM], out[MAXM], nl = t.n;
+            memcpy(left, t.m, t.n * sizeof(*left));
+            for (size_t i = 0; i < t.n; i++)
+                idx[i] = i;
+            size_t got = chash_ring_lookup_n(r, h, out, t.n);
+            assert_int_equal(got, t.n);
+            for (size_t c = 0; c < got; c++) {
+                size_t w = rz_model(left, nl, h);
+                assert_int_equal(out[c], idx[w]);
+                left[w] = left[nl - 1];
+                idx[w] = idx[nl - 1];
+                nl--;
+            }
         }
         chash_ring_destroy(r);
     }
@@ -835,28 +856,45 @@ test_jump_model(void **state)
     }
     /* Published behaviour of the function: key 0 stays in bucket 0. */
     assert_int_equal(chash_ring_lookup(r, 0), 0);
-    /* The preference order: choice k is jump(fmix64(h + k * phi), n - k)
-     * mapped onto the buckets not chosen yet. */
-    for (int k = 0; k < 200; k++) {
-        uint64_t h = rnd();
-        size_t got = chash_ring_lookup_n(r, h, out, 6);
-        bool taken[MAXM] = {false};
-        assert_int_equal(got, 6);
-        for (size_t c = 0; c < 6; c++) {
-            uint64_t hc = c == 0 ? h : fmix64(h + c * 0x9e3779b97f4a7c15ULL);
-            int32_t j = jump_model(hc, (int32_t)(50 - c));
-            size_t b = 0;
-            for (;; b++) { /* the j-th bucket not taken */
-                if (taken[b])
-                    continue;
-                if (j-- == 0)
-                    break;
-            }
-            assert_int_equal(out[c], b);
-            taken[b] = true;
-        }
-    }
     chash_ring_destroy(r);
+
+    /* The preference order: choice k is jump(fmix64(h + k * phi), n - k)
+     * mapped onto the buckets not chosen yet; drained buckets are skipped.
+     * 50 buckets (the stack path) and 120 with some drained (the heap
+     * path of lib/jump.c). */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t n = pass ? 120 : 50, want = pass ? 30 : 6;
+        team_make(&t, n, false);
+        if (pass)
+            for (size_t i = 0; i < n; i += 7)
+                t.m[i].weight = 0;
+        r = build(&cfg, t.m, n);
+        for (int k = 0; k < 200; k++) {
+            uint64_t h = rnd();
+            size_t got = chash_ring_lookup_n(r, h, out, want), o = 0;
+            bool taken[MAXM] = {false};
+            assert_int_equal(got, want);
+            for (size_t c = 0; o < want; c++) {
+                uint64_t hc =
+                    c == 0 ? h : fmix64(h + c * 0x9e3779b97f4a7c15ULL);
+                int32_t j = jump_model(hc, (int32_t)(n - c));
+                size_t b = 0;
+                for (;; b++) { /* the j-th bucket not taken */
+                    if (taken[b])
+                        continue;
+                    if (j-- == 0)
+                        break;
+                }
+                taken[b] = true;
+                if (t.m[b].weight == 0)
+                    continue;
+                assert_int_equal(out[o], b);
+                o++;
+            }
+            assert_int_equal(chash_ring_lookup(r, h), out[0]);
+        }
+        chash_ring_destroy(r);
+    }
 }
 
 /* ------------------------------------------------------------------ */
