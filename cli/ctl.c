@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <netdb.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -444,9 +445,13 @@ print_report(json_t *r, const char *what)
            100 * real(r, "moved"), 100 * real(r, "optimal"),
            json_is_false(json_object_get(r, "exact")) ? ", measured" : "");
     imm = json_object_get(r, "immediate");
-    if (json_is_number(imm))
-        printf("  moves %.4f%% at once (slow start brings the rest)\n",
-               100 * json_number_value(imm));
+    if (json_is_number(imm) &&
+        fabs(json_number_value(imm) - real(r, "moved")) > 1e-9)
+        printf("  moves %.4f%% at once, with the slow-start ramps as they "
+               "are%s\n", 100 * json_number_value(imm),
+               json_number_value(imm) < real(r, "moved")
+                   ? " (the ramp brings the rest)"
+                   : "");
     if (json_array_size(flows) > 0)
         printf("  %-20s    %-20s %10s\n", "FROM", "TO", "FRACTION");
     json_array_foreach(flows, i, f) {
@@ -503,6 +508,14 @@ change(const struct ctl *c, const char *method, const char *path,
     return CLI_EXIT_OK;
 }
 
+/* After cli_parse_*() printed what is wrong: the usage, exit 2. */
+static int
+usage_after_error(void)
+{
+    fputs(usage_text, stderr);
+    return CLI_EXIT_USAGE;
+}
+
 int
 cmd_ctl(int argc, char **argv)
 {
@@ -538,13 +551,13 @@ cmd_ctl(int argc, char **argv)
         case 'w':
             if (cli_parse_u32(CMD, "--weight", optarg, 0, 1000000,
                               &c.weight) != 0)
-                return CLI_EXIT_USAGE;
+                return usage_after_error();
             c.have_weight = true;
             break;
         case 'r':
             if (cli_parse_u32(CMD, "--replicas", optarg, 1, 64,
                               &c.replicas) != 0)
-                return CLI_EXIT_USAGE;
+                return usage_after_error();
             c.have_replicas = true;
             break;
         case 'h': fputs(usage_text, stdout); return CLI_EXIT_OK;
@@ -632,7 +645,7 @@ cmd_ctl(int argc, char **argv)
         if ((rc = need(nargs, 3, verb)) != 0)
             return rc;
         if (cli_parse_u32(CMD, "W", args[2], 0, 1000000, &w) != 0)
-            return CLI_EXIT_USAGE;
+            return usage_after_error();
         snprintf(path, sizeof(path), "/api/pools/%s/members/%s", pool, name);
         snprintf(what, sizeof(what), "pool %s: weight of %s -> %u", args[0],
                  args[1], w);

@@ -1,0 +1,126 @@
+# test_admin_ctl.py -- `chash ctl` end to end against a running chashd:
+# tables by default, --json for scripts, each change with its migration
+# report, API errors printed with exit 1, bad arguments exit 2 with usage.
+# SPDX-License-Identifier: BSD-2-Clause
+import json
+import re
+import subprocess
+
+import pytest
+
+from admin_util import CHASH, cluster  # noqa: F401 (fixture)
+from conftest import Backend, free_port
+
+
+def ctl(c, *args, token=None, check=None):
+    argv = [CHASH, "ctl", "--admin", "127.0.0.1:%d" % c.admin_port]
+    if token:
+        argv += ["--token", token]
+    p = subprocess.run(argv + list(args), capture_output=True, text=True,
+                       timeout=30)
+    if check is not None:
+        assert p.returncode == check, (args, p.returncode, p.stdout, p.stderr)
+    return p
+
+
+def test_ctl_reads_pools_members_and_lookups(cluster):
+    c = cluster(3)
+    out = ctl(c, "pools", check=0).stdout.splitlines()
+    assert out[0].split()[:3] == ["POOL", "MODE", "LISTEN"]
+    row = out[1].split()
+    assert row[:5] == ["web", "tcp", "127.0.0.1:%d" % c.port, "ring", "xxh3"]
+    assert row[5] == "3" and row[7] == c.api.pool("web")["checksum"]
+
+    out = ctl(c, "show", "web", check=0).stdout
+    assert "pool web: tcp on 127.0.0.1:%d, ring/xxh3" % c.port in out
+    rows = {l.split()[0]: l.split() for l in out.splitlines()
+            if l.startswith("web-")}
+    api = c.api.members("web")
+    assert set(rows) == set(api)
+    for name, r in rows.items():
+        assert r[1] == api[name]["address"] and r[2] == "up"
+        assert float(r[-1].rstrip("%")) == pytest.approx(
+            100 * api[name]["share"], abs=0.001)
+
+    out = ctl(c, "lookup", "web", "127.0.0.9", "--replicas", "2",
+              check=0).stdout
+    want = c.api.lookup("web", "127.0.0.9", replicas=2)
+    assert re.findall(r"\t(\S+) \(", out) == want
+
+    # --json prints the API's own answer
+    j = json.loads(ctl(c, "--json", "show", "web", check=0).stdout)
+    p = c.api.pool("web")
+    assert j["checksum"] == p["checksum"] and j["settings"] == p["settings"]
+    assert [m["name"] for m in j["members"]] == ["web-1", "web-2", "web-3"]
+
+
+def test_ctl_changes_print_their_migration_report(cluster):
+    c = cluster(3)
+    b4 = Backend(c.d.procs, "web-4")
+    before = c.api.pool("web")["checksum"]
+    out = ctl(c, "add", "web", "web-4", b4.addr, "--weight", "2",
+              "--dry-run", check=0).stdout
+    assert out.startswith("dry run, nothing changed: pool web: add web-4")
+    assert c.api.pool("web")["checksum"] == before
+
+    out = ctl(c, "add", "web", "web-4", b4.addr, "--weight", "2",
+              check=0).stdout
+    m = re.search(r"moved ([\d.]+)% of the key space at full ramp "
+                  r"\(optimal ([\d.]+)%\)", out)
+    assert m, out
+    share = c.api.members("web")["web-4"]["share"]
+    assert float(m.group(1)) == pytest.approx(100 * share, abs=1e-3)
+    assert float(m.group(2)) == pytest.approx(100 * share, abs=1e-3)
+    flows = re.findall(r"^  (\S+)\s+-> (\S+)\s+([\d.]+)%$", out, re.M)
+    assert {f[1] for f in flows} == {"web-4"} and len(flows) == 3
+    assert sum(float(f[2]) for f in flows) == \
+        pytest.approx(float(m.group(1)), abs=1e-3)
+    assert c.api.members("web")["web-4"]["weight"] == 2
+
+    j = json.loads(ctl(c, "--json", "weight", "web", "web-1", "3",
+                       check=0).stdout)
+    assert j["applied"] is True and {f["to"] for f in j["flows"]} == \
+        {"web-1"}
+    assert c.api.members("web")["web-1"]["weight"] == 3
+    ctl(c, "drain", "web", "web-2", check=0)
+    assert c.api.members("web")["web-2"]["state"] == "draining"
+    ctl(c, "maint", "web", "web-2", check=0)
+    assert c.api.members("web")["web-2"]["state"] == "maint"
+    ctl(c, "up", "web", "web-2", check=0)
+    assert c.api.members("web")["web-2"]["state"] == "up"
+    out = ctl(c, "remove", "web", "web-3", check=0).stdout
+    assert "pool web: remove web-3" in out and "web-3 " in out
+    assert set(c.api.members("web")) == {"web-1", "web-2", "web-4"}
+    assert c.api.ok("GET", "/api/changes")["total"] == 6
+
+
+def test_ctl_errors(cluster):
+    c = cluster(2, token="t0k")
+    # API errors: the JSON error, exit 1
+    p = ctl(c, "show", "web", check=1)
+    assert "token" in p.stderr and "401" in p.stderr
+    p = ctl(c, "show", "nope", token="t0k", check=1)
+    assert 'no pool named "nope"' in p.stderr and "404" in p.stderr
+    p = ctl(c, "remove", "web", "nope", token="t0k", check=1)
+    assert 'no member named "nope"' in p.stderr
+    p = ctl(c, "add", "web", "x", c.backends[0].addr, token="t0k", check=1)
+    assert "already member" in p.stderr and "409" in p.stderr
+    p = ctl(c, "weight", "web", "web-1", "0", token="t0k", check=0)
+    p = ctl(c, "weight", "web", "web-2", "0", token="t0k", check=1)
+    assert "no ring" in p.stderr or "owns" in p.stderr, p.stderr
+    # transport errors: exit 1
+    p = subprocess.run([CHASH, "ctl", "--admin",
+                        "127.0.0.1:%d" % free_port(), "pools"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1 and "cannot connect" in p.stderr
+    # bad arguments: exit 2 and the usage
+    for args in ([], ["frobnicate"], ["show"], ["show", "a", "b"],
+                 ["add", "web", "x"], ["weight", "web", "web-1", "heavy"],
+                 ["pools", "--weight", "3"], ["lookup", "web"],
+                 ["lookup", "web", "k", "--replicas", "0"],
+                 ["show", "web", "--dry-run"], ["--bogus", "pools"],
+                 ["--admin"]):
+        p = ctl(c, *args, token="t0k")
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert "usage: chash ctl" in p.stderr, args
+    assert set(c.api.members("web")) == {"web-1", "web-2"}
