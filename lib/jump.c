@@ -9,7 +9,8 @@
  *   labels, and reordering the array reassigns the keys. Jump is for
  *   numbered shards (partitions 0..n-1) where that is what one wants.
  * - jump(h, n): b = -1, j = 0; while j < n: b = j,
- *   h = h * 2862933555777941757 + 1, j = floor((b + 1) * 2^31 / ((h >> 33) + 1)).
+ *   h = h * 2862933555777941757 + 1,
+ *   j = floor((b + 1) * 2^31 / ((h >> 33) + 1)).
  * - Weights: 1 (a bucket) or 0 (a drained bucket that keeps its number but
  *   owns nothing). Other weights are refused with -CHASH_EWEIGHT: jump has
  *   no notion of capacity. Ramps other than 1 on a weight-1 member are

@@ -1,7 +1,7 @@
-/* ketama.c -- the twemproxy / libmemcached ketama continuum (CHASH_ALGO_KETAMA),
- * point for point: md5("name-i") gives four 32-bit points, the point count
- * comes from twemproxy's binary32 formula, and a key goes to the first point
- * at or after its 32-bit hash, wrapping to the first point.
+/* ketama.c -- the twemproxy / libmemcached ketama continuum
+ * (CHASH_ALGO_KETAMA), point for point: md5("name-i") gives four 32-bit
+ * points, the point count comes from twemproxy's binary32 formula, and a key
+ * goes to the first point at or after its 32-bit hash, wrapping around.
  * SPDX-License-Identifier: BSD-2-Clause
  *
  * Definition (twemproxy src/hashkit/nc_ketama.c, libmemcached hosts.cc with
@@ -157,8 +157,8 @@ ketama_build(struct chash_ring *r)
     for (size_t k2 = 0; k2 < nlive; k2++) {
         uint32_t m = order[k2];
         struct chash__member *mem = &r->members[m];
-        uint32_t pps = ketama_points(mem->weight, (uint32_t)wsum,
-                                     (uint32_t)nlive);
+        uint32_t pps =
+            ketama_points(mem->weight, (uint32_t)wsum, (uint32_t)nlive);
         size_t kept;
         if (pps > CHASH_MAX_MEMBER_POINTS)
             goto out;
@@ -181,8 +181,8 @@ ketama_build(struct chash_ring *r)
         for (size_t j = 0; j < mem->points; j++) {
             if (j % 4 == 0) {
                 /* "%.*s-%u": the name, a dash, the hash index in decimal */
-                int len = snprintf(buf, maxlen + 16, "%s-%zu", mem->name,
-                                   j / 4);
+                int len =
+                    snprintf(buf, maxlen + 16, "%s-%zu", mem->name, j / 4);
                 chash__md5(buf, (size_t)len, d);
             }
             pts[k].pos = (uint64_t)le32(d + 4 * (j % 4)) << 32;

@@ -60,17 +60,17 @@
 #define CHASH__MAGLEV_MAX_TABLE (1u << 26)
 
 struct maglev {
-    uint32_t *table;        /* member index per slot */
-    uint32_t size;          /* M, prime */
-    unsigned __int128 inv;  /* ceil(2^128 / M): for the multiply-only mod */
+    uint32_t *table;       /* member index per slot */
+    uint32_t size;         /* M, prime */
+    unsigned __int128 inv; /* ceil(2^128 / M): for the multiply-only mod */
 };
 
 /* Per-member state while the table is filled. */
 struct fill {
     uint32_t member;
     uint32_t skip;
-    uint32_t next;          /* current slot of its permutation */
-    double weight;          /* normalised */
+    uint32_t next; /* current slot of its permutation */
+    double weight; /* normalised */
     double target;
     size_t count;
 };
@@ -193,11 +193,12 @@ maglev_build(struct chash_ring *r)
         if (!(w > 0))
             continue;
         f[k].member = m;
-        f[k].next = (uint32_t)(chash__xxh64_seed(mem->name, mem->namelen, 0) %
-                               M);
+        f[k].next =
+            (uint32_t)(chash__xxh64_seed(mem->name, mem->namelen, 0) % M);
         /* M = 2 leaves one possible skip, 1: still a full permutation. */
         f[k].skip = (uint32_t)(chash__xxh64_seed(mem->name, mem->namelen, 1) %
-                               (M - 1)) + 1;
+                               (M - 1)) +
+                    1;
         f[k].weight = w / wsum;
         if (f[k].weight > wmax)
             wmax = f[k].weight;

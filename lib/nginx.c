@@ -127,10 +127,9 @@ nginx_build(struct chash_ring *r)
         base = chash__crc32(base, "", 1);
         base = chash__crc32(base, mem->name + poff, plen);
         for (size_t j = 0; j < mem->points; j++) {
-            unsigned char b[4] = {(unsigned char)prev,
-                                  (unsigned char)(prev >> 8),
-                                  (unsigned char)(prev >> 16),
-                                  (unsigned char)(prev >> 24)};
+            unsigned char b[4] = {
+                (unsigned char)prev, (unsigned char)(prev >> 8),
+                (unsigned char)(prev >> 16), (unsigned char)(prev >> 24)};
             uint32_t h = chash__crc32(base, b, 4);
             pts[k].pos = (uint64_t)h << 32;
             pts[k].tie = (uint64_t)m << 32 | j;

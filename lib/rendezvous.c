@@ -51,14 +51,14 @@
 
 struct rz_member {
     uint64_t name_hash;
-    double weight;          /* weight x ramp, > 0 */
-    uint32_t member;        /* index into r->members */
+    double weight;   /* weight x ramp, > 0 */
+    uint32_t member; /* index into r->members */
 };
 
 struct rendezvous {
-    struct rz_member *m;    /* owning members in name order */
+    struct rz_member *m; /* owning members in name order */
     size_t n;
-    bool uniform;           /* all weights equal: compare x >> 12 */
+    bool uniform; /* all weights equal: compare x >> 12 */
 };
 
 static inline uint64_t

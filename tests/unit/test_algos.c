@@ -41,8 +41,8 @@ static const struct algo {
     int algo;
     int hash;
     const char *name;
-    bool weights;      /* accepts weights other than 0/1 */
-    bool order_free;   /* placement independent of the array order */
+    bool weights;    /* accepts weights other than 0/1 */
+    bool order_free; /* placement independent of the array order */
 } algos[] = {
     {CHASH_ALGO_MAGLEV, CHASH_HASH_XXH3, "maglev", true, true},
     {CHASH_ALGO_RENDEZVOUS, CHASH_HASH_XXH3, "rendezvous", true, true},
@@ -275,8 +275,7 @@ test_ketama_movement(void **state)
         chash_ring_destroy(a);
         chash_ring_destroy(b);
     }
-    print_message("ketama unequal weights: worst extra movement %.4f\n",
-                  worst);
+    print_message("ketama unequal weights: worst extra movement %.4f\n", worst);
     assert_true(worst < 0.10);
 }
 
@@ -449,8 +448,8 @@ test_diff_flows(void **state)
         size_t nf;
         assert_int_equal(chash_ring_diff(r1, r2, &d), 0);
         double f = moved(r1, r2, NULL, NULL, &bad);
-        assert_true(fabs(d - f) < tol(d, NKEYS) +
-                                      (chash_ring_diff_exact(r1) ? 0 : 0.003));
+        assert_true(fabs(d - f) <
+                    tol(d, NKEYS) + (chash_ring_diff_exact(r1) ? 0 : 0.003));
         assert_int_equal(chash_ring_flows(r1, r2, fl, MAXM * 4, &nf), 0);
         assert_true(nf <= MAXM * 4);
         for (size_t k = 0; k < nf; k++) {
@@ -501,10 +500,8 @@ test_bounded(void **state)
             memset(load, 0, sizeof(load));
             for (int k = 0; k < 5000; k++) {
                 uint64_t h = (round % 2) ? same : rnd();
-                size_t m =
-                    chash_ring_lookup_bounded(r, h, load, total, factor);
-                assert_true((double)load[m] + 1 <=
-                            cap_of(r, m, total, factor));
+                size_t m = chash_ring_lookup_bounded(r, h, load, total, factor);
+                assert_true((double)load[m] + 1 <= cap_of(r, m, total, factor));
                 load[m]++;
                 total++;
             }
@@ -976,8 +973,8 @@ test_ties(void **state)
             assert_int_equal(i, c->npoints); /* same positions */
             size_t differ = 0;
             for (i = 0; i < c->npoints; i++)
-                differ += strcmp(names[c->owner[i]],
-                                 rev[q->cont.owner[i]].name) != 0;
+                differ +=
+                    strcmp(names[c->owner[i]], rev[q->cont.owner[i]].name) != 0;
             assert_int_equal(differ, dropped);
         }
         chash_ring_destroy(r);
@@ -1015,10 +1012,9 @@ test_nginx_ties(void **state)
 static void
 test_errors(void **state)
 {
-    struct chash_member m[9] = {
-        {"a", 1, 1.0}, {"b", 1, 1.0}, {"c", 1, 1.0}, {"d", 1, 1.0},
-        {"e", 1, 1.0}, {"f", 1, 1.0}, {"g", 1, 1.0}, {"h", 1, 1.0},
-        {"i", 1, 1.0}};
+    struct chash_member m[9] = {{"a", 1, 1.0}, {"b", 1, 1.0}, {"c", 1, 1.0},
+                                {"d", 1, 1.0}, {"e", 1, 1.0}, {"f", 1, 1.0},
+                                {"g", 1, 1.0}, {"h", 1, 1.0}, {"i", 1, 1.0}};
     struct chash_ring *r = (struct chash_ring *)&r;
     struct chash_config cfg = {.algo = CHASH_ALGO_MAGLEV};
     (void)state;
