@@ -62,9 +62,9 @@ const char conf_default_yaml[] =
 
 /* One load in progress: where messages go and what they name. */
 struct load {
-    const char *file;      /* name used in messages (ref) */
-    yaml_document_t *doc;  /* the parsed document (ref) */
-    char *err;             /* the caller's buffer (ref) */
+    const char *file;     /* name used in messages (ref) */
+    yaml_document_t *doc; /* the parsed document (ref) */
+    char *err;            /* the caller's buffer (ref) */
     size_t errlen;
 };
 
@@ -79,8 +79,8 @@ struct conf_key {
     int (*set)(struct load *ld, const struct conf_key *key, yaml_node_t *node,
                void *base);
     size_t offset;
-    uint32_t min, max;          /* numbers and durations */
-    const char *const *names;   /* enums: NULL-terminated, in enum order */
+    uint32_t min, max;        /* numbers and durations */
+    const char *const *names; /* enums: NULL-terminated, in enum order */
 };
 
 /* The server map form { address: .., weight: .., name: .. }. */
@@ -137,8 +137,8 @@ join_keys(char *buf, size_t len, const struct conf_key *table, size_t n)
 
     buf[0] = '\0';
     for (size_t i = 0; i < n && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%s",
-                                 i ? ", " : "", table[i].name);
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "",
+                                 table[i].name);
 }
 
 static void
@@ -148,8 +148,8 @@ join_names(char *buf, size_t len, const char *const *names)
 
     buf[0] = '\0';
     for (size_t i = 0; names[i] != NULL && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%s",
-                                 i ? ", " : "", names[i]);
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "",
+                                 names[i]);
 }
 
 /* ------------------------------------------------------------------ */
@@ -162,8 +162,8 @@ static const char *const hash_key_names[] = {"source_ip", "source_ip_port",
 static const char *const on_failure_names[] = {"failover", "remap", "error",
                                                NULL};
 static const char *const health_type_names[] = {"tcp", NULL};
-static const char *const log_level_names[] = {"error", "warn", "info",
-                                              "debug", NULL};
+static const char *const log_level_names[] = {"error", "warn", "info", "debug",
+                                              NULL};
 
 _Static_assert(ARRAY_SIZE(mode_names) == CONF_MODE_MEMCACHE + 2,
                "mode_names follows enum conf_mode");
@@ -367,8 +367,7 @@ parse_port(const char *s, uint16_t *port)
  * be read two ways.
  */
 int
-conf_parse_addr(const char *s, struct conf_addr *addr, char *err,
-                size_t errlen)
+conf_parse_addr(const char *s, struct conf_addr *addr, char *err, size_t errlen)
 {
     char host[256];
     const char *colon, *port_text;
@@ -385,14 +384,16 @@ conf_parse_addr(const char *s, struct conf_addr *addr, char *err,
         size_t len = strlen(s);
 
         if (len >= sizeof(un->sun_path)) {
-            snprintf(err, errlen, "unix socket path '%s' is longer than %zu "
-                     "bytes", s, sizeof(un->sun_path) - 1);
+            snprintf(err, errlen,
+                     "unix socket path '%s' is longer than %zu "
+                     "bytes",
+                     s, sizeof(un->sun_path) - 1);
             return -1;
         }
         un->sun_family = AF_UNIX;
         memcpy(un->sun_path, s, len + 1);
-        addr->salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
-                                  len + 1);
+        addr->salen =
+            (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
         addr->family = AF_UNIX;
         goto text;
     }
@@ -400,8 +401,7 @@ conf_parse_addr(const char *s, struct conf_addr *addr, char *err,
         const char *close = strchr(s, ']');
 
         if (close == NULL || close[1] != ':') {
-            snprintf(err, errlen, "bad address '%s': expected [ipv6]:port",
-                     s);
+            snprintf(err, errlen, "bad address '%s': expected [ipv6]:port", s);
             return -1;
         }
         bracket = true;
@@ -411,14 +411,18 @@ conf_parse_addr(const char *s, struct conf_addr *addr, char *err,
     } else {
         colon = strrchr(s, ':');
         if (colon == NULL) {
-            snprintf(err, errlen, "bad address '%s': expected host:port "
-                     "or /unix/path", s);
+            snprintf(err, errlen,
+                     "bad address '%s': expected host:port "
+                     "or /unix/path",
+                     s);
             return -1;
         }
         hostlen = (size_t)(colon - s);
         if (memchr(s, ':', hostlen) != NULL) {
-            snprintf(err, errlen, "bad address '%s': write IPv6 addresses "
-                     "in brackets, as [::1]:port", s);
+            snprintf(err, errlen,
+                     "bad address '%s': write IPv6 addresses "
+                     "in brackets, as [::1]:port",
+                     s);
             return -1;
         }
         if (hostlen < sizeof(host))
@@ -432,8 +436,10 @@ conf_parse_addr(const char *s, struct conf_addr *addr, char *err,
     host[hostlen] = '\0';
     port_text = colon + 1;
     if (parse_port(port_text, &addr->port) != 0) {
-        snprintf(err, errlen, "bad address '%s': port '%s' is not a number "
-                 "from 1 to 65535", s, port_text);
+        snprintf(err, errlen,
+                 "bad address '%s': port '%s' is not a number "
+                 "from 1 to 65535",
+                 s, port_text);
         return -1;
     }
     if (resolve(host, addr->port, bracket, addr, err, errlen) != 0)
@@ -456,8 +462,7 @@ conf_addr_equal(const struct conf_addr *a, const struct conf_addr *b)
     case AF_INET: {
         const struct sockaddr_in *x = (const void *)&a->sa;
         const struct sockaddr_in *y = (const void *)&b->sa;
-        return a->port == b->port &&
-               x->sin_addr.s_addr == y->sin_addr.s_addr;
+        return a->port == b->port && x->sin_addr.s_addr == y->sin_addr.s_addr;
     }
     case AF_INET6: {
         const struct sockaddr_in6 *x = (const void *)&a->sa;
@@ -500,8 +505,7 @@ addr_conflict(const struct conf_addr *a, const struct conf_addr *b)
         return conf_addr_equal(a, b);
     if (a->port != b->port)
         return false;
-    return conf_addr_equal(a, b) || addr_is_wildcard(a) ||
-           addr_is_wildcard(b);
+    return conf_addr_equal(a, b) || addr_is_wildcard(a) || addr_is_wildcard(b);
 }
 
 static bool
@@ -511,7 +515,8 @@ addr_is_loopback(const struct conf_addr *a)
         return true;
     if (a->family == AF_INET)
         return (ntohl(((const struct sockaddr_in *)(const void *)&a->sa)
-                          ->sin_addr.s_addr) >> 24) == 127;
+                          ->sin_addr.s_addr) >>
+                24) == 127;
     if (a->family == AF_INET6) {
         const struct in6_addr *in =
             &((const struct sockaddr_in6 *)(const void *)&a->sa)->sin6_addr;
@@ -561,8 +566,8 @@ server_init(struct conf_server *server, const char *address, uint32_t weight,
         server->name = strdup(name);
     } else if (server->addr.port == KETAMA_PORT) {
         /* "host" alone, as written: libmemcached compatibility. */
-        server->name = strndup(address,
-                               (size_t)(strrchr(address, ':') - address));
+        server->name =
+            strndup(address, (size_t)(strrchr(address, ':') - address));
     } else {
         server->name = strdup(address); /* "host:port" or the unix path */
     }
@@ -572,8 +577,10 @@ server_init(struct conf_server *server, const char *address, uint32_t weight,
         return -1;
     }
     if (strlen(server->name) > MAX_NAME) {
-        snprintf(err, errlen, "server name '%.40s...' is longer than %d "
-                 "bytes", server->name, MAX_NAME);
+        snprintf(err, errlen,
+                 "server name '%.40s...' is longer than %d "
+                 "bytes",
+                 server->name, MAX_NAME);
         conf_server_deinit(server);
         return -1;
     }
@@ -587,8 +594,10 @@ parse_weight(const char *s, uint32_t *weight, const char *whole, char *err,
     uint64_t v;
 
     if (parse_u64(s, &v) != 0 || v > UINT32_MAX) {
-        snprintf(err, errlen, "bad server '%s': weight '%s' is not a whole "
-                 "number from 0 to %u", whole, s, UINT32_MAX);
+        snprintf(err, errlen,
+                 "bad server '%s': weight '%s' is not a whole "
+                 "number from 0 to %u",
+                 whole, s, UINT32_MAX);
         return -1;
     }
     *weight = (uint32_t)v;
@@ -621,20 +630,24 @@ conf_parse_server(const char *s, struct conf_server *server, char *err,
     if (*p != '\0') {
         *p++ = '\0';
         name = p + strspn(p, " \t");
-        for (p = name + strlen(name); p > name && (p[-1] == ' ' ||
-                                                   p[-1] == '\t');)
+        for (p = name + strlen(name);
+             p > name && (p[-1] == ' ' || p[-1] == '\t');)
             *--p = '\0';
         if (*name == '\0') {
             name = NULL;
         } else if (has_space(name)) {
-            snprintf(err, errlen, "bad server '%s': expected "
-                     "host:port:weight [name], with a one-word name", s);
+            snprintf(err, errlen,
+                     "bad server '%s': expected "
+                     "host:port:weight [name], with a one-word name",
+                     s);
             goto out;
         }
     }
     if (*addr == '\0') {
-        snprintf(err, errlen, "bad server '%s': expected host:port:weight "
-                 "[name]", s);
+        snprintf(err, errlen,
+                 "bad server '%s': expected host:port:weight "
+                 "[name]",
+                 s);
         goto out;
     }
     if (addr[0] == '/') {
@@ -651,8 +664,10 @@ conf_parse_server(const char *s, struct conf_server *server, char *err,
         if (addr[0] == '[') {
             host_end = strchr(addr, ']');
             if (host_end == NULL) {
-                snprintf(err, errlen, "bad server '%s': missing ']' after "
-                         "the IPv6 address", s);
+                snprintf(err, errlen,
+                         "bad server '%s': missing ']' after "
+                         "the IPv6 address",
+                         s);
                 goto out;
             }
         }
@@ -663,7 +678,8 @@ conf_parse_server(const char *s, struct conf_server *server, char *err,
             *c = '\0';
             weight_text = c + 1;
         } else if (colons > 2) {
-            snprintf(err, errlen, "bad server '%s': expected host:port:weight"
+            snprintf(err, errlen,
+                     "bad server '%s': expected host:port:weight"
                      " [name] (write IPv6 addresses as [::1]:port:weight)",
                      s);
             goto out;
@@ -722,8 +738,10 @@ set_u32(struct load *ld, const struct conf_key *key, yaml_node_t *node,
         return fail(ld, node, "'%s' must be a whole number, not '%s'",
                     key->name, v);
     if (n < key->min || n > key->max)
-        return fail(ld, node, "'%s' is out of range: %s is not between %u "
-                    "and %u", key->name, v, key->min, key->max);
+        return fail(ld, node,
+                    "'%s' is out of range: %s is not between %u "
+                    "and %u",
+                    key->name, v, key->min, key->max);
     *FIELD(base, key, uint32_t) = (uint32_t)n;
     return 0;
 }
@@ -752,11 +770,15 @@ set_ms(struct load *ld, const struct conf_key *key, yaml_node_t *node,
     if (v == NULL)
         return -1;
     if (conf_parse_duration(v, &ms) != 0)
-        return fail(ld, node, "'%s' must be a duration (500ms, 2s, 1m, 1h, "
-                    "or plain milliseconds), not '%s'", key->name, v);
+        return fail(ld, node,
+                    "'%s' must be a duration (500ms, 2s, 1m, 1h, "
+                    "or plain milliseconds), not '%s'",
+                    key->name, v);
     if (ms < key->min || ms > key->max)
-        return fail(ld, node, "'%s' is out of range: %s is not between %ums "
-                    "and %ums", key->name, v, key->min, key->max);
+        return fail(ld, node,
+                    "'%s' is out of range: %s is not between %ums "
+                    "and %ums",
+                    key->name, v, key->min, key->max);
     *FIELD(base, key, uint32_t) = ms;
     return 0;
 }
@@ -789,8 +811,8 @@ set_bool(struct load *ld, const struct conf_key *key, yaml_node_t *node,
     if (v == NULL)
         return -1;
     if (parse_bool(v, FIELD(base, key, bool)) != 0)
-        return fail(ld, node, "'%s' must be true or false, not '%s'",
-                    key->name, v);
+        return fail(ld, node, "'%s' must be true or false, not '%s'", key->name,
+                    v);
     return 0;
 }
 
@@ -849,15 +871,15 @@ set_hash(struct load *ld, const struct conf_key *key, yaml_node_t *node,
     for (int i = 0; i < CHASH_HASH_COUNT && used < sizeof(valid); i++) {
         const char *name = chash_hash_name(i);
         if (name != NULL)
-            used += (size_t)snprintf(valid + used, sizeof(valid) - used,
-                                     "%s%s", used ? ", " : "", name);
+            used += (size_t)snprintf(valid + used, sizeof(valid) - used, "%s%s",
+                                     used ? ", " : "", name);
     }
     return fail(ld, node, "unknown hash '%s' (valid: %s)", v, valid);
 }
 
 static int
-set_distribution(struct load *ld, const struct conf_key *key,
-                 yaml_node_t *node, void *base)
+set_distribution(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+                 void *base)
 {
     const char *v = scalar(ld, key, node);
     char valid[512];
@@ -888,8 +910,10 @@ set_hash_tag(struct load *ld, const struct conf_key *key, yaml_node_t *node,
     if (v == NULL)
         return -1;
     if (strlen(v) != 2)
-        return fail(ld, node, "'hash_tag' must be two characters, like "
-                    "\"{}\", not '%s'", v);
+        return fail(ld, node,
+                    "'hash_tag' must be two characters, like "
+                    "\"{}\", not '%s'",
+                    v);
     memcpy(tag, v, 3);
     return 0;
 }
@@ -907,11 +931,12 @@ set_balance_factor(struct load *ld, const struct conf_key *key,
     errno = 0;
     f = strtod(v, &end);
     if (*end != '\0' || end == v || errno != 0 || !isfinite(f))
-        return fail(ld, node, "'%s' must be a number, not '%s'", key->name,
-                    v);
+        return fail(ld, node, "'%s' must be a number, not '%s'", key->name, v);
     if (f != 0 && (f < 1.0 || f > 100.0))
-        return fail(ld, node, "'%s' is out of range: %s is not 0 (off) or "
-                    "between 1.0 and 100", key->name, v);
+        return fail(ld, node,
+                    "'%s' is out of range: %s is not 0 (off) or "
+                    "between 1.0 and 100",
+                    key->name, v);
     *FIELD(base, key, double) = f;
     return 0;
 }
@@ -947,8 +972,10 @@ set_listen(struct load *ld, const struct conf_key *key, yaml_node_t *node,
         errno = 0;
         mode = strtol(perm, &end, 8);
         if (*end != '\0' || errno != 0 || mode < 0 || mode > 0777)
-            return fail(ld, node, "bad 'listen' permissions '%s': expected "
-                        "an octal mode like 0666", perm);
+            return fail(ld, node,
+                        "bad 'listen' permissions '%s': expected "
+                        "an octal mode like 0666",
+                        perm);
         pool->listen_perm = (int)mode;
     }
     conf_addr_deinit(&pool->listen);
@@ -1004,8 +1031,10 @@ set_health(struct load *ld, const struct conf_key *key, yaml_node_t *node,
         if (v == NULL)
             return -1;
         if (parse_bool(v, &health->enabled) != 0)
-            return fail(ld, node, "'health_check' must be a map like { type:"
-                        " tcp, interval: 1s } or true/false, not '%s'", v);
+            return fail(ld, node,
+                        "'health_check' must be a map like { type:"
+                        " tcp, interval: 1s } or true/false, not '%s'",
+                        v);
         return 0;
     }
     if (parse_map(ld, node, health_keys, ARRAY_SIZE(health_keys), health,
@@ -1016,8 +1045,7 @@ set_health(struct load *ld, const struct conf_key *key, yaml_node_t *node,
 }
 
 static const struct conf_key server_keys[] = {
-    {"address", set_string, offsetof(struct server_spec, address), 0, 0,
-     NULL},
+    {"address", set_string, offsetof(struct server_spec, address), 0, 0, NULL},
     {"weight", set_u32, offsetof(struct server_spec, weight), 0, UINT32_MAX,
      NULL},
     {"name", set_string, offsetof(struct server_spec, name), 0, 0, NULL},
@@ -1035,7 +1063,8 @@ server_from_map(struct load *ld, yaml_node_t *node, struct conf_server *server)
                   "a server", lines) != 0)
         goto out;
     if (spec.address == NULL) {
-        fail(ld, node, "server has no 'address' (valid keys: address, "
+        fail(ld, node,
+             "server has no 'address' (valid keys: address, "
              "weight, name)");
         goto out;
     }
@@ -1063,8 +1092,10 @@ set_servers(struct load *ld, const struct conf_key *key, yaml_node_t *node,
     if (node->type == YAML_SCALAR_NODE && node->data.scalar.length == 0)
         return 0; /* `servers:` with nothing: "has no servers" later */
     if (node->type != YAML_SEQUENCE_NODE)
-        return fail(ld, node, "'servers' must be a list of \"host:port:weight"
-                    " [name]\", not %s", node_kind(node));
+        return fail(ld, node,
+                    "'servers' must be a list of \"host:port:weight"
+                    " [name]\", not %s",
+                    node_kind(node));
     n = (size_t)(node->data.sequence.items.top -
                  node->data.sequence.items.start);
     pool->servers = calloc(n ? n : 1, sizeof(*pool->servers));
@@ -1086,7 +1117,8 @@ set_servers(struct load *ld, const struct conf_key *key, yaml_node_t *node,
             if (conf_parse_server(v, server, msg, sizeof(msg)) != 0)
                 return fail(ld, s, "%s", msg);
         } else {
-            return fail(ld, s, "a server must be \"host:port:weight [name]\""
+            return fail(ld, s,
+                        "a server must be \"host:port:weight [name]\""
                         " or { address: .., weight: .., name: .. }, not %s",
                         node_kind(s));
         }
@@ -1134,14 +1166,37 @@ set_commands(struct load *ld, const struct conf_key *key, yaml_node_t *node,
 /* Pool keys: twemproxy's first, with their twemproxy meaning, then ours.
  * The index of a key here is its index in parse_map's <lines>. */
 enum pool_key {
-    PK_LISTEN, PK_HASH, PK_HASH_TAG, PK_DISTRIBUTION, PK_TIMEOUT, PK_BACKLOG,
-    PK_PRECONNECT, PK_CLIENT_CONNECTIONS, PK_REDIS, PK_REDIS_AUTH,
-    PK_REDIS_DB, PK_SERVER_CONNECTIONS, PK_AUTO_EJECT_HOSTS,
-    PK_SERVER_RETRY_TIMEOUT, PK_SERVER_FAILURE_LIMIT, PK_TCPKEEPALIVE,
-    PK_COMMAND, PK_SERVERS, PK_MODE, PK_HASH_KEY, PK_POINTS_PER_WEIGHT,
-    PK_TABLE_SIZE, PK_BALANCE_FACTOR, PK_SLOW_START, PK_ON_FAILURE,
-    PK_RETRIES, PK_HEALTH_CHECK, PK_CONNECT_TIMEOUT, PK_IDLE_TIMEOUT,
-    PK_SHUTDOWN_TIMEOUT, PK_COUNT
+    PK_LISTEN,
+    PK_HASH,
+    PK_HASH_TAG,
+    PK_DISTRIBUTION,
+    PK_TIMEOUT,
+    PK_BACKLOG,
+    PK_PRECONNECT,
+    PK_CLIENT_CONNECTIONS,
+    PK_REDIS,
+    PK_REDIS_AUTH,
+    PK_REDIS_DB,
+    PK_SERVER_CONNECTIONS,
+    PK_AUTO_EJECT_HOSTS,
+    PK_SERVER_RETRY_TIMEOUT,
+    PK_SERVER_FAILURE_LIMIT,
+    PK_TCPKEEPALIVE,
+    PK_COMMAND,
+    PK_SERVERS,
+    PK_MODE,
+    PK_HASH_KEY,
+    PK_POINTS_PER_WEIGHT,
+    PK_TABLE_SIZE,
+    PK_BALANCE_FACTOR,
+    PK_SLOW_START,
+    PK_ON_FAILURE,
+    PK_RETRIES,
+    PK_HEALTH_CHECK,
+    PK_CONNECT_TIMEOUT,
+    PK_IDLE_TIMEOUT,
+    PK_SHUTDOWN_TIMEOUT,
+    PK_COUNT
 };
 
 static const struct conf_key pool_keys[] = {
@@ -1150,26 +1205,23 @@ static const struct conf_key pool_keys[] = {
     [PK_HASH_TAG] = {"hash_tag", set_hash_tag, POOL(hash_tag), 0, 0, NULL},
     [PK_DISTRIBUTION] = {"distribution", set_distribution, POOL(distribution),
                          0, 0, NULL},
-    [PK_TIMEOUT] = {"timeout", set_ms, POOL(timeout_ms), 0, MAX_DURATION,
-                    NULL},
+    [PK_TIMEOUT] = {"timeout", set_ms, POOL(timeout_ms), 0, MAX_DURATION, NULL},
     [PK_BACKLOG] = {"backlog", set_u32, POOL(backlog), 1, 1000000, NULL},
     [PK_PRECONNECT] = {"preconnect", set_bool, POOL(preconnect), 0, 0, NULL},
     [PK_CLIENT_CONNECTIONS] = {"client_connections", set_u32,
                                POOL(client_connections), 0, 10000000, NULL},
     [PK_REDIS] = {"redis", set_bool, POOL(redis), 0, 0, NULL},
-    [PK_REDIS_AUTH] = {"redis_auth", set_string, POOL(redis_auth), 0, 0,
-                       NULL},
+    [PK_REDIS_AUTH] = {"redis_auth", set_string, POOL(redis_auth), 0, 0, NULL},
     [PK_REDIS_DB] = {"redis_db", set_int, POOL(redis_db), 0, 1000000, NULL},
     [PK_SERVER_CONNECTIONS] = {"server_connections", set_u32,
                                POOL(server_connections), 1, 10000, NULL},
     [PK_AUTO_EJECT_HOSTS] = {"auto_eject_hosts", set_bool,
                              POOL(auto_eject_hosts), 0, 0, NULL},
     [PK_SERVER_RETRY_TIMEOUT] = {"server_retry_timeout", set_ms,
-                                 POOL(server_retry_timeout_ms), 0,
-                                 MAX_DURATION, NULL},
-    [PK_SERVER_FAILURE_LIMIT] = {"server_failure_limit", set_u32,
-                                 POOL(server_failure_limit), 0, 1000000,
+                                 POOL(server_retry_timeout_ms), 0, MAX_DURATION,
                                  NULL},
+    [PK_SERVER_FAILURE_LIMIT] = {"server_failure_limit", set_u32,
+                                 POOL(server_failure_limit), 0, 1000000, NULL},
     [PK_TCPKEEPALIVE] = {"tcpkeepalive", set_bool, POOL(tcpkeepalive), 0, 0,
                          NULL},
     [PK_COMMAND] = {"command", set_commands, POOL(commands), 0, 0, NULL},
@@ -1189,23 +1241,26 @@ static const struct conf_key pool_keys[] = {
     [PK_ON_FAILURE] = {"on_failure", set_enum, POOL(on_failure), 0, 0,
                        on_failure_names},
     [PK_RETRIES] = {"retries", set_u32, POOL(retries), 0, 100, NULL},
-    [PK_HEALTH_CHECK] = {"health_check", set_health, POOL(health), 0, 0,
-                         NULL},
-    [PK_CONNECT_TIMEOUT] = {"connect_timeout", set_ms,
-                            POOL(connect_timeout_ms), 1, MAX_DURATION, NULL},
+    [PK_HEALTH_CHECK] = {"health_check", set_health, POOL(health), 0, 0, NULL},
+    [PK_CONNECT_TIMEOUT] = {"connect_timeout", set_ms, POOL(connect_timeout_ms),
+                            1, MAX_DURATION, NULL},
     [PK_IDLE_TIMEOUT] = {"idle_timeout", set_ms, POOL(idle_timeout_ms), 0,
                          MAX_DURATION, NULL},
     [PK_SHUTDOWN_TIMEOUT] = {"shutdown_timeout", set_ms,
-                             POOL(shutdown_timeout_ms), 0, MAX_DURATION,
-                             NULL},
+                             POOL(shutdown_timeout_ms), 0, MAX_DURATION, NULL},
 };
 _Static_assert(ARRAY_SIZE(pool_keys) == PK_COUNT, "one entry per pool key");
 
 #define GLOBAL(f) offsetof(struct conf, f)
 
 enum global_key {
-    GK_ADMIN, GK_ADMIN_TOKEN, GK_WORKERS, GK_LOG_LEVEL, GK_PID_FILE,
-    GK_STATE_FILE, GK_COUNT
+    GK_ADMIN,
+    GK_ADMIN_TOKEN,
+    GK_WORKERS,
+    GK_LOG_LEVEL,
+    GK_PID_FILE,
+    GK_STATE_FILE,
+    GK_COUNT
 };
 
 static const struct conf_key global_keys[] = {
@@ -1257,12 +1312,14 @@ parse_map(struct load *ld, yaml_node_t *node, const struct conf_key *table,
                 break;
         if (i == n) {
             join_keys(valid, sizeof(valid), table, n);
-            return fail(ld, k, "unknown key '%s' in %s (valid keys: %s)",
-                        name, what, valid);
+            return fail(ld, k, "unknown key '%s' in %s (valid keys: %s)", name,
+                        what, valid);
         }
         if (lines[i] != 0)
-            return fail(ld, k, "duplicate key '%s' in %s (first given at "
-                        "line %d)", name, what, lines[i]);
+            return fail(ld, k,
+                        "duplicate key '%s' in %s (first given at "
+                        "line %d)",
+                        name, what, lines[i]);
         lines[i] = node_line(k);
         if (table[i].set(ld, &table[i], v, base) != 0)
             return -1;
@@ -1333,9 +1390,11 @@ check_duplicates(struct load *ld, struct conf_pool *pool, yaml_node_t *node)
     qsort(by, pool->nservers, sizeof(*by), cmp_server_name);
     for (size_t i = 1; i < pool->nservers && rc == 0; i++) {
         if (strcmp(by[i - 1]->name, by[i]->name) == 0) {
-            snprintf(ld->err, ld->errlen, "%s:%d: duplicate server name '%s'"
-                     " in pool '%s' (first at line %d)", ld->file,
-                     by[i]->line, by[i]->name, pool->name, by[i - 1]->line);
+            snprintf(ld->err, ld->errlen,
+                     "%s:%d: duplicate server name '%s'"
+                     " in pool '%s' (first at line %d)",
+                     ld->file, by[i]->line, by[i]->name, pool->name,
+                     by[i - 1]->line);
             rc = -1;
         }
     }
@@ -1351,9 +1410,10 @@ check_duplicates(struct load *ld, struct conf_pool *pool, yaml_node_t *node)
             const struct conf_server *b = &pool->servers[i];
             if (!conf_addr_equal(&a->addr, &b->addr))
                 continue;
-            snprintf(ld->err, ld->errlen, "%s:%d: duplicate server address "
-                     "'%s' in pool '%s' (same as '%s' at line %d)", ld->file,
-                     b->line, b->addr.text, pool->name, a->addr.text,
+            snprintf(ld->err, ld->errlen,
+                     "%s:%d: duplicate server address "
+                     "'%s' in pool '%s' (same as '%s' at line %d)",
+                     ld->file, b->line, b->addr.text, pool->name, a->addr.text,
                      a->line);
             return -1;
         }
@@ -1392,13 +1452,17 @@ check_ring(struct load *ld, struct conf_pool *pool, yaml_node_t *name_node,
         return 0;
     switch (-rc) {
     case CHASH_EEMPTY:
-        return fail(ld, name_node, "pool '%s': no server has a weight above "
-                    "0", pool->name);
+        return fail(ld, name_node,
+                    "pool '%s': no server has a weight above "
+                    "0",
+                    pool->name);
     case CHASH_ETABLE:
         line = lines[PK_TABLE_SIZE] ? lines[PK_TABLE_SIZE] : pool->line;
-        snprintf(ld->err, ld->errlen, "%s:%d: pool '%s': table_size %u is "
-                 "not a prime larger than the %zu servers", ld->file, line,
-                 pool->name, pool->ring.table_size, pool->nservers);
+        snprintf(ld->err, ld->errlen,
+                 "%s:%d: pool '%s': table_size %u is "
+                 "not a prime larger than the %zu servers",
+                 ld->file, line, pool->name, pool->ring.table_size,
+                 pool->nservers);
         return -1;
     case CHASH_EWEIGHT:
         /* point at the heaviest server: the one over the limit */
@@ -1406,14 +1470,16 @@ check_ring(struct load *ld, struct conf_pool *pool, yaml_node_t *name_node,
             if (pool->servers[i].weight > heaviest->weight)
                 heaviest = &pool->servers[i];
         if (pool->ring.algo == CHASH_ALGO_JUMP)
-            snprintf(ld->err, ld->errlen, "%s:%d: pool '%s': distribution "
+            snprintf(ld->err, ld->errlen,
+                     "%s:%d: pool '%s': distribution "
                      "jump takes server weights 0 or 1 only, not %u",
                      ld->file, heaviest->line, pool->name, heaviest->weight);
         else
-            snprintf(ld->err, ld->errlen, "%s:%d: pool '%s': weight %u of "
+            snprintf(ld->err, ld->errlen,
+                     "%s:%d: pool '%s': weight %u of "
                      "server '%s' gives more than %d points (lower "
-                     "points_per_weight or the weights)", ld->file,
-                     heaviest->line, pool->name, heaviest->weight,
+                     "points_per_weight or the weights)",
+                     ld->file, heaviest->line, pool->name, heaviest->weight,
                      heaviest->name, CHASH_MAX_MEMBER_POINTS);
         return -1;
     default:
@@ -1437,8 +1503,10 @@ parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
     pool->line = node_line(name_node);
     snprintf(what, sizeof(what), "pool '%s'", pool->name);
     if (node->type == YAML_SCALAR_NODE && node->data.scalar.length == 0)
-        return fail(ld, name_node, "pool '%s' is empty: it needs 'listen' "
-                    "and 'servers'", pool->name);
+        return fail(ld, name_node,
+                    "pool '%s' is empty: it needs 'listen' "
+                    "and 'servers'",
+                    pool->name);
     if (parse_map(ld, node, pool_keys, PK_COUNT, pool, what, lines) != 0)
         return -1;
 
@@ -1451,17 +1519,17 @@ parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
         pool->distribution = twem ? CHASH_ALGO_KETAMA : CHASH_ALGO_RING;
     if (lines[PK_HASH] == 0)
         pool->ring.hash = twem ? CHASH_HASH_FNV1A_64_TW : CHASH_HASH_XXH3;
-    pool->ring.algo = pool->distribution < CHASH_ALGO_COUNT
-                          ? pool->distribution
-                          : CHASH_ALGO_KETAMA;
+    pool->ring.algo = pool->distribution < CHASH_ALGO_COUNT ? pool->distribution
+                                                            : CHASH_ALGO_KETAMA;
     if (lines[PK_ON_FAILURE] == 0)
-        pool->on_failure = !twem ? CONF_ON_FAILURE_FAILOVER
+        pool->on_failure = !twem                    ? CONF_ON_FAILURE_FAILOVER
                            : pool->auto_eject_hosts ? CONF_ON_FAILURE_REMAP
                                                     : CONF_ON_FAILURE_ERROR;
     if (lines[PK_RETRIES] == 0)
         pool->retries = twem ? 0 : 2;
     if (twem && lines[PK_HASH_KEY] != 0) {
-        snprintf(ld->err, ld->errlen, "%s:%d: 'hash_key' is for tcp and "
+        snprintf(ld->err, ld->errlen,
+                 "%s:%d: 'hash_key' is for tcp and "
                  "http pools; pool '%s' is %s and hashes the request key",
                  ld->file, lines[PK_HASH_KEY], pool->name,
                  conf_mode_name(pool->mode));
@@ -1478,8 +1546,7 @@ parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
 }
 
 static int
-parse_global(struct load *ld, yaml_node_t *node, struct conf *conf,
-             int *lines)
+parse_global(struct load *ld, yaml_node_t *node, struct conf *conf, int *lines)
 {
     if (node->type == YAML_SCALAR_NODE && node->data.scalar.length == 0)
         return 0; /* `global:` alone: all defaults */
@@ -1496,24 +1563,29 @@ check_listeners(struct load *ld, struct conf *conf, const int *glines)
             struct conf_pool *q = &conf->pools[j];
             if (!addr_conflict(&p->listen, &q->listen))
                 continue;
-            snprintf(ld->err, ld->errlen, "%s:%d: pool '%s' listens on '%s',"
-                     " which pool '%s' already uses (line %d)", ld->file,
-                     p->line, p->name, p->listen.text, q->name, q->line);
+            snprintf(ld->err, ld->errlen,
+                     "%s:%d: pool '%s' listens on '%s',"
+                     " which pool '%s' already uses (line %d)",
+                     ld->file, p->line, p->name, p->listen.text, q->name,
+                     q->line);
             return -1;
         }
         if (addr_conflict(&p->listen, &conf->admin)) {
-            snprintf(ld->err, ld->errlen, "%s:%d: pool '%s' listens on '%s',"
-                     " which is the admin address '%s'", ld->file, p->line,
-                     p->name, p->listen.text, conf->admin.text);
+            snprintf(ld->err, ld->errlen,
+                     "%s:%d: pool '%s' listens on '%s',"
+                     " which is the admin address '%s'",
+                     ld->file, p->line, p->name, p->listen.text,
+                     conf->admin.text);
             return -1;
         }
     }
     if (conf->admin.family != AF_UNSPEC && !addr_is_loopback(&conf->admin) &&
         (conf->admin_token == NULL || conf->admin_token[0] == '\0')) {
-        snprintf(ld->err, ld->errlen, "%s:%d: admin address '%s' is not "
+        snprintf(ld->err, ld->errlen,
+                 "%s:%d: admin address '%s' is not "
                  "loopback: set 'admin_token' so the admin API is not open "
-                 "to the network", ld->file, glines[GK_ADMIN],
-                 conf->admin.text);
+                 "to the network",
+                 ld->file, glines[GK_ADMIN], conf->admin.text);
         return -1;
     }
     return 0;
@@ -1559,8 +1631,7 @@ offset_line(const char *text, size_t len, size_t offset)
 }
 
 static int
-yaml_error(struct load *ld, yaml_parser_t *parser, const char *yaml,
-           size_t len)
+yaml_error(struct load *ld, yaml_parser_t *parser, const char *yaml, size_t len)
 {
     char started[64] = "";
     int line, ctx_line = (int)parser->context_mark.line + 1;
@@ -1575,12 +1646,11 @@ yaml_error(struct load *ld, yaml_parser_t *parser, const char *yaml,
         strstr(parser->problem, "end of stream") != NULL)
         line = ctx_line;
     else if (parser->context != NULL && ctx_line != line)
-        snprintf(started, sizeof(started), " (started at line %d)",
-                 ctx_line);
+        snprintf(started, sizeof(started), " (started at line %d)", ctx_line);
     snprintf(ld->err, ld->errlen, "%s:%d: YAML syntax error: %s%s%s%s",
              ld->file, line, parser->problem ? parser->problem : "unknown",
-             parser->context ? " " : "",
-             parser->context ? parser->context : "", started);
+             parser->context ? " " : "", parser->context ? parser->context : "",
+             started);
     return -1;
 }
 
@@ -1606,13 +1676,16 @@ load_document(struct load *ld, struct conf *conf)
     size_t npairs;
 
     if (root == NULL)
-        return fail(ld, NULL, "the configuration is empty: it needs at "
+        return fail(ld, NULL,
+                    "the configuration is empty: it needs at "
                     "least one pool");
     if (root->type != YAML_MAPPING_NODE)
-        return fail(ld, root, "the top level must be a map of pools (and "
-                    "'global'), not %s", node_kind(root));
-    npairs = (size_t)(root->data.mapping.pairs.top -
-                      root->data.mapping.pairs.start);
+        return fail(ld, root,
+                    "the top level must be a map of pools (and "
+                    "'global'), not %s",
+                    node_kind(root));
+    npairs =
+        (size_t)(root->data.mapping.pairs.top - root->data.mapping.pairs.start);
     conf->pools = calloc(npairs, sizeof(*conf->pools));
     if (conf->pools == NULL)
         return fail(ld, root, "out of memory");
@@ -1635,9 +1708,11 @@ load_document(struct load *ld, struct conf *conf)
             continue;
         }
         if (!pool_name_ok(name))
-            return fail(ld, k, "bad pool name '%s': use up to %d letters, "
+            return fail(ld, k,
+                        "bad pool name '%s': use up to %d letters, "
                         "digits, '_', '-' or '.' (it appears in admin URLs "
-                        "and metric labels)", name, MAX_POOL_NAME);
+                        "and metric labels)",
+                        name, MAX_POOL_NAME);
         for (size_t i = 0; i < conf->npools; i++)
             if (strcmp(conf->pools[i].name, name) == 0)
                 return fail(ld, k, "duplicate pool '%s' (first at line %d)",
@@ -1648,12 +1723,13 @@ load_document(struct load *ld, struct conf *conf)
             return -1;
     }
     if (conf->npools == 0)
-        return fail(ld, root, "no pools: add at least one pool besides "
+        return fail(ld, root,
+                    "no pools: add at least one pool besides "
                     "'global'");
     if (glines[GK_ADMIN] == 0) {
         char msg[256];
-        if (conf_parse_addr("127.0.0.1:8404", &conf->admin, msg,
-                            sizeof(msg)) != 0)
+        if (conf_parse_addr("127.0.0.1:8404", &conf->admin, msg, sizeof(msg)) !=
+            0)
             return fail(ld, root, "%s", msg);
     }
     return check_listeners(ld, conf, glines);
@@ -1702,7 +1778,8 @@ conf_load_string(const char *name, const char *yaml, size_t len, char *err,
         rc = 0;
         if (more) {
             ld.doc = &extra;
-            rc = fail(&ld, root2, "a second YAML document: a config is one "
+            rc = fail(&ld, root2,
+                      "a second YAML document: a config is one "
                       "document");
         }
         yaml_document_delete(&extra);

@@ -13,87 +13,102 @@
 
 #include "chash/chash.h"
 
-enum conf_mode { CONF_MODE_TCP, CONF_MODE_HTTP, CONF_MODE_REDIS, CONF_MODE_MEMCACHE };
+enum conf_mode {
+    CONF_MODE_TCP,
+    CONF_MODE_HTTP,
+    CONF_MODE_REDIS,
+    CONF_MODE_MEMCACHE
+};
 enum conf_hash_key { CONF_HASH_KEY_SOURCE_IP, CONF_HASH_KEY_SOURCE_IP_PORT };
-enum conf_on_failure { CONF_ON_FAILURE_FAILOVER, CONF_ON_FAILURE_REMAP, CONF_ON_FAILURE_ERROR };
+enum conf_on_failure {
+    CONF_ON_FAILURE_FAILOVER,
+    CONF_ON_FAILURE_REMAP,
+    CONF_ON_FAILURE_ERROR
+};
 enum conf_health_type { CONF_HEALTH_TCP };
-enum conf_log_level { CONF_LOG_ERROR, CONF_LOG_WARN, CONF_LOG_INFO, CONF_LOG_DEBUG };
+enum conf_log_level {
+    CONF_LOG_ERROR,
+    CONF_LOG_WARN,
+    CONF_LOG_INFO,
+    CONF_LOG_DEBUG
+};
 /* distribution: a libchash algorithm (enum chash_algo), or one of these
  * twemproxy distributions that are not consistent hashing. */
 enum { CONF_DIST_MODULA = CHASH_ALGO_COUNT, CONF_DIST_RANDOM };
 
 /* A socket address as written in the config and as resolved. */
 struct conf_addr {
-    char *text;                  /* as written: "127.0.0.1:9001", "/tmp/s" */
-    struct sockaddr_storage sa;  /* numeric, no DNS on the data path */
+    char *text;                 /* as written: "127.0.0.1:9001", "/tmp/s" */
+    struct sockaddr_storage sa; /* numeric, no DNS on the data path */
     socklen_t salen;
-    int family;                  /* AF_INET, AF_INET6 or AF_UNIX */
-    uint16_t port;               /* 0 for AF_UNIX */
+    int family;    /* AF_INET, AF_INET6 or AF_UNIX */
+    uint16_t port; /* 0 for AF_UNIX */
 };
 
 struct conf_server {
-    char *name;                  /* ring identity: the explicit name, else
-                                    twemproxy's rule (host when the port is
-                                    11211, else host:port) */
+    char *name; /* ring identity: the explicit name, else
+                   twemproxy's rule (host when the port is
+                   11211, else host:port) */
     struct conf_addr addr;
-    uint32_t weight;             /* default 1 */
-    int line;                    /* where it was written */
+    uint32_t weight; /* default 1 */
+    int line;        /* where it was written */
 };
 
 struct conf_health {
-    bool enabled;                /* a health_check block (or `true`) was given */
-    int type;                    /* enum conf_health_type */
-    uint32_t interval_ms;        /* default 1000 */
-    uint32_t timeout_ms;         /* default 500 */
-    uint32_t rise;               /* default 2 */
-    uint32_t fall;               /* default 3 */
+    bool enabled;         /* a health_check block (or `true`) was given */
+    int type;             /* enum conf_health_type */
+    uint32_t interval_ms; /* default 1000 */
+    uint32_t timeout_ms;  /* default 500 */
+    uint32_t rise;        /* default 2 */
+    uint32_t fall;        /* default 3 */
 };
 
 struct conf_pool {
     char *name;
     int line;
     struct conf_addr listen;
-    int listen_perm;             /* unix listen socket mode (0666 ...), -1
-                                    when not given */
-    uint32_t backlog;            /* default 512 */
-    int mode;                    /* enum conf_mode */
-    int hash_key;                /* enum conf_hash_key, tcp mode */
-    int distribution;            /* enum chash_algo or CONF_DIST_* */
-    struct chash_config ring;    /* algo, hash, points_per_weight, table_size */
-    char hash_tag[3];            /* twemproxy hash_tag, "" when unset */
-    double balance_factor;       /* 0 = off; else >= 1 */
-    uint32_t slow_start_ms;      /* 0 = off */
-    int on_failure;              /* enum conf_on_failure */
-    uint32_t retries;            /* backend connect attempts after the first */
+    int listen_perm;          /* unix listen socket mode (0666 ...), -1
+                                 when not given */
+    uint32_t backlog;         /* default 512 */
+    int mode;                 /* enum conf_mode */
+    int hash_key;             /* enum conf_hash_key, tcp and http modes */
+    int distribution;         /* enum chash_algo or CONF_DIST_* */
+    struct chash_config ring; /* algo, hash, points_per_weight, table_size */
+    char hash_tag[3];         /* twemproxy hash_tag, "" when unset */
+    double balance_factor;    /* 0 = off; else >= 1 */
+    uint32_t slow_start_ms;   /* 0 = off */
+    int on_failure;           /* enum conf_on_failure */
+    uint32_t retries;         /* backend connect attempts after the first */
     struct conf_health health;
-    uint32_t connect_timeout_ms; /* default 1000 */
-    uint32_t idle_timeout_ms;    /* 0 = none */
-    uint32_t shutdown_timeout_ms;/* default 5000 */
-    uint32_t timeout_ms;         /* twemproxy `timeout` (0 = none) */
-    uint32_t client_connections; /* 0 = unlimited */
-    uint32_t server_connections; /* twemproxy, default 1 */
+    uint32_t connect_timeout_ms;  /* default 1000 */
+    uint32_t idle_timeout_ms;     /* 0 = none */
+    uint32_t shutdown_timeout_ms; /* default 5000 */
+    uint32_t timeout_ms;          /* twemproxy `timeout` (0 = none) */
+    uint32_t client_connections;  /* 0 = unlimited */
+    uint32_t server_connections;  /* twemproxy, default 1 */
     bool preconnect;
     bool auto_eject_hosts;
-    uint32_t server_failure_limit; /* default 2, as twemproxy */
+    uint32_t server_failure_limit;    /* default 2, as twemproxy */
     uint32_t server_retry_timeout_ms; /* default 30000, as twemproxy */
     bool tcpkeepalive;
-    bool redis;                  /* twemproxy `redis:` as given */
+    bool redis; /* twemproxy `redis:` as given */
     char *redis_auth;
     int redis_db;
-    char **commands;             /* twemproxy `command:` (extra redis
-                                    module commands), kept as written */
+    char **commands; /* twemproxy `command:` (extra redis
+                        module commands), kept as written */
     size_t ncommands;
     struct conf_server *servers; /* in file order */
     size_t nservers;
 };
 
 struct conf {
-    char *file;                  /* path it was loaded from, or "<embedded>" */
-    struct conf_addr admin;      /* default 127.0.0.1:8404; `admin: off`
-                                    leaves it zeroed (family AF_UNSPEC) */
-    char *admin_token;           /* NULL when unset */
-    uint32_t workers;            /* default: number of online cores */
-    int log_level;               /* enum log_level order: 0 error .. 3 debug; default 2 info */
+    char *file;             /* the path, or the name given to
+                               conf_load_string() */
+    struct conf_addr admin; /* default 127.0.0.1:8404; `admin: off`
+                               leaves it zeroed (family AF_UNSPEC) */
+    char *admin_token;      /* NULL when unset */
+    uint32_t workers;       /* default: number of online cores */
+    int log_level;          /* enum conf_log_level; default CONF_LOG_INFO */
     char *pid_file;
     char *state_file;
     struct conf_pool *pools;
@@ -117,7 +132,8 @@ struct conf *conf_load_string(const char *name, const char *yaml, size_t len,
 void conf_destroy(struct conf *conf);
 
 /* The pool named <name>, or NULL. */
-const struct conf_pool *conf_pool_find(const struct conf *conf, const char *name);
+const struct conf_pool *conf_pool_find(const struct conf *conf,
+                                       const char *name);
 
 /* Parse a duration: "500ms", "2s", "1m", or plain milliseconds. 0 or -1. */
 int conf_parse_duration(const char *s, uint32_t *ms);
@@ -126,7 +142,8 @@ int conf_parse_duration(const char *s, uint32_t *ms);
  * copied). A host that is not a numeric address is resolved once, here,
  * with getaddrinfo (the first IPv4 result, else the first IPv6 one).
  * 0, or -1 with a message in <err>; free with conf_addr_deinit. */
-int conf_parse_addr(const char *s, struct conf_addr *addr, char *err, size_t errlen);
+int conf_parse_addr(const char *s, struct conf_addr *addr, char *err,
+                    size_t errlen);
 void conf_addr_deinit(struct conf_addr *addr);
 
 /* Fill a libchash member array (name, weight, ramp 1) for <pool>; the
@@ -148,7 +165,8 @@ bool conf_addr_equal(const struct conf_addr *a, const struct conf_addr *b);
 
 /* True when a reload can keep <a>'s listening sockets for <b>: same
  * address, unix permissions and backlog. */
-bool conf_pool_same_listen(const struct conf_pool *a, const struct conf_pool *b);
+bool conf_pool_same_listen(const struct conf_pool *a,
+                           const struct conf_pool *b);
 
 /* True when <a> and <b> place keys identically: same distribution, ring
  * config, hash_tag and members (names and weights, in any order). */

@@ -28,8 +28,8 @@ static char err[4096];
 static struct conf *
 load(const char *yaml)
 {
-    struct conf *c = conf_load_string("t.yml", yaml, strlen(yaml), err,
-                                      sizeof(err));
+    struct conf *c =
+        conf_load_string("t.yml", yaml, strlen(yaml), err, sizeof(err));
     if (c == NULL)
         print_message("conf_load_string: %s\n", err);
     return c;
@@ -472,14 +472,16 @@ test_durations(void **state)
         const char *text;
         uint32_t ms;
     } good[] = {
-        {"0", 0},         {"400", 400},       {"500ms", 500},
-        {"2s", 2000},     {"1m", 60000},      {"1h", 3600000},
-        {"1.5s", 1500},   {"0.25s", 250},     {"2.5m", 150000},
-        {"4294967295", UINT32_MAX},
+        {"0", 0},         {"400", 400},
+        {"500ms", 500},   {"2s", 2000},
+        {"1m", 60000},    {"1h", 3600000},
+        {"1.5s", 1500},   {"0.25s", 250},
+        {"2.5m", 150000}, {"4294967295", UINT32_MAX},
     };
     static const char *const bad[] = {
-        "", "s", "ms", "5x", "-1", "1.", ".s", "1.0005s", "1.5", "1.5ms",
-        "4294967296", "1 s", " 1s", "1s ", "2d", "1e3", "0x10", "+5",
+        "",    "s",       "ms",  "5x",    "-1",         "1.",
+        ".s",  "1.0005s", "1.5", "1.5ms", "4294967296", "1 s",
+        " 1s", "1s ",     "2d",  "1e3",   "0x10",       "+5",
     };
     uint32_t ms;
 
@@ -505,20 +507,18 @@ test_server_forms(void **state)
         int family;
         uint16_t port;
     } good[] = {
-        {"127.0.0.1:9001:3 web-1", "web-1", "127.0.0.1:9001", 3, AF_INET,
-         9001},
+        {"127.0.0.1:9001:3 web-1", "web-1", "127.0.0.1:9001", 3, AF_INET, 9001},
         {"127.0.0.1:9001:3", "127.0.0.1:9001", "127.0.0.1:9001", 3, AF_INET,
          9001},
         {"127.0.0.1:9001", "127.0.0.1:9001", "127.0.0.1:9001", 1, AF_INET,
          9001},
         {"127.0.0.1:9001 web-1", "web-1", "127.0.0.1:9001", 1, AF_INET, 9001},
-        {"  127.0.0.1:9001:2\t web-1  ", "web-1", "127.0.0.1:9001", 2,
-         AF_INET, 9001},
+        {"  127.0.0.1:9001:2\t web-1  ", "web-1", "127.0.0.1:9001", 2, AF_INET,
+         9001},
         {"127.0.0.1:9001:0 drained", "drained", "127.0.0.1:9001", 0, AF_INET,
          9001},
         /* twemproxy: the ketama name leaves out the memcached port */
-        {"10.0.0.1:11211:1", "10.0.0.1", "10.0.0.1:11211", 1, AF_INET,
-         11211},
+        {"10.0.0.1:11211:1", "10.0.0.1", "10.0.0.1:11211", 1, AF_INET, 11211},
         {"10.0.0.1:11211:1 cache-a", "cache-a", "10.0.0.1:11211", 1, AF_INET,
          11211},
         {"10.0.0.1:11212:1", "10.0.0.1:11212", "10.0.0.1:11212", 1, AF_INET,
@@ -620,10 +620,13 @@ test_parse_addr(void **state)
     assert_int_equal(conf_parse_addr("127.0.0.1:http", &a, msg, sizeof(msg)),
                      -1);
     assert_non_null(strstr(msg, "port 'http'"));
-    assert_int_equal(conf_parse_addr("/" "0123456789012345678901234567890123"
+    assert_int_equal(conf_parse_addr("/"
+                                     "0123456789012345678901234567890123"
                                      "4567890123456789012345678901234567890"
                                      "1234567890123456789012345678901234567"
-                                     "89", &a, msg, sizeof(msg)), -1);
+                                     "89",
+                                     &a, msg, sizeof(msg)),
+                     -1);
     assert_non_null(strstr(msg, "longer than 107"));
 }
 
@@ -813,8 +816,10 @@ test_nutcracker_ketama_mapping(void **state)
         "   - 127.0.0.1:11213:1\n";
     static const struct {
         const char *key, *owner;
-    } want[] = {{"foo", "127.0.0.1:11212"}, {"bar", "127.0.0.1"},
-                {"key0", "127.0.0.1"},      {"key4", "127.0.0.1"}};
+    } want[] = {{"foo", "127.0.0.1:11212"},
+                {"bar", "127.0.0.1"},
+                {"key0", "127.0.0.1"},
+                {"key4", "127.0.0.1"}};
     struct conf *c = load(yaml);
     struct chash_member m[3];
     struct chash_ring *ring = NULL;
@@ -830,8 +835,7 @@ test_nutcracker_ketama_mapping(void **state)
     assert_int_equal(chash_ring_hash(ring, "foo", 3), 4275688823u);
     for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
         uint64_t h = chash_ring_hash(ring, want[i].key, strlen(want[i].key));
-        assert_string_equal(m[chash_ring_lookup(ring, h)].name,
-                            want[i].owner);
+        assert_string_equal(m[chash_ring_lookup(ring, h)].name, want[i].owner);
     }
     chash_ring_destroy(ring);
     conf_destroy(c);
@@ -845,15 +849,17 @@ test_err_unknown_key(void **state)
     (void)state;
     expect_error("web:\n  listen: 127.0.0.1:8080\n  mode: tcp\n"
                  "  balance: 2\n  servers: [127.0.0.1:1]\n",
-                 4, "unknown key 'balance' in pool 'web' (valid keys: "
-                    "listen, hash, hash_tag");
+                 4,
+                 "unknown key 'balance' in pool 'web' (valid keys: "
+                 "listen, hash, hash_tag");
     expect_error("global:\n  workers: 2\n  admin_port: 1\n", 3,
                  "unknown key 'admin_port' in global (valid keys: admin, "
                  "admin_token, workers, log_level, pid_file, state_file)");
     expect_error("p:\n  listen: 127.0.0.1:1\n  health_check:\n"
                  "    type: tcp\n    every: 1s\n",
-                 5, "unknown key 'every' in health_check (valid keys: type,"
-                    " interval, timeout, rise, fall)");
+                 5,
+                 "unknown key 'every' in health_check (valid keys: type,"
+                 " interval, timeout, rise, fall)");
     expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
                  "    - { address: 127.0.0.1:2, wieght: 2 }\n",
                  4, "unknown key 'wieght' in a server");
@@ -908,10 +914,11 @@ static void
 test_err_bad_duration(void **state)
 {
     (void)state;
-    expect_error("p:\n  listen: 127.0.0.1:1\n\n  slow_start: 10 seconds\n",
-                 4, "'slow_start' must be a duration (500ms, 2s, 1m");
+    expect_error("p:\n  listen: 127.0.0.1:1\n\n  slow_start: 10 seconds\n", 4,
+                 "'slow_start' must be a duration (500ms, 2s, 1m");
     expect_error("p:\n  listen: 127.0.0.1:1\n  health_check: { interval: 1x "
-                 "}\n", 3, "'interval' must be a duration");
+                 "}\n",
+                 3, "'interval' must be a duration");
 }
 
 static void
@@ -951,7 +958,8 @@ test_err_unknown_name(void **state)
                  "unknown log_level 'trace' (valid: error, warn, info, "
                  "debug)");
     expect_error("p:\n  listen: 127.0.0.1:1\n  mode: tcp\n"
-                 "  hash_key: cookie\n", 4,
+                 "  hash_key: cookie\n",
+                 4,
                  "unknown hash_key 'cookie' (valid: source_ip, "
                  "source_ip_port)");
 }
@@ -963,8 +971,9 @@ test_err_duplicate_member_name(void **state)
     expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
                  "    - 127.0.0.1:2:1 a\n    - 127.0.0.1:3:1 b\n"
                  "    - { address: 127.0.0.1:4, name: a }\n",
-                 6, "duplicate server name 'a' in pool 'p' (first at line "
-                    "4)");
+                 6,
+                 "duplicate server name 'a' in pool 'p' (first at line "
+                 "4)");
     /* twemproxy's rule names both "10.0.0.1": a duplicate too */
     expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
                  "    - 127.0.0.1:11211:1\n    - 127.0.0.1:11211:2\n",
@@ -977,8 +986,9 @@ test_err_duplicate_member_address(void **state)
     (void)state;
     expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
                  "    - 127.0.0.1:2:1 a\n    - localhost:2:1 b\n",
-                 5, "duplicate server address 'localhost:2' in pool 'p' "
-                    "(same as '127.0.0.1:2' at line 4)");
+                 5,
+                 "duplicate server address 'localhost:2' in pool 'p' "
+                 "(same as '127.0.0.1:2' at line 4)");
 }
 
 static void
@@ -987,8 +997,9 @@ test_err_listen_twice(void **state)
     (void)state;
     expect_error("a:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:1]\n"
                  "b:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:1]\n",
-                 4, "pool 'b' listens on '127.0.0.1:7000', which pool 'a' "
-                    "already uses (line 1)");
+                 4,
+                 "pool 'b' listens on '127.0.0.1:7000', which pool 'a' "
+                 "already uses (line 1)");
     /* a wildcard on the same port overlaps */
     expect_error("a:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:1]\n"
                  "b:\n  listen: '[::]:7000'\n  servers: [127.0.0.1:1]\n",
@@ -997,8 +1008,8 @@ test_err_listen_twice(void **state)
                  "b:\n  listen: /tmp/x.sock 0600\n  servers: [127.0.0.1:1]\n",
                  4, "which pool 'a' already uses");
     /* the admin address counts, the default one included */
-    expect_error("a:\n  listen: 127.0.0.1:8404\n  servers: [127.0.0.1:1]\n",
-                 1, "which is the admin address '127.0.0.1:8404'");
+    expect_error("a:\n  listen: 127.0.0.1:8404\n  servers: [127.0.0.1:1]\n", 1,
+                 "which is the admin address '127.0.0.1:8404'");
     expect_error("global:\n  admin: 127.0.0.1:9999\n"
                  "a:\n  listen: 0.0.0.0:9999\n  servers: [127.0.0.1:1]\n",
                  3, "which is the admin address '127.0.0.1:9999'");
@@ -1048,8 +1059,9 @@ test_err_admin_token(void **state)
     (void)state;
     expect_error("global:\n  workers: 1\n  admin: 0.0.0.0:8404\n"
                  "p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n",
-                 3, "admin address '0.0.0.0:8404' is not loopback: set "
-                    "'admin_token'");
+                 3,
+                 "admin address '0.0.0.0:8404' is not loopback: set "
+                 "'admin_token'");
     c = load("global:\n  admin: 0.0.0.0:8404\n  admin_token: t0k3n\n"
              "p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n");
     assert_non_null(c);
@@ -1066,8 +1078,9 @@ test_err_duplicate_key(void **state)
     (void)state;
     expect_error("p:\n  listen: 127.0.0.1:1\n  hash: md5\n"
                  "  servers: [127.0.0.1:1]\n  hash: crc32\n",
-                 5, "duplicate key 'hash' in pool 'p' (first given at line "
-                    "3)");
+                 5,
+                 "duplicate key 'hash' in pool 'p' (first given at line "
+                 "3)");
     expect_error("p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n"
                  "q:\n  listen: 127.0.0.1:2\n  servers: [127.0.0.1:1]\n"
                  "p:\n  listen: 127.0.0.1:3\n  servers: [127.0.0.1:1]\n",
@@ -1081,8 +1094,8 @@ test_err_pool_name(void **state)
 {
     (void)state;
     expect_error("p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n"
-                 "my pool:\n  listen: 127.0.0.1:2\n", 4,
-                 "bad pool name 'my pool': use up to 64 letters, digits");
+                 "my pool:\n  listen: 127.0.0.1:2\n",
+                 4, "bad pool name 'my pool': use up to 64 letters, digits");
     expect_error("a/b:\n  listen: 127.0.0.1:2\n", 1, "bad pool name 'a/b'");
     expect_error("? [a, b]\n: 1\n", 1, "a pool name must be a plain name");
 }
@@ -1093,8 +1106,9 @@ test_err_hash_key_in_store_mode(void **state)
     (void)state;
     expect_error("p:\n  listen: 127.0.0.1:1\n  redis: true\n"
                  "  hash_key: source_ip\n  servers: [127.0.0.1:1]\n",
-                 4, "'hash_key' is for tcp and http pools; pool 'p' is "
-                    "redis");
+                 4,
+                 "'hash_key' is for tcp and http pools; pool 'p' is "
+                 "redis");
 }
 
 static void
@@ -1117,18 +1131,21 @@ test_err_ring_limits(void **state)
     (void)state;
     expect_error("p:\n  listen: 127.0.0.1:1\n  distribution: jump\n"
                  "  servers:\n    - 127.0.0.1:2:1\n    - 127.0.0.1:3:2\n",
-                 6, "distribution jump takes server weights 0 or 1 only, "
-                    "not 2");
+                 6,
+                 "distribution jump takes server weights 0 or 1 only, "
+                 "not 2");
     expect_error("p:\n  listen: 127.0.0.1:1\n  mode: tcp\n  servers:\n"
                  "    - 127.0.0.1:2:1\n    - 127.0.0.1:3:10000 big\n",
-                 6, "weight 10000 of server 'big' gives more than 1000000 "
-                    "points");
+                 6,
+                 "weight 10000 of server 'big' gives more than 1000000 "
+                 "points");
     expect_error("p:\n  listen: 127.0.0.1:1\n  distribution: maglev\n"
                  "  table_size: 1000\n  servers: [127.0.0.1:2]\n",
-                 4, "table_size 1000 is not a prime larger than the 1 "
-                    "servers");
-    expect_error("p:\n  listen: 127.0.0.1:1\n  table_size: 5000012\n",
-                 3, "'table_size' is out of range");
+                 4,
+                 "table_size 1000 is not a prime larger than the 1 "
+                 "servers");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  table_size: 5000012\n", 3,
+                 "'table_size' is out of range");
 }
 
 static void
@@ -1138,7 +1155,8 @@ test_err_bad_values(void **state)
     expect_error("p:\n  listen: 127.0.0.1:1\n  hash_tag: \"{\"\n", 3,
                  "'hash_tag' must be two characters");
     expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
-                 "    - { weight: 2 }\n", 4, "server has no 'address'");
+                 "    - { weight: 2 }\n",
+                 4, "server has no 'address'");
     expect_error("p:\n  listen: 127.0.0.1:1\n  health_check: sometimes\n", 3,
                  "'health_check' must be a map");
 }
@@ -1151,7 +1169,8 @@ test_err_documents(void **state)
     expect_error("# only a comment\n", 1, "the configuration is empty");
     expect_error("global:\n  workers: 2\n", 1, "no pools");
     expect_error("p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n"
-                 "---\nq: 1\n", 5, "a second YAML document");
+                 "---\nq: 1\n",
+                 5, "a second YAML document");
 }
 
 int
