@@ -671,7 +671,8 @@ respond_report(struct MHD_Connection *c, unsigned status, json_t *report,
                bool dry_run, const char *persist_err)
 {
     json_object_set_new(report, "dry_run", json_boolean(dry_run));
-    json_object_set_new(report, "applied", json_boolean(!dry_run));
+    if (json_object_get(report, "applied") == NULL)
+        json_object_set_new(report, "applied", json_boolean(!dry_run));
     if (persist_err != NULL)
         json_object_set_new(report, "warning", json_string(persist_err));
     return respond_json(c, status, report);
@@ -962,7 +963,13 @@ member_patch(struct MHD_Connection *c, struct pool *p, struct server *s,
     if (rep == NULL)
         goto out;
     if (dry || strcmp(op, "none") == 0) {
-        ret = respond_report(c, MHD_HTTP_OK, rep, true, NULL);
+        /* Asking for the state a member is already in changes nothing:
+         * a 200 that says so, not an error (PATCH is idempotent). */
+        if (!dry) {
+            json_object_set_new(rep, "applied", json_false());
+            json_object_set_new(rep, "note", json_string("nothing to change"));
+        }
+        ret = respond_report(c, MHD_HTTP_OK, rep, dry, NULL);
         rep = NULL;
         goto out;
     }

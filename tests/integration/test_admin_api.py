@@ -140,6 +140,10 @@ def test_weight_drain_maint_up_and_remove(cluster):
     assert rep["moved"] == pytest.approx(rep["optimal"], abs=1e-12)
     ms = c.api.members("web")
     assert ms["web-1"]["weight"] == 3
+    # asking again changes nothing, and says so
+    again = c.api.ok("PATCH", "/api/pools/web/members/web-1", {"weight": 3})
+    assert again["applied"] is False and again["moved"] == 0
+    assert again["note"] == "nothing to change"
     assert ms["web-1"]["share"] - shares0["web-1"] == \
         pytest.approx(rep["optimal"], abs=1e-9)
 
