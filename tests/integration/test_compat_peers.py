@@ -8,25 +8,16 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
-import time
 
 import pytest
 
-BUILD = os.environ.get("CHASH_BUILD", "/work/main/build")
-CHASH = os.path.join(BUILD, "chash")
+from conftest import CHASH, can_connect, free_port, wait_for
+
 NUTCRACKER = shutil.which("nutcracker") or "/usr/sbin/nutcracker"
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 NKEYS = 3000
-
-
-def free_port():
-    """A port the OS just gave us on 127.0.0.1 (closed again)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def port_is_free(port):
@@ -38,62 +29,13 @@ def port_is_free(port):
     return True
 
 
-def wait_port(port, proc, deadline=10.0):
-    """Poll until something accepts on <port>; fail if <proc> exits."""
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
+def wait_port(port, proc, timeout=10.0):
+    """Poll until something accepts on <port>; fail early if <proc> dies."""
+    def up():
         if proc.poll() is not None:
-            raise RuntimeError("process exited with %d" % proc.returncode)
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.02)
-    raise RuntimeError("nothing listens on port %d after %.0fs" % (port, deadline))
-
-
-class Procs:
-    """Processes a test starts; all are killed at the end, whatever happens."""
-
-    def __init__(self):
-        self.procs = []
-
-    def start(self, argv, log):
-        f = open(log, "wb")
-        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL)
-        f.close()
-        self.procs.append(p)
-        return p
-
-    def stop(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=5)
-
-
-@pytest.fixture
-def procs():
-    ps = Procs()
-    try:
-        yield ps
-    finally:
-        ps.stop()
-
-
-@pytest.fixture
-def tmp():
-    d = tempfile.mkdtemp(prefix="chash-peers-")
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+            raise AssertionError("process exited with %d" % proc.returncode)
+        return can_connect(port)
+    wait_for(up, timeout=timeout, what="a listener on port %d" % port)
 
 
 def chash_lookup(args, keys):
@@ -171,7 +113,7 @@ def start_redis(procs, tmp, port):
     p = procs.start([REDIS, "--port", str(port), "--bind", "127.0.0.1",
                      "--save", "", "--appendonly", "no", "--dir", tmp,
                      "--daemonize", "no"],
-                    os.path.join(tmp, "redis-%d.log" % port))
+                    "redis-%d.log" % port)
     wait_port(port, p)
     c = Resp(port)
     assert c.pipeline([resp("PING")]) == [b"PONG"]
@@ -203,7 +145,7 @@ def run_nutcracker(procs, tmp, hash_name, servers):
     p = procs.start([NUTCRACKER, "-c", conf, "-s", str(stats),
                      "-a", "127.0.0.1", "-p", os.path.join(tmp, "nc.pid"),
                      "-o", os.path.join(tmp, "nc-%s.log" % hash_name)],
-                    os.path.join(tmp, "nc-%s.out" % hash_name))
+                    "nc-%s.out" % hash_name)
     wait_port(listen, p)
     return listen
 
@@ -242,23 +184,25 @@ def check_nutcracker(procs, tmp, hash_name, servers, chash_hash):
 
 
 @pytest.mark.parametrize("hash_name", ["fnv1a_64", "md5", "murmur"])
-def test_nutcracker_ketama(procs, tmp, hash_name):
+def test_nutcracker_ketama(procs, tmp_path, hash_name):
+    tmp = str(tmp_path)
     servers = [(free_port(), w) for w in (1, 2, 1, 3)]
     check_nutcracker(procs, tmp, hash_name, servers, hash_name)
 
 
-def test_nutcracker_port_11211(procs, tmp):
+def test_nutcracker_port_11211(procs, tmp_path):
     """A server on 11211 is named by its host alone (twemproxy keeps
     libmemcached's rule); 11211 is a fixed port, so run only when free."""
     if not port_is_free(11211):
         pytest.skip("127.0.0.1:11211 is in use: cannot start a server on it")
     servers = [(11211, 1), (free_port(), 2), (free_port(), 1)]
-    check_nutcracker(procs, tmp, "md5", servers, "md5")
+    check_nutcracker(procs, str(tmp_path), "md5", servers, "md5")
 
 
 # ---------------------------------------------------------------- nginx --
 
-def test_nginx_consistent(procs, tmp):
+def test_nginx_consistent(procs, tmp_path):
+    tmp = str(tmp_path)
     weights = [1, 2, 1, 3, 1]
     ups = [free_port() for _ in weights]
     front = free_port()
@@ -284,7 +228,7 @@ def test_nginx_consistent(procs, tmp):
     p = procs.start([NGINX, "-p", tmp + "/", "-e", tmp + "/error.log",
                      "-c", conf, "-g",
                      "daemon off; master_process off; pid %s/nginx.pid;" % tmp],
-                    os.path.join(tmp, "nginx.out"))
+                    "nginx.out")
     wait_port(front, p)
     for port in ups:
         wait_port(port, p)
