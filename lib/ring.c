@@ -1,5 +1,6 @@
 /* ring.c -- the weighted consistent-hash ring (CHASH_ALGO_RING): each member
- * owns weight x points_per_weight points at xxh3(name, seed = point index);
+ * owns weight x points_per_weight points at xxh3(name bytes, point index as
+ * 4 bytes little-endian);
  * a key belongs to the first point clockwise from its hash.
  * SPDX-License-Identifier: BSD-2-Clause
  *
@@ -20,8 +21,33 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "hash.h"
+
+/*
+ * Where point <j> of the member named <name> sits: XXH3-64 (seed 0) of the
+ * name's bytes followed by j as 4 bytes little-endian. Frozen: see
+ * doc/internals/placement.md.
+ *
+ * Why not XXH3 with seed j (the first design): on inputs of up to 16 bytes
+ * XXH3 folds the seed into the input with one XOR or addition, so for short
+ * names that differ in their last bytes ("db1", "db2") point j of one and
+ * point j' of the other hash the same value, and one member ended up with
+ * 99% of the circle. With the index in the input, two different (name, j)
+ * of the same length are two different inputs of one bijective mixing
+ * path, so they can never collide that way.
+ */
+static uint64_t
+point_pos(const char *name, size_t namelen, uint32_t j, unsigned char *buf)
+{
+    memcpy(buf, name, namelen);
+    buf[namelen] = (unsigned char)j;
+    buf[namelen + 1] = (unsigned char)(j >> 8);
+    buf[namelen + 2] = (unsigned char)(j >> 16);
+    buf[namelen + 3] = (unsigned char)(j >> 24);
+    return chash__xxh3(buf, namelen + 4);
+}
 
 /* Points of member <m> before and after its ramp. */
 static int
@@ -43,7 +69,8 @@ static int
 ring_build(struct chash_ring *r)
 {
     struct chash__point *pts;
-    size_t total = 0, full, kept, k = 0;
+    unsigned char *buf;
+    size_t total = 0, full, kept, k = 0, maxlen = 0;
     int rc;
 
     for (size_t m = 0; m < r->nmembers; m++) {
@@ -52,12 +79,18 @@ ring_build(struct chash_ring *r)
             return rc;
         r->members[m].points = kept;
         total += kept;
+        if (r->members[m].namelen > maxlen)
+            maxlen = r->members[m].namelen;
     }
     if (total == 0)
         return -CHASH_EEMPTY;
     pts = malloc(total * sizeof(*pts));
-    if (pts == NULL)
+    buf = malloc(maxlen + 4);
+    if (pts == NULL || buf == NULL) {
+        free(pts);
+        free(buf);
         return -CHASH_ENOMEM;
+    }
     /* Emit in name order, so the tie value (name rank, point index) is
      * already ascending and two members at the same position are ordered
      * by name, whatever the array order. */
@@ -65,7 +98,7 @@ ring_build(struct chash_ring *r)
         uint32_t m = r->by_name[rank];
         const struct chash__member *mem = &r->members[m];
         for (size_t j = 0; j < mem->points; j++) {
-            pts[k].pos = chash__xxh3_seed(mem->name, mem->namelen, j);
+            pts[k].pos = point_pos(mem->name, mem->namelen, (uint32_t)j, buf);
             pts[k].tie = (uint64_t)rank << 32 | j;
             pts[k].owner = m;
             k++;
@@ -74,6 +107,7 @@ ring_build(struct chash_ring *r)
     r->pos_shift = 0;
     rc = chash__continuum_build(&r->cont, pts, total, false);
     free(pts);
+    free(buf);
     return rc;
 }
 
