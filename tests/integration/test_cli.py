@@ -131,10 +131,6 @@ def test_sim_every_algorithm(algo):
             assert st["moved_between_survivors"] == 0, st["op"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ring placement XXH3_64bits_withSeed(name, seed=j) collides for 3-byte "
-    "names that differ in the last byte (XXH3 XORs the seed into the bytes); "
-    "db1 owns 99%; needs a placement fix in lib/ring.c"))
 @pytest.mark.parametrize("members", ["db1,db2,db3", "n10,n11,n12,n13"])
 def test_sim_short_similar_names_are_balanced(members):
     # a user naming servers db1, db2, db3 expects a third of the keys each
