@@ -223,19 +223,33 @@ maglev_lookup_n(const struct chash_ring *r, uint64_t h, size_t *out, size_t n)
 {
     const struct maglev *mg = r->algo;
     uint32_t e = fastmod(mg, h);
+    uint64_t *seen = NULL;
     size_t got = 0;
 
+    /* A long preference list (bounded loads walking every member) would
+     * cost O(got) a slot to check distinctness; a bitmap makes it O(1).
+     * Without memory, the linear check still gives the same answer. */
+    if (n > 16)
+        seen = calloc((r->nmembers + 63) / 64, sizeof(*seen));
     /* n <= owners (chash.c clamps it) and every owner holds a slot, so
      * one lap of the table always finds n of them. */
     for (uint32_t step = 0; step < mg->size && got < n; step++) {
-        size_t o = mg->table[e], k;
-        for (k = 0; k < got && out[k] != o; k++)
-            ;
-        if (k == got)
-            out[got++] = o;
+        size_t o = mg->table[e], k = got;
+        if (seen != NULL) {
+            if (!(seen[o / 64] >> (o % 64) & 1)) {
+                seen[o / 64] |= (uint64_t)1 << (o % 64);
+                out[got++] = o;
+            }
+        } else {
+            for (k = 0; k < got && out[k] != o; k++)
+                ;
+            if (k == got)
+                out[got++] = o;
+        }
         if (++e == mg->size)
             e = 0;
     }
+    free(seen);
     return got;
 }
 

@@ -384,6 +384,12 @@ test_lookup_n(void **state)
                     for (size_t j = 0; j < i; j++)
                         assert_true(out[i] != out[j]);
                 }
+                /* one preference order: a shorter list is its prefix */
+                size_t all[MAXM + 4];
+                assert_int_equal(chash_ring_lookup_n(r, h, all, owners),
+                                 owners);
+                for (size_t i = 0; i < got; i++)
+                    assert_int_equal(out[i], all[i]);
             }
             assert_int_equal(chash_ring_lookup_n(r, 1, out, 0), 0);
             chash_ring_destroy(r);
