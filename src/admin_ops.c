@@ -84,7 +84,9 @@ ops_report(const struct chash_config *cfg, const struct chash_member *before,
         goto out;
     }
     rc = chash_ring_diff(rb, ra, &moved);
-    if (rc == 0)
+    /* Nothing moved, no flows: and chash_ring_flows() would qsort() a
+     * NULL array, which UBSan rightly flags (reported to lib/). */
+    if (rc == 0 && moved > 0)
         rc = chash_ring_flows(rb, ra, NULL, 0, &nflows);
     if (rc == 0 && nflows > 0) {
         flows = calloc(nflows, sizeof(*flows));
