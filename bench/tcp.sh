@@ -5,12 +5,16 @@
 # load from wrk. Prints keep-alive requests/s, p99 latency and new
 # connections/s for each, and the ratios against HAProxy.
 #
-#   B=build bench/tcp.sh        (DURATION=10s CONNS=50 THREADS=2 to change)
+#   B=build bench/tcp.sh   (DURATION=5s ROUNDS=3 CONNS=50 THREADS=2 to change)
+#
+# The proxies, the backends and wrk share the machine's cores, so a run is
+# noisy: ROUNDS interleaved rounds, and the medians are reported.
 # SPDX-License-Identifier: BSD-2-Clause
 set -eu
 
 B=${B:-build}
-DURATION=${DURATION:-10s}
+DURATION=${DURATION:-5s}
+ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-50}
 THREADS=${THREADS:-2}
 WORKERS=2
@@ -152,40 +156,52 @@ if err: sys.stderr.write("  wrk: " + err.group(0) + "\n")
 }
 
 echo "chashd vs HAProxy vs nginx stream: tcp, $WORKERS workers each, 4 nginx"
-echo "backends, wrk -t$THREADS -c$CONNS -d$DURATION on loopback ($(nproc) cores)"
+echo "backends, wrk -t$THREADS -c$CONNS -d$DURATION on loopback ($(nproc) cores),"
+echo "$ROUNDS interleaved rounds, medians (load average now: $(cut -d' ' -f1-3 /proc/loadavg))"
 echo
-for name in chashd haproxy nginx; do
-    case $name in
-    chashd) port=$P_CHASHD ;;
-    haproxy) port=$P_HAPROXY ;;
-    nginx) port=$P_NGINX ;;
-    esac
-    # a short warm-up, then the measured runs
-    wrk -t1 -c4 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true
-    set -- $(run_wrk "http://127.0.0.1:$port/")
-    eval "${name}_ka_rps=$1 ${name}_ka_p99=$2"
-    set -- $(run_wrk -H 'Connection: close' "http://127.0.0.1:$port/")
-    eval "${name}_cc_rps=$1 ${name}_cc_p99=$2"
+: >"$TMP/results"
+round=1
+while [ "$round" -le "$ROUNDS" ]; do
+    for name in chashd haproxy nginx; do
+        case $name in
+        chashd) port=$P_CHASHD ;;
+        haproxy) port=$P_HAPROXY ;;
+        nginx) port=$P_NGINX ;;
+        esac
+        # a short warm-up, then the measured runs
+        wrk -t1 -c4 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true
+        ka=$(run_wrk "http://127.0.0.1:$port/")
+        cc=$(run_wrk -H 'Connection: close' "http://127.0.0.1:$port/")
+        echo "$name $ka $cc" >>"$TMP/results"
+        echo "  round $round $name: keep-alive req/s, p99 ms: $ka;" \
+             "close req/s, p99 ms: $cc"
+    done
+    round=$((round + 1))
 done
+echo
 
-$PY - "$chashd_ka_rps" "$chashd_ka_p99" "$chashd_cc_rps" \
-    "$haproxy_ka_rps" "$haproxy_ka_p99" "$haproxy_cc_rps" \
-    "$nginx_ka_rps" "$nginx_ka_p99" "$nginx_cc_rps" <<'EOF'
-import sys
-v = [float(x) for x in sys.argv[1:]]
-rows = {"chashd": v[0:3], "haproxy": v[3:6], "nginx stream": v[6:9]}
+$PY - "$TMP/results" <<'EOF'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    name, ka, p99, cc, _ = line.split()
+    rows.setdefault(name, []).append((float(ka), float(p99), float(cc)))
+med = {k: [statistics.median(r[i] for r in v) for i in range(3)]
+       for k, v in rows.items()}
+label = {"chashd": "chashd", "haproxy": "HAProxy 2.6", "nginx": "nginx stream"}
 print("| proxy | keep-alive req/s | p99 latency (ms) | new conns/s |")
 print("|---|---:|---:|---:|")
-for k, (rps, p99, cc) in rows.items():
-    print("| %s | %.0f | %.2f | %.0f |" % (k, rps, p99, cc))
+for k in ("chashd", "haproxy", "nginx"):
+    rps, p99, cc = med[k]
+    print("| %s | %.0f | %.2f | %.0f |" % (label[k], rps, p99, cc))
 print()
-h = rows["haproxy"]; n = rows["nginx stream"]; c = rows["chashd"]
+c = med["chashd"]
 def ratio(a, b):
     return a / b if b else float("nan")
-print("chashd / HAProxy: keep-alive req/s x%.2f, p99 x%.2f (lower is "
-      "better), new conns/s x%.2f" % (ratio(c[0], h[0]), ratio(c[1], h[1]),
-                                      ratio(c[2], h[2])))
-print("chashd / nginx:   keep-alive req/s x%.2f, p99 x%.2f (lower is "
-      "better), new conns/s x%.2f" % (ratio(c[0], n[0]), ratio(c[1], n[1]),
-                                      ratio(c[2], n[2])))
+for k in ("haproxy", "nginx"):
+    o = med[k]
+    print("chashd / %-13s keep-alive req/s x%.2f, p99 x%.2f (lower is "
+          "better), new conns/s x%.2f" % (label[k] + ":", ratio(c[0], o[0]),
+                                          ratio(c[1], o[1]),
+                                          ratio(c[2], o[2])))
 EOF

@@ -174,13 +174,11 @@ static void
 connect_established(struct worker *w, struct conn *c)
 {
     struct server *s = c->server;
-    int one = 1;
 
     c->state = CONN_ESTABLISHED;
     if (atomic_load_explicit(&s->fails, memory_order_relaxed) != 0)
         atomic_store_explicit(&s->fails, 0, memory_order_relaxed);
     stats_add(&s->stats[w->id].conns_total, 1);
-    setsockopt(c->backend.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     c->last_active_ms = w->now_ms;
     worker_timer_del(w, &c->timer);
     if (c->idle_timeout_ms > 0)
@@ -257,6 +255,8 @@ connect_next(struct worker *w, struct conn *c)
         c->backend.fd = fd;
         if (snap->set.tcpkeepalive)
             setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+        if (s->addr.family != AF_UNIX)
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         if (connect(fd, (const struct sockaddr *)&s->addr.sa, s->addr.salen) ==
             0) {
             connect_established(w, c);
@@ -442,12 +442,14 @@ proxy_event(struct worker *w, struct side *s, uint32_t events)
         socklen_t len = sizeof(err);
         if (s != &c->backend)
             return;
+        /* Writable without error or hang-up: connected, no need to ask. */
+        if (!(events & (EPOLLERR | EPOLLHUP))) {
+            connect_established(w, c);
+            return;
+        }
         if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
             err = errno;
-        if (err != 0 || (events & (EPOLLERR | EPOLLHUP)))
-            connect_failed(w, c, false, err ? err : ECONNREFUSED);
-        else
-            connect_established(w, c);
+        connect_failed(w, c, false, err ? err : ECONNREFUSED);
         return;
     }
     if (events & EPOLLERR)
