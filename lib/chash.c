@@ -295,6 +295,39 @@ chash_ring_lookup(const struct chash_ring *r, uint64_t hash)
     return r->ops->lookup(r, hash);
 }
 
+/*
+ * A software pipeline over the batch: the bucket index entry of key
+ * i + 16 and the first point of key i + 8 are prefetched while key i is
+ * looked up, so up to ~16 cache misses are in flight instead of the two or
+ * three a single lookup can overlap with its neighbours. The distances
+ * suit a main-memory latency of ~100 ns at ~10 ns a key.
+ */
+void
+chash_ring_lookup_batch(const struct chash_ring *r, const uint64_t *hashes,
+                        size_t *out, size_t n)
+{
+    const struct chash__continuum *c = &r->cont;
+    const size_t ahead_index = 16, ahead_point = 8;
+    const unsigned ps = r->pos_shift;
+
+    if (c->npoints == 0) {
+        for (size_t i = 0; i < n; i++)
+            out[i] = r->ops->lookup(r, hashes[i]);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (i + ahead_index < n)
+            __builtin_prefetch(&c->index[(hashes[i + ahead_index] << ps) >>
+                                         c->shift]);
+        if (i + ahead_point < n) {
+            size_t p = c->index[(hashes[i + ahead_point] << ps) >> c->shift];
+            __builtin_prefetch(&c->pos[p]);
+            __builtin_prefetch(&c->owner[p]);
+        }
+        out[i] = c->owner[chash__continuum_find(c, hashes[i] << ps)];
+    }
+}
+
 size_t
 chash_ring_lookup_n(const struct chash_ring *r, uint64_t hash, size_t *out,
                     size_t n)

@@ -144,6 +144,16 @@ CHASH_EXTERN uint64_t chash_ring_hash(const struct chash_ring *ring,
 CHASH_EXTERN size_t chash_ring_lookup(const struct chash_ring *ring,
                                       uint64_t hash);
 
+/* chash_ring_lookup() for <n> hashes at once: out[i] is the owner of
+ * hashes[i]. For the continuum algorithms (ring, ketama, nginx) the loop
+ * prefetches the index and the points a few keys ahead, so the cache
+ * misses of many lookups overlap: about a third faster per key than single
+ * lookups on a ring larger than the CPU's cache. Use it to shard a batch
+ * of keys (a multi-get, a bulk load). Cannot fail; <n> may be 0. */
+CHASH_EXTERN void chash_ring_lookup_batch(const struct chash_ring *ring,
+                                          const uint64_t *hashes, size_t *out,
+                                          size_t n);
+
 /* Up to <n> DISTINCT owning members for <hash>, in preference order
  * (replica placement and failover order), written to <out>. The first is
  * chash_ring_lookup(). Returns how many were written: min(n, members that

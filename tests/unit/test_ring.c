@@ -609,6 +609,40 @@ test_similar_names(void **state)
     }
 }
 
+/* The batch lookup answers exactly what single lookups answer, for every
+ * algorithm, for batches shorter and longer than its prefetch distance. */
+static void
+test_batch(void **state)
+{
+    struct team t;
+    uint64_t h[3000];
+    size_t out[3000];
+    (void)state;
+    team_make(&t, 9);
+    for (size_t i = 0; i < t.n; i++)
+        t.m[i].weight = 1; /* jump takes weight 1 only */
+    for (int algo = 0; algo < CHASH_ALGO_COUNT; algo++) {
+        struct chash_config cfg = {.algo = algo};
+        if (algo == CHASH_ALGO_NGINX)
+            cfg.hash = CHASH_HASH_CRC32;
+        if (algo == CHASH_ALGO_KETAMA)
+            cfg.hash = CHASH_HASH_MD5;
+        struct chash_ring *r = build(&cfg, t.m, t.n);
+        for (size_t len = 0; len <= 3000; len = len ? len * 5 : 1) {
+            for (size_t i = 0; i < len; i++) {
+                char key[24];
+                int kn = snprintf(key, sizeof(key), "k%zu-%llu", i,
+                                  (unsigned long long)rnd());
+                h[i] = chash_ring_hash(r, key, (size_t)kn);
+            }
+            chash_ring_lookup_batch(r, h, out, len);
+            for (size_t i = 0; i < len; i++)
+                assert_int_equal(out[i], chash_ring_lookup(r, h[i]));
+        }
+        chash_ring_destroy(r);
+    }
+}
+
 /* Keys hashed by a 32-bit function are spread over the whole circle. */
 static void
 test_hash_width(void **state)
@@ -646,6 +680,7 @@ main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_hash_width),
         cmocka_unit_test(test_similar_names),
+        cmocka_unit_test(test_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
