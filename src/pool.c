@@ -445,6 +445,7 @@ pool_rebuild(struct pool *p, struct server *s, const char *what,
     struct pool_snapshot *old = atomic_load(&p->snap);
     struct pool_snapshot *snap;
     double moved;
+    char mv[96];
 
     snap = snapshot_build(p, old != NULL ? old->version + 1 : 1);
     if (snap == NULL)
@@ -459,16 +460,21 @@ pool_rebuild(struct pool *p, struct server *s, const char *what,
     }
     if (what == NULL)
         return 0;
+    if (moved >= 0)
+        snprintf(mv, sizeof(mv), "moved %.6f of the keys", moved);
+    else
+        snprintf(mv, sizeof(mv), "moved: not comparable (the algorithm or "
+                                 "hash changed: every key may move)");
     if (s != NULL)
-        log_info("pool %s: member %s (%s) %s%s%s; share %.6f -> %.6f; "
-                 "moved %.6f of the keys (v%llu)",
+        log_info("pool %s: member %s (%s) %s%s%s; share %.6f -> %.6f; %s "
+                 "(v%llu)",
                  p->name, s->name, s->addr.text, what,
                  s->reason[0] ? ": " : "", s->reason,
-                 snapshot_share(old, s), snapshot_share(snap, s), moved,
+                 snapshot_share(old, s), snapshot_share(snap, s), mv,
                  (unsigned long long)snap->version);
     else
-        log_info("pool %s: %s; moved %.6f of the keys (v%llu)", p->name, what,
-                 moved, (unsigned long long)snap->version);
+        log_info("pool %s: %s; %s (v%llu)", p->name, what, mv,
+                 (unsigned long long)snap->version);
     return 0;
 }
 
@@ -664,6 +670,13 @@ pool_reconfigure(struct pool *p, const struct conf_pool *cp, char *err,
                  s->addr.text, s->ramping ? ", ramping" : "");
         added++;
     }
+    /* Checks switched off: nothing would ever bring a down member back,
+     * so the config's word is taken that it is up. */
+    if (!cp->health.enabled)
+        for (size_t j = 0; j < p->nservers; j++)
+            if (p->servers[j]->health == HEALTH_DOWN)
+                server_set_health(p->servers[j], HEALTH_UP,
+                                  "health checks turned off by reload");
     if (added > 0)
         p->next_ramp_ms = clock_ms();
     n = snprintf(what, sizeof(what),
