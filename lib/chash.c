@@ -545,7 +545,8 @@ chash_ring_flows(const struct chash_ring *from, const struct chash_ring *to,
         free(d.flows);
         return -CHASH_ENOMEM;
     }
-    qsort(d.flows, d.nflows, sizeof(*d.flows), cmp_flow);
+    if (d.nflows > 1) /* qsort's pointer must not be NULL, even for 0 */
+        qsort(d.flows, d.nflows, sizeof(*d.flows), cmp_flow);
     for (size_t k = 0; k < d.nflows && k < cap; k++)
         out[k] = d.flows[k];
     *nflows = d.nflows;

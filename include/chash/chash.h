@@ -214,7 +214,9 @@ CHASH_EXTERN int chash_ring_flows(const struct chash_ring *from,
                                   struct chash_flow *out, size_t cap,
                                   size_t *nflows);
 
-/* 1 when chash_ring_diff() is exact for this ring's algorithm, else 0. */
+/* 1 when chash_ring_diff() is exact for this ring's algorithm, else 0.
+ * For maglev the diff is exact only between tables of the same size; two
+ * different sizes are compared on the 2^20 sampled hashes. */
 CHASH_EXTERN int chash_ring_diff_exact(const struct chash_ring *ring);
 
 /* Introspection. Indexes are those of the members array given at create. */

@@ -331,6 +331,9 @@ test_flows(void **state)
     assert_true(nf > 2); /* more exist than the two written */
     assert_int_equal(f[0].to, 0);
     assert_int_equal(chash_ring_flows(b, a, NULL, 1, &nf), -CHASH_EINVAL);
+    /* nothing moves between a ring and itself: no flows, no crash */
+    assert_int_equal(chash_ring_flows(a, a, NULL, 0, &nf), 0);
+    assert_int_equal(nf, 0);
     chash_ring_destroy(a);
     chash_ring_destroy(b);
 }
