@@ -72,7 +72,9 @@ static struct {
     struct MHD_Daemon *mhd;
     char *token;                 /* NULL: no authentication */
     char *address;               /* as written, for messages */
-    struct state *state;
+    struct state *state;         /* the delta the running pools have */
+    struct state *pending;       /* applied to a config being loaded */
+    char *pending_file;
     bool state_loaded;
     char *state_file;            /* NULL: changes are not persisted */
     struct admin_change changes[ADMIN_CHANGES];
@@ -365,9 +367,34 @@ changes_json(void)
 
 /* ---- state file ---------------------------------------------------------- */
 
+/* A copy of <st>'s delta (not its bases), or NULL. */
+static struct state *
+state_copy(const struct state *st)
+{
+    struct state *cp = state_create();
+    json_t *j = state_json(st);
+    char *text = json_dumps(j, JSON_COMPACT);
+
+    json_decref(j);
+    if (cp == NULL || text == NULL ||
+        state_load_string(cp, "state", text, NULL, 0) != 0) {
+        state_destroy(cp);
+        cp = NULL;
+    }
+    free(text);
+    return cp;
+}
+
+/*
+ * The delta is applied to a COPY of the state (<pending>), committed by
+ * admin_state_settle() once the pools run the new config: a reload refused
+ * after this call (a listener that cannot bind) must leave the running
+ * state, whose bases are the running config's servers, untouched.
+ */
 int
 admin_state_apply(struct conf *conf, char *err, size_t errlen)
 {
+    struct state *pending;
     char warn[2048];
 
     if (A.state == NULL) {
@@ -382,21 +409,37 @@ admin_state_apply(struct conf *conf, char *err, size_t errlen)
             return -1;
         A.state_loaded = true;
     }
-    free(A.state_file);
-    A.state_file = conf->state_file ? strdup(conf->state_file) : NULL;
-    if (state_apply(A.state, conf, warn, sizeof(warn)) != 0) {
+    pending = state_copy(A.state);
+    if (pending == NULL) {
+        snprintf(err, errlen, "state: out of memory");
+        return -1;
+    }
+    if (state_apply(pending, conf, warn, sizeof(warn)) != 0) {
         snprintf(err, errlen, "state: %s", strerror(errno));
+        state_destroy(pending);
         return -1;
     }
     if (warn[0] != '\0')
         log_warn("state %s: %s",
                  conf->state_file ? conf->state_file : "(memory)", warn);
+    state_destroy(A.pending);
+    A.pending = pending;
+    free(A.pending_file);
+    A.pending_file = conf->state_file ? strdup(conf->state_file) : NULL;
     return 0;
 }
 
 void
 admin_state_settle(void)
 {
+    if (A.pending != NULL) {
+        state_destroy(A.state);
+        A.state = A.pending;
+        A.pending = NULL;
+        free(A.state_file);
+        A.state_file = A.pending_file;
+        A.pending_file = NULL;
+    }
     if (A.state == NULL)
         return;
     for (size_t i = 0; i < pool_count(); i++) {
@@ -420,6 +463,10 @@ admin_state_free(void)
 {
     state_destroy(A.state);
     A.state = NULL;
+    state_destroy(A.pending);
+    A.pending = NULL;
+    free(A.pending_file);
+    A.pending_file = NULL;
     A.state_loaded = false;
     free(A.state_file);
     A.state_file = NULL;
@@ -662,6 +709,20 @@ weight_ok(const json_t *v, uint32_t *w)
     return true;
 }
 
+/* Jump consistent hash has no weights: a member is in (1) or out (0).
+ * Say so rather than let libchash's generic weight error answer. */
+static bool
+jump_weight_ok(struct MHD_Connection *c, const struct pool *p,
+               uint32_t weight, enum MHD_Result *ret)
+{
+    if (p->cfg.distribution != CHASH_ALGO_JUMP || weight <= 1)
+        return true;
+    *ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
+                         "pool %s uses jump, which takes weights 0 or 1 only",
+                         p->name);
+    return false;
+}
+
 /* ---- handlers --------------------------------------------------------------- */
 
 /* Answer a change: its report, whether it was applied, and a note when
@@ -757,6 +818,8 @@ member_add(struct MHD_Connection *c, struct pool *p,
                             ADMIN_MAX_WEIGHT);
         goto out;
     }
+    if (!jump_weight_ok(c, p, weight, &ret))
+        goto out;
     /* Parse as a `servers:` entry so names and addresses follow the
      * config's rules exactly (twemproxy's default name included). */
     snprintf(line, sizeof(line), "%s:%u%s%s", json_string_value(jaddr), weight,
@@ -918,6 +981,8 @@ member_patch(struct MHD_Connection *c, struct pool *p, struct server *s,
                             ADMIN_MAX_WEIGHT);
         goto out;
     }
+    if (jw != NULL && !jump_weight_ok(c, p, weight, &ret))
+        goto out;
     if (jst != NULL) {
         stname = json_string_value(jst);
         /* "drain" is the verb; "draining" is how the state reads back. */

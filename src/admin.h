@@ -48,9 +48,11 @@ void admin_reconfigure(const struct conf *conf);
  * the first call reads global.state_file (a missing file is an empty
  * state; a corrupt one is an error: the daemon refuses to start rather
  * than silently drop operators' changes), and every call applies the
- * runtime delta to <conf> (members added/removed, weights). Then, AFTER
- * pool_create()/pool_reconfigure(), call admin_state_settle() to put the
- * members the state drains or holds in maintenance into that state.
+ * runtime delta to <conf> (members added/removed, weights) in a pending
+ * copy of the state. Then, AFTER pool_create()/pool_reconfigure(), call
+ * admin_state_settle(): it commits the pending state (a reload refused in
+ * between leaves the running one untouched) and puts the members the
+ * state drains or holds in maintenance into that state.
  * 0, or -1 with the message in <err>.
  */
 int admin_state_apply(struct conf *conf, char *err, size_t errlen);

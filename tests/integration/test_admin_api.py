@@ -310,3 +310,6 @@ def test_ring_arcs_cover_the_circle_for_every_algorithm(procs, backends,
         if algo in CONTINUA:
             assert {f["to"] for f in rep["flows"]} == {"web-9"}, algo
         assert rep["exact"] is (algo not in ("rendezvous", "jump"))
+    st, j, _ = api.call("PATCH", "/api/pools/jump/members/web-1",
+                        {"weight": 2})
+    assert st == 400 and "jump" in j["error"]

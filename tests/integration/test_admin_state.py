@@ -134,3 +134,40 @@ def test_chashd_t_refuses_a_public_admin_without_a_token(tmp_path):
     p = subprocess.run([CHASHD, "-t", "-c", conf], capture_output=True,
                        text=True, timeout=10)
     assert p.returncode == 0, p.stderr
+
+
+def test_a_refused_reload_leaves_the_state_alone(cluster):
+    import socket
+    c = cluster(3)
+    b4 = Backend(c.d.procs, "web-4")
+    c.api.ok("POST", "/api/pools/web/members",
+             {"name": "web-4", "address": b4.addr})
+    # a config that adds web-5 and a pool whose port is taken: refused
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        bad = c.text.replace(
+            "    - %s:1 web-3\n" % c.backends[2].addr,
+            "    - %s:1 web-3\n    - 127.0.0.1:%d:1 web-5\n"
+            % (c.backends[2].addr, free_port())) + pool_yaml(
+            "other", busy.getsockname()[1], c.backends[:1])
+        c.d.reload(bad)
+        assert "reload refused" in c.d.log()
+    finally:
+        busy.close()
+    assert set(c.api.members("web")) == {"web-1", "web-2", "web-3", "web-4"}
+    # a change after it: the delta is still against the running config
+    c.api.ok("PATCH", "/api/pools/web/members/web-1", {"weight": 2})
+    web = c.state()["pools"]["web"]
+    assert web["removed"] == [] and [a["name"] for a in web["added"]] == \
+        ["web-4"]
+    assert web["changed"] == [{"name": "web-1", "weight": 2, "state": "up"}]
+
+
+def test_a_reload_changes_the_token(cluster):
+    c = cluster(1, token="first")
+    assert c.api.get("/api/pools")[0] == 200
+    c.d.reload(c.text.replace("admin_token: first", "admin_token: second"))
+    assert c.api.get("/api/pools")[0] == 401
+    assert c.api.get("/api/pools", token="second")[0] == 200
