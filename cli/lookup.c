@@ -119,8 +119,9 @@ lookup_config(const char *path, const char *name, struct lookup *l)
     int rc = CLI_EXIT_FAIL;
 
     if (conf == NULL) {
+        /* a bad config is bad input, as for `chashd -t`: status 2 */
         cli_error(CMD, "%s", err);
-        return CLI_EXIT_FAIL;
+        return CLI_EXIT_USAGE;
     }
     pool = conf_pool_find(conf, name);
     if (pool == NULL) {
