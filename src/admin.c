@@ -1097,8 +1097,21 @@ pool_lookup(struct MHD_Connection *c, struct pool *p)
         return respond_error(c, MHD_HTTP_CONFLICT,
                              "pool %s has no member in the ring", p->name);
     /* As the data path hashes it: tcp mode hashes the client address as
-     * text ("127.0.0.5"), so ?key=127.0.0.5 answers for that client. */
-    hash = chash_ring_hash(snap->ring, key, strlen(key));
+     * text ("127.0.0.5"), so ?key=127.0.0.5 answers for that client; a
+     * twemproxy hash_tag ("{}") hashes only the tagged part of a key. */
+    {
+        const char *part = key, *open_tag, *close_tag;
+        size_t plen = strlen(key);
+
+        if (p->cfg.hash_tag[0] != '\0' &&
+            (open_tag = strchr(key, p->cfg.hash_tag[0])) != NULL &&
+            (close_tag = strchr(open_tag + 1, p->cfg.hash_tag[1])) != NULL &&
+            close_tag > open_tag + 1) {
+            part = open_tag + 1;
+            plen = (size_t)(close_tag - part);
+        }
+        hash = chash_ring_hash(snap->ring, part, plen);
+    }
     n = chash_ring_lookup_n(snap->ring, hash, idx, replicas);
     arr = json_array();
     for (size_t i = 0; i < n; i++) {

@@ -313,3 +313,20 @@ def test_ring_arcs_cover_the_circle_for_every_algorithm(procs, backends,
     st, j, _ = api.call("PATCH", "/api/pools/jump/members/web-1",
                         {"weight": 2})
     assert st == 400 and "jump" in j["error"]
+
+
+def test_lookup_honours_the_hash_tag(procs, backends, chashd):
+    bs = backends(3)
+    aport, port = free_port(), free_port()
+    chashd(admin_global(aport) + pool_yaml("t", port, bs, hash_tag='"{}"'),
+           port)
+    wait_for(lambda: can_connect(aport), what="admin API")
+    api = Api(aport)
+    keys = ["user:%d" % i for i in range(40)]
+    owners = {api.lookup("t", k)[0] for k in keys}
+    assert len(owners) > 1  # plain keys spread
+    for i in range(10):
+        tag = "{%d}" % i
+        want = api.lookup("t", str(i))
+        assert api.lookup("t", "a" + tag + "x") == want
+        assert api.lookup("t", "zz" + tag) == want
