@@ -61,7 +61,7 @@ struct ctl {
 
 struct reply {
     int status;
-    char *body;   /* NUL-terminated */
+    char *body; /* NUL-terminated */
     size_t len;
 };
 
@@ -165,8 +165,8 @@ http_request(const struct ctl *c, const char *method, const char *path,
         return -1;
     }
     for (a = ai; a != NULL; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC,
-                    a->ai_protocol);
+        fd =
+            socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
         if (fd < 0)
             continue;
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -194,7 +194,8 @@ http_request(const struct ctl *c, const char *method, const char *path,
     if (body != NULL)
         n += snprintf(hdr + n, sizeof(hdr) - (size_t)n,
                       "Content-Type: application/json\r\n"
-                      "Content-Length: %zu\r\n", blen);
+                      "Content-Length: %zu\r\n",
+                      blen);
     n += snprintf(hdr + n, sizeof(hdr) - (size_t)n, "\r\n");
     if ((size_t)n >= sizeof(hdr)) {
         cli_error(CMD, "request too long");
@@ -260,8 +261,8 @@ http_request(const struct ctl *c, const char *method, const char *path,
         size_t want = strtoull(cl, NULL, 10);
 
         if (want > r->len) {
-            cli_error(CMD, "short answer from %s (%zu of %zu bytes)",
-                      c->admin, r->len, want);
+            cli_error(CMD, "short answer from %s (%zu of %zu bytes)", c->admin,
+                      r->len, want);
             goto fail;
         }
         r->len = want;
@@ -313,8 +314,8 @@ url_escape(const char *s, char *out, size_t outlen)
  * With --json the body is printed as is (the caller prints nothing more).
  */
 static json_t *
-call(const struct ctl *c, const char *method, const char *path,
-     json_t *body, int *exit_code)
+call(const struct ctl *c, const char *method, const char *path, json_t *body,
+     int *exit_code)
 {
     struct reply r;
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
@@ -328,13 +329,12 @@ call(const struct ctl *c, const char *method, const char *path,
         return NULL;
     j = json_loadb(r.body, r.len, 0, &jerr);
     if (r.status < 200 || r.status > 299) {
-        const char *msg = j ? json_string_value(json_object_get(j, "error"))
-                            : NULL;
+        const char *msg =
+            j ? json_string_value(json_object_get(j, "error")) : NULL;
 
         if (c->json && j != NULL)
             fputs(r.body, stdout);
-        cli_error(CMD, "%s (HTTP %d)", msg ? msg : "request failed",
-                  r.status);
+        cli_error(CMD, "%s (HTTP %d)", msg ? msg : "request failed", r.status);
         json_decref(j);
         free(r.body);
         return NULL;
@@ -384,7 +384,8 @@ print_pools(json_t *j)
 
     printf("%-16s %-6s %-22s %-10s %-10s %7s %7s  %s\n", "POOL", "MODE",
            "LISTEN", "ALGORITHM", "HASH", "MEMBERS", "ACTIVE", "CHECKSUM");
-    json_array_foreach(pools, i, p) {
+    json_array_foreach(pools, i, p)
+    {
         printf("%-16s %-6s %-22s %-10s %-10s %7zu %7lld  %s\n", str(p, "name"),
                str(p, "mode"), str(p, "listen"), str(p, "algorithm"),
                str(p, "hash"), json_array_size(json_object_get(p, "members")),
@@ -400,7 +401,8 @@ print_members(json_t *members)
 
     printf("%-20s %-22s %-9s %6s %6s %7s %9s %6s %8s\n", "MEMBER", "ADDRESS",
            "STATE", "WEIGHT", "RAMP", "ACTIVE", "TOTAL", "FAILS", "SHARE");
-    json_array_foreach(members, i, m) {
+    json_array_foreach(members, i, m)
+    {
         printf("%-20s %-22s %-9s %6lld %5.0f%% %7lld %9lld %6lld %7.3f%%\n",
                str(m, "name"), str(m, "address"), str(m, "state"),
                num(m, "weight"), 100 * real(m, "ramp"), num(m, "active"),
@@ -412,8 +414,8 @@ print_members(json_t *members)
 static void
 print_pool(json_t *p)
 {
-    json_t *s = json_object_get(p, "settings"), *st = json_object_get(p,
-                                                                     "stats");
+    json_t *s = json_object_get(p, "settings"),
+           *st = json_object_get(p, "stats");
 
     printf("pool %s: %s on %s, %s/%s, hash_key %s\n", str(p, "name"),
            str(p, "mode"), str(p, "listen"), str(p, "algorithm"),
@@ -448,13 +450,15 @@ print_report(json_t *r, const char *what)
     if (json_is_number(imm) &&
         fabs(json_number_value(imm) - real(r, "moved")) > 1e-9)
         printf("  moves %.4f%% at once, with the slow-start ramps as they "
-               "are%s\n", 100 * json_number_value(imm),
+               "are%s\n",
+               100 * json_number_value(imm),
                json_number_value(imm) < real(r, "moved")
                    ? " (the ramp brings the rest)"
                    : "");
     if (json_array_size(flows) > 0)
         printf("  %-20s    %-20s %10s\n", "FROM", "TO", "FRACTION");
-    json_array_foreach(flows, i, f) {
+    json_array_foreach(flows, i, f)
+    {
         printf("  %-20s -> %-20s %9.4f%%\n", str(f, "from"), str(f, "to"),
                100 * real(f, "fraction"));
     }
@@ -469,14 +473,16 @@ print_lookup(json_t *j)
     size_t i;
 
     printf("%s", str(j, "key"));
-    json_array_foreach(members, i, m) {
+    json_array_foreach(members, i, m)
+    {
         printf("\t%s (%s, %s)", str(m, "name"), str(m, "address"),
                str(m, "state"));
     }
     printf("\n");
 }
 
-/* ---- commands ------------------------------------------------------------- */
+/* ---- commands -------------------------------------------------------------
+ */
 
 static int
 need(int have, int want, const char *cmd)
@@ -490,8 +496,8 @@ need(int have, int want, const char *cmd)
 
 /* A change: <method> on <path> with <body>, report printed as <what>. */
 static int
-change(const struct ctl *c, const char *method, const char *path,
-       json_t *body, const char *what)
+change(const struct ctl *c, const char *method, const char *path, json_t *body,
+       const char *what)
 {
     char full[2700];
     int ex;
@@ -544,24 +550,35 @@ cmd_ctl(int argc, char **argv)
     optind = 1;
     while ((opt = getopt_long(argc, argv, ":a:t:jw:nr:h", opts, NULL)) != -1) {
         switch (opt) {
-        case 'a': c.admin = optarg; break;
-        case 't': c.token = optarg; break;
-        case 'j': c.json = true; break;
-        case 'n': c.dry_run = true; break;
+        case 'a':
+            c.admin = optarg;
+            break;
+        case 't':
+            c.token = optarg;
+            break;
+        case 'j':
+            c.json = true;
+            break;
+        case 'n':
+            c.dry_run = true;
+            break;
         case 'w':
-            if (cli_parse_u32(CMD, "--weight", optarg, 0, 1000000,
-                              &c.weight) != 0)
+            if (cli_parse_u32(CMD, "--weight", optarg, 0, 1000000, &c.weight) !=
+                0)
                 return usage_after_error();
             c.have_weight = true;
             break;
         case 'r':
-            if (cli_parse_u32(CMD, "--replicas", optarg, 1, 64,
-                              &c.replicas) != 0)
+            if (cli_parse_u32(CMD, "--replicas", optarg, 1, 64, &c.replicas) !=
+                0)
                 return usage_after_error();
             c.have_replicas = true;
             break;
-        case 'h': fputs(usage_text, stdout); return CLI_EXIT_OK;
-        default: return cli_bad_option(CMD, usage_text, argv, opt);
+        case 'h':
+            fputs(usage_text, stdout);
+            return CLI_EXIT_OK;
+        default:
+            return cli_bad_option(CMD, usage_text, argv, opt);
         }
     }
     if (optind >= argc)
@@ -576,16 +593,13 @@ cmd_ctl(int argc, char **argv)
     if (c.have_replicas && strcmp(verb, "lookup") != 0)
         return cli_usage_error(CMD, usage_text,
                                "--replicas goes with 'lookup'");
-    if (c.dry_run && (strcmp(verb, "pools") == 0 ||
-                      strcmp(verb, "show") == 0 ||
+    if (c.dry_run && (strcmp(verb, "pools") == 0 || strcmp(verb, "show") == 0 ||
                       strcmp(verb, "lookup") == 0))
-        return cli_usage_error(CMD, usage_text,
-                               "--dry-run goes with a change");
+        return cli_usage_error(CMD, usage_text, "--dry-run goes with a change");
     for (int i = 0; i < nargs; i++)
         if (strlen(args[i]) > 255)
-            return cli_usage_error(CMD, usage_text,
-                                   "argument %d is longer than 255 bytes",
-                                   i + 1);
+            return cli_usage_error(
+                CMD, usage_text, "argument %d is longer than 255 bytes", i + 1);
     if (nargs >= 1)
         url_escape(args[0], pool, sizeof(pool));
     if (nargs >= 2)
@@ -626,8 +640,8 @@ cmd_ctl(int argc, char **argv)
         if ((rc = need(nargs, 3, verb)) != 0)
             return rc;
         snprintf(path, sizeof(path), "/api/pools/%s/members", pool);
-        snprintf(what, sizeof(what), "pool %s: add %s (%s, weight %u)",
-                 args[0], args[1], args[2], c.have_weight ? c.weight : 1);
+        snprintf(what, sizeof(what), "pool %s: add %s (%s, weight %u)", args[0],
+                 args[1], args[2], c.have_weight ? c.weight : 1);
         j = json_pack("{s:s,s:s,s:i}", "name", args[1], "address", args[2],
                       "weight", (int)(c.have_weight ? c.weight : 1));
         return change(&c, "POST", path, j, what);
@@ -657,8 +671,7 @@ cmd_ctl(int argc, char **argv)
         if ((rc = need(nargs, 2, verb)) != 0)
             return rc;
         snprintf(path, sizeof(path), "/api/pools/%s/members/%s", pool, name);
-        snprintf(what, sizeof(what), "pool %s: %s %s", args[0], verb,
-                 args[1]);
+        snprintf(what, sizeof(what), "pool %s: %s %s", args[0], verb, args[1]);
         return change(&c, "PATCH", path, json_pack("{s:s}", "state", verb),
                       what);
     }

@@ -32,24 +32,24 @@
 #include "pool.h"
 #include "state.h"
 
-#define ADMIN_MAX_BODY (64 * 1024)   /* request bodies above are 413 */
-#define ADMIN_MAX_NAME 255           /* member names, as conf allows */
+#define ADMIN_MAX_BODY (64 * 1024) /* request bodies above are 413 */
+#define ADMIN_MAX_NAME 255         /* member names, as conf allows */
 #define ADMIN_MAX_WEIGHT 1000000
 #define ADMIN_MAX_REPLICAS 64
 #define ADMIN_MAX_SEGMENTS 65536
 #define ADMIN_DEFAULT_SEGMENTS 1024
-#define ADMIN_CHANGES 50             /* membership changes kept in memory */
+#define ADMIN_CHANGES 50 /* membership changes kept in memory */
 #define ADMIN_JSON_FLAGS (JSON_INDENT(2) | JSON_REAL_PRECISION(12))
 
 /* One membership change made through the API, for GET /api/changes, the
  * dashboard and the metrics. */
 struct admin_change {
     uint64_t seq;
-    double time;        /* Unix seconds */
+    double time; /* Unix seconds */
     char pool[128];
     char member[ADMIN_MAX_NAME + 1];
-    char op[32];        /* add, remove, weight, drain, up, maint, ... */
-    char detail[128];   /* "weight 1 -> 3", "127.0.0.1:9003 weight 1" */
+    char op[32];      /* add, remove, weight, drain, up, maint, ... */
+    char detail[128]; /* "weight 1 -> 3", "127.0.0.1:9003 weight 1" */
     double moved, optimal, immediate;
 };
 
@@ -70,18 +70,18 @@ struct admin_request {
 
 static struct {
     struct MHD_Daemon *mhd;
-    char *token;                 /* NULL: no authentication */
-    char *address;               /* as written, for messages */
-    struct state *state;         /* the delta the running pools have */
-    struct state *pending;       /* applied to a config being loaded */
+    char *token;           /* NULL: no authentication */
+    char *address;         /* as written, for messages */
+    struct state *state;   /* the delta the running pools have */
+    struct state *pending; /* applied to a config being loaded */
     char *pending_file;
     bool state_loaded;
-    char *state_file;            /* NULL: changes are not persisted */
+    char *state_file; /* NULL: changes are not persisted */
     struct admin_change changes[ADMIN_CHANGES];
-    uint64_t nchanges;           /* total; the ring keeps the last 50 */
+    uint64_t nchanges; /* total; the ring keeps the last 50 */
     struct admin_pool_count *counts;
     size_t ncounts;
-    struct control_watch watch;  /* libmicrohttpd's epoll fd */
+    struct control_watch watch; /* libmicrohttpd's epoll fd */
     bool watching;
     bool tick_added;
 } A;
@@ -340,25 +340,25 @@ static json_t *
 changes_json(void)
 {
     json_t *arr = json_array();
-    uint64_t first = A.nchanges > ADMIN_CHANGES ? A.nchanges - ADMIN_CHANGES
-                                                : 0;
+    uint64_t first =
+        A.nchanges > ADMIN_CHANGES ? A.nchanges - ADMIN_CHANGES : 0;
 
     /* Newest first: what an operator looks for. */
     for (uint64_t k = A.nchanges; k > first; k--) {
         const struct admin_change *ch = &A.changes[(k - 1) % ADMIN_CHANGES];
-        json_t *j = json_pack("{s:I,s:f,s:s,s:s,s:s,s:s}", "seq",
-                              (json_int_t)ch->seq, "time", ch->time, "pool",
-                              ch->pool, "member", ch->member, "op", ch->op,
-                              "detail", ch->detail);
+        json_t *j =
+            json_pack("{s:I,s:f,s:s,s:s,s:s,s:s}", "seq", (json_int_t)ch->seq,
+                      "time", ch->time, "pool", ch->pool, "member", ch->member,
+                      "op", ch->op, "detail", ch->detail);
 
-        json_object_set_new(j, "moved", ch->moved >= 0 ? json_real(ch->moved)
-                                                       : json_null());
-        json_object_set_new(j, "optimal", ch->optimal >= 0
-                                              ? json_real(ch->optimal)
-                                              : json_null());
-        json_object_set_new(j, "immediate", ch->immediate >= 0
-                                                ? json_real(ch->immediate)
-                                                : json_null());
+        json_object_set_new(
+            j, "moved", ch->moved >= 0 ? json_real(ch->moved) : json_null());
+        json_object_set_new(j, "optimal",
+                            ch->optimal >= 0 ? json_real(ch->optimal)
+                                             : json_null());
+        json_object_set_new(j, "immediate",
+                            ch->immediate >= 0 ? json_real(ch->immediate)
+                                               : json_null());
         json_array_append_new(arr, j);
     }
     return json_pack("{s:I,s:o}", "total", (json_int_t)A.nchanges, "changes",
@@ -451,9 +451,8 @@ admin_state_settle(void)
 
             if (server_member(s) && s->admin != want &&
                 pool_member_set_admin(p, s->name, want, NULL) != 0)
-                log_warn("state: pool %s member %s: cannot set %s: %s",
-                         p->name, s->name, state_admin_name(want),
-                         strerror(errno));
+                log_warn("state: pool %s member %s: cannot set %s: %s", p->name,
+                         s->name, state_admin_name(want), strerror(errno));
         }
     }
 }
@@ -517,13 +516,14 @@ state_persist(struct pool *p, char *err, size_t errlen)
     return rc;
 }
 
-/* ---- JSON views ----------------------------------------------------------- */
+/* ---- JSON views -----------------------------------------------------------
+ */
 
 static const char *
 state_text(int state)
 {
-    static const char *const names[] = {"up", "down", "ejected", "draining",
-                                        "maint", "removed"};
+    static const char *const names[] = {"up",       "down",  "ejected",
+                                        "draining", "maint", "removed"};
 
     return state >= 0 && state < SERVER_STATE_COUNT ? names[state] : "unknown";
 }
@@ -532,8 +532,8 @@ static json_t *
 member_json(const struct pool_snapshot *snap, const struct server *s)
 {
     struct stats_server_sum sum;
-    int st = atomic_load_explicit((_Atomic int *)&s->state,
-                                  memory_order_relaxed);
+    int st =
+        atomic_load_explicit((_Atomic int *)&s->state, memory_order_relaxed);
     static const char *const health[] = {"up", "down", "ejected"};
 
     stats_server_sum(s->stats, pool_workers(), &sum);
@@ -574,19 +574,16 @@ pool_json(struct pool *p, bool full)
         snprintf(sum, sizeof(sum), "%016llx",
                  (unsigned long long)chash_ring_checksum(snap->ring));
     stats_pool_sum(p->stats, pool_workers(), &ps);
-    j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I}", "name", p->name, "listen",
-                  cp->listen.text ? cp->listen.text : "", "mode",
-                  conf_mode_name(cp->mode) ? conf_mode_name(cp->mode) : "?",
-                  "algorithm",
-                  conf_dist_name(cp->distribution)
-                      ? conf_dist_name(cp->distribution)
-                      : "?",
-                  "hash",
-                  chash_hash_name(cp->ring.hash) ? chash_hash_name(cp->ring.hash)
-                                                 : "?",
-                  "snapshot", (json_int_t)(snap ? snap->version : 0), "active",
-                  (json_int_t)atomic_load_explicit(&p->active,
-                                                   memory_order_relaxed));
+    j = json_pack(
+        "{s:s,s:s,s:s,s:s,s:s,s:I,s:I}", "name", p->name, "listen",
+        cp->listen.text ? cp->listen.text : "", "mode",
+        conf_mode_name(cp->mode) ? conf_mode_name(cp->mode) : "?", "algorithm",
+        conf_dist_name(cp->distribution) ? conf_dist_name(cp->distribution)
+                                         : "?",
+        "hash",
+        chash_hash_name(cp->ring.hash) ? chash_hash_name(cp->ring.hash) : "?",
+        "snapshot", (json_int_t)(snap ? snap->version : 0), "active",
+        (json_int_t)atomic_load_explicit(&p->active, memory_order_relaxed));
     json_object_set_new(j, "checksum", sum[0] ? json_string(sum) : json_null());
     settings = json_pack(
         "{s:s,s:I,s:I,s:f,s:I,s:s,s:I,s:I,s:I,s:b}", "hash_key",
@@ -601,19 +598,19 @@ pool_json(struct pool *p, bool full)
             : "?",
         "retries", (json_int_t)cp->retries, "connect_timeout_ms",
         (json_int_t)cp->connect_timeout_ms, "client_connections",
-        (json_int_t)cp->client_connections, "health_check",
-        cp->health.enabled);
+        (json_int_t)cp->client_connections, "health_check", cp->health.enabled);
     json_object_set_new(j, "settings", settings);
-    json_object_set_new(
-        j, "stats",
-        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "accepted",
-                  (json_int_t)ps.accepted, "first_choice",
-                  (json_int_t)ps.first_choice, "spilled", (json_int_t)ps.spilled,
-                  "failed_over", (json_int_t)ps.failed_over, "refused_limit",
-                  (json_int_t)ps.refused_limit, "refused_error",
-                  (json_int_t)ps.refused_error, "no_member",
-                  (json_int_t)ps.no_member, "bytes_in", (json_int_t)ps.bytes_in,
-                  "bytes_out", (json_int_t)ps.bytes_out));
+    json_object_set_new(j, "stats",
+                        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+                                  "accepted", (json_int_t)ps.accepted,
+                                  "first_choice", (json_int_t)ps.first_choice,
+                                  "spilled", (json_int_t)ps.spilled,
+                                  "failed_over", (json_int_t)ps.failed_over,
+                                  "refused_limit", (json_int_t)ps.refused_limit,
+                                  "refused_error", (json_int_t)ps.refused_error,
+                                  "no_member", (json_int_t)ps.no_member,
+                                  "bytes_in", (json_int_t)ps.bytes_in,
+                                  "bytes_out", (json_int_t)ps.bytes_out));
     members = json_array();
     for (size_t i = 0; i < p->nservers; i++)
         if (server_member(p->servers[i]))
@@ -624,7 +621,8 @@ pool_json(struct pool *p, bool full)
     return j;
 }
 
-/* ---- argument checks ------------------------------------------------------- */
+/* ---- argument checks -------------------------------------------------------
+ */
 
 /* A member name is one word as in `servers:` (no whitespace, no '/', so it
  * fits a URL path segment), printable ASCII, at most ADMIN_MAX_NAME. */
@@ -687,7 +685,8 @@ unknown_key(json_t *j, const char *const *allowed)
     const char *key;
     json_t *v;
 
-    json_object_foreach(j, key, v) {
+    json_object_foreach(j, key, v)
+    {
         bool ok = false;
 
         for (size_t i = 0; allowed[i] && !ok; i++)
@@ -712,8 +711,8 @@ weight_ok(const json_t *v, uint32_t *w)
 /* Jump consistent hash has no weights: a member is in (1) or out (0).
  * Say so rather than let libchash's generic weight error answer. */
 static bool
-jump_weight_ok(struct MHD_Connection *c, const struct pool *p,
-               uint32_t weight, enum MHD_Result *ret)
+jump_weight_ok(struct MHD_Connection *c, const struct pool *p, uint32_t weight,
+               enum MHD_Result *ret)
 {
     if (p->cfg.distribution != CHASH_ALGO_JUMP || weight <= 1)
         return true;
@@ -723,7 +722,8 @@ jump_weight_ok(struct MHD_Connection *c, const struct pool *p,
     return false;
 }
 
-/* ---- handlers --------------------------------------------------------------- */
+/* ---- handlers ---------------------------------------------------------------
+ */
 
 /* Answer a change: its report, whether it was applied, and a note when
  * the state file could not be written. */
@@ -753,7 +753,8 @@ make_report(struct MHD_Connection *c, struct pool *p, const struct model *b,
         if (a->n == 0) {
             *ret = respond_error(c, MHD_HTTP_CONFLICT,
                                  "the change would leave pool %s with no "
-                                 "member in the ring", p->name);
+                                 "member in the ring",
+                                 p->name);
             return NULL;
         }
         return json_pack("{s:n,s:n,s:[],s:n,s:b,s:s}", "moved", "optimal",
@@ -764,8 +765,7 @@ make_report(struct MHD_Connection *c, struct pool *p, const struct model *b,
     rep = ops_report(&p->cfg.ring, b->m, b->n, a->m, a->n, member, err,
                      sizeof(err));
     if (rep == NULL)
-        *ret = respond_error(c, MHD_HTTP_CONFLICT, "pool %s: %s", p->name,
-                             err);
+        *ret = respond_error(c, MHD_HTTP_CONFLICT, "pool %s: %s", p->name, err);
     return rep;
 }
 
@@ -791,7 +791,8 @@ member_add(struct MHD_Connection *c, struct pool *p,
     if ((bad = unknown_key(j, allowed)) != NULL) {
         ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
                             "unknown field \"%s\" (a member is {\"name\", "
-                            "\"address\", \"weight\"})", bad);
+                            "\"address\", \"weight\"})",
+                            bad);
         goto out;
     }
     jname = json_object_get(j, "name");
@@ -804,8 +805,8 @@ member_add(struct MHD_Connection *c, struct pool *p,
                             "(host:port, [v6]:port or /unix/path)");
         goto out;
     }
-    if (jname != NULL && (!json_is_string(jname) ||
-                          !name_ok(json_string_value(jname)))) {
+    if (jname != NULL &&
+        (!json_is_string(jname) || !name_ok(json_string_value(jname)))) {
         ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
                             "\"name\" must be a string of 1 to %d printable "
                             "characters without spaces or '/'",
@@ -826,11 +827,10 @@ member_add(struct MHD_Connection *c, struct pool *p,
              jname ? " " : "", jname ? json_string_value(jname) : "");
     if (strchr(json_string_value(jaddr), ' ') != NULL ||
         conf_parse_server(line, &cs, err, sizeof(err)) != 0) {
-        ret = respond_error(c, MHD_HTTP_BAD_REQUEST, "bad \"address\" \"%s\": %s",
-                            json_string_value(jaddr),
-                            strchr(json_string_value(jaddr), ' ')
-                                ? "contains a space"
-                                : err);
+        ret = respond_error(
+            c, MHD_HTTP_BAD_REQUEST, "bad \"address\" \"%s\": %s",
+            json_string_value(jaddr),
+            strchr(json_string_value(jaddr), ' ') ? "contains a space" : err);
         goto out;
     }
     have_cs = true;
@@ -852,7 +852,8 @@ member_add(struct MHD_Connection *c, struct pool *p,
         if (server_member(s) && conf_addr_equal(&s->addr, &cs.addr)) {
             ret = respond_error(c, MHD_HTTP_CONFLICT,
                                 "address %s is already member \"%s\" of "
-                                "pool %s", cs.addr.text, s->name, p->name);
+                                "pool %s",
+                                cs.addr.text, s->name, p->name);
             goto out;
         }
     }
@@ -871,9 +872,10 @@ member_add(struct MHD_Connection *c, struct pool *p,
     }
     rc = pool_member_add(p, &cs, &chg);
     if (rc != 0) {
-        ret = respond_error(c, errno == EEXIST ? MHD_HTTP_CONFLICT
-                               : errno == EINVAL ? MHD_HTTP_BAD_REQUEST
-                                                 : MHD_HTTP_INTERNAL_SERVER_ERROR,
+        ret = respond_error(c,
+                            errno == EEXIST   ? MHD_HTTP_CONFLICT
+                            : errno == EINVAL ? MHD_HTTP_BAD_REQUEST
+                                              : MHD_HTTP_INTERNAL_SERVER_ERROR,
                             "pool %s: cannot add %s: %s", p->name, cs.name,
                             strerror(errno));
         goto out;
@@ -909,7 +911,8 @@ member_remove(struct MHD_Connection *c, struct pool *p, struct server *s)
     if (members <= 1) {
         return respond_error(c, MHD_HTTP_CONFLICT,
                              "cannot remove \"%s\": it is the last member of "
-                             "pool %s", s->name, p->name);
+                             "pool %s",
+                             s->name, p->name);
     }
     snprintf(name, sizeof(name), "%s", s->name);
     if (model_build(p, NULL, &b) != 0 || model_build(p, name, &a) != 0) {
@@ -964,7 +967,8 @@ member_patch(struct MHD_Connection *c, struct pool *p, struct server *s,
     if ((bad = unknown_key(j, allowed)) != NULL) {
         ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
                             "unknown field \"%s\" (a member change is "
-                            "{\"weight\", \"state\"})", bad);
+                            "{\"weight\", \"state\"})",
+                            bad);
         goto out;
     }
     jw = json_object_get(j, "weight");
@@ -999,8 +1003,7 @@ member_patch(struct MHD_Connection *c, struct pool *p, struct server *s,
     snprintf(name, sizeof(name), "%s", s->name);
     if (weight != s->weight) {
         snprintf(op, sizeof(op), "weight");
-        snprintf(detail, sizeof(detail), "weight %u -> %u", s->weight,
-                 weight);
+        snprintf(detail, sizeof(detail), "weight %u -> %u", s->weight, weight);
     }
     if (admin != s->admin) {
         size_t l = strlen(op);
@@ -1050,8 +1053,7 @@ member_patch(struct MHD_Connection *c, struct pool *p, struct server *s,
         if (pool_member_set_admin(p, name, admin, &c2) != 0) {
             ret = respond_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
                                 "pool %s: cannot set %s to %s: %s", p->name,
-                                name, state_admin_name(admin),
-                                strerror(errno));
+                                name, state_admin_name(admin), strerror(errno));
             goto out;
         }
     }
@@ -1070,10 +1072,10 @@ out:
 static enum MHD_Result
 pool_lookup(struct MHD_Connection *c, struct pool *p)
 {
-    const char *key = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
-                                                  "key");
-    const char *rs = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
-                                                 "replicas");
+    const char *key =
+        MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "key");
+    const char *rs =
+        MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "replicas");
     const struct pool_snapshot *snap = pool_snapshot(p);
     size_t idx[ADMIN_MAX_REPLICAS], n;
     unsigned long replicas = 1;
@@ -1118,14 +1120,13 @@ pool_lookup(struct MHD_Connection *c, struct pool *p)
         const struct server *s = snap->servers[idx[i]];
 
         json_array_append_new(
-            arr, json_pack("{s:s,s:s,s:s}", "name", s->name, "address",
-                           s->addr.text, "state",
-                           state_text(atomic_load_explicit(
-                               (_Atomic int *)&s->state,
-                               memory_order_relaxed))));
+            arr,
+            json_pack("{s:s,s:s,s:s}", "name", s->name, "address", s->addr.text,
+                      "state",
+                      state_text(atomic_load_explicit((_Atomic int *)&s->state,
+                                                      memory_order_relaxed))));
     }
-    j = json_pack("{s:s,s:s,s:o}", "pool", p->name, "key", key, "members",
-                  arr);
+    j = json_pack("{s:s,s:s,s:o}", "pool", p->name, "key", key, "members", arr);
     {
         char hx[24];
 
@@ -1138,8 +1139,8 @@ pool_lookup(struct MHD_Connection *c, struct pool *p)
 static enum MHD_Result
 pool_ring(struct MHD_Connection *c, struct pool *p)
 {
-    const char *ss = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
-                                                 "segments");
+    const char *ss =
+        MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "segments");
     const struct pool_snapshot *snap = pool_snapshot(p);
     unsigned long segments = ADMIN_DEFAULT_SEGMENTS;
     json_t *j, *shares;
@@ -1188,8 +1189,10 @@ serve_metrics(struct MHD_Connection *c)
     if (text == NULL)
         return respond_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
                              "out of memory");
-    return respond_buf(c, MHD_HTTP_OK, "text/plain; version=0.0.4; "
-                       "charset=utf-8", text, len);
+    return respond_buf(c, MHD_HTTP_OK,
+                       "text/plain; version=0.0.4; "
+                       "charset=utf-8",
+                       text, len);
 }
 
 static enum MHD_Result
@@ -1198,9 +1201,8 @@ serve_dashboard(struct MHD_Connection *c)
     struct MHD_Response *r;
     enum MHD_Result ret;
 
-    r = MHD_create_response_from_buffer(dashboard_html_len,
-                                        (void *)dashboard_html,
-                                        MHD_RESPMEM_PERSISTENT);
+    r = MHD_create_response_from_buffer(
+        dashboard_html_len, (void *)dashboard_html, MHD_RESPMEM_PERSISTENT);
     if (r == NULL)
         return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
@@ -1211,7 +1213,8 @@ serve_dashboard(struct MHD_Connection *c)
     return ret;
 }
 
-/* ---- routing ------------------------------------------------------------------ */
+/* ---- routing
+ * ------------------------------------------------------------------ */
 
 /* Split <url> into at most <max> segments (modifies a copy in <buf>).
  * Returns how many, or -1 when there are too many or an empty one (a
@@ -1272,8 +1275,8 @@ route(struct MHD_Connection *c, const char *url, const char *method,
             return respond_405(c, method, url, "GET");
         json_t *j = A.state ? state_json(A.state)
                             : json_pack("{s:i,s:{}}", "version", 1, "pools");
-        json_object_set_new(j, "file", A.state_file ? json_string(A.state_file)
-                                                    : json_null());
+        json_object_set_new(
+            j, "file", A.state_file ? json_string(A.state_file) : json_null());
         return respond_json(c, MHD_HTTP_OK, j);
     }
     if (n == 2 && is(seg[1], "changes"))
@@ -1305,9 +1308,9 @@ route(struct MHD_Connection *c, const char *url, const char *method,
             json_t *m = json_incref(json_object_get(pj, "members"));
 
             json_decref(pj);
-            return respond_json(c, MHD_HTTP_OK,
-                                json_pack("{s:s,s:o}", "pool", p->name,
-                                          "members", m));
+            return respond_json(
+                c, MHD_HTTP_OK,
+                json_pack("{s:s,s:o}", "pool", p->name, "members", m));
         }
         return respond_405(c, method, url, "GET, POST");
     }
@@ -1319,8 +1322,7 @@ route(struct MHD_Connection *c, const char *url, const char *method,
                              "pool %s has no member named \"%s\"", p->name,
                              seg[4]);
     if (get)
-        return respond_json(c, MHD_HTTP_OK,
-                            member_json(pool_snapshot(p), s));
+        return respond_json(c, MHD_HTTP_OK, member_json(pool_snapshot(p), s));
     if (is(method, "PATCH"))
         return member_patch(c, p, s, rq);
     if (is(method, "DELETE"))
@@ -1340,7 +1342,8 @@ token_ok(const char *given)
     given += 7;
     gl = strlen(given);
     for (size_t i = 0; i < tl; i++)
-        diff |= (unsigned char)A.token[i] ^ (unsigned char)given[i < gl ? i : 0];
+        diff |=
+            (unsigned char)A.token[i] ^ (unsigned char)given[i < gl ? i : 0];
     return diff == 0 && gl == tl;
 }
 
@@ -1434,7 +1437,8 @@ on_mhd_log(void *cls, const char *fmt, va_list ap)
     log_debug("admin: %s", msg);
 }
 
-/* ---- lifecycle ------------------------------------------------------------------ */
+/* ---- lifecycle
+ * ------------------------------------------------------------------ */
 
 static void
 on_ready(struct control_watch *w, uint32_t events)
@@ -1471,8 +1475,7 @@ admin_start(const struct conf *conf, char *err, size_t errlen)
         return 0;
     fd = socket(a->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        snprintf(err, errlen, "admin %s: socket: %s", a->text,
-                 strerror(errno));
+        snprintf(err, errlen, "admin %s: socket: %s", a->text, strerror(errno));
         return -1;
     }
     if (a->family != AF_UNIX)
@@ -1491,8 +1494,8 @@ admin_start(const struct conf *conf, char *err, size_t errlen)
         flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, NULL, MHD_OPTION_END);
     if (A.mhd == NULL) {
         snprintf(err, errlen, "admin %s: cannot start the HTTP server",
                  a->text);
@@ -1564,8 +1567,8 @@ admin_reconfigure(const struct conf *conf)
     if (conf->admin.text == NULL || A.address == NULL ||
         strcmp(conf->admin.text, A.address) != 0)
         log_warn("admin: the admin address changed to %s; it takes effect "
-                 "at the next restart", conf->admin.text ? conf->admin.text
-                                                        : "off");
+                 "at the next restart",
+                 conf->admin.text ? conf->admin.text : "off");
     free(A.token);
     A.token = conf->admin_token && conf->admin_token[0]
                   ? strdup(conf->admin_token)

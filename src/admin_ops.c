@@ -100,17 +100,17 @@ ops_report(const struct chash_config *cfg, const struct chash_member *before,
 
     rep = json_object();
     json_object_set_new(rep, "moved", json_real(tidy(moved)));
-    json_object_set_new(rep, "optimal",
-                        json_real(tidy(fabs(share_of(ra, changed) -
-                                            share_of(rb, changed)))));
+    json_object_set_new(
+        rep, "optimal",
+        json_real(tidy(fabs(share_of(ra, changed) - share_of(rb, changed)))));
     jf = json_array();
     for (size_t i = 0; i < nflows; i++) {
         json_t *f = json_object();
 
-        json_object_set_new(f, "from", json_string(chash_ring_member_name(
-                                           rb, flows[i].from)));
-        json_object_set_new(f, "to", json_string(chash_ring_member_name(
-                                         ra, flows[i].to)));
+        json_object_set_new(
+            f, "from", json_string(chash_ring_member_name(rb, flows[i].from)));
+        json_object_set_new(
+            f, "to", json_string(chash_ring_member_name(ra, flows[i].to)));
         json_object_set_new(f, "fraction", json_real(tidy(flows[i].fraction)));
         json_array_append_new(jf, f);
     }

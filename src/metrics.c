@@ -18,8 +18,8 @@
 #include "stats.h"
 
 static struct {
-    double start_unix;       /* process start, Unix seconds */
-    struct timespec start;   /* the same, monotonic, for uptime */
+    double start_unix;     /* process start, Unix seconds */
+    struct timespec start; /* the same, monotonic, for uptime */
     uint64_t reloads_ok, reloads_failed;
 } M;
 
@@ -132,12 +132,10 @@ static const struct {
                      "Bytes read from the member."},
     [MV_BYTES_OUT] = {"chashd_member_sent_bytes_total", "counter",
                       "Bytes written to the member."},
-    [MV_CONNECT_FAILURES] = {"chashd_member_connect_failures_total",
-                             "counter",
+    [MV_CONNECT_FAILURES] = {"chashd_member_connect_failures_total", "counter",
                              "Connects to the member refused, reset or "
                              "timed out."},
-    [MV_CONNECT_TIMEOUTS] = {"chashd_member_connect_timeouts_total",
-                             "counter",
+    [MV_CONNECT_TIMEOUTS] = {"chashd_member_connect_timeouts_total", "counter",
                              "Connects to the member that timed out."},
     [MV_UP] = {"chashd_member_up", "gauge",
                "1 when the member takes new connections (state up), else 0."},
@@ -151,8 +149,7 @@ static const struct {
                   "current ring."},
     [MV_CHECKS_OK] = {"chashd_member_health_checks_passed_total", "counter",
                       "Active health checks the member passed."},
-    [MV_CHECKS_FAILED] = {"chashd_member_health_checks_failed_total",
-                          "counter",
+    [MV_CHECKS_FAILED] = {"chashd_member_health_checks_failed_total", "counter",
                           "Active health checks the member failed."},
     [MV_EJECTIONS] = {"chashd_member_ejections_total", "counter",
                       "Times the member was ejected after "
@@ -181,18 +178,42 @@ member_family(FILE *f, enum member_value v)
                 u = atomic_load_explicit((_Atomic uint64_t *)&s->active,
                                          memory_order_relaxed);
                 break;
-            case MV_CONNS: u = sum.conns_total; break;
-            case MV_BYTES_IN: u = sum.bytes_in; break;
-            case MV_BYTES_OUT: u = sum.bytes_out; break;
-            case MV_CONNECT_FAILURES: u = sum.connect_failures; break;
-            case MV_CONNECT_TIMEOUTS: u = sum.connect_timeouts; break;
-            case MV_UP: u = server_usable(s) ? 1 : 0; break;
-            case MV_WEIGHT: u = s->weight; break;
-            case MV_RAMP: d = s->ramp; break;
-            case MV_SHARE: d = share_of(p, s); break;
-            case MV_CHECKS_OK: u = s->checks_ok; break;
-            case MV_CHECKS_FAILED: u = s->checks_failed; break;
-            case MV_EJECTIONS: u = s->ejections; break;
+            case MV_CONNS:
+                u = sum.conns_total;
+                break;
+            case MV_BYTES_IN:
+                u = sum.bytes_in;
+                break;
+            case MV_BYTES_OUT:
+                u = sum.bytes_out;
+                break;
+            case MV_CONNECT_FAILURES:
+                u = sum.connect_failures;
+                break;
+            case MV_CONNECT_TIMEOUTS:
+                u = sum.connect_timeouts;
+                break;
+            case MV_UP:
+                u = server_usable(s) ? 1 : 0;
+                break;
+            case MV_WEIGHT:
+                u = s->weight;
+                break;
+            case MV_RAMP:
+                d = s->ramp;
+                break;
+            case MV_SHARE:
+                d = share_of(p, s);
+                break;
+            case MV_CHECKS_OK:
+                u = s->checks_ok;
+                break;
+            case MV_CHECKS_FAILED:
+                u = s->checks_failed;
+                break;
+            case MV_EJECTIONS:
+                u = s->ejections;
+                break;
             }
             fputs(member_families[v].name, f);
             member_labels(f, p, s);
@@ -302,27 +323,48 @@ pool_family(FILE *f, enum pool_value v)
 
         stats_pool_sum(p->stats, pool_workers(), &sum);
         switch (v) {
-        case PV_ACTIVE: u = atomic_load_explicit(&p->active,
-                                                 memory_order_relaxed); break;
-        case PV_ACCEPTED: u = sum.accepted; break;
-        case PV_FIRST_CHOICE: u = sum.first_choice; break;
-        case PV_SPILLED: u = sum.spilled; break;
-        case PV_FAILED_OVER: u = sum.failed_over; break;
-        case PV_RETRIES: u = sum.retries; break;
-        case PV_IDLE_TIMEOUTS: u = sum.idle_timeouts; break;
-        case PV_BYTES_IN: u = sum.bytes_in; break;
-        case PV_BYTES_OUT: u = sum.bytes_out; break;
+        case PV_ACTIVE:
+            u = atomic_load_explicit(&p->active, memory_order_relaxed);
+            break;
+        case PV_ACCEPTED:
+            u = sum.accepted;
+            break;
+        case PV_FIRST_CHOICE:
+            u = sum.first_choice;
+            break;
+        case PV_SPILLED:
+            u = sum.spilled;
+            break;
+        case PV_FAILED_OVER:
+            u = sum.failed_over;
+            break;
+        case PV_RETRIES:
+            u = sum.retries;
+            break;
+        case PV_IDLE_TIMEOUTS:
+            u = sum.idle_timeouts;
+            break;
+        case PV_BYTES_IN:
+            u = sum.bytes_in;
+            break;
+        case PV_BYTES_OUT:
+            u = sum.bytes_out;
+            break;
         case PV_MEMBERS:
             for (size_t k = 0; k < p->nservers; k++)
                 n += listed(p->servers[k]);
             u = n;
             break;
-        case PV_CHANGES: u = admin_pool_changes(p->name, &moved); break;
+        case PV_CHANGES:
+            u = admin_pool_changes(p->name, &moved);
+            break;
         case PV_LAST_MOVED:
             admin_pool_changes(p->name, &moved);
             d = moved;
             break;
-        case PV_SNAPSHOT: u = snap ? snap->version : 0; break;
+        case PV_SNAPSHOT:
+            u = snap ? snap->version : 0;
+            break;
         }
         fputs(pool_families[v].name, f);
         pool_labels(f, p);

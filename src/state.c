@@ -28,7 +28,7 @@ struct state_entry {
     char *name;
     char *address; /* NULL: unchanged */
     uint32_t weight;
-    int admin;     /* enum state_admin */
+    int admin; /* enum state_admin */
 };
 
 /* A server as the config file wrote it. */
@@ -263,23 +263,25 @@ parse_entry(json_t *j, bool full, struct state_entry *e, const char *where,
     if (weight != NULL &&
         (!json_is_integer(weight) || json_integer_value(weight) < 0 ||
          json_integer_value(weight) > STATE_MAX_WEIGHT)) {
-        seterr(err, errlen, "%s.weight: expected an integer in [0, %d]",
-               where, STATE_MAX_WEIGHT);
+        seterr(err, errlen, "%s.weight: expected an integer in [0, %d]", where,
+               STATE_MAX_WEIGHT);
         return -1;
     }
     e->admin = STATE_ADMIN_UP;
     if (admin != NULL) {
         e->admin = state_admin_from_name(json_string_value(admin));
         if (e->admin < 0) {
-            seterr(err, errlen, "%s.state: expected \"up\", \"drain\" or "
-                   "\"maint\"", where);
+            seterr(err, errlen,
+                   "%s.state: expected \"up\", \"drain\" or "
+                   "\"maint\"",
+                   where);
             return -1;
         }
     }
     /* A changed entry without a weight keeps the config's: UINT32_MAX
      * marks "unset" until state_apply resolves it. */
-    e->weight = weight != NULL ? (uint32_t)json_integer_value(weight)
-                               : UINT32_MAX;
+    e->weight =
+        weight != NULL ? (uint32_t)json_integer_value(weight) : UINT32_MAX;
     e->name = strdup(json_string_value(name));
     if (address != NULL)
         e->address = strdup(json_string_value(address));
@@ -305,11 +307,12 @@ parse_pool(struct state *st, const char *pname, json_t *j, const char *file,
         seterr(err, errlen, "%s: pools.%s: expected an object", file, pname);
         return -1;
     }
-    json_object_foreach(j, key, v) {
+    json_object_foreach(j, key, v)
+    {
         if (strcmp(key, "added") != 0 && strcmp(key, "changed") != 0 &&
             strcmp(key, "removed") != 0) {
-            seterr(err, errlen, "%s: pools.%s: unknown key \"%s\"", file,
-                   pname, key);
+            seterr(err, errlen, "%s: pools.%s: unknown key \"%s\"", file, pname,
+                   key);
             return -1;
         }
         if (!json_is_array(v)) {
@@ -326,7 +329,8 @@ parse_pool(struct state *st, const char *pname, json_t *j, const char *file,
     added = json_object_get(j, "added");
     changed = json_object_get(j, "changed");
     removed = json_object_get(j, "removed");
-    json_array_foreach(added, i, v) {
+    json_array_foreach(added, i, v)
+    {
         struct state_entry e;
         char msg[320];
 
@@ -343,7 +347,8 @@ parse_pool(struct state *st, const char *pname, json_t *j, const char *file,
         }
         entry_deinit(&e);
     }
-    json_array_foreach(changed, i, v) {
+    json_array_foreach(changed, i, v)
+    {
         struct state_entry e;
         char msg[320];
 
@@ -352,18 +357,21 @@ parse_pool(struct state *st, const char *pname, json_t *j, const char *file,
             seterr(err, errlen, "%s: %s", file, msg);
             return -1;
         }
-        if (entry_push(&p->changed, &p->nchanged, e.name, e.address,
-                       e.weight, e.admin) != 0) {
+        if (entry_push(&p->changed, &p->nchanged, e.name, e.address, e.weight,
+                       e.admin) != 0) {
             entry_deinit(&e);
             seterr(err, errlen, "out of memory");
             return -1;
         }
         entry_deinit(&e);
     }
-    json_array_foreach(removed, i, v) {
+    json_array_foreach(removed, i, v)
+    {
         if (!json_is_string(v) || json_string_length(v) == 0) {
-            seterr(err, errlen, "%s: pools.%s.removed[%zu]: expected a "
-                   "member name", file, pname, i);
+            seterr(err, errlen,
+                   "%s: pools.%s.removed[%zu]: expected a "
+                   "member name",
+                   file, pname, i);
             return -1;
         }
         if (name_push(&p->removed, &p->nremoved, json_string_value(v)) != 0) {
@@ -396,8 +404,7 @@ state_load_string(struct state *st, const char *name, const char *text,
     version = json_object_get(root, "version");
     if (!json_is_integer(version) ||
         json_integer_value(version) != STATE_VERSION) {
-        seterr(err, errlen, "%s: \"version\" must be %d", name,
-               STATE_VERSION);
+        seterr(err, errlen, "%s: \"version\" must be %d", name, STATE_VERSION);
         goto out;
     }
     pools = json_object_get(root, "pools");
@@ -405,7 +412,8 @@ state_load_string(struct state *st, const char *name, const char *text,
         seterr(err, errlen, "%s: \"pools\" must be an object", name);
         goto out;
     }
-    json_object_foreach(pools, key, v) {
+    json_object_foreach(pools, key, v)
+    {
         if (parse_pool(&tmp, key, v, name, err, errlen) != 0)
             goto out;
     }
@@ -580,8 +588,8 @@ server_replace(struct conf_pool *cp, size_t idx, struct conf_server *ns)
 /* Apply one pool's delta to <cp>; collect the admin states it sets into
  * <admins> (parallel to cp->servers after the call). */
 static int
-pool_apply(struct state_pool *p, struct conf_pool *cp, int **admins,
-           char *warn, size_t warnlen)
+pool_apply(struct state_pool *p, struct conf_pool *cp, int **admins, char *warn,
+           size_t warnlen)
 {
     char msg[256];
 
@@ -589,13 +597,17 @@ pool_apply(struct state_pool *p, struct conf_pool *cp, int **admins,
         long k = server_find(cp, p->removed[i]);
 
         if (k < 0) {
-            addwarn(warn, warnlen, "pool %s: removed member %s is no longer "
-                    "in the config", cp->name, p->removed[i]);
+            addwarn(warn, warnlen,
+                    "pool %s: removed member %s is no longer "
+                    "in the config",
+                    cp->name, p->removed[i]);
             continue;
         }
         if (cp->nservers == 1) {
-            addwarn(warn, warnlen, "pool %s: not removing %s, the last "
-                    "member", cp->name, p->removed[i]);
+            addwarn(warn, warnlen,
+                    "pool %s: not removing %s, the last "
+                    "member",
+                    cp->name, p->removed[i]);
             continue;
         }
         conf_server_deinit(&cp->servers[k]);
@@ -618,8 +630,10 @@ pool_apply(struct state_pool *p, struct conf_pool *cp, int **admins,
 
             if (k < 0) {
                 if (pass == 0)
-                    addwarn(warn, warnlen, "pool %s: changed member %s is "
-                            "no longer in the config", cp->name, e->name);
+                    addwarn(warn, warnlen,
+                            "pool %s: changed member %s is "
+                            "no longer in the config",
+                            cp->name, e->name);
                 continue;
             }
             w = e->weight != UINT32_MAX ? e->weight : cp->servers[k].weight;
@@ -627,16 +641,17 @@ pool_apply(struct state_pool *p, struct conf_pool *cp, int **admins,
                 cp->servers[k].weight = w;
                 continue;
             }
-            if (server_parse(e->name, e->address, w, &ns, msg,
-                             sizeof(msg)) != 0) {
+            if (server_parse(e->name, e->address, w, &ns, msg, sizeof(msg)) !=
+                0) {
                 addwarn(warn, warnlen, "pool %s: member %s: %s", cp->name,
                         e->name, msg);
                 continue;
             }
             if (address_taken(cp, &ns.addr, k)) {
-                addwarn(warn, warnlen, "pool %s: member %s: address %s is "
-                        "taken by another member", cp->name, e->name,
-                        e->address);
+                addwarn(warn, warnlen,
+                        "pool %s: member %s: address %s is "
+                        "taken by another member",
+                        cp->name, e->name, e->address);
                 conf_server_deinit(&ns);
                 continue;
             }
@@ -657,9 +672,10 @@ pool_apply(struct state_pool *p, struct conf_pool *cp, int **admins,
             continue;
         }
         if (address_taken(cp, &ns.addr, -1)) {
-            addwarn(warn, warnlen, "pool %s: added member %s: address %s is "
-                    "now taken by a config member", cp->name, e->name,
-                    e->address);
+            addwarn(warn, warnlen,
+                    "pool %s: added member %s: address %s is "
+                    "now taken by a config member",
+                    cp->name, e->name, e->address);
             conf_server_deinit(&ns);
             continue;
         }
@@ -702,9 +718,12 @@ state_apply(struct state *st, struct conf *conf, char *warn, size_t warnlen)
     for (size_t i = 0; i < st->npools;) {
         if (conf_pool_find(conf, st->pools[i].name) == NULL) {
             if (st->pools[i].nadded + st->pools[i].nchanged +
-                st->pools[i].nremoved > 0)
-                addwarn(warn, warnlen, "pool %s is no longer in the config; "
-                        "its runtime changes are dropped", st->pools[i].name);
+                    st->pools[i].nremoved >
+                0)
+                addwarn(warn, warnlen,
+                        "pool %s is no longer in the config; "
+                        "its runtime changes are dropped",
+                        st->pools[i].name);
             pool_deinit(&st->pools[i]);
             memmove(&st->pools[i], &st->pools[i + 1],
                     (st->npools - i - 1) * sizeof(st->pools[0]));
@@ -801,8 +820,8 @@ state_record(struct state *st, const char *pool,
 
         for (size_t i = 0; i < n && !found; i++)
             found = strcmp(p->base[k].name, members[i].name) == 0;
-        if (!found && name_push(&nd.removed, &nd.nremoved,
-                                p->base[k].name) != 0)
+        if (!found &&
+            name_push(&nd.removed, &nd.nremoved, p->base[k].name) != 0)
             goto nomem;
     }
     pool_delta_clear(p);
@@ -885,8 +904,7 @@ write_all(int fd, const char *buf, size_t len)
 }
 
 int
-state_save(const struct state *st, const char *path, char *err,
-           size_t errlen)
+state_save(const struct state *st, const char *path, char *err, size_t errlen)
 {
     json_t *root = state_json(st);
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);

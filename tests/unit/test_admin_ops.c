@@ -27,8 +27,8 @@ static void
 test_add_report_is_minimal_and_exact(void **unused)
 {
     struct chash_member b[3] = {{"a", 1, 1}, {"b", 2, 1}, {"c", 1, 1}};
-    struct chash_member a[4] = {{"a", 1, 1}, {"b", 2, 1}, {"c", 1, 1},
-                                {"d", 1, 0}};
+    struct chash_member a[4] = {
+        {"a", 1, 1}, {"b", 2, 1}, {"c", 1, 1}, {"d", 1, 0}};
     struct chash_config cfg = {0};
     struct chash_ring *ra;
     char err[128];
@@ -44,7 +44,8 @@ test_add_report_is_minimal_and_exact(void **unused)
     assert_int_equal(chash_ring_create(&cfg, a, 4, &ra), 0);
     assert_true(fabs(num(r, "moved") - chash_ring_share(ra, 3)) < 1e-11);
     assert_true(fabs(num(r, "optimal") - chash_ring_share(ra, 3)) < 1e-11);
-    json_array_foreach(json_object_get(r, "flows"), i, f) {
+    json_array_foreach(json_object_get(r, "flows"), i, f)
+    {
         assert_string_equal(json_string_value(json_object_get(f, "to")), "d");
         sum += num(f, "fraction");
     }
@@ -109,7 +110,8 @@ test_arcs_tile_the_circle_for_every_algorithm(void **unused)
 
         assert_int_equal(chash_ring_create(&cfg, m, 3, &r), 0);
         arcs = ops_ring_arcs(r, 65536);
-        json_array_foreach(arcs, i, a) {
+        json_array_foreach(arcs, i, a)
+        {
             const char *name = json_string_value(json_object_get(a, "member"));
 
             assert_true(num(a, "start") == end);

@@ -19,21 +19,20 @@
 #include "conf.h"
 #include "state.h"
 
-static const char yaml[] =
-    "web:\n"
-    "  listen: 127.0.0.1:18080\n"
-    "  mode: tcp\n"
-    "  servers:\n"
-    "    - 127.0.0.1:9001:1 web-1\n"
-    "    - 127.0.0.1:9002:1 web-2\n"
-    "    - 127.0.0.1:9003:1 web-3\n";
+static const char yaml[] = "web:\n"
+                           "  listen: 127.0.0.1:18080\n"
+                           "  mode: tcp\n"
+                           "  servers:\n"
+                           "    - 127.0.0.1:9001:1 web-1\n"
+                           "    - 127.0.0.1:9002:1 web-2\n"
+                           "    - 127.0.0.1:9003:1 web-3\n";
 
 static struct conf *
 load_conf(const char *text)
 {
     char err[256];
-    struct conf *c = conf_load_string("t.yml", text, strlen(text), err,
-                                      sizeof(err));
+    struct conf *c =
+        conf_load_string("t.yml", text, strlen(text), err, sizeof(err));
 
     if (c == NULL)
         fail_msg("conf: %s", err);
@@ -105,13 +104,17 @@ test_apply_adds_removes_and_overrides(void **unused)
     const struct conf_pool *p;
 
     (void)unused;
-    assert_int_equal(state_load_string(st, "s.json",
-        "{\"version\": 1, \"pools\": {\"web\": {"
-        "\"added\": [{\"name\": \"web-4\", \"address\": \"127.0.0.1:9004\","
-        " \"weight\": 2, \"state\": \"maint\"}],"
-        "\"removed\": [\"web-1\"],"
-        "\"changed\": [{\"name\": \"web-2\", \"weight\": 5, "
-        "\"state\": \"drain\"}]}}}", err, sizeof(err)), 0);
+    assert_int_equal(
+        state_load_string(
+            st, "s.json",
+            "{\"version\": 1, \"pools\": {\"web\": {"
+            "\"added\": [{\"name\": \"web-4\", \"address\": \"127.0.0.1:9004\","
+            " \"weight\": 2, \"state\": \"maint\"}],"
+            "\"removed\": [\"web-1\"],"
+            "\"changed\": [{\"name\": \"web-2\", \"weight\": 5, "
+            "\"state\": \"drain\"}]}}}",
+            err, sizeof(err)),
+        0);
     assert_int_equal(state_apply(st, c, warn, sizeof(warn)), 0);
     assert_string_equal(warn, "");
     p = conf_pool_find(c, "web");
@@ -139,17 +142,20 @@ test_apply_skips_what_no_longer_fits(void **unused)
     json_t *j;
 
     (void)unused;
-    assert_int_equal(state_load_string(st, "s.json",
-        "{\"version\": 1, \"pools\": {"
-        "\"gone\": {\"removed\": [\"x\"]},"
-        "\"web\": {"
-        "\"added\": [{\"name\": \"web-9\", \"address\": \"127.0.0.1:9003\","
-        " \"weight\": 1},"
-        "            {\"name\": \"web-3\", \"address\": \"127.0.0.1:9999\","
-        " \"weight\": 7}],"
-        "\"removed\": [\"web-7\"],"
-        "\"changed\": [{\"name\": \"web-8\", \"weight\": 5}]}}}",
-        err, sizeof(err)), 0);
+    assert_int_equal(
+        state_load_string(
+            st, "s.json",
+            "{\"version\": 1, \"pools\": {"
+            "\"gone\": {\"removed\": [\"x\"]},"
+            "\"web\": {"
+            "\"added\": [{\"name\": \"web-9\", \"address\": \"127.0.0.1:9003\","
+            " \"weight\": 1},"
+            "            {\"name\": \"web-3\", \"address\": \"127.0.0.1:9999\","
+            " \"weight\": 7}],"
+            "\"removed\": [\"web-7\"],"
+            "\"changed\": [{\"name\": \"web-8\", \"weight\": 5}]}}}",
+            err, sizeof(err)),
+        0);
     assert_int_equal(state_apply(st, c, warn, sizeof(warn)), 0);
     assert_non_null(strstr(warn, "pool gone is no longer in the config"));
     assert_non_null(strstr(warn, "web-9: address 127.0.0.1:9003 is now "
@@ -164,7 +170,8 @@ test_apply_skips_what_no_longer_fits(void **unused)
     /* the delta now says only what applied */
     j = state_json(st);
     char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
-    assert_string_equal(text,
+    assert_string_equal(
+        text,
         "{\"pools\":{\"web\":{\"added\":[],\"changed\":[{\"name\":\"web-3\","
         "\"state\":\"up\",\"weight\":7}],\"removed\":[]}},\"version\":1}");
     free(text);
@@ -184,8 +191,10 @@ test_the_last_member_is_never_removed(void **unused)
 
     (void)unused;
     assert_int_equal(state_load_string(st, "s.json",
-        "{\"version\": 1, \"pools\": {\"web\": {\"removed\": [\"web-1\"]}}}",
-        err, sizeof(err)), 0);
+                                       "{\"version\": 1, \"pools\": {\"web\": "
+                                       "{\"removed\": [\"web-1\"]}}}",
+                                       err, sizeof(err)),
+                     0);
     assert_int_equal(state_apply(st, c, warn, sizeof(warn)), 0);
     assert_non_null(strstr(warn, "not removing web-1, the last member"));
     assert_non_null(server(c, "web-1"));
@@ -216,12 +225,12 @@ test_record_is_a_pure_delta(void **unused)
     assert_int_equal(state_record(st, "web", m + 1, 3), 0);
     j = state_json(st);
     text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
-    assert_string_equal(text,
-        "{\"pools\":{\"web\":{\"added\":[{\"address\":\"127.0.0.1:9004\","
-        "\"name\":\"web-4\",\"state\":\"up\",\"weight\":1}],"
-        "\"changed\":[{\"name\":\"web-2\",\"state\":\"up\",\"weight\":3},"
-        "{\"name\":\"web-3\",\"state\":\"maint\",\"weight\":1}],"
-        "\"removed\":[\"web-1\"]}},\"version\":1}");
+    assert_string_equal(
+        text, "{\"pools\":{\"web\":{\"added\":[{\"address\":\"127.0.0.1:9004\","
+              "\"name\":\"web-4\",\"state\":\"up\",\"weight\":1}],"
+              "\"changed\":[{\"name\":\"web-2\",\"state\":\"up\",\"weight\":3},"
+              "{\"name\":\"web-3\",\"state\":\"maint\",\"weight\":1}],"
+              "\"removed\":[\"web-1\"]}},\"version\":1}");
     free(text);
     json_decref(j);
     /* back to the config: nothing left */
