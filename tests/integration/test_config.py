@@ -9,9 +9,10 @@ import pathlib
 import shutil
 import socket
 import subprocess
-import time
 
 import pytest
+
+from conftest import can_connect, free_port, wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("CHASH_BUILD", ROOT / "build"))
@@ -31,12 +32,6 @@ def write(tmp_path, text, name="chashd.yml"):
     path = tmp_path / name
     path.write_text(text)
     return path
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------- chashd -t
@@ -229,27 +224,11 @@ def read_reply(sock, buf=b""):
     return head, buf
 
 
-def wait_port(port, proc, deadline=10.0):
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"port {port} not ready")
-
-
-@pytest.fixture
-def procs():
-    started = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.wait(timeout=10)
+def wait_listening(port, proc, what):
+    """Wait until <port> accepts, failing early if <proc> has exited."""
+    wait_for(lambda: proc.poll() is not None or can_connect(port),
+             timeout=10, what=what)
+    assert proc.poll() is None, f"{what}: exited with {proc.returncode}"
 
 
 def test_lookup_config_agrees_with_nutcracker(tmp_path, procs):
@@ -261,11 +240,9 @@ def test_lookup_config_agrees_with_nutcracker(tmp_path, procs):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed")
     ports = [free_port() for _ in range(3)]
-    for port in ports:
-        procs.append(subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    redis = [procs.start(["redis-server", "--port", str(port), "--bind",
+                          "127.0.0.1", "--save", "", "--appendonly", "no"],
+                         f"redis-{port}.log") for port in ports]
     alpha, beta, stats = free_port(), free_port(), free_port()
     a, b, c = ports
     conf = write(tmp_path, f"""\
@@ -289,14 +266,13 @@ beta:
    - 127.0.0.1:{b}:1 two
    - 127.0.0.1:{c}:1 three
 """, "nutcracker.yml")
-    procs.append(subprocess.Popen(
-        ["nutcracker", "-c", str(conf), "-s", str(stats), "-a", "127.0.0.1",
-         "-o", str(tmp_path / "nutcracker.log")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    for port, proc in zip(ports, procs):
-        wait_port(port, proc)
-    wait_port(alpha, procs[-1])
-    wait_port(beta, procs[-1])
+    nc = procs.start(["nutcracker", "-c", str(conf), "-s", str(stats),
+                      "-a", "127.0.0.1", "-o",
+                      str(tmp_path / "nutcracker.log")], "nutcracker.out")
+    for port, proc in zip(ports, redis):
+        wait_listening(port, proc, f"redis-server on {port}")
+    wait_listening(alpha, nc, "nutcracker pool alpha")
+    wait_listening(beta, nc, "nutcracker pool beta")
 
     keys = {"alpha": [f"a:{i}" for i in range(200)],
             "beta": [f"b:{{user{i % 40}}}:{i}" for i in range(200)]}
