@@ -1538,6 +1538,7 @@ parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
     if (lines[PK_LISTEN] == 0)
         return fail(ld, name_node, "pool '%s' has no 'listen' address",
                     pool->name);
+    pool->listen_line = lines[PK_LISTEN];
     if (pool->nservers == 0)
         return fail(ld, name_node, "pool '%s' has no servers", pool->name);
     if (check_duplicates(ld, pool, name_node) != 0)
@@ -1566,15 +1567,15 @@ check_listeners(struct load *ld, struct conf *conf, const int *glines)
             snprintf(ld->err, ld->errlen,
                      "%s:%d: pool '%s' listens on '%s',"
                      " which pool '%s' already uses (line %d)",
-                     ld->file, p->line, p->name, p->listen.text, q->name,
-                     q->line);
+                     ld->file, p->listen_line, p->name, p->listen.text, q->name,
+                     q->listen_line);
             return -1;
         }
         if (addr_conflict(&p->listen, &conf->admin)) {
             snprintf(ld->err, ld->errlen,
                      "%s:%d: pool '%s' listens on '%s',"
                      " which is the admin address '%s'",
-                     ld->file, p->line, p->name, p->listen.text,
+                     ld->file, p->listen_line, p->name, p->listen.text,
                      conf->admin.text);
             return -1;
         }

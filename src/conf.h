@@ -67,6 +67,7 @@ struct conf_pool {
     char *name;
     int line;
     struct conf_addr listen;
+    int listen_line;          /* where `listen:` was written */
     int listen_perm;          /* unix listen socket mode (0666 ...), -1
                                  when not given */
     uint32_t backlog;         /* default 512 */

@@ -69,10 +69,11 @@ ERRORS = [
      6, "duplicate server address '127.0.0.1:9001'"),
     ("listen-twice", POOL + "  servers: [127.0.0.1:9001]\n"
      "q:\n  listen: 0.0.0.0:7001\n  servers: [127.0.0.1:9001]\n",
-     5, "pool 'q' listens on '0.0.0.0:7001', which pool 'p' already uses"),
+     6, "pool 'q' listens on '0.0.0.0:7001', which pool 'p' already uses "
+     "(line 2)"),
     ("listen-is-admin", "global:\n  admin: 127.0.0.1:7001\n" + POOL +
      "  servers: [127.0.0.1:9001]\n",
-     3, "which is the admin address '127.0.0.1:7001'"),
+     4, "which is the admin address '127.0.0.1:7001'"),
     ("no-servers", "global:\n  workers: 1\n" + POOL,
      3, "pool 'p' has no servers"),
     ("no-listen", "p:\n  mode: tcp\n  servers: [127.0.0.1:9001]\n",

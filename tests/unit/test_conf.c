@@ -152,6 +152,7 @@ test_design_example(void **state)
     assert_int_equal(p->line, 5);
     assert_string_equal(p->listen.text, "0.0.0.0:8080");
     assert_int_equal(p->listen.port, 8080);
+    assert_int_equal(p->listen_line, 6);
     assert_int_equal(p->mode, CONF_MODE_TCP);
     assert_int_equal(p->hash_key, CONF_HASH_KEY_SOURCE_IP);
     assert_int_equal(p->ring.algo, CHASH_ALGO_RING);
@@ -997,22 +998,22 @@ test_err_listen_twice(void **state)
     (void)state;
     expect_error("a:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:1]\n"
                  "b:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:1]\n",
-                 4,
+                 5,
                  "pool 'b' listens on '127.0.0.1:7000', which pool 'a' "
-                 "already uses (line 1)");
+                 "already uses (line 2)");
     /* a wildcard on the same port overlaps */
     expect_error("a:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:1]\n"
                  "b:\n  listen: '[::]:7000'\n  servers: [127.0.0.1:1]\n",
-                 4, "pool 'b' listens on '[::]:7000'");
+                 5, "pool 'b' listens on '[::]:7000'");
     expect_error("a:\n  listen: /tmp/x.sock\n  servers: [127.0.0.1:1]\n"
                  "b:\n  listen: /tmp/x.sock 0600\n  servers: [127.0.0.1:1]\n",
-                 4, "which pool 'a' already uses");
+                 5, "which pool 'a' already uses");
     /* the admin address counts, the default one included */
-    expect_error("a:\n  listen: 127.0.0.1:8404\n  servers: [127.0.0.1:1]\n", 1,
+    expect_error("a:\n  listen: 127.0.0.1:8404\n  servers: [127.0.0.1:1]\n", 2,
                  "which is the admin address '127.0.0.1:8404'");
     expect_error("global:\n  admin: 127.0.0.1:9999\n"
                  "a:\n  listen: 0.0.0.0:9999\n  servers: [127.0.0.1:1]\n",
-                 3, "which is the admin address '127.0.0.1:9999'");
+                 4, "which is the admin address '127.0.0.1:9999'");
 }
 
 static void
