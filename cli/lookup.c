@@ -112,7 +112,7 @@ run(struct lookup *l, int nkeys, char **keys)
 static int
 lookup_config(const char *path, const char *name, struct lookup *l)
 {
-    char err[512];
+    char err[1024]; /* conf.h: room for the longest message */
     struct conf *conf = conf_load(path, err, sizeof(err));
     struct chash_member *members = NULL;
     const struct conf_pool *pool;
