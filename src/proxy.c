@@ -1,9 +1,10 @@
 /* proxy.c -- connection pairs inside one worker: accept, key, choice of a
  * member in the pool's current snapshot, non-blocking connect with
- * retries on the next member, then bytes both ways. Back-pressure: a
- * side is read only while its peer has nothing pending; half-close: a FIN
- * read on one side becomes shutdown(SHUT_WR) on the other, the other
- * direction keeps flowing.
+ * retries on the next member, then bytes both ways. Sockets are
+ * registered once, edge-triggered (no epoll_ctl per state change).
+ * Back-pressure: a side is read only while its peer has nothing pending;
+ * half-close: a FIN read on one side becomes shutdown(SHUT_WR) on the
+ * other, the other direction keeps flowing.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "proxy.h"
@@ -66,16 +67,31 @@ side_close(struct side *s)
     if (s->fd >= 0)
         close(s->fd); /* also leaves the epoll set */
     s->fd = -1;
-    s->registered = false;
-    s->events = 0;
+    s->readable = s->rdhup = false;
     free(s->buf);
     s->buf = NULL;
     s->len = s->off = 0;
 }
 
 static void
+pending_del(struct worker *w, struct conn *c)
+{
+    if (!c->pending)
+        return;
+    for (struct conn **pp = &w->pending; *pp != NULL;
+         pp = &(*pp)->next_pending) {
+        if (*pp == c) {
+            *pp = c->next_pending;
+            break;
+        }
+    }
+    c->pending = false;
+}
+
+static void
 conn_close(struct worker *w, struct conn *c)
 {
+    pending_del(w, c);
     worker_timer_del(w, &c->timer);
     side_close(&c->client);
     side_close(&c->backend);
@@ -108,41 +124,19 @@ proxy_close_all(struct worker *w)
     proxy_reap(w);
 }
 
-/* Set the epoll interest of <s> to <events>; 0 or -1. */
+/* Register <s> for input, output and hang-up edges, once. */
 static int
-side_want(struct worker *w, struct side *s, uint32_t events)
+side_register(struct worker *w, struct side *s)
 {
-    struct epoll_event e = {.events = events, .data.ptr = s};
+    struct epoll_event e = {
+        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+        .data.ptr = s,
+    };
 
-    if (s->registered && s->events == events)
-        return 0;
-    if (epoll_ctl(w->ep, s->registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, s->fd,
-                  &e) < 0)
-        return -1;
-    s->registered = true;
-    s->events = events;
-    return 0;
+    return epoll_ctl(w->ep, EPOLL_CTL_ADD, s->fd, &e);
 }
 
-/* Interest of an established pair: read a side while it has not sent
- * FIN and its peer has nothing pending; write a side with bytes pending. */
-static int
-conn_update(struct worker *w, struct conn *c)
-{
-    uint32_t ce = 0, be = 0;
-
-    if (!c->client.eof_in && c->backend.len == 0)
-        ce |= EPOLLIN;
-    if (c->client.len > 0)
-        ce |= EPOLLOUT;
-    if (!c->backend.eof_in && c->client.len == 0)
-        be |= EPOLLIN;
-    if (c->backend.len > 0)
-        be |= EPOLLOUT;
-    if (side_want(w, &c->client, ce) < 0 || side_want(w, &c->backend, be) < 0)
-        return -1;
-    return 0;
-}
+static void conn_pump(struct worker *w, struct conn *c);
 
 /* ---- connecting -------------------------------------------------------- */
 
@@ -183,8 +177,8 @@ connect_established(struct worker *w, struct conn *c)
     worker_timer_del(w, &c->timer);
     if (c->idle_timeout_ms > 0)
         worker_timer_set(w, &c->timer, w->now_ms + c->idle_timeout_ms);
-    if (conn_update(w, c) < 0)
-        conn_close(w, c);
+    /* The client may have sent its first bytes (even its FIN) already. */
+    conn_pump(w, c);
 }
 
 /* The connect to c->server failed (refused, reset, or timed out): count
@@ -259,14 +253,14 @@ connect_next(struct worker *w, struct conn *c)
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         if (connect(fd, (const struct sockaddr *)&s->addr.sa, s->addr.salen) ==
             0) {
+            if (side_register(w, &c->backend) < 0)
+                goto refuse;
             connect_established(w, c);
             return;
         }
         if (errno == EINPROGRESS) {
-            if (side_want(w, &c->backend, EPOLLOUT) < 0) {
-                conn_release_server(c);
+            if (side_register(w, &c->backend) < 0)
                 goto refuse;
-            }
             worker_timer_set(w, &c->timer,
                              w->now_ms + c->connect_timeout_ms);
             return;
@@ -330,6 +324,12 @@ accept_one(struct worker *w, struct listener *l, int fd,
         w->conns->prev = c;
     w->conns = c;
     atomic_fetch_add_explicit(&w->nconns, 1, memory_order_relaxed);
+    /* Registered now: edges that come while the backend connects are
+     * remembered in the side's flags. */
+    if (side_register(w, &c->client) < 0) {
+        conn_close(w, c);
+        return;
+    }
     connect_next(w, c);
 }
 
@@ -370,81 +370,164 @@ count_bytes(struct worker *w, struct conn *c, struct side *from, size_t n)
     }
 }
 
-/* Write what is pending to <to>; when it is all gone and <from> sent FIN,
- * pass the FIN on. 0, or -1 when the connection must close. */
+/* Write what is pending to <to>. 0 (done or would block), -1 on error. */
 static int
-side_flush(struct side *from, struct side *to)
+side_flush(struct side *to)
 {
     while (to->len > 0) {
         ssize_t n = write(to->fd, to->buf + to->off, to->len);
         if (n < 0) {
-            if (errno == EAGAIN || errno == EINTR)
-                return 0;
+            if (errno == EAGAIN)
+                return 0; /* an output edge will come */
+            if (errno == EINTR)
+                continue;
             return -1;
         }
         to->off += (size_t)n;
         to->len -= (size_t)n;
     }
     to->off = 0;
+    return 0;
+}
+
+/* Reads per side per event: a fast sender cannot starve the others; what
+ * is left is resumed from the worker's pending list. */
+#define PUMP_READS 8
+
+/*
+ * Move bytes from <from> to <to>: flush what <to> has pending, then read
+ * while <from> has input and <to> takes everything; what <to> cannot take
+ * stays in to->buf and reading stops (back-pressure) until its output
+ * edge. A FIN from <from>, once all is written, is passed on.
+ * Returns 1 when the read budget ran out with input left, 0, or -1 when
+ * the pair must close.
+ */
+static int
+pump(struct worker *w, struct conn *c, struct side *from, struct side *to)
+{
+    int reads = 0;
+
+    if (to->len > 0) {
+        if (side_flush(to) < 0)
+            return -1;
+        if (to->len > 0)
+            return 0; /* still full: wait for its output edge */
+    }
+    while (from->readable && !from->eof_in) {
+        ssize_t n, m;
+        if (reads++ == PUMP_READS)
+            return 1;
+        n = read(from->fd, w->scratch, PROXY_BUF);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN)
+                return -1;
+            from->readable = false;
+            break;
+        }
+        if (n == 0) {
+            from->eof_in = true;
+            from->readable = false;
+            break;
+        }
+        c->last_active_ms = w->now_ms;
+        m = write(to->fd, w->scratch, (size_t)n);
+        if (m < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                return -1;
+            m = 0;
+        }
+        count_bytes(w, c, from, (size_t)n);
+        if (m < n) {
+            if (to->buf == NULL && (to->buf = malloc(PROXY_BUF)) == NULL)
+                return -1;
+            memcpy(to->buf, w->scratch + m, (size_t)(n - m));
+            to->off = 0;
+            to->len = (size_t)(n - m);
+            return 0; /* back-pressure: <from> stays readable */
+        }
+        /* A short read drained the socket: a later byte makes a new edge.
+         * Unless a FIN came with this edge -- it makes none: read on. */
+        if ((size_t)n < PROXY_BUF && !from->rdhup) {
+            from->readable = false;
+            break;
+        }
+    }
     if (from->eof_in && !to->shut_out) {
-        shutdown(to->fd, SHUT_WR);
+        /* Both ends have sent FIN: close() will finish the pair, no
+         * shutdown needed. */
+        if (!to->eof_in)
+            shutdown(to->fd, SHUT_WR);
         to->shut_out = true;
     }
     return 0;
 }
 
-/* Read once from <from> and write to <to>; what <to> cannot take now is
- * kept in to->buf, which stops reads on <from> until it drains. */
-static int
-side_forward(struct worker *w, struct conn *c, struct side *from,
-             struct side *to)
+static void
+pending_add(struct worker *w, struct conn *c)
 {
-    ssize_t n, m;
+    if (c->pending)
+        return;
+    c->pending = true;
+    c->next_pending = w->pending;
+    w->pending = c;
+}
 
-    if (to->len > 0 || from->eof_in)
-        return 0;
-    n = read(from->fd, w->scratch, PROXY_BUF);
-    if (n < 0)
-        return errno == EAGAIN || errno == EINTR ? 0 : -1;
-    if (n == 0) {
-        from->eof_in = true;
-        return side_flush(from, to);
+/* Move what can move both ways; close the pair when both ends are done. */
+static void
+conn_pump(struct worker *w, struct conn *c)
+{
+    int up = pump(w, c, &c->client, &c->backend);
+    int down = up < 0 ? -1 : pump(w, c, &c->backend, &c->client);
+
+    if (up < 0 || down < 0)
+        goto close;
+    if (c->client.eof_in && c->backend.eof_in && c->client.len == 0 &&
+        c->backend.len == 0)
+        goto close;
+    if (up > 0 || down > 0)
+        pending_add(w, c);
+    return;
+close:
+    conn_close(w, c);
+}
+
+void
+proxy_run_pending(struct worker *w)
+{
+    struct conn *list = w->pending;
+
+    w->pending = NULL;
+    while (list != NULL) {
+        struct conn *c = list;
+        list = c->next_pending;
+        c->pending = false;
+        if (c->state == CONN_ESTABLISHED)
+            conn_pump(w, c);
     }
-    c->last_active_ms = w->now_ms;
-    m = write(to->fd, w->scratch, (size_t)n);
-    if (m < 0) {
-        if (errno != EAGAIN && errno != EINTR)
-            return -1;
-        m = 0;
-    }
-    count_bytes(w, c, from, (size_t)m);
-    if (m < n) {
-        if (to->buf == NULL && (to->buf = malloc(PROXY_BUF)) == NULL)
-            return -1;
-        memcpy(to->buf, w->scratch + m, (size_t)(n - m));
-        to->off = 0;
-        to->len = (size_t)(n - m);
-        count_bytes(w, c, from, (size_t)(n - m));
-    }
-    return 0;
 }
 
 void
 proxy_event(struct worker *w, struct side *s, uint32_t events)
 {
     struct conn *c = side_conn(s);
-    struct side *peer = s == &c->client ? &c->backend : &c->client;
 
     if (c->state == CONN_CLOSED)
         return; /* closed earlier in this batch */
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        s->readable = true;
+    if (events & (EPOLLRDHUP | EPOLLHUP))
+        s->rdhup = true;
     if (c->state == CONN_CONNECTING) {
         int err = 0;
         socklen_t len = sizeof(err);
         if (s != &c->backend)
-            return;
-        /* Writable without error or hang-up: connected, no need to ask. */
+            return; /* the client's edges wait in its flags */
         if (!(events & (EPOLLERR | EPOLLHUP))) {
-            connect_established(w, c);
+            /* Writable without error or hang-up: connected. */
+            if (events & EPOLLOUT)
+                connect_established(w, c);
             return;
         }
         if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
@@ -452,26 +535,11 @@ proxy_event(struct worker *w, struct side *s, uint32_t events)
         connect_failed(w, c, false, err ? err : ECONNREFUSED);
         return;
     }
-    if (events & EPOLLERR)
-        goto close;
-    if (events & EPOLLHUP && s->eof_in && s->len == 0)
-        goto close; /* reset after its FIN: nothing more can move */
-    if ((events & (EPOLLOUT | EPOLLHUP)) && s->len > 0) {
-        if (side_flush(peer, s) < 0)
-            goto close;
+    if (events & EPOLLERR) {
+        conn_close(w, c); /* reset: nothing more can move */
+        return;
     }
-    if (events & (EPOLLIN | EPOLLHUP)) {
-        if (side_forward(w, c, s, peer) < 0)
-            goto close;
-    }
-    /* Both directions have passed their FIN: the pair is done. */
-    if (c->client.shut_out && c->backend.shut_out)
-        goto close;
-    if (conn_update(w, c) < 0)
-        goto close;
-    return;
-close:
-    conn_close(w, c);
+    conn_pump(w, c);
 }
 
 void

@@ -22,17 +22,20 @@
 struct server;
 
 /*
- * One end of a pair. <buf> holds bytes waiting to be written TO this end
- * (allocated on the first partial write); while it is non-empty the other
- * end is not read: that is the back-pressure.
+ * One end of a pair, registered once with epoll, edge-triggered, for
+ * input, output and read hang-up: no epoll_ctl after that. <readable>
+ * remembers an input edge not yet drained (reads stop while the peer has
+ * bytes pending: that is the back-pressure). <buf> holds bytes waiting to
+ * be written TO this end, allocated on the first partial write.
  */
 struct side {
     struct ev ev;                /* EV_CLIENT or EV_BACKEND */
     int fd;
-    uint32_t events;             /* epoll interest set, 0 = not registered */
-    bool registered;
-    bool eof_in;                 /* this end sent FIN */
-    bool shut_out;               /* we passed a FIN to this end */
+    bool readable;               /* input edge seen, not drained */
+    bool rdhup;                  /* FIN seen with the edge: read to EOF */
+    bool eof_in;                 /* this end sent FIN (read returned 0) */
+    bool shut_out;               /* FIN passed on to this end (or due at
+                                    close, both ends having sent theirs) */
     char *buf;
     size_t off, len;
 };
@@ -54,7 +57,9 @@ struct conn {
     uint64_t tried[PROXY_TRIED_MAX]; /* ids of members that failed */
     uint32_t attempts;           /* connects started */
     bool counted;                /* counted in server/pool active_backends */
+    bool pending;                /* on the worker's pending list */
     struct conn *prev, *next;    /* worker's list */
+    struct conn *next_pending;
 };
 
 /* Accept what is pending on <l> (worker). */
@@ -67,5 +72,8 @@ void proxy_timeout(struct worker *w, struct conn *c);
 void proxy_close_all(struct worker *w);
 /* Free the connections closed during this loop iteration. */
 void proxy_reap(struct worker *w);
+/* Resume the pairs that stopped reading at their per-event budget with
+ * input left (edge-triggered: no new edge would come). */
+void proxy_run_pending(struct worker *w);
 
 #endif /* CHASHD_PROXY_H */

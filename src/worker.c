@@ -299,7 +299,8 @@ worker_main(void *arg)
     w->now_ms = clock_coarse_ms();
     w->wheel_pos = w->now_ms / WHEEL_MS;
     while (!w->exiting) {
-        int timeout = w->ntimers > 0 ? WHEEL_MS : -1, n;
+        int timeout = w->pending != NULL ? 0 : w->ntimers > 0 ? WHEEL_MS : -1;
+        int n;
 
         /* Hold no snapshot while blocked: the control thread may free
          * retired ones meanwhile. */
@@ -327,6 +328,7 @@ worker_main(void *arg)
                 break;
             }
         }
+        proxy_run_pending(w);
         wheel_advance(w);
         proxy_reap(w);
         listener_reap(w);

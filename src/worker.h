@@ -51,6 +51,7 @@ struct worker {
     struct listener *listeners;
     struct listener *dead_listeners; /* closed this iteration (as dead) */
     struct conn *conns;          /* every live connection (list) */
+    struct conn *pending;        /* pairs with input left to read */
     struct conn *dead;           /* closed this iteration, freed after it:
                                     later events of the same epoll batch
                                     may still point at them */
