@@ -367,6 +367,132 @@ changes_json(void)
 
 /* ---- state file ---------------------------------------------------------- */
 
+/*
+ * Reloads are membership changes too: the ring model of every pool is
+ * saved when a reload starts (admin_state_apply) and compared once it is
+ * applied (admin_state_settle, same control-loop callback), so the change
+ * log and the metrics show what a reload moved.
+ */
+struct saved_model {
+    char *pool;
+    struct chash_config cfg;
+    struct chash_member *m; /* names owned */
+    size_t n;
+};
+
+static struct saved_model *saved;
+static size_t nsaved;
+
+static void
+saved_free(void)
+{
+    for (size_t i = 0; i < nsaved; i++) {
+        for (size_t k = 0; k < saved[i].n; k++)
+            free((char *)saved[i].m[k].name);
+        free(saved[i].m);
+        free(saved[i].pool);
+    }
+    free(saved);
+    saved = NULL;
+    nsaved = 0;
+}
+
+static void
+saved_take(void)
+{
+    saved_free();
+    if (pool_count() == 0)
+        return;
+    saved = calloc(pool_count(), sizeof(*saved));
+    if (saved == NULL)
+        return; /* the reload is simply not logged as a change */
+    for (size_t i = 0; i < pool_count(); i++) {
+        struct pool *p = pool_at(i);
+        struct saved_model *sm = &saved[nsaved];
+        struct model md;
+
+        if (model_build(p, NULL, &md) != 0) {
+            free(md.m);
+            continue;
+        }
+        sm->pool = strdup(p->name);
+        sm->cfg = p->cfg.ring;
+        sm->m = md.m;
+        sm->n = md.n;
+        nsaved++;
+        for (size_t k = 0; k < md.n; k++) {
+            md.m[k].name = strdup(md.m[k].name);
+            md.m[k].ramp = 1.0;
+        }
+    }
+}
+
+static const struct chash_member *
+model_find(const struct chash_member *m, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (m[i].name != NULL && strcmp(m[i].name, name) == 0)
+            return &m[i];
+    return NULL;
+}
+
+/* Append to <buf> at *<len>, truncating at <cap>. */
+static void __attribute__((format(printf, 4, 5)))
+append(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (*len + 1 >= cap)
+        return;
+    va_start(ap, fmt);
+    n = vsnprintf(buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        *len = *len + (size_t)n < cap ? *len + (size_t)n : cap - 1;
+}
+
+/* Log each pool whose ring membership the reload changed. */
+static void
+saved_compare(void)
+{
+    for (size_t i = 0; i < nsaved; i++) {
+        struct saved_model *sm = &saved[i];
+        struct pool *p = pool_find(sm->pool ? sm->pool : "");
+        char detail[128] = "", err[256];
+        struct model md;
+        json_t *rep = NULL;
+        size_t len = 0;
+
+        if (p == NULL || model_build(p, NULL, &md) != 0)
+            continue;
+        /* "+added -removed ~reweighted", as far as it fits */
+        for (size_t k = 0; k < md.n; k++) {
+            const struct chash_member *o =
+                model_find(sm->m, sm->n, md.m[k].name);
+            if (o == NULL || o->weight != md.m[k].weight)
+                append(detail, sizeof(detail), &len, "%s%c%s", len ? " " : "",
+                       o == NULL ? '+' : '~', md.m[k].name);
+        }
+        for (size_t k = 0; k < sm->n; k++)
+            if (model_find(md.m, md.n, sm->m[k].name) == NULL)
+                append(detail, sizeof(detail), &len, "%s-%s", len ? " " : "",
+                       sm->m[k].name);
+        if (detail[0] != '\0' && pool_comparable(p) &&
+            memcmp(&sm->cfg, &p->cfg.ring, sizeof(sm->cfg)) == 0) {
+            for (size_t k = 0; k < md.n; k++)
+                md.m[k].ramp = 1.0;
+            rep = ops_report(&p->cfg.ring, sm->m, sm->n, md.m, md.n, NULL, err,
+                             sizeof(err));
+        }
+        if (detail[0] != '\0')
+            change_log(p->name, "*", "reload", detail, rep);
+        json_decref(rep);
+        free(md.m);
+    }
+    saved_free();
+}
+
 /* A copy of <st>'s delta (not its bases), or NULL. */
 static struct state *
 state_copy(const struct state *st)
@@ -424,6 +550,7 @@ admin_state_apply(struct conf *conf, char *err, size_t errlen)
                  conf->state_file ? conf->state_file : "(memory)", warn);
     state_destroy(A.pending);
     A.pending = pending;
+    saved_take();
     free(A.pending_file);
     A.pending_file = conf->state_file ? strdup(conf->state_file) : NULL;
     return 0;
@@ -432,6 +559,8 @@ admin_state_apply(struct conf *conf, char *err, size_t errlen)
 void
 admin_state_settle(void)
 {
+    bool committed = false;
+
     if (A.pending != NULL) {
         state_destroy(A.state);
         A.state = A.pending;
@@ -439,6 +568,7 @@ admin_state_settle(void)
         free(A.state_file);
         A.state_file = A.pending_file;
         A.pending_file = NULL;
+        committed = true;
     }
     if (A.state == NULL)
         return;
@@ -455,6 +585,8 @@ admin_state_settle(void)
                          s->name, state_admin_name(want), strerror(errno));
         }
     }
+    if (committed)
+        saved_compare();
 }
 
 void
@@ -466,6 +598,7 @@ admin_state_free(void)
     A.pending = NULL;
     free(A.pending_file);
     A.pending_file = NULL;
+    saved_free();
     A.state_loaded = false;
     free(A.state_file);
     A.state_file = NULL;

@@ -48,6 +48,36 @@ share_of(const struct chash_ring *r, const char *name)
     return 0.0;
 }
 
+/*
+ * The least any placement must move between two memberships: half the sum
+ * over every name of |share after - share before| (the total variation
+ * distance of the two share distributions). Each moved key leaves one
+ * owner's share and enters another's, so no placement moves less; for a
+ * one-member change it equals that member's |share change| when only it
+ * gains or loses.
+ */
+static double
+variation(const struct chash_ring *rb, const struct chash_ring *ra)
+{
+    double sum = 0;
+
+    for (size_t i = 0; i < chash_ring_members(rb); i++) {
+        const char *n = chash_ring_member_name(rb, i);
+
+        sum += fabs(share_of(ra, n) - chash_ring_share(rb, i));
+    }
+    for (size_t i = 0; i < chash_ring_members(ra); i++) {
+        const char *n = chash_ring_member_name(ra, i);
+        bool before = false;
+
+        for (size_t k = 0; k < chash_ring_members(rb) && !before; k++)
+            before = strcmp(chash_ring_member_name(rb, k), n) == 0;
+        if (!before)
+            sum += chash_ring_share(ra, i);
+    }
+    return sum / 2;
+}
+
 /* Round away float noise so a report reads 0.25, not 0.25000000000000006;
  * 1e-12 is far below what a 2^64 circle's arcs can distinguish in a
  * report. */
@@ -102,7 +132,9 @@ ops_report(const struct chash_config *cfg, const struct chash_member *before,
     json_object_set_new(rep, "moved", json_real(tidy(moved)));
     json_object_set_new(
         rep, "optimal",
-        json_real(tidy(fabs(share_of(ra, changed) - share_of(rb, changed)))));
+        json_real(tidy(changed != NULL
+                           ? fabs(share_of(ra, changed) - share_of(rb, changed))
+                           : variation(rb, ra))));
     jf = json_array();
     for (size_t i = 0; i < nflows; i++) {
         json_t *f = json_object();

@@ -23,7 +23,10 @@
  *   optimal    the least any placement must move for this change: the
  *              absolute change of <changed>'s share at full ramp (its share
  *              when added or brought up, its former share when removed,
- *              drained or put in maintenance, |new - old| for a reweight)
+ *              drained or put in maintenance, |new - old| for a reweight);
+ *              with <changed> NULL (a reload changing several members), the
+ *              total variation distance: half the sum over all names of
+ *              |share after - share before|
  *   flows      [{"from","to","fraction"}], largest first, at full ramp
  *   immediate  the fraction that moves at once with the ramps as given
  *              (a slowly starting member enters with a ramp below 1), or

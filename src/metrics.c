@@ -300,7 +300,8 @@ static const struct {
     [PV_MEMBERS] = {"chashd_pool_members", "gauge",
                     "Members of the pool (any state)."},
     [PV_CHANGES] = {"chashd_pool_membership_changes_total", "counter",
-                    "Membership changes made through the admin API."},
+                    "Membership changes made through the admin API or by a "
+                    "reload."},
     [PV_LAST_MOVED] = {"chashd_pool_last_change_moved_ratio", "gauge",
                        "Fraction of the key space the last membership change "
                        "moved (at full ramp)."},

@@ -171,3 +171,29 @@ def test_a_reload_changes_the_token(cluster):
     c.d.reload(c.text.replace("admin_token: first", "admin_token: second"))
     assert c.api.get("/api/pools")[0] == 401
     assert c.api.get("/api/pools", token="second")[0] == 200
+
+
+def test_a_reload_that_changes_members_is_a_logged_change(cluster):
+    c = cluster(3)
+    b5 = Backend(c.d.procs, "web-5")
+    text = c.text.replace(
+        "    - %s:1 web-3\n" % c.backends[2].addr,
+        "    - %s:1 web-5\n" % b5.addr).replace(
+        "    - %s:1 web-1\n" % c.backends[0].addr,
+        "    - %s:2 web-1\n" % c.backends[0].addr)
+    before = {n: m["share"] for n, m in c.api.members("web").items()}
+    c.d.reload(text)
+    after = {n: m["share"] for n, m in c.api.members("web").items()}
+    ch = c.api.ok("GET", "/api/changes")
+    assert ch["total"] == 1
+    x = ch["changes"][0]
+    assert x["op"] == "reload" and x["pool"] == "web"
+    assert x["detail"] == "~web-1 +web-5 -web-3"
+    # optimal: the total variation distance of the shares
+    names = set(before) | set(after)
+    tv = sum(abs(after.get(n, 0) - before.get(n, 0)) for n in names) / 2
+    assert abs(x["optimal"] - tv) < 1e-9
+    assert x["moved"] >= x["optimal"] - 1e-9 and x["moved"] > 0
+    # a reload that changes no member is not a change
+    c.d.reload(text)
+    assert c.api.ok("GET", "/api/changes")["total"] == 1
