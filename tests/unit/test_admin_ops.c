@@ -83,6 +83,40 @@ test_remove_and_reweight_reports(void **unused)
 }
 
 static void
+test_several_changes_have_the_total_variation_as_optimal(void **unused)
+{
+    struct chash_member b[3] = {{"a", 1, 1}, {"b", 1, 1}, {"c", 1, 1}};
+    struct chash_member a[3] = {{"a", 2, 1}, {"b", 1, 1}, {"d", 1, 1}};
+    struct chash_member one[4] = {
+        {"a", 1, 1}, {"b", 1, 1}, {"c", 1, 1}, {"d", 1, 1}};
+    struct chash_config cfg = {0};
+    struct chash_ring *rb, *ra;
+    double tv = 0, share_d;
+    char err[128];
+    json_t *r, *r1;
+
+    (void)unused;
+    assert_int_equal(chash_ring_create(&cfg, b, 3, &rb), 0);
+    assert_int_equal(chash_ring_create(&cfg, a, 3, &ra), 0);
+    /* a: share change; b: share change; c: lost all; d: gained all */
+    tv = fabs(chash_ring_share(ra, 0) - chash_ring_share(rb, 0)) +
+         fabs(chash_ring_share(ra, 1) - chash_ring_share(rb, 1)) +
+         chash_ring_share(rb, 2) + chash_ring_share(ra, 2);
+    r = ops_report(&cfg, b, 3, a, 3, NULL, err, sizeof(err));
+    assert_non_null(r);
+    assert_true(fabs(num(r, "optimal") - tv / 2) < 1e-11);
+    assert_true(num(r, "moved") >= num(r, "optimal") - 1e-12);
+    /* for one added member it is the same as its share */
+    r1 = ops_report(&cfg, b, 3, one, 4, NULL, err, sizeof(err));
+    share_d = num(r1, "moved");
+    assert_true(fabs(num(r1, "optimal") - share_d) < 1e-11);
+    json_decref(r);
+    json_decref(r1);
+    chash_ring_destroy(rb);
+    chash_ring_destroy(ra);
+}
+
+static void
 test_a_report_refuses_an_empty_ring(void **unused)
 {
     struct chash_member b[1] = {{"a", 1, 1}};
@@ -137,6 +171,8 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add_report_is_minimal_and_exact),
         cmocka_unit_test(test_remove_and_reweight_reports),
+        cmocka_unit_test(
+            test_several_changes_have_the_total_variation_as_optimal),
         cmocka_unit_test(test_a_report_refuses_an_empty_ring),
         cmocka_unit_test(test_arcs_tile_the_circle_for_every_algorithm),
     };
