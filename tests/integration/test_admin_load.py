@@ -87,3 +87,25 @@ def test_add_under_load_moves_only_the_new_members_keys(cluster):
         ka.close()
     m = c.api.members("web")
     assert m["web-4"]["connections_total"] >= len(movers)
+
+
+def test_remove_and_maint_keep_established_connections(cluster):
+    c = cluster(3)
+    pinned = {}
+    for i in range(200):
+        ip = client_ip(i)
+        owner = c.api.lookup("web", ip)[0]
+        if owner not in pinned:
+            pinned[owner] = KeepAlive(c.port, src=ip)
+        if len(pinned) == 3:
+            break
+    assert {n: ka.ask() for n, ka in pinned.items()} == \
+        {"web-1": "web-1", "web-2": "web-2", "web-3": "web-3"}
+    c.api.ok("DELETE", "/api/pools/web/members/web-2")
+    c.api.ok("PATCH", "/api/pools/web/members/web-3", {"state": "maint"})
+    # new connections go only to web-1 now ...
+    assert {fetch(c.port, src=client_ip(i)) for i in range(30)} == {"web-1"}
+    # ... and the established ones still reach their member
+    for name, ka in pinned.items():
+        assert ka.ask() == name
+        ka.close()
