@@ -86,7 +86,7 @@ static struct {
     bool tick_added;
 } A;
 
-/* ---- responses --------------------------------------------------------- */
+/* ---- responses ----------------------------------------------------------- */
 
 static enum MHD_Result
 respond_buf(struct MHD_Connection *c, unsigned status, const char *ctype,
@@ -269,7 +269,7 @@ pool_comparable(const struct pool *p)
     return p->cfg.distribution >= 0 && p->cfg.distribution < CHASH_ALGO_COUNT;
 }
 
-/* ---- change log --------------------------------------------------------- */
+/* ---- change log ---------------------------------------------------------- */
 
 static struct admin_pool_count *
 count_get(const char *pool)
@@ -649,8 +649,7 @@ state_persist(struct pool *p, char *err, size_t errlen)
     return rc;
 }
 
-/* ---- JSON views -----------------------------------------------------------
- */
+/* ---- JSON views ---------------------------------------------------------- */
 
 static const char *
 state_text(int state)
@@ -754,8 +753,7 @@ pool_json(struct pool *p, bool full)
     return j;
 }
 
-/* ---- argument checks -------------------------------------------------------
- */
+/* ---- argument checks ----------------------------------------------------- */
 
 /* A member name is one word as in `servers:` (no whitespace, no '/', so it
  * fits a URL path segment), printable ASCII, at most ADMIN_MAX_NAME. */
@@ -855,8 +853,7 @@ jump_weight_ok(struct MHD_Connection *c, const struct pool *p, uint32_t weight,
     return false;
 }
 
-/* ---- handlers ---------------------------------------------------------------
- */
+/* ---- handlers ------------------------------------------------------------ */
 
 /* Answer a change: its report, whether it was applied, and a note when
  * the state file could not be written. */
