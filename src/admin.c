@@ -1343,8 +1343,7 @@ serve_dashboard(struct MHD_Connection *c)
     return ret;
 }
 
-/* ---- routing
- * ------------------------------------------------------------------ */
+/* ---- routing ------------------------------------------------------------- */
 
 /* Split <url> into at most <max> segments (modifies a copy in <buf>).
  * Returns how many, or -1 when there are too many or an empty one (a
@@ -1567,8 +1566,7 @@ on_mhd_log(void *cls, const char *fmt, va_list ap)
     log_debug("admin: %s", msg);
 }
 
-/* ---- lifecycle
- * ------------------------------------------------------------------ */
+/* ---- lifecycle ----------------------------------------------------------- */
 
 static void
 on_ready(struct control_watch *w, uint32_t events)
