@@ -3,7 +3,8 @@
 # hash-type consistent) and nginx stream (hash $remote_addr consistent):
 # the same 4 nginx backends, 2 worker threads each, one run on loopback,
 # load from wrk. Prints keep-alive requests/s, p99 latency and new
-# connections/s for each, and the ratios against HAProxy.
+# connections/s for each, the proxy's own CPU time per request (robust to
+# other load on the machine), and the ratios against HAProxy and nginx.
 #
 #   B=build bench/tcp.sh   (DURATION=5s ROUNDS=3 CONNS=50 THREADS=2 to change)
 #
@@ -127,32 +128,58 @@ P_NGINX=$(free_port)
 } >"$TMP/stream.conf"
 
 "$CHASHD" -c "$TMP/chashd.yml" 2>"$TMP/chashd.err" &
-pids="$pids $!"
+PID_CHASHD=$!
 haproxy -db -f "$TMP/haproxy.cfg" 2>"$TMP/haproxy.err" &
-pids="$pids $!"
+PID_HAPROXY=$!
 nginx -p "$TMP" -c "$TMP/stream.conf" -e "$TMP/stream.err" &
-pids="$pids $!"
+PID_NGINX=$!
+pids="$pids $PID_CHASHD $PID_HAPROXY $PID_NGINX"
 for p in $P_CHASHD $P_HAPROXY $P_NGINX; do
     wait_port "$p" || { echo "bench/tcp.sh: a proxy did not start" >&2;
                         cat "$TMP"/*.err >&2; exit 1; }
 done
 
 # ---- load -----------------------------------------------------------------------
-# wrk output -> "rps p99_ms"
+# CPU time (ms) of process <pid> and its children (nginx's workers).
+cpu_ms() {
+    $PY - "$1" <<'EOF'
+import os, sys
+root = sys.argv[1]; hz = os.sysconf("SC_CLK_TCK"); total = 0
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    try:
+        f = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
+    except OSError:
+        continue
+    if pid == root or f[1] == root:   # f[1]: ppid
+        total += int(f[11]) + int(f[12])   # utime + stime
+print(total * 1000 // hz)
+EOF
+}
+
+# wrk against <pid>'s port -> "rps p99_ms cpu_us_per_request"
 run_wrk() {
-    wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "$@" 2>&1 |
-        $PY -c '
+    pid=$1
+    shift
+    c0=$(cpu_ms "$pid")
+    wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "$@" >"$TMP/wrk.out" 2>&1
+    c1=$(cpu_ms "$pid")
+    $PY - "$TMP/wrk.out" "$c0" "$c1" <<'EOF'
 import re, sys
-t = sys.stdin.read()
+t = open(sys.argv[1]).read()
+cpu = int(sys.argv[3]) - int(sys.argv[2])
 rps = re.search(r"Requests/sec:\s+([0-9.]+)", t)
+n = re.search(r"(\d+) requests in", t)
 p99 = re.search(r"^\s+99%\s+([0-9.]+)(us|ms|s)\b", t, re.M)
 err = re.search(r"Non-2xx or 3xx responses: (\d+)|Socket errors: .*", t)
-if not rps or not p99:
-    sys.stderr.write(t); print("0 0"); sys.exit()
+if not rps or not p99 or not n:
+    sys.stderr.write(t); print("0 0 0"); sys.exit()
 scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[p99.group(2)]
-print(rps.group(1), "%.3f" % (float(p99.group(1)) * scale))
+print(rps.group(1), "%.3f" % (float(p99.group(1)) * scale),
+      "%.2f" % (cpu * 1000.0 / max(1, int(n.group(1)))))
 if err: sys.stderr.write("  wrk: " + err.group(0) + "\n")
-'
+EOF
 }
 
 echo "chashd vs HAProxy vs nginx stream: tcp, $WORKERS workers each, 4 nginx"
@@ -164,17 +191,17 @@ round=1
 while [ "$round" -le "$ROUNDS" ]; do
     for name in chashd haproxy nginx; do
         case $name in
-        chashd) port=$P_CHASHD ;;
-        haproxy) port=$P_HAPROXY ;;
-        nginx) port=$P_NGINX ;;
+        chashd) port=$P_CHASHD pid=$PID_CHASHD ;;
+        haproxy) port=$P_HAPROXY pid=$PID_HAPROXY ;;
+        nginx) port=$P_NGINX pid=$PID_NGINX ;;
         esac
         # a short warm-up, then the measured runs
         wrk -t1 -c4 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true
-        ka=$(run_wrk "http://127.0.0.1:$port/")
-        cc=$(run_wrk -H 'Connection: close' "http://127.0.0.1:$port/")
+        ka=$(run_wrk "$pid" "http://127.0.0.1:$port/")
+        cc=$(run_wrk "$pid" -H 'Connection: close' "http://127.0.0.1:$port/")
         echo "$name $ka $cc" >>"$TMP/results"
-        echo "  round $round $name: keep-alive req/s, p99 ms: $ka;" \
-             "close req/s, p99 ms: $cc"
+        echo "  round $round $name: keep-alive req/s, p99 ms, cpu us/req:" \
+             "$ka; close: $cc"
     done
     round=$((round + 1))
 done
@@ -184,24 +211,28 @@ $PY - "$TMP/results" <<'EOF'
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    name, ka, p99, cc, _ = line.split()
-    rows.setdefault(name, []).append((float(ka), float(p99), float(cc)))
-med = {k: [statistics.median(r[i] for r in v) for i in range(3)]
+    name, *v = line.split()
+    rows.setdefault(name, []).append([float(x) for x in v])
+# columns: ka rps, ka p99, ka cpu/req, close rps, close p99, close cpu/req
+med = {k: [statistics.median(r[i] for r in v) for i in range(6)]
        for k, v in rows.items()}
 label = {"chashd": "chashd", "haproxy": "HAProxy 2.6", "nginx": "nginx stream"}
-print("| proxy | keep-alive req/s | p99 latency (ms) | new conns/s |")
-print("|---|---:|---:|---:|")
+print("| proxy | keep-alive req/s | p99 (ms) | CPU us/req | new conns/s "
+      "| CPU us/conn |")
+print("|---|---:|---:|---:|---:|---:|")
 for k in ("chashd", "haproxy", "nginx"):
-    rps, p99, cc = med[k]
-    print("| %s | %.0f | %.2f | %.0f |" % (label[k], rps, p99, cc))
+    m = med[k]
+    print("| %s | %.0f | %.2f | %.1f | %.0f | %.1f |"
+          % (label[k], m[0], m[1], m[2], m[3], m[5]))
 print()
 c = med["chashd"]
 def ratio(a, b):
     return a / b if b else float("nan")
 for k in ("haproxy", "nginx"):
     o = med[k]
-    print("chashd / %-13s keep-alive req/s x%.2f, p99 x%.2f (lower is "
-          "better), new conns/s x%.2f" % (label[k] + ":", ratio(c[0], o[0]),
-                                          ratio(c[1], o[1]),
-                                          ratio(c[2], o[2])))
+    print("chashd / %-13s keep-alive req/s x%.2f, p99 x%.2f, new conns/s "
+          "x%.2f; CPU per request x%.2f, per connection x%.2f (lower is "
+          "better for p99 and CPU)"
+          % (label[k] + ":", ratio(c[0], o[0]), ratio(c[1], o[1]),
+             ratio(c[3], o[3]), ratio(c[2], o[2]), ratio(c[5], o[5])))
 EOF
