@@ -189,7 +189,13 @@ echo
 : >"$TMP/results"
 round=1
 while [ "$round" -le "$ROUNDS" ]; do
-    for name in chashd haproxy nginx; do
+    # rotate who goes first: no proxy always meets a cold or warm machine
+    case $((round % 3)) in
+    1) order="chashd haproxy nginx" ;;
+    2) order="haproxy nginx chashd" ;;
+    *) order="nginx chashd haproxy" ;;
+    esac
+    for name in $order; do
         case $name in
         chashd) port=$P_CHASHD pid=$PID_CHASHD ;;
         haproxy) port=$P_HAPROXY pid=$PID_HAPROXY ;;

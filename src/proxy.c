@@ -432,7 +432,10 @@ pump(struct worker *w, struct conn *c, struct side *from, struct side *to)
             break;
         }
         c->last_active_ms = w->now_ms;
-        m = write(to->fd, w->scratch, (size_t)n);
+        /* A FIN is known to follow: let the last bytes leave with it, in
+         * one segment (the shutdown or the next plain write pushes). */
+        m = send(to->fd, w->scratch, (size_t)n,
+                 from->rdhup ? MSG_MORE | MSG_NOSIGNAL : MSG_NOSIGNAL);
         if (m < 0) {
             if (errno != EAGAIN && errno != EINTR)
                 return -1;
