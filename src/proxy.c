@@ -343,9 +343,13 @@ proxy_accept(struct worker *w, struct listener *l)
         int fd = accept4(l->fd, (struct sockaddr *)&peer, &peerlen,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE)
-                log_warn("pool %s: accept: %s", l->pool->name,
-                         strerror(errno));
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                errno == ENOMEM) {
+                /* Clients wait in the backlog until descriptors free up. */
+                log_warn("pool %s: accept: %s; pausing new connections for "
+                         "100ms", l->pool->name, strerror(errno));
+                worker_pause_listener(w, l);
+            }
             return;
         }
         accept_one(w, l, fd, &peer, peerlen);

@@ -157,12 +157,42 @@ fail:
     return -1;
 }
 
+#define ACCEPT_PAUSE_MS 100
+
+void
+worker_pause_listener(struct worker *w, struct listener *l)
+{
+    if (l->paused)
+        return;
+    epoll_ctl(w->ep, EPOLL_CTL_DEL, l->fd, NULL);
+    l->paused = true;
+    w->accept_resume_ms = w->now_ms + ACCEPT_PAUSE_MS;
+}
+
+static void
+listeners_resume(struct worker *w)
+{
+    if (w->accept_resume_ms == 0 || w->now_ms < w->accept_resume_ms)
+        return;
+    w->accept_resume_ms = 0;
+    for (struct listener *l = w->listeners; l != NULL; l = l->next) {
+        struct epoll_event e = {.events = EPOLLIN, .data.ptr = l};
+        if (!l->paused)
+            continue;
+        if (epoll_ctl(w->ep, EPOLL_CTL_ADD, l->fd, &e) == 0)
+            l->paused = false;
+        else
+            w->accept_resume_ms = w->now_ms + ACCEPT_PAUSE_MS;
+    }
+}
+
 /* Close <l>; it is freed after this loop iteration, since an event of
  * the current batch may still point at it. */
 static void
 listener_close(struct worker *w, struct listener *l)
 {
-    epoll_ctl(w->ep, EPOLL_CTL_DEL, l->fd, NULL);
+    if (!l->paused)
+        epoll_ctl(w->ep, EPOLL_CTL_DEL, l->fd, NULL);
     close(l->fd);
     l->fd = -1;
     pool_unref(l->pool);
@@ -299,7 +329,9 @@ worker_main(void *arg)
     w->now_ms = clock_coarse_ms();
     w->wheel_pos = w->now_ms / WHEEL_MS;
     while (!w->exiting) {
-        int timeout = w->pending != NULL ? 0 : w->ntimers > 0 ? WHEEL_MS : -1;
+        int timeout = w->pending != NULL                            ? 0
+                      : w->ntimers > 0 || w->accept_resume_ms > 0 ? WHEEL_MS
+                                                                   : -1;
         int n;
 
         /* Hold no snapshot while blocked: the control thread may free
@@ -330,6 +362,7 @@ worker_main(void *arg)
         }
         proxy_run_pending(w);
         wheel_advance(w);
+        listeners_resume(w);
         proxy_reap(w);
         listener_reap(w);
     }

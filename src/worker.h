@@ -26,6 +26,7 @@ struct listener {
     struct ev ev;
     int fd;
     struct pool *pool;           /* (ref held) */
+    bool paused;                 /* out of epoll: no file descriptor left */
     struct listener *next;
 };
 
@@ -61,6 +62,7 @@ struct worker {
     struct timer wheel[WHEEL_SLOTS]; /* list heads */
     uint64_t wheel_pos;          /* last slot processed (ms / WHEEL_MS) */
     size_t ntimers;
+    uint64_t accept_resume_ms;   /* paused listeners come back then (0: none) */
     bool exiting;
 };
 
@@ -91,6 +93,10 @@ int worker_del_listener(unsigned w, int fd);
 void worker_stop_accepting(void);
 /* Any thread: live client connections over all workers. */
 uint64_t worker_connections(void);
+
+/* Out of file descriptors: take <l> out of epoll for a moment (a
+ * level-triggered listener would otherwise spin). Worker only. */
+void worker_pause_listener(struct worker *w, struct listener *l);
 
 /* Worker's own timer wheel (proxy.c). */
 void worker_timer_set(struct worker *w, struct timer *t, uint64_t deadline_ms);

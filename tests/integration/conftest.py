@@ -126,10 +126,10 @@ class Procs:
         self.tmp = tmp_path
         self.procs = []
 
-    def start(self, args, log_name):
+    def start(self, args, log_name, preexec_fn=None):
         log = open(os.path.join(self.tmp, log_name), "ab")
         p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL)
+                             stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
         log.close()
         self.procs.append(p)
         return p
@@ -193,7 +193,7 @@ GLOBAL = "global:\n  admin: off\n  workers: 2\n"
 class Chashd:
     """chashd on a config written to tmp_path."""
 
-    def __init__(self, procs, tmp_path, text, port, args=()):
+    def __init__(self, procs, tmp_path, text, port, args=(), preexec_fn=None):
         self.procs = procs
         self.tmp = tmp_path
         self.port = port
@@ -202,7 +202,7 @@ class Chashd:
         with open(self.conf, "w") as f:
             f.write(text)
         self.proc = procs.start([CHASHD, "-c", self.conf, "--log-level",
-                                 "debug", *args], "chashd.log")
+                                 "debug", *args], "chashd.log", preexec_fn)
         wait_for(lambda: self.proc.poll() is not None or can_connect(port),
                  what="chashd to listen")
         assert self.proc.poll() is None, self.log()
@@ -227,6 +227,11 @@ class Chashd:
         wait_for(lambda: len(re.findall(
             r"reload: done|reload refused", self.log())) > n,
             what="reload to finish")
+
+    def cpu_seconds(self):
+        with open("/proc/%d/stat" % self.proc.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def rss_kib(self):
         with open("/proc/%d/status" % self.proc.pid) as f:
@@ -257,8 +262,8 @@ def backends(procs):
 @pytest.fixture
 def chashd(procs, tmp_path):
     """chashd(text, port) -> a running Chashd."""
-    def start(text, port, args=()):
-        return Chashd(procs, str(tmp_path), text, port, args)
+    def start(text, port, args=(), preexec_fn=None):
+        return Chashd(procs, str(tmp_path), text, port, args, preexec_fn)
     return start
 
 

@@ -182,3 +182,42 @@ def test_client_connections_limit(backends, chashd):
     a.close()
     wait_for(lambda: fetch(port) == "web-1", what="a slot after a close")
     b.close()
+
+
+def test_out_of_descriptors_pauses_accepting_without_spinning(backends,
+                                                              chashd):
+    import resource
+
+    def low_nofile():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+
+    bs = backends(1)
+    port = free_port()
+    d = chashd(GLOBAL + pool_yaml("web", port, bs), port,
+               preexec_fn=low_nofile)
+    held = []
+    try:
+        # more pairs than 48 descriptors allow: the rest wait in the backlog
+        for _ in range(30):
+            ka = KeepAlive(port)
+            ka.sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            held.append(ka)
+        d.wait_log(r"accept: Too many open files; pausing")
+        cpu0 = d.cpu_seconds()
+        time.sleep(1)
+        assert d.cpu_seconds() - cpu0 < 0.3      # paused, not spinning
+        # free the first half: every waiting client is then served
+        for ka in held[:15]:
+            ka.close()
+        for ka in held[15:]:
+            ka.sock.settimeout(5)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                chunk = ka.sock.recv(4096)
+                assert chunk, "closed without an answer"
+                got += chunk
+            assert got.startswith(b"HTTP/1.1 200")
+    finally:
+        for ka in held:
+            ka.close()
+    assert d.proc.poll() is None
