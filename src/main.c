@@ -188,7 +188,10 @@ reload(void)
         const struct conf_pool *cp = &nc->pools[i];
         struct pool *p = pool_find(cp->name);
         if (p == NULL) {
-            if (pool_create(cp, false, &p, err, sizeof(err)) < 0) {
+            /* A new pool has no traffic to protect: full weight at once,
+             * like at start-up (ramping every member from 0 would only
+             * refuse its first clients). */
+            if (pool_create(cp, true, &p, err, sizeof(err)) < 0) {
                 log_error("reload: %s", err);
                 continue;
             }
@@ -261,7 +264,10 @@ signal_cb(struct control_watch *w, uint32_t events)
     while (read(w->fd, &si, sizeof(si)) == sizeof(si)) {
         switch (si.ssi_signo) {
         case SIGHUP:
-            reload();
+            if (draining)
+                log_warn("SIGHUP ignored: stopping");
+            else
+                reload();
             break;
         case SIGUSR1:
             if (log_reopen() < 0)
