@@ -152,8 +152,9 @@ unsigned pool_workers(void);     /* any thread */
 /*
  * Create pool <cp>: members UP at full weight (no slow start at boot, as
  * HAProxy), first snapshot built and published, pool registered. <boot>
- * false means members ramp from 0 (a pool added by reload). 0, or -1 with
- * a message in <err>.
+ * false makes every member ramp from 0 when the pool has a slow start
+ * (chashd itself passes true for pools added by reload too: a new pool has
+ * no traffic to protect). 0, or -1 with a message in <err>.
  */
 int pool_create(const struct conf_pool *cp, bool boot, struct pool **out,
                 char *err, size_t errlen);
