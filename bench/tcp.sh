@@ -36,10 +36,13 @@ done
 TMP=$(mktemp -d /tmp/chash-bench-tcp.XXXXXX)
 pids=""
 cleanup() {
-    # shellcheck disable=SC2086
-    [ -n "$pids" ] && kill $pids 2>/dev/null
-    # shellcheck disable=SC2086
-    [ -n "$pids" ] && wait $pids 2>/dev/null
+    set +e
+    if [ -n "$pids" ]; then
+        # shellcheck disable=SC2086
+        kill $pids 2>/dev/null
+        # shellcheck disable=SC2086
+        wait $pids 2>/dev/null
+    fi
     rm -rf "$TMP"
 }
 trap cleanup EXIT
