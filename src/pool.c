@@ -903,6 +903,22 @@ pool_choose(struct pool *p, const struct pool_snapshot *snap, uint64_t hash,
     if (factor > 0 && snap->usable_points > 0)
         total = atomic_load_explicit(&p->active_backends,
                                      memory_order_relaxed);
+    /* The common case: the owner is usable and within its cap. One
+     * lookup, no preference list. */
+    {
+        size_t i = chash_ring_lookup(snap->ring, hash);
+        struct server *s = snap->servers[i];
+        if (server_usable(s) && !tried_has(tried, ntried, s->id) &&
+            (factor <= 0 || snap->usable_points == 0 ||
+             (double)(atomic_load_explicit(&s->active,
+                                           memory_order_relaxed) + 1) <=
+                 ceil(factor * (double)(total + 1) *
+                      (double)chash_ring_member_points(snap->ring, i) /
+                      (double)snap->usable_points))) {
+            *decision = POOL_FIRST_CHOICE;
+            return s;
+        }
+    }
     want = snap->n < PREF_FAST ? snap->n : PREF_FAST;
     for (int pass = 0; pass < 2 && pick == NULL; pass++) {
         size_t start = pass == 0 ? 0 : PREF_FAST;
