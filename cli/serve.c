@@ -33,7 +33,8 @@ static const char serve_usage[] =
     "  --echo              echo bytes back instead of answering HTTP; a FIN\n"
     "                      from the client is passed back once all is echoed\n"
     "  --read-delay MS     wait MS milliseconds between reads (a slow reader)\n"
-    "  --recv-buf BYTES    SO_RCVBUF of accepted sockets (small = slow reader)\n";
+    "  --recv-buf BYTES    SO_RCVBUF of accepted sockets (small = slow "
+    "reader)\n";
 
 /*
  * One client. <in> holds bytes read and not yet consumed (HTTP: a partial
@@ -43,11 +44,11 @@ static const char serve_usage[] =
  */
 struct serve_conn {
     int fd;
-    bool eof;          /* client sent FIN */
-    bool closing;      /* close once <out> is written (HTTP/1.0, close) */
+    bool eof;     /* client sent FIN */
+    bool closing; /* close once <out> is written (HTTP/1.0, close) */
     size_t inlen;
     size_t outlen, outoff;
-    uint32_t events;   /* epoll interest currently set */
+    uint32_t events; /* epoll interest currently set */
     char in[SERVE_BUF];
     char out[SERVE_BUF];
 };
@@ -319,14 +320,14 @@ cmd_serve(int argc, char **argv)
             sv.echo = true;
             break;
         case 'd':
-            if (cli_parse_u32("serve", "--read-delay", optarg, 0, 60000,
-                              &u) < 0)
+            if (cli_parse_u32("serve", "--read-delay", optarg, 0, 60000, &u) <
+                0)
                 return CLI_EXIT_USAGE;
             sv.read_delay_ms = u;
             break;
         case 'r':
-            if (cli_parse_u32("serve", "--recv-buf", optarg, 1, 1u << 26,
-                              &u) < 0)
+            if (cli_parse_u32("serve", "--recv-buf", optarg, 1, 1u << 26, &u) <
+                0)
                 return CLI_EXIT_USAGE;
             sv.recv_buf = (int)u;
             break;
@@ -364,8 +365,7 @@ cmd_serve(int argc, char **argv)
         goto out;
     }
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(lfd, (struct sockaddr *)&ss, sslen) < 0 ||
-        listen(lfd, 1024) < 0) {
+    if (bind(lfd, (struct sockaddr *)&ss, sslen) < 0 || listen(lfd, 1024) < 0) {
         cli_error("serve", "cannot listen on %s: %s", listen_at,
                   strerror(errno));
         goto out;

@@ -28,7 +28,7 @@
 
 struct health_probe {
     struct control_watch watch;
-    struct server *s;            /* borrowed: cancelled before s leaves */
+    struct server *s; /* borrowed: cancelled before s leaves */
     uint64_t deadline_ms;
 };
 
@@ -79,8 +79,8 @@ passive_cb(struct control_watch *w, uint32_t events)
             s->eject_until_ms = now + p->cfg.server_retry_timeout_ms;
             s->check_ok = s->check_fail = 0;
             snprintf(why, sizeof(why),
-                     "%u connect failures in a row; probe again in %ums",
-                     fails, p->cfg.server_retry_timeout_ms);
+                     "%u connect failures in a row; probe again in %ums", fails,
+                     p->cfg.server_retry_timeout_ms);
             server_set_health(s, HEALTH_EJECTED, why);
         }
     }
@@ -125,8 +125,7 @@ probe_start(struct server *s, uint32_t timeout_ms, uint64_t now)
         probe_done(s, false, strerror(errno));
         return;
     }
-    if (connect(fd, (const struct sockaddr *)&s->addr.sa, s->addr.salen) ==
-        0) {
+    if (connect(fd, (const struct sockaddr *)&s->addr.sa, s->addr.salen) == 0) {
         close(fd);
         probe_done(s, true, NULL);
         return;
@@ -180,13 +179,12 @@ probe_done(struct server *s, bool ok, const char *why)
             s->check_ok = s->check_fail = 0;
             atomic_store(&s->fails, 0);
             s->next_check_ms = now + p->cfg.health.interval_ms;
-            server_set_health(s, HEALTH_UP,
-                              "probe after ejection succeeded");
+            server_set_health(s, HEALTH_UP, "probe after ejection succeeded");
         } else {
             s->eject_until_ms = now + p->cfg.server_retry_timeout_ms;
             log_debug("pool %s: member %s still failing (%s); next probe in "
-                      "%ums", p->name, s->name, why,
-                      p->cfg.server_retry_timeout_ms);
+                      "%ums",
+                      p->name, s->name, why, p->cfg.server_retry_timeout_ms);
         }
         return;
     }

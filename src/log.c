@@ -132,7 +132,7 @@ log_write(int level, const char *fmt, ...)
     va_end(ap);
     if (n > 0)
         len += (size_t)n < sizeof(line) - len - 1 ? (size_t)n
-                                                   : sizeof(line) - len - 2;
+                                                  : sizeof(line) - len - 2;
     line[len++] = '\n';
     /* A failed log write has nowhere to be reported. */
     if (write(atomic_load(&log_fd), line, len) < 0)

@@ -42,9 +42,9 @@ static const char usage[] =
     "signals: SIGHUP reloads the config, SIGTERM/SIGINT drain and stop.\n";
 
 /* What the process runs on. */
-static struct conf *conf;         /* the running config */
-static const char *conf_path;     /* NULL: the embedded config */
-static int cli_log_level = -1;    /* --log-level, -1 when not given */
+static struct conf *conf;      /* the running config */
+static const char *conf_path;  /* NULL: the embedded config */
+static int cli_log_level = -1; /* --log-level, -1 when not given */
 static const char *pid_file;
 static struct control_watch sigwatch = {.fd = -1};
 static bool draining;
@@ -128,7 +128,8 @@ pool_listen_stop(struct pool *p)
     }
 }
 
-/* ---- reload ---------------------------------------------------------------- */
+/* ---- reload ----------------------------------------------------------------
+ */
 
 /*
  * Load the config again and apply it, or refuse it whole: a file that does
@@ -170,7 +171,8 @@ reload(void)
             free(fds[i]);
             fds[i] = NULL;
             log_error("reload refused, the running config stays: pool %s: "
-                      "%s", cp->name, err);
+                      "%s",
+                      cp->name, err);
             metrics_note_reload(false);
             goto out;
         }
@@ -324,7 +326,8 @@ write_pid_file(const char *path)
     return fclose(f);
 }
 
-/* ---- main -------------------------------------------------------------------- */
+/* ---- main
+ * -------------------------------------------------------------------- */
 
 static int usage_error(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
@@ -380,7 +383,8 @@ main(int argc, char **argv)
             cli_log_level = log_level_from_name(optarg);
             if (cli_log_level < 0)
                 return usage_error("--log-level '%s': expected error, warn, "
-                                   "info or debug", optarg);
+                                   "info or debug",
+                                   optarg);
             break;
         case 'V':
             printf("chashd %s (libchash %s)\n", CHASH_VERSION_STRING,
@@ -450,9 +454,8 @@ main(int argc, char **argv)
         /* Bind everything before a single worker runs. */
         for (size_t i = 0; i < conf->npools; i++) {
             const struct conf_pool *cp = &conf->pools[i];
-            if (listener_open(&cp->listen, cp->backlog,
-                              fds + i * conf->workers, conf->workers, err,
-                              sizeof(err)) < 0) {
+            if (listener_open(&cp->listen, cp->backlog, fds + i * conf->workers,
+                              conf->workers, err, sizeof(err)) < 0) {
                 log_error("pool %s: %s", cp->name, err);
                 for (size_t j = 0; j < i * conf->workers; j++)
                     close(fds[j]);
@@ -467,8 +470,7 @@ main(int argc, char **argv)
         }
         for (size_t i = 0; i < conf->npools; i++) {
             struct pool *p;
-            if (pool_create(&conf->pools[i], true, &p, err, sizeof(err)) <
-                0) {
+            if (pool_create(&conf->pools[i], true, &p, err, sizeof(err)) < 0) {
                 log_error("%s", err);
                 free(fds);
                 goto out;
@@ -476,9 +478,8 @@ main(int argc, char **argv)
             pool_listen_start(p, fds + i * conf->workers);
             log_info("pool %s: listening on %s, mode %s, %zu members, "
                      "on_failure %s",
-                     p->name, p->cfg.listen.text,
-                     proto_mode_name(p->cfg.mode), p->nservers,
-                     conf_on_failure_name(p->cfg.on_failure));
+                     p->name, p->cfg.listen.text, proto_mode_name(p->cfg.mode),
+                     p->nservers, conf_on_failure_name(p->cfg.on_failure));
         }
         free(fds);
     }

@@ -27,10 +27,10 @@ struct epoch_slot {
     _Atomic uint64_t seen;
 } __attribute__((aligned(64)));
 static struct epoch_slot *seen;
-static struct pool_snapshot *retired;    /* list, control thread */
+static struct pool_snapshot *retired; /* list, control thread */
 static size_t nretired;
 
-static struct pool **pools;              /* registry, control thread */
+static struct pool **pools; /* registry, control thread */
 static size_t npools, cappools;
 static uint64_t next_server_id = 1;
 
@@ -346,8 +346,8 @@ settings_from_conf(struct pool_settings *set, const struct conf_pool *cp)
 static bool
 server_in_ring(const struct pool *p, const struct server *s)
 {
-    int st = atomic_load_explicit((_Atomic int *)&s->state,
-                                  memory_order_relaxed);
+    int st =
+        atomic_load_explicit((_Atomic int *)&s->state, memory_order_relaxed);
 
     if (st == SERVER_MAINT || st == SERVER_REMOVED)
         return false;
@@ -401,8 +401,7 @@ snapshot_build(struct pool *p, uint64_t version)
     for (size_t i = 0; i < snap->n; i++) {
         server_ref(snap->servers[i]);
         if (snap->ring != NULL && server_usable(snap->servers[i]))
-            snap->usable_points +=
-                chash_ring_member_points(snap->ring, i);
+            snap->usable_points += chash_ring_member_points(snap->ring, i);
     }
     free(m);
     return snap;
@@ -463,14 +462,14 @@ pool_rebuild(struct pool *p, struct server *s, const char *what,
     if (moved >= 0)
         snprintf(mv, sizeof(mv), "moved %.6f of the keys", moved);
     else
-        snprintf(mv, sizeof(mv), "moved: not comparable (the algorithm or "
-                                 "hash changed: every key may move)");
+        snprintf(mv, sizeof(mv),
+                 "moved: not comparable (the algorithm or "
+                 "hash changed: every key may move)");
     if (s != NULL)
         log_info("pool %s: member %s (%s) %s%s%s; share %.6f -> %.6f; %s "
                  "(v%llu)",
-                 p->name, s->name, s->addr.text, what,
-                 s->reason[0] ? ": " : "", s->reason,
-                 snapshot_share(old, s), snapshot_share(snap, s), mv,
+                 p->name, s->name, s->addr.text, what, s->reason[0] ? ": " : "",
+                 s->reason, snapshot_share(old, s), snapshot_share(snap, s), mv,
                  (unsigned long long)snap->version);
     else
         log_info("pool %s: %s; %s (v%llu)", p->name, what, mv,
@@ -510,8 +509,8 @@ cfg_copy(struct conf_pool *dst, const struct conf_pool *cp, char *name,
 }
 
 int
-pool_create(const struct conf_pool *cp, bool boot, struct pool **out,
-            char *err, size_t errlen)
+pool_create(const struct conf_pool *cp, bool boot, struct pool **out, char *err,
+            size_t errlen)
 {
     struct pool *p = calloc(1, sizeof(*p));
     struct conf_addr listen;
@@ -851,8 +850,8 @@ pool_tick(uint64_t now_ms)
             if (r >= 1) {
                 s->ramp = 1;
                 s->ramping = false;
-                snprintf(s->reason, sizeof(s->reason),
-                         "slow start over %ums", window);
+                snprintf(s->reason, sizeof(s->reason), "slow start over %ums",
+                         window);
                 pool_rebuild(p, s, "ramp done", NULL);
                 continue;
             }
@@ -901,8 +900,7 @@ pool_choose(struct pool *p, const struct pool_snapshot *snap, uint64_t hash,
     if (snap->ring == NULL)
         return NULL;
     if (factor > 0 && snap->usable_points > 0)
-        total = atomic_load_explicit(&p->active_backends,
-                                     memory_order_relaxed);
+        total = atomic_load_explicit(&p->active_backends, memory_order_relaxed);
     /* The common case: the owner is usable and within its cap. One
      * lookup, no preference list. */
     {
@@ -910,8 +908,8 @@ pool_choose(struct pool *p, const struct pool_snapshot *snap, uint64_t hash,
         struct server *s = snap->servers[i];
         if (server_usable(s) && !tried_has(tried, ntried, s->id) &&
             (factor <= 0 || snap->usable_points == 0 ||
-             (double)(atomic_load_explicit(&s->active,
-                                           memory_order_relaxed) + 1) <=
+             (double)(atomic_load_explicit(&s->active, memory_order_relaxed) +
+                      1) <=
                  ceil(factor * (double)(total + 1) *
                       (double)chash_ring_member_points(snap->ring, i) /
                       (double)snap->usable_points))) {
@@ -943,12 +941,12 @@ pool_choose(struct pool *p, const struct pool_snapshot *snap, uint64_t hash,
                 continue;
             }
             if (factor > 0 && snap->usable_points > 0) {
-                uint64_t load = atomic_load_explicit(&s->active,
-                                                     memory_order_relaxed);
-                double cap = ceil(factor * (double)(total + 1) *
-                                  (double)chash_ring_member_points(
-                                      snap->ring, pref[i]) /
-                                  (double)snap->usable_points);
+                uint64_t load =
+                    atomic_load_explicit(&s->active, memory_order_relaxed);
+                double cap =
+                    ceil(factor * (double)(total + 1) *
+                         (double)chash_ring_member_points(snap->ring, pref[i]) /
+                         (double)snap->usable_points);
                 if ((double)(load + 1) > cap) {
                     if (fallback == NULL)
                         fallback = s;

@@ -60,49 +60,49 @@ enum server_health { HEALTH_UP = 0, HEALTH_DOWN, HEALTH_EJECTED };
  * freed at the last unref, on whatever thread drops it.
  */
 struct server {
-    uint64_t id;                 /* unique for the life of the process */
-    char *name;                  /* ring identity */
-    struct conf_addr addr;       /* own copy; numeric */
-    struct pool *pool;           /* borrowed: the pool whose list holds
-                                    the member; NULL once removed */
-    _Atomic int state;           /* (atomic) enum server_state; control writes */
-    _Atomic uint64_t active;     /* (atomic) live backend connections */
-    _Atomic uint32_t fails;      /* (atomic) consecutive connect failures,
-                                    workers bump it, a success resets it */
-    _Atomic int refs;            /* (atomic) */
-    struct stats_server *stats;  /* [workers] slots, stats.h */
+    uint64_t id;                /* unique for the life of the process */
+    char *name;                 /* ring identity */
+    struct conf_addr addr;      /* own copy; numeric */
+    struct pool *pool;          /* borrowed: the pool whose list holds
+                                   the member; NULL once removed */
+    _Atomic int state;          /* (atomic) enum server_state; control writes */
+    _Atomic uint64_t active;    /* (atomic) live backend connections */
+    _Atomic uint32_t fails;     /* (atomic) consecutive connect failures,
+                                   workers bump it, a success resets it */
+    _Atomic int refs;           /* (atomic) */
+    struct stats_server *stats; /* [workers] slots, stats.h */
 
     /* Control thread only. */
     uint32_t weight;
-    int health;                  /* enum server_health */
-    int admin;                   /* enum state_admin (state.h): up/drain/maint */
-    double ramp;                 /* slow-start fraction in the ring, 1 = full */
+    int health;  /* enum server_health */
+    int admin;   /* enum state_admin (state.h): up/drain/maint */
+    double ramp; /* slow-start fraction in the ring, 1 = full */
     bool ramping;
     uint64_t ramp_start_ms;
-    uint64_t since_ms;           /* when `state` last changed */
-    uint64_t eject_until_ms;     /* EJECTED: first re-admission probe */
-    uint64_t next_check_ms;      /* next active check */
-    uint32_t check_ok, check_fail;   /* consecutive active-check results */
+    uint64_t since_ms;                 /* when `state` last changed */
+    uint64_t eject_until_ms;           /* EJECTED: first re-admission probe */
+    uint64_t next_check_ms;            /* next active check */
+    uint32_t check_ok, check_fail;     /* consecutive active-check results */
     uint64_t checks_ok, checks_failed; /* totals (control) */
-    uint64_t ejections;          /* times moved to HEALTH_EJECTED (metrics) */
-    struct health_probe *probe;  /* health.c's state, NULL when idle */
-    char reason[128];            /* why the last state change happened */
+    uint64_t ejections;         /* times moved to HEALTH_EJECTED (metrics) */
+    struct health_probe *probe; /* health.c's state, NULL when idle */
+    char reason[128];           /* why the last state change happened */
 };
 
 /* What workers need of a pool's settings, copied into every snapshot so
  * that a reload changes them atomically with the ring. */
 struct pool_settings {
-    int mode;                    /* enum conf_mode */
-    int hash_key;                /* enum conf_hash_key */
-    int on_failure;              /* enum conf_on_failure */
-    double balance_factor;       /* 0 = off (also off with on_failure error) */
+    int mode;              /* enum conf_mode */
+    int hash_key;          /* enum conf_hash_key */
+    int on_failure;        /* enum conf_on_failure */
+    double balance_factor; /* 0 = off (also off with on_failure error) */
     uint32_t retries;
     uint32_t connect_timeout_ms;
     uint32_t idle_timeout_ms;
     uint32_t client_connections; /* 0 = unlimited */
     bool tcpkeepalive;
-    bool auto_eject;             /* auto_eject_hosts */
-    uint32_t failure_limit;      /* server_failure_limit */
+    bool auto_eject;        /* auto_eject_hosts */
+    uint32_t failure_limit; /* server_failure_limit */
     const struct proto *proto;
 };
 
@@ -113,12 +113,12 @@ struct pool_settings {
  * passed the epoch in which it was retired.
  */
 struct pool_snapshot {
-    uint64_t version;            /* per pool, +1 per publish */
-    struct chash_ring *ring;     /* NULL: no member owns anything */
-    size_t n;                    /* members in the ring */
-    struct server **servers;     /* [n] ring index -> member (ref held) */
-    uint64_t usable_points;      /* points of the UP members: W of the
-                                    bounded-load cap */
+    uint64_t version;        /* per pool, +1 per publish */
+    struct chash_ring *ring; /* NULL: no member owns anything */
+    size_t n;                /* members in the ring */
+    struct server **servers; /* [n] ring index -> member (ref held) */
+    uint64_t usable_points;  /* points of the UP members: W of the
+                                bounded-load cap */
     struct pool_settings set;
     /* retirement */
     uint64_t retire_epoch;
@@ -128,26 +128,26 @@ struct pool_snapshot {
 struct pool {
     char *name;
     _Atomic(struct pool_snapshot *) snap; /* (atomic) the current view */
-    _Atomic uint64_t active;          /* (atomic) client connections */
-    _Atomic uint64_t active_backends; /* (atomic) sum of members' `active`:
-                                         the bounded-load total */
-    _Atomic int refs;                 /* (atomic) registry + connections */
-    struct stats_pool *stats;         /* [workers] slots, stats.h */
+    _Atomic uint64_t active;              /* (atomic) client connections */
+    _Atomic uint64_t active_backends;     /* (atomic) sum of members' `active`:
+                                             the bounded-load total */
+    _Atomic int refs;                     /* (atomic) registry + connections */
+    struct stats_pool *stats;             /* [workers] slots, stats.h */
 
     /* Control thread only. */
-    struct conf_pool cfg;        /* settings as loaded; pointer fields are
-                                    NULL except cfg.name/listen.text (own) */
-    struct server **servers;     /* membership, config order */
+    struct conf_pool cfg;    /* settings as loaded; pointer fields are
+                                NULL except cfg.name/listen.text (own) */
+    struct server **servers; /* membership, config order */
     size_t nservers, capservers;
-    int *lfds;                   /* [workers] listening sockets, -1 = none */
-    bool removed;                /* dropped by a reload */
-    uint64_t next_ramp_ms;       /* next ramp rebuild while any member ramps */
+    int *lfds;             /* [workers] listening sockets, -1 = none */
+    bool removed;          /* dropped by a reload */
+    uint64_t next_ramp_ms; /* next ramp rebuild while any member ramps */
 };
 
 /* Start-up: <workers> stats slots per counter array and epoch slots. */
 int pool_global_init(unsigned workers);
 void pool_global_deinit(void);
-unsigned pool_workers(void);     /* any thread */
+unsigned pool_workers(void); /* any thread */
 
 /*
  * Create pool <cp>: members UP at full weight (no slow start at boot, as
@@ -199,7 +199,7 @@ struct server *pool_server_find(const struct pool *p, const char *name);
 struct pool_change {
     const struct pool_snapshot *from;
     const struct pool_snapshot *to;
-    double moved;                /* -1 when the rings cannot be compared */
+    double moved; /* -1 when the rings cannot be compared */
 };
 int pool_member_add(struct pool *p, const struct conf_server *cs,
                     struct pool_change *chg);
@@ -246,7 +246,7 @@ const char *server_state_name(int state);
 void pool_epoch_enter(unsigned worker);
 void pool_epoch_quiesce(unsigned worker);
 void pool_reclaim(void);
-size_t pool_retired_count(void);  /* snapshots waiting to be freed */
+size_t pool_retired_count(void); /* snapshots waiting to be freed */
 
 /* The current snapshot of <p> (worker, inside an epoch section). */
 static inline struct pool_snapshot *
@@ -276,7 +276,7 @@ enum pool_decision {
  * Returns the member (no ref taken) or NULL; *<decision> says why.
  */
 struct server *pool_choose(struct pool *p, const struct pool_snapshot *snap,
-                           uint64_t hash, const uint64_t *tried,
-                           size_t ntried, int *decision);
+                           uint64_t hash, const uint64_t *tried, size_t ntried,
+                           int *decision);
 
 #endif /* CHASHD_POOL_H */

@@ -25,8 +25,8 @@
 #include "pool.h"
 #include "proto/proto.h"
 
-#define CONN_OF(side, field) \
-    ((struct conn *)((char *)(side) - offsetof(struct conn, field)))
+#define CONN_OF(side, field)                                                   \
+    ((struct conn *)((char *)(side)-offsetof(struct conn, field)))
 
 static struct conn *
 side_conn(struct side *s)
@@ -195,8 +195,8 @@ connect_failed(struct worker *w, struct conn *c, bool timeout, int err)
         stats_add(&s->stats[w->id].connect_timeouts, 1);
     fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
     health_passive_failure(c->pool, fails);
-    log_debug("pool %s: connect to %s (%s) failed: %s", c->pool->name,
-              s->name, s->addr.text, timeout ? "timed out" : strerror(err));
+    log_debug("pool %s: connect to %s (%s) failed: %s", c->pool->name, s->name,
+              s->addr.text, timeout ? "timed out" : strerror(err));
     if (c->attempts <= PROXY_TRIED_MAX)
         c->tried[c->attempts - 1] = s->id;
     side_close(&c->backend);
@@ -216,8 +216,8 @@ connect_next(struct worker *w, struct conn *c)
     struct stats_pool *st = &c->pool->stats[w->id];
 
     for (;;) {
-        size_t ntried = c->attempts < PROXY_TRIED_MAX ? c->attempts
-                                                      : PROXY_TRIED_MAX;
+        size_t ntried =
+            c->attempts < PROXY_TRIED_MAX ? c->attempts : PROXY_TRIED_MAX;
         struct server *s;
         int decision, fd, one = 1;
 
@@ -261,8 +261,7 @@ connect_next(struct worker *w, struct conn *c)
         if (errno == EINPROGRESS) {
             if (side_register(w, &c->backend) < 0)
                 goto refuse;
-            worker_timer_set(w, &c->timer,
-                             w->now_ms + c->connect_timeout_ms);
+            worker_timer_set(w, &c->timer, w->now_ms + c->connect_timeout_ms);
             return;
         }
         /* Immediate failure (unix socket gone, no route): next member. */
@@ -273,7 +272,8 @@ refuse:
     conn_close(w, c);
 }
 
-/* ---- accepting ------------------------------------------------------------ */
+/* ---- accepting ------------------------------------------------------------
+ */
 
 static void
 accept_one(struct worker *w, struct listener *l, int fd,
@@ -317,8 +317,8 @@ accept_one(struct worker *w, struct listener *l, int fd,
     pool_ref(p);
     c->connect_timeout_ms = snap->set.connect_timeout_ms;
     c->idle_timeout_ms = snap->set.idle_timeout_ms;
-    c->hash = snap->ring != NULL ? chash_ring_hash(snap->ring, key, (size_t)klen)
-                                 : 0;
+    c->hash =
+        snap->ring != NULL ? chash_ring_hash(snap->ring, key, (size_t)klen) : 0;
     c->next = w->conns;
     if (w->conns != NULL)
         w->conns->prev = c;
@@ -347,7 +347,8 @@ proxy_accept(struct worker *w, struct listener *l)
                 errno == ENOMEM) {
                 /* Clients wait in the backlog until descriptors free up. */
                 log_warn("pool %s: accept: %s; pausing new connections for "
-                         "100ms", l->pool->name, strerror(errno));
+                         "100ms",
+                         l->pool->name, strerror(errno));
                 worker_pause_listener(w, l);
             }
             return;
@@ -356,7 +357,8 @@ proxy_accept(struct worker *w, struct listener *l)
     }
 }
 
-/* ---- forwarding ------------------------------------------------------------- */
+/* ---- forwarding -------------------------------------------------------------
+ */
 
 /* Account <n> bytes moved in direction <from> -> peer. */
 static void

@@ -29,13 +29,13 @@ struct server;
  * be written TO this end, allocated on the first partial write.
  */
 struct side {
-    struct ev ev;                /* EV_CLIENT or EV_BACKEND */
+    struct ev ev; /* EV_CLIENT or EV_BACKEND */
     int fd;
-    bool readable;               /* input edge seen, not drained */
-    bool rdhup;                  /* FIN seen with the edge: read to EOF */
-    bool eof_in;                 /* this end sent FIN (read returned 0) */
-    bool shut_out;               /* FIN passed on to this end (or due at
-                                    close, both ends having sent theirs) */
+    bool readable; /* input edge seen, not drained */
+    bool rdhup;    /* FIN seen with the edge: read to EOF */
+    bool eof_in;   /* this end sent FIN (read returned 0) */
+    bool shut_out; /* FIN passed on to this end (or due at
+                      close, both ends having sent theirs) */
     char *buf;
     size_t off, len;
 };
@@ -46,19 +46,19 @@ struct conn {
     struct side client;
     struct side backend;
     struct worker *w;
-    struct pool *pool;           /* (ref held) */
-    struct server *server;       /* (ref held) NULL before the first pick */
-    int state;                   /* enum conn_state */
-    struct timer timer;          /* connect deadline or idle check */
+    struct pool *pool;     /* (ref held) */
+    struct server *server; /* (ref held) NULL before the first pick */
+    int state;             /* enum conn_state */
+    struct timer timer;    /* connect deadline or idle check */
     uint64_t last_active_ms;
     uint32_t connect_timeout_ms;
     uint32_t idle_timeout_ms;
-    uint64_t hash;               /* of the key, for retries */
+    uint64_t hash;                   /* of the key, for retries */
     uint64_t tried[PROXY_TRIED_MAX]; /* ids of members that failed */
-    uint32_t attempts;           /* connects started */
-    bool counted;                /* counted in server/pool active_backends */
-    bool pending;                /* on the worker's pending list */
-    struct conn *prev, *next;    /* worker's list */
+    uint32_t attempts;               /* connects started */
+    bool counted;             /* counted in server/pool active_backends */
+    bool pending;             /* on the worker's pending list */
+    struct conn *prev, *next; /* worker's list */
     struct conn *next_pending;
 };
 

@@ -32,8 +32,9 @@
 
 /* Per member, per worker. */
 struct stats_server {
-    _Atomic uint64_t conns_total;      /* backend connections established */
-    _Atomic uint64_t connect_failures; /* refused, reset or timed out connects */
+    _Atomic uint64_t conns_total; /* backend connections established */
+    _Atomic uint64_t
+        connect_failures; /* refused, reset or timed out connects */
     _Atomic uint64_t connect_timeouts; /* of which timed out */
     _Atomic uint64_t bytes_in;         /* bytes read from the member */
     _Atomic uint64_t bytes_out;        /* bytes written to the member */
@@ -47,8 +48,8 @@ struct stats_pool {
     _Atomic uint64_t failed_over;   /* owner unusable or its connect failed */
     _Atomic uint64_t refused_limit; /* client_connections reached */
     _Atomic uint64_t refused_error; /* on_failure: error, owner unusable */
-    _Atomic uint64_t no_member;     /* no usable member left (or retries spent) */
-    _Atomic uint64_t retries;       /* backend connects after the first */
+    _Atomic uint64_t no_member; /* no usable member left (or retries spent) */
+    _Atomic uint64_t retries;   /* backend connects after the first */
     _Atomic uint64_t idle_timeouts; /* connections closed by idle_timeout */
     _Atomic uint64_t bytes_in;      /* bytes read from clients */
     _Atomic uint64_t bytes_out;     /* bytes written to clients */

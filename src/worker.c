@@ -21,12 +21,16 @@
 #include "pool.h"
 #include "proxy.h"
 
-enum cmd_type { CMD_ADD_LISTENER, CMD_DEL_LISTENER, CMD_STOP_ACCEPTING,
-                CMD_EXIT };
+enum cmd_type {
+    CMD_ADD_LISTENER,
+    CMD_DEL_LISTENER,
+    CMD_STOP_ACCEPTING,
+    CMD_EXIT
+};
 
 struct worker_cmd {
     int type;
-    struct pool *pool;           /* ADD: (ref held) */
+    struct pool *pool; /* ADD: (ref held) */
     int fd;
     struct worker_cmd *next;
 };
@@ -117,15 +121,16 @@ wheel_advance(struct worker *w)
                 worker_timer_set(w, t, t->deadline_ms);
                 continue;
             }
-            proxy_timeout(w, (struct conn *)((char *)t -
-                                             offsetof(struct conn, timer)));
+            proxy_timeout(
+                w, (struct conn *)((char *)t - offsetof(struct conn, timer)));
         }
     }
     if (w->ntimers == 0)
         w->wheel_pos = target;
 }
 
-/* ---- listeners ------------------------------------------------------------ */
+/* ---- listeners ------------------------------------------------------------
+ */
 
 int
 listener_open(const struct conf_addr *addr, uint32_t backlog, int *fds,
@@ -135,8 +140,8 @@ listener_open(const struct conf_addr *addr, uint32_t backlog, int *fds,
     int one = 1;
 
     for (i = 0; i < n; i++) {
-        int fd = socket(addr->family, SOCK_STREAM | SOCK_NONBLOCK |
-                                          SOCK_CLOEXEC, 0);
+        int fd =
+            socket(addr->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
             goto fail;
         fds[i] = fd;
@@ -318,7 +323,8 @@ worker_commands(struct worker *w)
     }
 }
 
-/* ---- the loop -------------------------------------------------------------- */
+/* ---- the loop --------------------------------------------------------------
+ */
 
 static void *
 worker_main(void *arg)
@@ -329,9 +335,9 @@ worker_main(void *arg)
     w->now_ms = clock_coarse_ms();
     w->wheel_pos = w->now_ms / WHEEL_MS;
     while (!w->exiting) {
-        int timeout = w->pending != NULL                            ? 0
+        int timeout = w->pending != NULL                          ? 0
                       : w->ntimers > 0 || w->accept_resume_ms > 0 ? WHEEL_MS
-                                                                   : -1;
+                                                                  : -1;
         int n;
 
         /* Hold no snapshot while blocked: the control thread may free

@@ -25,14 +25,14 @@ struct ev {
 struct listener {
     struct ev ev;
     int fd;
-    struct pool *pool;           /* (ref held) */
-    bool paused;                 /* out of epoll: no file descriptor left */
+    struct pool *pool; /* (ref held) */
+    bool paused;       /* out of epoll: no file descriptor left */
     struct listener *next;
 };
 
 /* A timer wheel entry, embedded in what it times (conn). */
 struct timer {
-    struct timer *prev, *next;   /* NULL when not armed */
+    struct timer *prev, *next; /* NULL when not armed */
     uint64_t deadline_ms;
 };
 
@@ -42,27 +42,27 @@ struct timer {
 struct worker_cmd;
 
 struct worker {
-    unsigned id;                 /* stats and epoch slot */
+    unsigned id; /* stats and epoch slot */
     pthread_t thread;
-    int ep;                      /* epoll */
-    int cmdfd;                   /* eventfd: commands queued */
+    int ep;    /* epoll */
+    int cmdfd; /* eventfd: commands queued */
     struct ev cmd_ev;
-    pthread_mutex_t lock;        /* guards <cmds> only (control path) */
+    pthread_mutex_t lock; /* guards <cmds> only (control path) */
     struct worker_cmd *cmds;
     struct listener *listeners;
     struct listener *dead_listeners; /* closed this iteration (as dead) */
-    struct conn *conns;          /* every live connection (list) */
-    struct conn *pending;        /* pairs with input left to read */
-    struct conn *dead;           /* closed this iteration, freed after it:
-                                    later events of the same epoll batch
-                                    may still point at them */
-    _Atomic uint64_t nconns;     /* (atomic) live client connections */
-    uint64_t now_ms;             /* coarse clock of this iteration */
-    char *scratch;               /* read buffer, PROXY_BUF bytes */
+    struct conn *conns;              /* every live connection (list) */
+    struct conn *pending;            /* pairs with input left to read */
+    struct conn *dead;               /* closed this iteration, freed after it:
+                                        later events of the same epoll batch
+                                        may still point at them */
+    _Atomic uint64_t nconns;         /* (atomic) live client connections */
+    uint64_t now_ms;                 /* coarse clock of this iteration */
+    char *scratch;                   /* read buffer, PROXY_BUF bytes */
     struct timer wheel[WHEEL_SLOTS]; /* list heads */
-    uint64_t wheel_pos;          /* last slot processed (ms / WHEEL_MS) */
+    uint64_t wheel_pos;              /* last slot processed (ms / WHEEL_MS) */
     size_t ntimers;
-    uint64_t accept_resume_ms;   /* paused listeners come back then (0: none) */
+    uint64_t accept_resume_ms; /* paused listeners come back then (0: none) */
     bool exiting;
 };
 

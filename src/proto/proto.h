@@ -13,8 +13,8 @@
 #define PROTO_KEY_MAX 64
 
 struct proto {
-    const char *name;            /* the config's mode name */
-    int mode;                    /* enum conf_mode */
+    const char *name; /* the config's mode name */
+    int mode;         /* enum conf_mode */
     /*
      * The ring key for a client whose address is <peer>/<peerlen>, as
      * text into <buf> (<cap> bytes): <hash_key> (enum conf_hash_key)

@@ -255,9 +255,8 @@ test_slow_start_only_moves_keys_onto_the_new_member(void **state)
     int prev_owned = 0;
 
     (void)state;
-    assert_int_equal(conf_parse_server("127.0.0.1:9004:1 web-4", &cs, err,
-                                       sizeof(err)),
-                     0);
+    assert_int_equal(
+        conf_parse_server("127.0.0.1:9004:1 web-4", &cs, err, sizeof(err)), 0);
     assert_int_equal(pool_member_add(p, &cs, NULL), 0);
     conf_server_deinit(&cs);
     fresh = pool_server_find(p, "web-4");
@@ -272,8 +271,7 @@ test_slow_start_only_moves_keys_onto_the_new_member(void **state)
         snap = pool_snapshot(p);
         for (int i = 0; i < NKEYS; i++) {
             int d;
-            if (pool_choose(p, snap, key_hash(snap, i), NULL, 0, &d) ==
-                fresh)
+            if (pool_choose(p, snap, key_hash(snap, i), NULL, 0, &d) == fresh)
                 owned++;
         }
         assert_true(owned >= prev_owned); /* monotone */

@@ -45,13 +45,12 @@ test_ipv4(void **state)
     char buf[PROTO_KEY_MAX];
 
     (void)state;
-    assert_int_equal(key4("127.0.0.5", 40000, CONF_HASH_KEY_SOURCE_IP, buf,
-                          sizeof(buf)),
-                     9);
+    assert_int_equal(
+        key4("127.0.0.5", 40000, CONF_HASH_KEY_SOURCE_IP, buf, sizeof(buf)), 9);
     assert_string_equal(buf, "127.0.0.5");
-    assert_int_equal(key4("10.1.2.3", 40000, CONF_HASH_KEY_SOURCE_IP_PORT, buf,
-                          sizeof(buf)),
-                     14);
+    assert_int_equal(
+        key4("10.1.2.3", 40000, CONF_HASH_KEY_SOURCE_IP_PORT, buf, sizeof(buf)),
+        14);
     assert_string_equal(buf, "10.1.2.3:40000");
 }
 
@@ -70,8 +69,7 @@ test_ipv6_compressed_and_mapped(void **state)
      * must not depend on the listener's family */
     key6("::ffff:127.0.0.5", 1, CONF_HASH_KEY_SOURCE_IP, buf, sizeof(buf));
     assert_string_equal(buf, "127.0.0.5");
-    key6("::ffff:127.0.0.5", 7, CONF_HASH_KEY_SOURCE_IP_PORT, buf,
-         sizeof(buf));
+    key6("::ffff:127.0.0.5", 7, CONF_HASH_KEY_SOURCE_IP_PORT, buf, sizeof(buf));
     assert_string_equal(buf, "127.0.0.5:7");
 }
 
@@ -91,9 +89,8 @@ test_refusals(void **state)
                                   CONF_HASH_KEY_SOURCE_IP, buf, sizeof(buf)),
                      -1);
     /* no room */
-    assert_int_equal(key4("127.0.0.5", 1, CONF_HASH_KEY_SOURCE_IP, tiny,
-                          sizeof(tiny)),
-                     -1);
+    assert_int_equal(
+        key4("127.0.0.5", 1, CONF_HASH_KEY_SOURCE_IP, tiny, sizeof(tiny)), -1);
 }
 
 static void
