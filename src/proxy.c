@@ -392,6 +392,9 @@ side_flush(struct side *to)
         to->off += (size_t)n;
         to->len -= (size_t)n;
     }
+    /* Drained: give the 16 KiB back, a long-lived idle pair keeps none. */
+    free(to->buf);
+    to->buf = NULL;
     to->off = 0;
     return 0;
 }
