@@ -128,8 +128,7 @@ pool_listen_stop(struct pool *p)
     }
 }
 
-/* ---- reload ----------------------------------------------------------------
- */
+/* ---- reload -------------------------------------------------------------- */
 
 /*
  * Load the config again and apply it, or refuse it whole: a file that does

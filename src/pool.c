@@ -75,7 +75,7 @@ pool_workers(void)
     return nworkers;
 }
 
-/* ---- epochs ---------------------------------------------------------- */
+/* ---- epochs -------------------------------------------------------------- */
 
 void
 pool_epoch_enter(unsigned worker)
@@ -146,7 +146,7 @@ pool_retired_count(void)
     return nretired;
 }
 
-/* ---- references ------------------------------------------------------ */
+/* ---- references ---------------------------------------------------------- */
 
 void
 server_ref(struct server *s)
@@ -191,7 +191,7 @@ pool_unref(struct pool *p)
     free(p);
 }
 
-/* ---- members --------------------------------------------------------- */
+/* ---- members ------------------------------------------------------------- */
 
 static int
 addr_copy(struct conf_addr *dst, const struct conf_addr *src)
@@ -319,7 +319,7 @@ pool_server_index(const struct pool *p, const char *name)
     return -1;
 }
 
-/* ---- snapshots ------------------------------------------------------- */
+/* ---- snapshots ----------------------------------------------------------- */
 
 static void
 settings_from_conf(struct pool_settings *set, const struct conf_pool *cp)
@@ -477,7 +477,7 @@ pool_rebuild(struct pool *p, struct server *s, const char *what,
     return 0;
 }
 
-/* ---- life cycle -------------------------------------------------------- */
+/* ---- life cycle ---------------------------------------------------------- */
 
 static int
 pool_register(struct pool *p)
@@ -690,7 +690,7 @@ pool_reconfigure(struct pool *p, const struct conf_pool *cp, char *err,
     return 0;
 }
 
-/* ---- runtime changes --------------------------------------------------- */
+/* ---- runtime changes ----------------------------------------------------- */
 
 int
 pool_member_add(struct pool *p, const struct conf_server *cs,
@@ -872,7 +872,7 @@ pool_tick(uint64_t now_ms)
     }
 }
 
-/* ---- the data path's choice --------------------------------------------- */
+/* ---- the data path's choice ---------------------------------------------- */
 
 static bool
 tried_has(const uint64_t *tried, size_t ntried, uint64_t id)

@@ -138,7 +138,7 @@ side_register(struct worker *w, struct side *s)
 
 static void conn_pump(struct worker *w, struct conn *c);
 
-/* ---- connecting -------------------------------------------------------- */
+/* ---- connecting ---------------------------------------------------------- */
 
 static void connect_next(struct worker *w, struct conn *c);
 
@@ -272,8 +272,7 @@ refuse:
     conn_close(w, c);
 }
 
-/* ---- accepting ------------------------------------------------------------
- */
+/* ---- accepting ----------------------------------------------------------- */
 
 static void
 accept_one(struct worker *w, struct listener *l, int fd,
@@ -357,8 +356,7 @@ proxy_accept(struct worker *w, struct listener *l)
     }
 }
 
-/* ---- forwarding -------------------------------------------------------------
- */
+/* ---- forwarding ---------------------------------------------------------- */
 
 /* Account <n> bytes moved in direction <from> -> peer. */
 static void

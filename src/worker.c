@@ -129,8 +129,7 @@ wheel_advance(struct worker *w)
         w->wheel_pos = target;
 }
 
-/* ---- listeners ------------------------------------------------------------
- */
+/* ---- listeners ----------------------------------------------------------- */
 
 int
 listener_open(const struct conf_addr *addr, uint32_t backlog, int *fds,
@@ -323,8 +322,7 @@ worker_commands(struct worker *w)
     }
 }
 
-/* ---- the loop --------------------------------------------------------------
- */
+/* ---- the loop ------------------------------------------------------------ */
 
 static void *
 worker_main(void *arg)
