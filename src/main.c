@@ -325,8 +325,7 @@ write_pid_file(const char *path)
     return fclose(f);
 }
 
-/* ---- main
- * -------------------------------------------------------------------- */
+/* ---- main ---------------------------------------------------------------- */
 
 static int usage_error(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
