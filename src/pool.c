@@ -836,6 +836,7 @@ pool_tick(uint64_t now_ms)
     for (size_t i = 0; i < npools; i++) {
         struct pool *p = pools[i];
         uint32_t window = p->cfg.slow_start_ms;
+        struct pool_change chg;
         bool any = false;
 
         if (now_ms < p->next_ramp_ms || p->next_ramp_ms == 0)
@@ -860,13 +861,15 @@ pool_tick(uint64_t now_ms)
         }
         if (!any)
             continue;
-        if (log_enabled(LOG_DEBUG)) {
+        /* Ramp steps are not state changes: debug lines only. */
+        if (pool_rebuild(p, NULL, NULL, &chg) == 0 && log_enabled(LOG_DEBUG))
             for (size_t j = 0; j < p->nservers; j++)
                 if (p->servers[j]->ramping)
-                    log_debug("pool %s: member %s ramp %.3f", p->name,
-                              p->servers[j]->name, p->servers[j]->ramp);
-        }
-        pool_rebuild(p, NULL, NULL, NULL);
+                    log_debug("pool %s: member %s ramp %.3f, share %.6f; "
+                              "moved %.6f of the keys (v%llu)",
+                              p->name, p->servers[j]->name, p->servers[j]->ramp,
+                              snapshot_share(chg.to, p->servers[j]), chg.moved,
+                              (unsigned long long)chg.to->version);
         /* At least 20 rebuilds per window: 25, not faster than 10ms. */
         p->next_ramp_ms = now_ms + (window / 25 > 10 ? window / 25 : 10);
     }
