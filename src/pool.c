@@ -437,6 +437,21 @@ snapshot_moved(const struct pool_snapshot *from, const struct pool_snapshot *to)
     return moved;
 }
 
+/* With failover and error an unusable member keeps its ring share, so the
+ * ring's diff says nothing moved: say where its clients go instead. */
+static const char *
+traffic_note(const struct pool *p, const struct server *s,
+             const struct pool_snapshot *snap)
+{
+    if (server_usable(s) || snapshot_share(snap, s) == 0)
+        return "";
+    if (p->cfg.on_failure == CONF_ON_FAILURE_FAILOVER)
+        return "; its clients fail over to their next members";
+    if (p->cfg.on_failure == CONF_ON_FAILURE_ERROR)
+        return "; its clients are refused (on_failure: error)";
+    return "";
+}
+
 int
 pool_rebuild(struct pool *p, struct server *s, const char *what,
              struct pool_change *chg)
@@ -467,10 +482,10 @@ pool_rebuild(struct pool *p, struct server *s, const char *what,
                  "hash changed: every key may move)");
     if (s != NULL)
         log_info("pool %s: member %s (%s) %s%s%s; share %.6f -> %.6f; %s "
-                 "(v%llu)",
+                 "(v%llu)%s",
                  p->name, s->name, s->addr.text, what, s->reason[0] ? ": " : "",
                  s->reason, snapshot_share(old, s), snapshot_share(snap, s), mv,
-                 (unsigned long long)snap->version);
+                 (unsigned long long)snap->version, traffic_note(p, s, snap));
     else
         log_info("pool %s: %s; %s (v%llu)", p->name, what, mv,
                  (unsigned long long)snap->version);
