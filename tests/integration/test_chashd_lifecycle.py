@@ -47,6 +47,17 @@ def test_reload_refuses_a_broken_file(backends, chashd):
     assert {c: fetch(port, c) for c in clients} == before
 
 
+def test_reload_refuses_a_mode_it_cannot_run(backends, chashd):
+    bs = backends(1)
+    port = free_port()
+    d = chashd(GLOBAL + pool_yaml("web", port, bs), port)
+    d.reload(GLOBAL + pool_yaml("web", port, bs).replace(
+        "mode: tcp", "mode: memcache"))
+    assert re.search(r"reload refused, the running config stays: pool "
+                     r"'web': mode memcache is not supported yet", d.log())
+    assert fetch(port) == "web-1"
+
+
 def test_reload_adds_removes_and_moves_listeners(backends, chashd):
     bs = backends(2)
     p1, p2, p3 = free_port(), free_port(), free_port()

@@ -2,10 +2,12 @@
 # to the member `chash lookup` names, always the same one, with the
 # distribution the ring promises; the command line behaves.
 # SPDX-License-Identifier: BSD-2-Clause
+import signal
 import subprocess
 
-from conftest import (CHASHD, GLOBAL, client_ip, fetch, free_port,
-                      lookup_config, pool_yaml)
+from conftest import (CHASHD, GLOBAL, client_ip, connect_from, fetch,
+                      free_port, lookup_config, pool_yaml, recv_all,
+                      wait_for)
 
 N_CLIENTS = 200
 
@@ -24,15 +26,51 @@ def test_sticky_and_agrees_with_chash_lookup(backends, chashd):
 
 
 def test_source_ip_port_key(backends, chashd):
-    # With source_ip_port the key includes the port: connections from one
-    # address spread over the members.
+    # With source_ip_port the key is "ip:port": connections from one
+    # address spread over the members, each where chash lookup says.
     bs = backends(3)
     port = free_port()
-    chashd(GLOBAL + pool_yaml("web", port, bs, hash_key="source_ip_port"),
-           port)
-    seen = {fetch(port, "127.0.0.9") for _ in range(60)}
-    assert None not in seen
-    assert len(seen) >= 2
+    d = chashd(GLOBAL + pool_yaml("web", port, bs,
+                                  hash_key="source_ip_port"), port)
+    got = {}
+    for _ in range(60):
+        s = connect_from("127.0.0.9", port)
+        key = "127.0.0.9:%d" % s.getsockname()[1]
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        got[key] = recv_all(s).split(b"\r\n\r\n", 1)[1].decode().strip()
+        s.close()
+    want = lookup_config(d.conf, "web", list(got))
+    assert got == {k: want[k][0] for k in got}
+    assert len(set(got.values())) >= 2
+
+
+def test_check_embedded_config():
+    p = subprocess.run([CHASHD, "-t"], capture_output=True, text=True,
+                       timeout=10)
+    assert p.returncode == 0
+    assert p.stdout.strip() == "<embedded>: configuration OK"
+
+
+def test_pid_file_and_log_file(tmp_path, backends, chashd):
+    bs = backends(1)
+    port = free_port()
+    pid, log = tmp_path / "chashd.pid", tmp_path / "own.log"
+    d = chashd(GLOBAL + pool_yaml("web", port, bs), port,
+               args=("--pid-file", str(pid), "--log", str(log)))
+    assert int(pid.read_text()) == d.proc.pid
+    assert fetch(port) == "web-1"
+    assert "chashd 0.1.0 started" in log.read_text()
+    # rotation: move the file away, SIGUSR1 reopens the path
+    rotated = tmp_path / "own.log.1"
+    log.rename(rotated)
+    d.proc.send_signal(signal.SIGUSR1)
+    wait_for(lambda: log.exists(), what="the log reopened")
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reload: done" in log.read_text(),
+             what="a line in the new log")
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=5) == 0
+    assert not pid.exists()
 
 
 def test_distribution_within_theory(backends, chashd):
