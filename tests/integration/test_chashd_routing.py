@@ -5,6 +5,8 @@
 import signal
 import subprocess
 
+import pytest
+
 from conftest import (CHASHD, GLOBAL, client_ip, connect_from, fetch,
                       free_port, lookup_config, pool_yaml, recv_all,
                       wait_for)
@@ -146,3 +148,16 @@ def test_bad_arguments_print_usage():
     p = subprocess.run([CHASHD, "--help"], capture_output=True, text=True,
                        timeout=10)
     assert p.returncode == 0 and "usage: chashd" in p.stdout
+
+
+@pytest.mark.parametrize("algo", ["maglev", "rendezvous", "jump", "ketama",
+                                  "nginx"])
+def test_every_distribution_agrees_with_chash_lookup(backends, chashd, algo):
+    bs = backends(3)
+    port = free_port()
+    d = chashd(GLOBAL + pool_yaml("web", port, bs, distribution=algo), port)
+    clients = [client_ip(i) for i in range(100)]
+    got = {c: fetch(port, c) for c in clients}
+    want = lookup_config(d.conf, "web", clients)
+    assert got == {c: want[c][0] for c in clients}
+    assert len(set(got.values())) == 3
