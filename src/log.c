@@ -19,6 +19,7 @@
 static _Atomic int log_fd = STDERR_FILENO;
 static _Atomic int log_level = LOG_INFO;
 static char *log_path;
+static int log_prev_fd = -1; /* the file before the last reopen */
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
@@ -50,10 +51,13 @@ log_reopen(void)
     fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return -1;
-    /* A line being written on the old descriptor finishes there. */
+    /* A thread may have loaded the old descriptor and not written yet:
+     * keep it open until the next rotation, so its line lands in the old
+     * file rather than in whatever file reuses the number. */
     old = atomic_exchange(&log_fd, fd);
-    if (old != STDERR_FILENO)
-        close(old);
+    if (log_prev_fd >= 0)
+        close(log_prev_fd);
+    log_prev_fd = old != STDERR_FILENO ? old : -1;
     return 0;
 }
 
@@ -64,6 +68,9 @@ log_close(void)
 
     if (fd != STDERR_FILENO)
         close(fd);
+    if (log_prev_fd >= 0)
+        close(log_prev_fd);
+    log_prev_fd = -1;
     free(log_path);
     log_path = NULL;
 }
