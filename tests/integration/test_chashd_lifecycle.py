@@ -241,3 +241,41 @@ def test_out_of_descriptors_pauses_accepting_without_spinning(backends,
         for ka in held:
             ka.close()
     assert d.proc.poll() is None
+
+
+def test_reloads_under_traffic_lose_no_request(backends, chashd):
+    import threading
+
+    bs = backends(4)
+    port, port2 = free_port(), free_port()
+    confs = [
+        GLOBAL + pool_yaml("web", port, bs[:3]),
+        GLOBAL + pool_yaml("web", port, bs[1:], slow_start="300ms") +
+        pool_yaml("extra", port2, bs[:1]),
+        GLOBAL + pool_yaml("web", port, [bs[0], bs[3]], on_failure="remap",
+                           balance_factor=1.5),
+    ]
+    d = chashd(confs[0], port)
+    results, stop = [], threading.Event()
+
+    def traffic(i):
+        n = 0
+        while not stop.is_set():
+            results.append(fetch(port, client_ip(i * 50 + n % 50)))
+            n += 1
+
+    threads = [threading.Thread(target=traffic, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        for k in range(9):
+            d.reload(confs[(k + 1) % 3])
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+    assert d.proc.poll() is None
+    assert len(results) > 50
+    assert None not in results
+    assert d.log().count("reload: done") == 9
