@@ -129,3 +129,42 @@ def test_passive_ejection_and_probe_before_readmit(backends, chashd):
     d.wait_log(r"member web-1 \S+ ejected -> up: probe after ejection "
                r"succeeded", timeout=3)
     assert fetch_all(port, clients) == before
+
+
+def test_connect_timeout_tries_the_next_member(backends, chashd):
+    # A member whose accept queue is full drops SYNs: connects to it hang
+    # until connect_timeout, then the next member answers.
+    import socket
+    bs = backends(2)
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(0)
+    fill = []
+    try:
+        for _ in range(4):
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                s.connect(hole.getsockname())
+            except BlockingIOError:
+                pass
+            fill.append(s)
+        hole_addr = "127.0.0.1:%d" % hole.getsockname()[1]
+        port = free_port()
+        text = GLOBAL + pool_yaml("web", port, bs, connect_timeout="200ms",
+                                  retries=1, auto_eject_hosts="false")
+        text += "    - %s:1 hole\n" % hole_addr
+        d = chashd(text, port)
+        clients = [client_ip(i) for i in range(60)]
+        prefs = lookup_config(d.conf, "web", clients, replicas=2)
+        mine = [c for c in clients if prefs[c][0] == "hole"][:3]
+        assert mine
+        for c in mine:
+            t0 = time.monotonic()
+            assert fetch(port, c) == prefs[c][1]
+            assert 0.15 < time.monotonic() - t0 < 2
+        assert re.search(r"connect to hole \S+ failed: timed out", d.log())
+    finally:
+        for s in fill:
+            s.close()
+        hole.close()
