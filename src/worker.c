@@ -401,13 +401,20 @@ worker_start_all(unsigned n)
             w->wheel[s].prev = w->wheel[s].next = &w->wheel[s];
         e.data.ptr = &w->cmd_ev;
         if (w->ep < 0 || w->cmdfd < 0 || w->scratch == NULL ||
-            epoll_ctl(w->ep, EPOLL_CTL_ADD, w->cmdfd, &e) < 0)
-            return -1;
-        nworkers = i + 1;
-        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-            nworkers = i;
+            epoll_ctl(w->ep, EPOLL_CTL_ADD, w->cmdfd, &e) < 0 ||
+            pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            /* Workers 0..i-1 run; worker_stop_all() stops them. */
+            int saved = errno;
+            if (w->ep >= 0)
+                close(w->ep);
+            if (w->cmdfd >= 0)
+                close(w->cmdfd);
+            free(w->scratch);
+            pthread_mutex_destroy(&w->lock);
+            errno = saved;
             return -1;
         }
+        nworkers = i + 1;
     }
     return 0;
 }
