@@ -93,12 +93,13 @@ conn_close(struct worker *w, struct conn *c)
 {
     pending_del(w, c);
     worker_timer_del(w, &c->timer);
-    side_close(&c->client);
-    side_close(&c->backend);
+    /* Counters first: once a peer sees the close, they are up to date. */
     conn_release_server(c);
-    conn_unlink(w, c);
     atomic_fetch_sub_explicit(&c->pool->active, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
+    side_close(&c->client);
+    side_close(&c->backend);
+    conn_unlink(w, c);
     pool_unref(c->pool);
     c->pool = NULL;
     c->state = CONN_CLOSED;

@@ -45,6 +45,26 @@ def can_connect(port, host="127.0.0.1"):
         return False
 
 
+def settled(port, host="127.0.0.1"):
+    """A readiness probe that leaves nothing in flight: connect, send FIN,
+    read until the proxy closes (through whichever member answers). False
+    when nothing listens yet. A proxy that holds the probe longer than 3 s
+    still counts as listening."""
+    try:
+        s = socket.create_connection((host, port), timeout=0.5)
+    except OSError:
+        return False
+    with s:
+        s.settimeout(3)
+        try:
+            s.shutdown(socket.SHUT_WR)
+            while s.recv(4096):
+                pass
+        except OSError:
+            pass
+    return True
+
+
 def client_ip(i):
     """The i-th distinct client address: 127.0.x.y, avoiding .0 and .1."""
     return "127.0.%d.%d" % (10 + i // 250, 2 + i % 250)
@@ -203,7 +223,9 @@ class Chashd:
             f.write(text)
         self.proc = procs.start([CHASHD, "-c", self.conf, "--log-level",
                                  "debug", *args], "chashd.log", preexec_fn)
-        wait_for(lambda: self.proc.poll() is not None or can_connect(port),
+        # settled, not just listening: the probe's own connection is
+        # closed and counted when chashd is handed to the test
+        wait_for(lambda: self.proc.poll() is not None or settled(port),
                  what="chashd to listen")
         assert self.proc.poll() is None, self.log()
 
