@@ -90,7 +90,8 @@ unit: $(UT_BIN)
 # pytest exits 5 when it collects nothing: that is not a failure here.
 integration: all
 	@if ls tests/integration/test_*.py >/dev/null 2>&1; then \
-	    CHASH_BUILD=$(abspath $(B)) $(PYTHON) -m pytest -q tests/integration; \
+	    CHASH_BUILD=$(abspath $(B)) CHASH_SANITIZE=$(SANITIZE) \
+	    $(PYTHON) -m pytest -q tests/integration; \
 	fi
 
 test: deps

@@ -8,6 +8,9 @@ import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("CHASH_BUILD", ROOT / "build"))
+# A sanitizer build of the library needs the same runtime in the program.
+SAN = os.environ.get("CHASH_SANITIZE", "")
+SANFLAGS = [f"-fsanitize={SAN}"] if SAN else []
 
 
 def run(cmd, **kw):
@@ -16,7 +19,7 @@ def run(cmd, **kw):
 
 def test_example_links_against_shared_library(tmp_path):
     exe = tmp_path / "shard"
-    r = run(["cc", "-Wall", "-Werror", f"-I{ROOT}/include",
+    r = run(["cc", "-Wall", "-Werror", *SANFLAGS, f"-I{ROOT}/include",
              str(ROOT / "doc/examples/shard.c"), f"-L{BUILD}", "-l:libchash.so",
              "-o", str(exe)])
     assert r.returncode == 0, r.stderr
@@ -35,7 +38,7 @@ def test_example_links_against_shared_library(tmp_path):
 
 def test_example_links_statically(tmp_path):
     exe = tmp_path / "shard-static"
-    r = run(["cc", f"-I{ROOT}/include", str(ROOT / "doc/examples/shard.c"),
+    r = run(["cc", *SANFLAGS, f"-I{ROOT}/include", str(ROOT / "doc/examples/shard.c"),
              str(BUILD / "libchash.a"), "-lxxhash", "-lmd", "-lz", "-lm",
              "-o", str(exe)])
     assert r.returncode == 0, r.stderr
