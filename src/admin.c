@@ -1555,7 +1555,9 @@ on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     }
 }
 
-static void
+/* libmicrohttpd's format strings: tell the compiler so -Wformat=2 checks
+ * our use of them instead of refusing a non-literal format. */
+__attribute__((format(printf, 2, 0))) static void
 on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char msg[512];
