@@ -195,39 +195,12 @@ cmd_lookup(int argc, char **argv)
     const char *config = NULL, *pool = NULL;
     bool ring_opts = false;
     uint32_t replicas = 1;
-    int c, rc = CLI_EXIT_USAGE;
+    int c, ropt, rc = CLI_EXIT_USAGE;
 
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'm':
-            if (cli_members_parse(CMD, optarg, &ms) != 0)
-                goto usage;
-            break;
-        case 'a':
-            if ((cfg.algo = cli_parse_algo(CMD, optarg)) < 0)
-                goto usage;
-            ring_opts = true;
-            break;
-        case 'H':
-            if ((cfg.hash = cli_parse_hash(CMD, optarg)) < 0)
-                goto usage;
-            ring_opts = true;
-            break;
-        case 'p':
-            if (cli_parse_u32(CMD, "--points", optarg, 1,
-                              CHASH_MAX_MEMBER_POINTS,
-                              &cfg.points_per_weight) != 0)
-                goto usage;
-            ring_opts = true;
-            break;
-        case 't':
-            if (cli_parse_u32(CMD, "--table-size", optarg, 1, UINT32_MAX,
-                              &cfg.table_size) != 0)
-                goto usage;
-            ring_opts = true;
-            break;
         case 'r':
             if (cli_parse_u32(CMD, "--replicas", optarg, 1, 1000000,
                               &replicas) != 0)
@@ -244,6 +217,14 @@ cmd_lookup(int argc, char **argv)
             rc = CLI_EXIT_OK;
             goto out;
         default:
+            if ((ropt = cli_ring_option(CMD, c, optarg, &cfg, &ms)) < 0)
+                goto usage;
+            if (ropt > 0) {
+                /* --members may go with --config's check; the others
+                 * describe a ring that --config would contradict */
+                ring_opts |= c != 'm';
+                break;
+            }
             rc = cli_bad_option(CMD, usage_text, argv, c);
             goto out;
         }

@@ -339,35 +339,12 @@ cmd_plot(int argc, char **argv)
     char *buf = NULL;
     size_t buflen = 0;
     bool keys_given = false;
-    int c, rc = CLI_EXIT_USAGE;
+    int c, ropt, rc = CLI_EXIT_USAGE;
 
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'm':
-            if (cli_members_parse(CMD, optarg, &p.ms) != 0)
-                goto usage;
-            break;
-        case 'a':
-            if ((p.cfg.algo = cli_parse_algo(CMD, optarg)) < 0)
-                goto usage;
-            break;
-        case 'H':
-            if ((p.cfg.hash = cli_parse_hash(CMD, optarg)) < 0)
-                goto usage;
-            break;
-        case 'p':
-            if (cli_parse_u32(CMD, "--points", optarg, 1,
-                              CHASH_MAX_MEMBER_POINTS,
-                              &p.cfg.points_per_weight) != 0)
-                goto usage;
-            break;
-        case 't':
-            if (cli_parse_u32(CMD, "--table-size", optarg, 1, UINT32_MAX,
-                              &p.cfg.table_size) != 0)
-                goto usage;
-            break;
         case 'o':
             out = optarg;
             break;
@@ -393,6 +370,10 @@ cmd_plot(int argc, char **argv)
             rc = CLI_EXIT_OK;
             goto out;
         default:
+            if ((ropt = cli_ring_option(CMD, c, optarg, &p.cfg, &p.ms)) < 0)
+                goto usage;
+            if (ropt > 0)
+                break;
             rc = cli_bad_option(CMD, usage_text, argv, c);
             goto out;
         }

@@ -799,7 +799,7 @@ cmd_sim(int argc, char **argv)
     struct sim s = {0};
     const char *ops = NULL;
     bool keys_given = false, default_members;
-    int c, rc = CLI_EXIT_USAGE;
+    int c, ropt, rc = CLI_EXIT_USAGE;
 
     s.cfg.points_per_weight = 100;
     s.nkeys = 10000;
@@ -809,29 +809,6 @@ cmd_sim(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'm':
-            if (cli_members_parse(CMD, optarg, &s.init) != 0)
-                goto usage;
-            break;
-        case 'a':
-            if ((s.cfg.algo = cli_parse_algo(CMD, optarg)) < 0)
-                goto usage;
-            break;
-        case 'H':
-            if ((s.cfg.hash = cli_parse_hash(CMD, optarg)) < 0)
-                goto usage;
-            break;
-        case 'p':
-            if (cli_parse_u32(CMD, "--points", optarg, 1,
-                              CHASH_MAX_MEMBER_POINTS,
-                              &s.cfg.points_per_weight) != 0)
-                goto usage;
-            break;
-        case 't':
-            if (cli_parse_u32(CMD, "--table-size", optarg, 1, UINT32_MAX,
-                              &s.cfg.table_size) != 0)
-                goto usage;
-            break;
         case 'k':
             if (cli_parse_u64(CMD, "--keys", optarg, 1, 50000000,
                               &s.nkeys) != 0)
@@ -872,6 +849,11 @@ cmd_sim(int argc, char **argv)
             rc = CLI_EXIT_OK;
             goto out;
         default:
+            ropt = cli_ring_option(CMD, c, optarg, &s.cfg, &s.init);
+            if (ropt < 0)
+                goto usage;
+            if (ropt > 0)
+                break;
             rc = cli_bad_option(CMD, usage_text, argv, c);
             goto out;
         }

@@ -272,6 +272,39 @@ cli_members_parse(const char *cmd, const char *list, struct cli_members *ms)
 }
 
 int
+cli_ring_option(const char *cmd, int opt, const char *arg,
+                struct chash_config *cfg, struct cli_members *ms)
+{
+    int v;
+
+    switch (opt) {
+    case 'm':
+        return cli_members_parse(cmd, arg, ms) == 0 ? 1 : -1;
+    case 'a':
+        if ((v = cli_parse_algo(cmd, arg)) < 0)
+            return -1;
+        cfg->algo = v;
+        return 1;
+    case 'H':
+        if ((v = cli_parse_hash(cmd, arg)) < 0)
+            return -1;
+        cfg->hash = v;
+        return 1;
+    case 'p':
+        return cli_parse_u32(cmd, "--points", arg, 1, CHASH_MAX_MEMBER_POINTS,
+                             &cfg->points_per_weight) == 0
+                   ? 1
+                   : -1;
+    case 't':
+        return cli_parse_u32(cmd, "--table-size", arg, 1, UINT32_MAX,
+                             &cfg->table_size) == 0
+                   ? 1
+                   : -1;
+    }
+    return 0;
+}
+
+int
 cli_ring_create(const char *cmd, const struct chash_config *cfg,
                 const struct cli_members *ms, struct chash_ring **out)
 {

@@ -75,6 +75,14 @@ void cli_members_remove(struct cli_members *ms, size_t idx);
 int cli_members_copy(struct cli_members *dst, const struct cli_members *src);
 void cli_members_free(struct cli_members *ms);
 
+/* The ring options every ring-building subcommand takes, with the same
+ * short codes in their getopt tables: 'm' --members, 'a' --algo, 'H'
+ * --hash, 'p' --points, 't' --table-size. Returns 1 when <opt> was one of
+ * them and is stored in <cfg>/<ms>, 0 when <opt> is not a ring option, -1
+ * after printing what is wrong with <arg>. */
+int cli_ring_option(const char *cmd, int opt, const char *arg,
+                    struct chash_config *cfg, struct cli_members *ms);
+
 /* Build a ring, printing chash_strerror() on failure (then returns the
  * negative library code). */
 int cli_ring_create(const char *cmd, const struct chash_config *cfg,
