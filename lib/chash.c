@@ -63,14 +63,15 @@ chash_algo_from_name(const char *name)
     return -CHASH_EALGO;
 }
 
-/* Sort <r>->by_name by strcmp of the names. qsort has no context argument
- * in C11 and a file-static one would race between threads creating rings,
- * so this is a small bottom-up merge sort using <tmp> as scratch. */
-static void
-sort_by_name(struct chash_ring *r, uint32_t *tmp)
+/* Sort member indexes <order>[0..n) by <cmp> of the members, stably.
+ * qsort has no context argument in C11 and a file-static one would race
+ * between threads creating rings, so this is a small bottom-up merge sort
+ * using <tmp> (n entries) as scratch. */
+void
+chash__sort_members(const struct chash_ring *r, uint32_t *order,
+                    uint32_t *tmp, size_t n, chash__member_cmp cmp)
 {
-    size_t n = r->nmembers;
-    uint32_t *src = r->by_name, *dst = tmp;
+    uint32_t *src = order, *dst = tmp;
 
     for (size_t width = 1; width < n; width *= 2) {
         for (size_t lo = 0; lo < n; lo += 2 * width) {
@@ -78,8 +79,7 @@ sort_by_name(struct chash_ring *r, uint32_t *tmp)
             size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
             size_t i = lo, j = mid, k = lo;
             while (i < mid && j < hi) {
-                if (strcmp(r->members[src[i]].name,
-                           r->members[src[j]].name) <= 0)
+                if (cmp(&r->members[src[i]], &r->members[src[j]]) <= 0)
                     dst[k++] = src[i++];
                 else
                     dst[k++] = src[j++];
@@ -93,8 +93,14 @@ sort_by_name(struct chash_ring *r, uint32_t *tmp)
         src = dst;
         dst = t;
     }
-    if (src != r->by_name)
-        memcpy(r->by_name, src, n * sizeof(*src));
+    if (src != order)
+        memcpy(order, src, n * sizeof(*src));
+}
+
+static int
+name_cmp(const struct chash__member *a, const struct chash__member *b)
+{
+    return strcmp(a->name, b->name);
 }
 
 static uint64_t
@@ -230,7 +236,7 @@ chash_ring_create(const struct chash_config *cfg_in,
         r->members[m].ramp = in->ramp;
         r->by_name[m] = (uint32_t)m;
     }
-    sort_by_name(r, tmp);
+    chash__sort_members(r, r->by_name, tmp, n, name_cmp);
     rc = -CHASH_EDUPNAME;
     for (size_t k = 1; k < n; k++)
         if (strcmp(r->members[r->by_name[k - 1]].name,

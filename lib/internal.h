@@ -140,6 +140,14 @@ struct chash_ring {
     uint64_t checksum;
 };
 
+/* Sort member indexes <order>[0..n) stably by <cmp>; <tmp> is n entries
+ * of scratch (chash.c). by_name uses it with strcmp; ketama with
+ * twemproxy's server order. */
+typedef int (*chash__member_cmp)(const struct chash__member *a,
+                                 const struct chash__member *b);
+void chash__sort_members(const struct chash_ring *r, uint32_t *order,
+                         uint32_t *tmp, size_t n, chash__member_cmp cmp);
+
 /* Algorithm operation tables, one per file. */
 extern const struct chash__ops chash__ring_ops CHASH__HIDDEN;
 extern const struct chash__ops chash__maglev_ops CHASH__HIDDEN;

@@ -60,37 +60,6 @@ tw_name_cmp(const struct chash__member *a, const struct chash__member *b)
     return memcmp(a->name, b->name, a->namelen);
 }
 
-/* Sort the member indexes in <order> by tw_name_cmp: a merge sort like
- * chash.c's, since qsort has no context argument. */
-static void
-sort_tw(const struct chash_ring *r, uint32_t *order, uint32_t *tmp, size_t n)
-{
-    uint32_t *src = order, *dst = tmp;
-
-    for (size_t width = 1; width < n; width *= 2) {
-        for (size_t lo = 0; lo < n; lo += 2 * width) {
-            size_t mid = lo + width < n ? lo + width : n;
-            size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-            size_t i = lo, j = mid, k = lo;
-            while (i < mid && j < hi) {
-                if (tw_name_cmp(&r->members[src[i]], &r->members[src[j]]) <= 0)
-                    dst[k++] = src[i++];
-                else
-                    dst[k++] = src[j++];
-            }
-            while (i < mid)
-                dst[k++] = src[i++];
-            while (j < hi)
-                dst[k++] = src[j++];
-        }
-        uint32_t *t = src;
-        src = dst;
-        dst = t;
-    }
-    if (src != order)
-        memcpy(order, src, n * sizeof(*src));
-}
-
 /*
  * Twemproxy's point count for a server of <weight> among <nlive> live
  * servers of <total> weight. Every intermediate is stored through a
@@ -153,7 +122,7 @@ ketama_build(struct chash_ring *r)
     rc = -CHASH_EWEIGHT;
     if (wsum > UINT32_MAX)
         goto out;
-    sort_tw(r, order, tmp, nlive);
+    chash__sort_members(r, order, tmp, nlive, tw_name_cmp);
     for (size_t k2 = 0; k2 < nlive; k2++) {
         uint32_t m = order[k2];
         struct chash__member *mem = &r->members[m];
