@@ -21,7 +21,10 @@ NKEYS = 3000
 
 
 def port_is_free(port):
+    """Nobody listens on <port>. SO_REUSEADDR as servers bind: connections
+    of an earlier run in TIME_WAIT do not make the port busy."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
