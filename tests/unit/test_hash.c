@@ -1,5 +1,7 @@
-/* test_hash.c -- golden vectors for every key hash function in the table,
- * from the algorithms' published test vectors.
+/* test_hash.c -- golden vectors for our own key hash functions (xxh3,
+ * MurmurHash3, FNV-1a 64, MD5, CRC-32) from their published test vectors,
+ * and the name table. twemproxy's and libmemcached's functions have their
+ * published tables in test_compat.c.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include <setjmp.h>
@@ -63,32 +65,6 @@ test_md5_crc32(void **state)
     assert_int_equal(h(CHASH_HASH_CRC32, "123456789"), 0xcbf43926);
 }
 
-/* twemproxy's src/test_all.c and libmemcached: key "apple" through every
- * twemproxy hash function. */
-static void
-test_twemproxy_apple(void **state)
-{
-    static const struct {
-        const char *name;
-        uint64_t value;
-    } v[] = {
-        {"one_at_a_time", 2297466611u}, {"md5", 3195025439u},
-        {"crc16", 3662830516u},         {"crc32", 10542u},
-        {"crc32a", 2838417488u},        {"fnv1_32", 67176023u},
-        {"fnv1a_32", 280767167u},       {"fnv1_64", 473199127u},
-        {"fnv1a_64", 1488911807u},      {"hsieh", 3738850110u},
-        {"jenkins", 1442444624u},       {"murmur", 4142305122u},
-    };
-    (void)state;
-    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
-        int id = chash_hash_from_name(v[i].name);
-        assert_true(id >= 0);
-        assert_string_equal(chash_hash_name(id), v[i].name);
-        assert_int_equal(chash_hash_bits(id), 32);
-        assert_int_equal(h(id, "apple"), v[i].value);
-    }
-}
-
 /* The table: every id has a unique name that maps back to it; unknown
  * names and ids are refused, not crashed on. */
 static void
@@ -137,7 +113,6 @@ main(void)
         cmocka_unit_test(test_murmur3),
         cmocka_unit_test(test_fnv1a64),
         cmocka_unit_test(test_md5_crc32),
-        cmocka_unit_test(test_twemproxy_apple),
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_sign_extension),
     };
