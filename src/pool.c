@@ -939,8 +939,11 @@ pool_choose(struct pool *p, const struct pool_snapshot *snap, uint64_t hash,
     for (int pass = 0; pass < 2 && pick == NULL; pass++) {
         size_t start = pass == 0 ? 0 : PREF_FAST;
         if (pass == 1) {
-            /* Rare: the first 16 preferences were all unusable. */
-            if (snap->n <= PREF_FAST || fallback != NULL)
+            /* Rare: the first 16 preferences were all unusable or all at
+             * their cap. Members past them may still be within theirs: a
+             * fallback over its cap only when nobody is (a hot key in a
+             * big pool would otherwise pile onto its owner). */
+            if (snap->n <= PREF_FAST)
                 break;
             pref = malloc(snap->n * sizeof(*pref));
             if (pref == NULL)

@@ -243,6 +243,54 @@ test_bounded_load_respects_the_cap(void **state)
     drop_pool(p, c);
 }
 
+/* A hot key (one client address behind a NAT, say) whose first 16
+ * preferences are all at their cap, in a pool of 40: the cap holds for
+ * the 17th and later members too, rather than overloading the owner. */
+static void
+test_bounded_load_looks_past_sixteen_full_members(void **state)
+{
+    char text[4096], err[256];
+    size_t len, pref[40];
+    struct conf *c;
+    struct pool *p = NULL;
+    struct pool_snapshot *snap;
+    struct server *s;
+    uint64_t h, total = 0;
+    int d;
+
+    (void)state;
+    len = (size_t)snprintf(text, sizeof(text),
+                           "web:\n  listen: 127.0.0.1:18080\n  mode: tcp\n"
+                           "  balance_factor: 1.25\n  servers:\n");
+    for (int i = 0; i < 40; i++)
+        len += (size_t)snprintf(text + len, sizeof(text) - len,
+                                "    - 127.0.0.1:%d:1 web-%d\n", 9001 + i,
+                                i + 1);
+    c = conf_load_string("t.yml", text, len, err, sizeof(err));
+    if (c == NULL)
+        fail_msg("conf: %s", err);
+    if (pool_create(&c->pools[0], true, &p, err, sizeof(err)) < 0)
+        fail_msg("pool_create: %s", err);
+    snap = pool_snapshot(p);
+    h = key_hash(snap, 3);
+    assert_int_equal(chash_ring_lookup_n(snap->ring, h, pref, 40), 40);
+    /* 100 live connections on each of the key's first 16 members: every
+     * one of them is far above ceil(1.25 * 1601 * points / W) */
+    for (int i = 0; i < 16; i++) {
+        atomic_store(&snap->servers[pref[i]]->active, 100);
+        total += 100;
+    }
+    atomic_store(&p->active_backends, total);
+    s = pool_choose(p, snap, h, NULL, 0, &d);
+    assert_non_null(s);
+    assert_ptr_equal(s, snap->servers[pref[16]]);
+    assert_int_equal(d, POOL_SPILLED);
+    for (int i = 0; i < 16; i++)
+        atomic_store(&snap->servers[pref[i]]->active, 0);
+    atomic_store(&p->active_backends, 0);
+    drop_pool(p, c);
+}
+
 static void
 test_slow_start_only_moves_keys_onto_the_new_member(void **state)
 {
@@ -339,6 +387,7 @@ main(void)
         cmocka_unit_test(test_error_policy_refuses_when_the_owner_is_unusable),
         cmocka_unit_test(test_remap_rebuilds_without_the_dead),
         cmocka_unit_test(test_bounded_load_respects_the_cap),
+        cmocka_unit_test(test_bounded_load_looks_past_sixteen_full_members),
         cmocka_unit_test(test_slow_start_only_moves_keys_onto_the_new_member),
         cmocka_unit_test(test_retired_snapshots_wait_for_workers),
     };
