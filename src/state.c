@@ -19,7 +19,11 @@
 #include "conf.h"
 
 #define STATE_VERSION 1
-#define STATE_MAX_WEIGHT 1000000
+/* The config's own bound, not the admin API's (1000000): a config member
+ * may weigh more (rendezvous takes any uint32), and draining it records
+ * that weight here. A lower bound made the daemon write a state file it
+ * then refused at the next start. */
+#define STATE_MAX_WEIGHT UINT32_MAX
 
 /* One member in a pool's delta. For an added member every field is set;
  * for a changed one <address> is set only when it differs from the base
@@ -263,8 +267,8 @@ parse_entry(json_t *j, bool full, struct state_entry *e, const char *where,
     if (weight != NULL &&
         (!json_is_integer(weight) || json_integer_value(weight) < 0 ||
          json_integer_value(weight) > STATE_MAX_WEIGHT)) {
-        seterr(err, errlen, "%s.weight: expected an integer in [0, %d]", where,
-               STATE_MAX_WEIGHT);
+        seterr(err, errlen, "%s.weight: expected an integer in [0, %lu]", where,
+               (unsigned long)STATE_MAX_WEIGHT);
         return -1;
     }
     e->admin = STATE_ADMIN_UP;

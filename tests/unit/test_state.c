@@ -291,6 +291,50 @@ test_save_and_load_round_trip(void **unused)
     conf_destroy(c2);
 }
 
+/* A config member may weigh more than the admin API allows (rendezvous
+ * takes any uint32): draining it records that weight, and the file the
+ * daemon writes must load again at the next start. */
+static void
+test_heavy_config_member_round_trips(void **unused)
+{
+    static const char heavy[] = "web:\n"
+                                "  listen: 127.0.0.1:18080\n"
+                                "  mode: tcp\n"
+                                "  distribution: rendezvous\n"
+                                "  servers:\n"
+                                "    - 127.0.0.1:9001:2000000 web-1\n"
+                                "    - 127.0.0.1:9002:1 web-2\n";
+    char dir[] = "/tmp/chash-state-XXXXXX", path[256], err[256], warn[256];
+    struct conf *c = load_conf(heavy), *c2 = load_conf(heavy);
+    struct state *st = state_create(), *st2 = state_create();
+    struct state_member m[2] = {
+        {"web-1", "127.0.0.1:9001", 2000000, STATE_ADMIN_DRAIN},
+        {"web-2", "127.0.0.1:9002", 1, STATE_ADMIN_UP},
+    };
+
+    (void)unused;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/state.json", dir);
+    assert_int_equal(state_apply(st, c, warn, sizeof(warn)), 0);
+    assert_int_equal(state_record(st, "web", m, 2), 0);
+    assert_int_equal(state_save(st, path, err, sizeof(err)), 0);
+    if (state_load(st2, path, err, sizeof(err)) != 0)
+        fail_msg("the daemon's own state file does not load: %s", err);
+    assert_int_equal(state_apply(st2, c2, warn, sizeof(warn)), 0);
+    assert_int_equal(server(c2, "web-1")->weight, 2000000);
+    assert_int_equal(state_admin(st2, "web", "web-1"), STATE_ADMIN_DRAIN);
+    /* still bounded: above uint32 is refused */
+    bad("{\"version\": 1, \"pools\": {\"web\": {\"changed\": "
+        "[{\"name\": \"a\", \"weight\": 4294967296}]}}}",
+        "pools.web.changed[0].weight");
+    unlink(path);
+    rmdir(dir);
+    state_destroy(st);
+    state_destroy(st2);
+    conf_destroy(c);
+    conf_destroy(c2);
+}
+
 int
 main(void)
 {
@@ -301,6 +345,7 @@ main(void)
         cmocka_unit_test(test_the_last_member_is_never_removed),
         cmocka_unit_test(test_record_is_a_pure_delta),
         cmocka_unit_test(test_save_and_load_round_trip),
+        cmocka_unit_test(test_heavy_config_member_round_trips),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
