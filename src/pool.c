@@ -634,21 +634,20 @@ pool_reconfigure(struct pool *p, const struct conf_pool *cp, char *err,
                  size_t errlen)
 {
     struct conf_addr listen;
-    char *name, what[512];
+    char what[512];
     size_t added = 0, removed = 0, reweighted = 0;
     int n;
 
-    /* Settings first: new members ramp according to the new slow_start. */
-    name = strdup(cp->name);
-    if (name == NULL || addr_copy(&listen, &cp->listen) < 0) {
-        free(name);
+    /* Settings first: new members ramp according to the new slow_start.
+     * The name stays the very same string: workers read p->name (log
+     * lines) without synchronising with us, and the reload matched this
+     * pool by that name, so there is nothing to replace. */
+    if (addr_copy(&listen, &cp->listen) < 0) {
         snprintf(err, errlen, "pool %s: out of memory", cp->name);
         return -1;
     }
-    free(p->cfg.name);
     conf_addr_deinit(&p->cfg.listen);
-    cfg_copy(&p->cfg, cp, name, &listen);
-    p->name = name;
+    cfg_copy(&p->cfg, cp, p->name, &listen);
 
     /* Members gone, or moved to another address (removed, then added). */
     for (size_t i = p->nservers; i-- > 0;) {
