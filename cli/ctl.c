@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -149,6 +150,7 @@ http_request(const struct ctl *c, const char *method, const char *path,
     char host[256], port[32], hdr[1024], cl[32];
     struct addrinfo hints = {0}, *ai = NULL, *a;
     struct timeval tv = {.tv_sec = CTL_TIMEOUT_S};
+    struct timespec deadline;
     char *buf = NULL, *hend, *sp;
     size_t len = 0, cap = 0, blen = body ? strlen(body) : 0;
     int fd = -1, rc, n;
@@ -206,9 +208,27 @@ http_request(const struct ctl *c, const char *method, const char *path,
         cli_error(CMD, "sending to %s: %s", c->admin, strerror(errno));
         goto fail;
     }
+    /* One deadline for the whole answer: SO_RCVTIMEO bounds each recv()
+     * only, and a server trickling a byte every few seconds kept `chash
+     * ctl` waiting for as long as it liked. */
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += CTL_TIMEOUT_S;
     for (;;) {
         ssize_t got;
+        struct timespec now;
+        long long left_us;
 
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        left_us = (long long)(deadline.tv_sec - now.tv_sec) * 1000000 +
+                  (deadline.tv_nsec - now.tv_nsec) / 1000;
+        if (left_us <= 0) {
+            cli_error(CMD, "reading from %s: timed out after %d s", c->admin,
+                      CTL_TIMEOUT_S);
+            goto fail;
+        }
+        tv.tv_sec = (time_t)(left_us / 1000000);
+        tv.tv_usec = (suseconds_t)(left_us % 1000000);
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         if (len + 4096 + 1 > cap) {
             char *nb;
 
