@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -88,6 +89,47 @@ static struct {
 
 /* ---- responses ----------------------------------------------------------- */
 
+/*
+ * Replace, in place, every byte of <s> that is not part of valid UTF-8 by
+ * '?'. Messages echo the URL, which MHD percent-decodes to any bytes
+ * (%FF), and vsnprintf may cut a message inside a character: jansson
+ * refuses such strings, and the client got no answer at all.
+ */
+static void
+utf8_scrub(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+
+    while (*p != '\0') {
+        size_t n, i;
+        uint32_t cp;
+
+        if (*p < 0x80) {
+            p++;
+            continue;
+        }
+        if (*p >= 0xC2 && *p <= 0xDF)
+            n = 1, cp = *p & 0x1Fu;
+        else if (*p >= 0xE0 && *p <= 0xEF)
+            n = 2, cp = *p & 0x0Fu;
+        else if (*p >= 0xF0 && *p <= 0xF4)
+            n = 3, cp = *p & 0x07u;
+        else {
+            *p++ = '?';
+            continue;
+        }
+        /* a NUL stops the loop: it is not a continuation byte */
+        for (i = 1; i <= n && (p[i] & 0xC0) == 0x80; i++)
+            cp = cp << 6 | (p[i] & 0x3Fu);
+        if (i <= n || (n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+            (n == 3 && (cp < 0x10000 || cp > 0x10FFFF))) {
+            *p++ = '?';
+            continue;
+        }
+        p += n + 1;
+    }
+}
+
 static enum MHD_Result
 respond_buf(struct MHD_Connection *c, unsigned status, const char *ctype,
             char *buf, size_t len)
@@ -141,6 +183,7 @@ respond_error(struct MHD_Connection *c, unsigned status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    utf8_scrub(msg);
     return respond_json(c, status, json_pack("{s:s}", "error", msg));
 }
 
@@ -155,6 +198,7 @@ respond_405(struct MHD_Connection *c, const char *method, const char *url,
 
     snprintf(msg, sizeof(msg), "method %s is not allowed on %s (allowed: %s)",
              method, url, allow);
+    utf8_scrub(msg);
     json_object_set_new(j, "error", json_string(msg));
     text = json_dumps(j, ADMIN_JSON_FLAGS);
     json_decref(j);
@@ -770,13 +814,26 @@ name_ok(const char *s)
     return true;
 }
 
-static bool
+/* A query flag: "?dry_run", or =1/true/yes/on, or =0/false/no/off, in any
+ * case. Returns 1, 0, or -1 for any other value: reading "?dry_run=True"
+ * or "?dry_run=y" as "no" applied a change the operator meant only to
+ * preview, so such a request is refused instead (flag_check). */
+static int
 query_flag(struct MHD_Connection *c, const char *key)
 {
+    static const char *const yes[] = {"", "1", "true", "yes", "on"};
+    static const char *const no[] = {"0", "false", "no", "off"};
     const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
 
-    return v != NULL && (strcmp(v, "1") == 0 || strcmp(v, "true") == 0 ||
-                         strcmp(v, "yes") == 0 || v[0] == '\0');
+    if (v == NULL)
+        return 0;
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+        if (strcasecmp(v, yes[i]) == 0)
+            return 1;
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+        if (strcasecmp(v, no[i]) == 0)
+            return 0;
+    return -1;
 }
 
 /* Parse the body as a JSON object; on failure the 400 is queued and NULL
@@ -837,6 +894,24 @@ weight_ok(const json_t *v, uint32_t *w)
         return false;
     *w = (uint32_t)json_integer_value(v);
     return true;
+}
+
+/*
+ * A network address must carry exactly one port. The weight is appended
+ * to it below to parse a `servers:` line, so "127.0.0.1" or "[::1]"
+ * silently became a member on port 1 (the weight read as the port).
+ */
+static bool
+address_has_port(const char *a)
+{
+    const char *colon;
+
+    if (a[0] == '/')
+        return true;
+    if (a[0] == '[' && (a = strchr(a, ']')) == NULL)
+        return true; /* conf_parse_server names the missing ']' */
+    colon = strchr(a, ':');
+    return colon != NULL && colon[1] != '\0' && strchr(colon + 1, ':') == NULL;
 }
 
 /* Jump consistent hash has no weights: a member is in (1) or out (0).
@@ -912,7 +987,7 @@ member_add(struct MHD_Connection *c, struct pool *p,
     const char *bad;
     uint32_t weight = 1;
     char err[256], line[1024], perr[512], detail[128];
-    bool dry = query_flag(c, "dry_run"), have_cs = false;
+    bool dry = query_flag(c, "dry_run") == 1, have_cs = false;
     int rc;
 
     j = body_object(c, rq, &ret);
@@ -951,6 +1026,14 @@ member_add(struct MHD_Connection *c, struct pool *p,
     }
     if (!jump_weight_ok(c, p, weight, &ret))
         goto out;
+    if (!address_has_port(json_string_value(jaddr))) {
+        ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
+                            "bad \"address\" \"%s\": expected host:port, "
+                            "[v6]:port or /unix/path (the weight goes in "
+                            "\"weight\")",
+                            json_string_value(jaddr));
+        goto out;
+    }
     /* Parse as a `servers:` entry so names and addresses follow the
      * config's rules exactly (twemproxy's default name included). */
     snprintf(line, sizeof(line), "%s:%u%s%s", json_string_value(jaddr), weight,
@@ -1034,7 +1117,7 @@ member_remove(struct MHD_Connection *c, struct pool *p, struct server *s)
     json_t *rep = NULL;
     char perr[512], name[ADMIN_MAX_NAME + 1], detail[128];
     size_t members = 0;
-    bool dry = query_flag(c, "dry_run");
+    bool dry = query_flag(c, "dry_run") == 1;
 
     for (size_t i = 0; i < p->nservers; i++)
         members += server_member(p->servers[i]);
@@ -1089,7 +1172,7 @@ member_patch(struct MHD_Connection *c, struct pool *p, struct server *s,
     uint32_t weight = s->weight;
     int admin = s->admin;
     char perr[512], name[ADMIN_MAX_NAME + 1], op[32] = "", detail[128] = "";
-    bool dry = query_flag(c, "dry_run");
+    bool dry = query_flag(c, "dry_run") == 1;
 
     j = body_object(c, rq, &ret);
     if (j == NULL)
@@ -1256,7 +1339,17 @@ pool_lookup(struct MHD_Connection *c, struct pool *p)
                       state_text(atomic_load_explicit((_Atomic int *)&s->state,
                                                       memory_order_relaxed))));
     }
-    j = json_pack("{s:s,s:s,s:o}", "pool", p->name, "key", key, "members", arr);
+    {
+        /* The key is hashed as sent; echoed with its non-UTF-8 bytes as
+         * '?' (JSON holds text only). */
+        char *shown = strdup(key);
+
+        if (shown != NULL)
+            utf8_scrub(shown);
+        j = json_pack("{s:s,s:s,s:o}", "pool", p->name, "key",
+                      shown ? shown : "", "members", arr);
+        free(shown);
+    }
     {
         char hx[24];
 
@@ -1429,6 +1522,10 @@ route(struct MHD_Connection *c, const char *url, const char *method,
         return get ? pool_ring(c, p) : respond_405(c, method, url, "GET");
     if (!is(seg[3], "members"))
         return respond_error(c, MHD_HTTP_NOT_FOUND, "no such path: %s", url);
+    if (!get && query_flag(c, "dry_run") < 0)
+        return respond_error(c, MHD_HTTP_BAD_REQUEST,
+                             "\"dry_run\" must be 1, true, yes, on or 0, "
+                             "false, no, off (nothing was changed)");
     if (n == 4) {
         if (is(method, "POST"))
             return member_add(c, p, rq);
@@ -1466,9 +1563,12 @@ token_ok(const char *given)
     size_t gl, tl = strlen(A.token);
     unsigned char diff = 0;
 
-    if (given == NULL || strncmp(given, "Bearer ", 7) != 0)
+    /* The scheme is case-insensitive and may be followed by several
+     * spaces (RFC 7235 2.1): "bearer <token>" from a client is valid. */
+    if (given == NULL || strncasecmp(given, "Bearer ", 7) != 0)
         return false;
     given += 7;
+    given += strspn(given, " ");
     gl = strlen(given);
     for (size_t i = 0; i < tl; i++)
         diff |=
