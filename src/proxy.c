@@ -141,6 +141,10 @@ static void conn_pump(struct worker *w, struct conn *c);
 
 /* ---- connecting ---------------------------------------------------------- */
 
+/* Out of descriptors for a backend socket: the client waits this long
+ * before the next try (as long as a listener pauses). */
+#define PROXY_FD_WAIT_MS 100
+
 static void connect_next(struct worker *w, struct conn *c);
 
 static void
@@ -227,8 +231,9 @@ connect_next(struct worker *w, struct conn *c)
             goto refuse;
         }
         s = pool_choose(c->pool, snap, c->hash, c->tried, ntried, &decision);
-        if (c->attempts == 0 || s == NULL)
+        if (!c->decided || s == NULL)
             count_decision(st, decision);
+        c->decided = true;
         if (s == NULL)
             goto refuse;
         if (c->attempts > 0)
@@ -243,8 +248,24 @@ connect_next(struct worker *w, struct conn *c)
         fd = socket(s->addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
                     0);
         if (fd < 0) {
-            log_error("pool %s: socket: %s", c->pool->name, strerror(errno));
+            int err = errno;
             conn_release_server(c);
+            if (err == EMFILE || err == ENFILE || err == ENOBUFS ||
+                err == ENOMEM) {
+                /* accept() took the last descriptor: this client waits,
+                 * like those still in the backlog (no listener of this
+                 * worker accepts meanwhile), and tries again then. Not a
+                 * connect attempt, nor a failure of the member. */
+                c->attempts--;
+                log_warn("pool %s: socket: %s; client waits %ums",
+                         c->pool->name, strerror(err), PROXY_FD_WAIT_MS);
+                for (struct listener *l = w->listeners; l != NULL;
+                     l = l->next)
+                    worker_pause_listener(w, l);
+                worker_timer_set(w, &c->timer, w->now_ms + PROXY_FD_WAIT_MS);
+                return;
+            }
+            log_error("pool %s: socket: %s", c->pool->name, strerror(err));
             goto refuse;
         }
         c->backend.fd = fd;
@@ -336,8 +357,9 @@ accept_one(struct worker *w, struct listener *l, int fd,
 void
 proxy_accept(struct worker *w, struct listener *l)
 {
-    /* A bounded batch: other events of this loop iteration wait for it. */
-    for (int i = 0; i < 64; i++) {
+    /* A bounded batch: other events of this loop iteration wait for it.
+     * A client that found no descriptor for its backend pauses us. */
+    for (int i = 0; i < 64 && !l->paused; i++) {
         struct sockaddr_storage peer;
         socklen_t peerlen = sizeof(peer);
         int fd = accept4(l->fd, (struct sockaddr *)&peer, &peerlen,
@@ -556,6 +578,11 @@ proxy_event(struct worker *w, struct side *s, uint32_t events)
 void
 proxy_timeout(struct worker *w, struct conn *c)
 {
+    if (c->state == CONN_CONNECTING && c->server == NULL) {
+        /* Waiting for a descriptor (connect_next): try again. */
+        connect_next(w, c);
+        return;
+    }
     if (c->state == CONN_CONNECTING) {
         connect_failed(w, c, true, ETIMEDOUT);
         return;

@@ -15,9 +15,11 @@ import struct
 import threading
 import time
 
+import pytest
+
 from admin_util import Api, admin_global
-from conftest import (KeepAlive, Backend, can_connect, client_ip, fetch,
-                      free_port, wait_for)
+from conftest import (GLOBAL, KeepAlive, Backend, can_connect, client_ip,
+                      fetch, free_port, pool_yaml, wait_for)
 
 RUN_S = 6.0
 
@@ -167,3 +169,43 @@ def test_traffic_through_reloads_and_member_churn(procs, chashd, tmp_path):
     log = d.log()
     assert rc == 0, log[-3000:]
     assert not sanitizer_reports(log), log[-6000:]
+
+
+@pytest.mark.parametrize("nofile", [47, 48])
+def test_out_of_descriptors_drops_no_waiting_client(backends, chashd,
+                                                    nofile):
+    # Either parity of the descriptors left: with one left, accept() takes
+    # it and the backend's socket() has none; that client must wait like
+    # the others rather than be closed without an answer.
+    import resource
+
+    def low_nofile():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    bs = backends(1)
+    port = free_port()
+    d = chashd(GLOBAL + pool_yaml("web", port, bs), port,
+               preexec_fn=low_nofile)
+    held = []
+    try:
+        for i in range(30):
+            ka = KeepAlive(port, client_ip(i))
+            ka.sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            held.append(ka)
+        d.wait_log(r"Too many open files")
+        # free the first ten: every other client is then served
+        for ka in held[:10]:
+            ka.close()
+        for ka in held[10:]:
+            ka.sock.settimeout(5)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                chunk = ka.sock.recv(4096)
+                assert chunk, ("closed without an answer", d.log()[-2000:])
+                got += chunk
+            assert got.startswith(b"HTTP/1.1 200")
+            ka.close()
+    finally:
+        for ka in held:
+            ka.close()
+    assert d.proc.poll() is None
