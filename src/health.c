@@ -122,7 +122,23 @@ probe_start(struct server *s, uint32_t timeout_ms, uint64_t now)
 
     fd = socket(s->addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        probe_done(s, false, strerror(errno));
+        int err = errno;
+        if (err == EMFILE || err == ENFILE || err == ENOBUFS ||
+            err == ENOMEM) {
+            /* Our own clients hold every descriptor: that says nothing
+             * about the member (counting it would take every member
+             * down under load). No result; the next check is due one
+             * interval (or one retry timeout) later. */
+            struct pool *p = s->pool;
+            log_warn("pool %s: health check of %s skipped: %s", p->name,
+                     s->name, strerror(err));
+            if (s->health == HEALTH_EJECTED)
+                s->eject_until_ms = now + p->cfg.server_retry_timeout_ms;
+            else
+                s->next_check_ms = now + p->cfg.health.interval_ms;
+            return;
+        }
+        probe_done(s, false, strerror(err));
         return;
     }
     if (connect(fd, (const struct sockaddr *)&s->addr.sa, s->addr.salen) == 0) {

@@ -209,3 +209,34 @@ def test_out_of_descriptors_drops_no_waiting_client(backends, chashd,
         for ka in held:
             ka.close()
     assert d.proc.poll() is None
+
+
+def test_out_of_descriptors_is_not_a_failed_health_check(backends, chashd):
+    # The active check's socket() finds no descriptor because chashd's own
+    # clients hold them all: that says nothing about the member, which
+    # must stay up (it would otherwise go down under load, and its clients
+    # be refused once descriptors are back).
+    import resource
+
+    def low_nofile():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+
+    bs = backends(1)
+    port = free_port()
+    d = chashd(GLOBAL + pool_yaml(
+        "web", port, bs, on_failure="error",
+        health_check="{ type: tcp, interval: 50ms, timeout: 100ms, "
+        "rise: 1, fall: 2 }"), port, preexec_fn=low_nofile)
+    held = []
+    try:
+        for i in range(30):
+            ka = KeepAlive(port, client_ip(i))
+            ka.sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            held.append(ka)
+        d.wait_log(r"Too many open files")
+        time.sleep(0.5)                  # ten check intervals
+    finally:
+        for ka in held:
+            ka.close()
+    assert "up -> down" not in d.log(), d.log()[-3000:]
+    assert fetch(port) == "web-1"
