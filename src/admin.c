@@ -1473,6 +1473,28 @@ is(const char *a, const char *b)
     return strcmp(a, b) == 0;
 }
 
+/*
+ * "/api/pools/<pool>/members/<name>": <pool> into <pool> and the name,
+ * everything after "members/", returned (NULL: not such a path). A member
+ * name may hold '/': a unix socket member the config names by its path
+ * ("/run/app.sock") is ".../members//run/app.sock" (or %2F-encoded, which
+ * MHD decodes first); split_path's segments could not address it.
+ */
+static const char *
+member_path(const char *url, char *pool, size_t poollen)
+{
+    static const char pre[] = "/api/pools/", mid[] = "/members/";
+    const char *ps = url + sizeof(pre) - 1, *pe;
+
+    if (strncmp(url, pre, sizeof(pre) - 1) != 0 ||
+        (pe = strchr(ps, '/')) == NULL || pe == ps ||
+        strncmp(pe, mid, sizeof(mid) - 1) != 0 ||
+        pe[sizeof(mid) - 1] == '\0' || (size_t)(pe - ps) >= poollen)
+        return NULL;
+    snprintf(pool, poollen, "%.*s", (int)(pe - ps), ps);
+    return pe + sizeof(mid) - 1;
+}
+
 static enum MHD_Result
 route(struct MHD_Connection *c, const char *url, const char *method,
       const struct admin_request *rq)
@@ -1483,7 +1505,17 @@ route(struct MHD_Connection *c, const char *url, const char *method,
     bool get = is(method, "GET") || is(method, "HEAD");
     struct pool *p;
     struct server *s;
+    char pname[256];
+    const char *mname = member_path(url, pname, sizeof(pname));
 
+    if (mname != NULL) {
+        n = 5;
+        seg[0] = (char *)"api";
+        seg[1] = (char *)"pools";
+        seg[2] = pname;
+        seg[3] = (char *)"members";
+        seg[4] = (char *)mname;
+    }
     if (n < 0)
         return respond_error(c, MHD_HTTP_NOT_FOUND, "no such path: %s", url);
     if (n == 0)
@@ -1540,9 +1572,12 @@ route(struct MHD_Connection *c, const char *url, const char *method,
         }
         return respond_405(c, method, url, "GET, POST");
     }
-    if (n > 5)
-        return respond_error(c, MHD_HTTP_NOT_FOUND, "no such path: %s", url);
     s = pool_server_find(p, seg[4]);
+    if ((s == NULL || !server_member(s)) && strchr(seg[4], '/') != NULL)
+        return respond_error(c, MHD_HTTP_NOT_FOUND,
+                             "no such path: %s (pool %s has no member named "
+                             "\"%s\")",
+                             url, p->name, seg[4]);
     if (s == NULL || !server_member(s))
         return respond_error(c, MHD_HTTP_NOT_FOUND,
                              "pool %s has no member named \"%s\"", p->name,

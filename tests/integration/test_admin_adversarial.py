@@ -11,8 +11,8 @@ import subprocess
 import threading
 import time
 
-from admin_util import CHASH, cluster  # noqa: F401 (fixture)
-from conftest import wait_for
+from admin_util import CHASH, Api, admin_global, cluster  # noqa: F401
+from conftest import can_connect, free_port, pool_yaml, wait_for
 
 
 def state_bytes(c):
@@ -113,6 +113,41 @@ def test_member_address_without_port_is_refused(cluster):
     st, j, _ = c.api.call("POST", "/api/pools/web/members?dry_run=1",
                           {"address": "[::1]:9", "name": "v6"})
     assert st == 200, j
+
+
+def test_members_named_by_a_unix_path_can_be_managed(chashd, backends,
+                                                    tmp_path):
+    """A unix socket member without a name is named by its path, slashes
+    and all: the API must still reach it, with the slashes as they are or
+    %2F-encoded (as `chash ctl` sends them)."""
+    bs = backends(1)
+    port, aport = free_port(), free_port()
+    sock = os.path.join(str(tmp_path), "m.sock")
+    state_file = os.path.join(str(tmp_path), "state.json")
+    text = (admin_global(aport, state_file) + pool_yaml("web", port, bs) +
+            "    - %s:1\n" % sock)
+    chashd(text, port)
+    wait_for(lambda: can_connect(aport), what="admin API")
+    api = Api(aport)
+    assert sock in api.members("web")
+    j = api.ok("PATCH", "/api/pools/web/members/" + sock, {"weight": 3})
+    assert j["applied"] is True
+    enc = sock.replace("/", "%2F")
+    assert api.ok("GET", "/api/pools/web/members/" + enc)["weight"] == 3
+    p = subprocess.run([CHASH, "ctl", "--admin", "127.0.0.1:%d" % aport,
+                        "drain", "web", sock], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert api.members("web")[sock]["admin"] == "drain"
+    api.ok("DELETE", "/api/pools/web/members/" + enc)
+    assert sock not in api.members("web")
+    with open(state_file) as f:
+        assert json.load(f)["pools"]["web"]["removed"] == [sock]
+    # what is not a member is still a 404, not another route
+    st, j, _ = api.get("/api/pools/web/members/web-1/extra")
+    assert st == 404 and "web-1/extra" in j["error"]
+    st, j, _ = api.get("/api/pools/nope/members/" + sock)
+    assert st == 404 and "nope" in j["error"]
 
 
 def test_stalled_admin_clients_do_not_stop_health_checks(cluster):
