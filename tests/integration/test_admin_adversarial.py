@@ -150,6 +150,38 @@ def test_members_named_by_a_unix_path_can_be_managed(chashd, backends,
     assert st == 404 and "nope" in j["error"]
 
 
+def test_a_state_file_that_cannot_be_written_is_reported(chashd, backends,
+                                                        tmp_path):
+    """The change is live (it already moved traffic) and the answer says
+    the file was not written; the next change that can write it writes
+    the whole delta, this one included."""
+    bs = backends(3)
+    port, aport = free_port(), free_port()
+    sdir = os.path.join(str(tmp_path), "later")
+    state_file = os.path.join(sdir, "state.json")
+    chashd(admin_global(aport, state_file) + pool_yaml("web", port, bs), port)
+    wait_for(lambda: can_connect(aport), what="admin API")
+    api = Api(aport)
+    st, j, _ = api.call("PATCH", "/api/pools/web/members/web-1",
+                        {"weight": 4})
+    assert st == 200 and j["applied"] is True
+    assert "later" in j["warning"], j
+    assert api.members("web")["web-1"]["weight"] == 4
+    assert api.get("/api/state")[1]["pools"]["web"]["changed"][0]["weight"] \
+        == 4
+    assert not os.path.exists(state_file)
+    os.mkdir(sdir)
+    st, j, _ = api.call("PATCH", "/api/pools/web/members/web-2",
+                        {"state": "drain"})
+    assert st == 200 and "warning" not in j
+    with open(state_file) as f:
+        changed = {e["name"]: e for e in
+                   json.load(f)["pools"]["web"]["changed"]}
+    assert changed["web-1"]["weight"] == 4
+    assert changed["web-2"]["state"] == "drain"
+    assert [n for n in os.listdir(sdir) if n != "state.json"] == []
+
+
 def test_stalled_admin_clients_do_not_stop_health_checks(cluster):
     """The admin API runs on the control thread, next to health checks:
     clients that stall mid-request must not hold it up."""
