@@ -485,7 +485,8 @@ state_load(struct state *st, const char *path, char *err, size_t errlen)
             break;
     }
     if (ferror(f)) {
-        seterr(err, errlen, "%s: read error", path);
+        /* say why: fopen() opens a directory, and only the read fails */
+        seterr(err, errlen, "%s: %s", path, strerror(errno));
         free(text);
         fclose(f);
         return -1;

@@ -323,6 +323,10 @@ test_heavy_config_member_round_trips(void **unused)
     assert_int_equal(state_apply(st2, c2, warn, sizeof(warn)), 0);
     assert_int_equal(server(c2, "web-1")->weight, 2000000);
     assert_int_equal(state_admin(st2, "web", "web-1"), STATE_ADMIN_DRAIN);
+    /* a state_file that is a directory says so */
+    assert_int_equal(state_load(st2, dir, err, sizeof(err)), -1);
+    if (strstr(err, "Is a directory") == NULL)
+        fail_msg("'%s' does not say why", err);
     /* still bounded: above uint32 is refused */
     bad("{\"version\": 1, \"pools\": {\"web\": {\"changed\": "
         "[{\"name\": \"a\", \"weight\": 4294967296}]}}}",
