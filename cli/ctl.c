@@ -603,6 +603,12 @@ cmd_ctl(int argc, char **argv)
     }
     if (optind >= argc)
         return cli_usage_error(CMD, usage_text, "a command is needed");
+    /* The token goes into a header line: a CR or LF in it would end the
+     * line and write headers of its own. */
+    for (const char *t = c.token; t != NULL && *t != '\0'; t++)
+        if ((unsigned char)*t < ' ' || *t == 0x7f)
+            return cli_usage_error(CMD, usage_text,
+                                   "the token contains a control character");
     verb = argv[optind];
     args = argv + optind + 1;
     nargs = argc - optind - 1;
@@ -664,6 +670,11 @@ cmd_ctl(int argc, char **argv)
                  args[1], args[2], c.have_weight ? c.weight : 1);
         j = json_pack("{s:s,s:s,s:i}", "name", args[1], "address", args[2],
                       "weight", (int)(c.have_weight ? c.weight : 1));
+        /* JSON holds UTF-8 text only: without this the request went out
+         * with no body and the API's answer did not say what was wrong. */
+        if (j == NULL)
+            return cli_usage_error(CMD, usage_text,
+                                   "NAME and ADDRESS must be UTF-8 text");
         return change(&c, "POST", path, j, what);
     }
     if (strcmp(verb, "remove") == 0) {

@@ -278,3 +278,19 @@ def test_ctl_reports_answers_that_are_not_http(tmp_path):
         t.join(timeout=5)
         assert p.returncode == 1, (answer, p)
         assert want in p.stderr, (answer, p.stderr)
+
+
+def test_ctl_refuses_arguments_it_cannot_send():
+    admin = "127.0.0.1:%d" % free_port()
+    # a name that is not UTF-8 cannot go into JSON: said before any request
+    p = subprocess.run([CHASH.encode(), b"ctl", b"--admin", admin.encode(),
+                        b"add", b"web", b"n\xff", b"127.0.0.1:9"],
+                       capture_output=True, timeout=30)
+    assert p.returncode == 2, p
+    assert b"UTF-8" in p.stderr, p.stderr
+    # a token with CR LF would write headers of its own
+    p = subprocess.run([CHASH, "ctl", "--admin", admin, "--token",
+                        "t\r\nX-Evil: 1", "pools"], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 2, p
+    assert "control character" in p.stderr, p.stderr
