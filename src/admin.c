@@ -371,6 +371,9 @@ change_log(const char *pool, const char *member, const char *op,
     snprintf(ch->member, sizeof(ch->member), "%s", member);
     snprintf(ch->op, sizeof(ch->op), "%s", op);
     snprintf(ch->detail, sizeof(ch->detail), "%s", detail);
+    /* A reload's "+name -name" list is cut to fit, maybe inside a UTF-8
+     * name: jansson then refused the entry and /api/changes lost it. */
+    utf8_scrub(ch->detail);
     ch->moved = json_num(json_object_get(report, "moved"), -1);
     ch->optimal = json_num(json_object_get(report, "optimal"), -1);
     ch->immediate = json_num(json_object_get(report, "immediate"), -1);

@@ -182,6 +182,21 @@ def test_a_state_file_that_cannot_be_written_is_reported(chashd, backends,
     assert [n for n in os.listdir(sdir) if n != "state.json"] == []
 
 
+def test_a_reload_of_long_utf8_names_is_in_the_change_log(cluster):
+    """The reload's "+name" detail is cut to 127 bytes: cut inside a
+    2-byte character, the entry must still be listed."""
+    c = cluster(2)
+    long_a, long_b = "\u00e9" * 60 + "a", "\u00e9" * 60 + "b"
+    text = c.text + "    - 127.0.0.1:1:1 %s\n    - 127.0.0.1:2:1 %s\n" % (
+        long_a, long_b)
+    c.d.reload(text)
+    assert long_a in c.api.members("web")
+    ch = c.api.ok("GET", "/api/changes")
+    assert ch["total"] == 1 and len(ch["changes"]) == 1, ch
+    assert ch["changes"][0]["op"] == "reload"
+    assert ch["changes"][0]["detail"].startswith("+" + long_a + " +")
+
+
 def test_stalled_admin_clients_do_not_stop_health_checks(cluster):
     """The admin API runs on the control thread, next to health checks:
     clients that stall mid-request must not hold it up."""
