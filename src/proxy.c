@@ -14,7 +14,9 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -438,8 +440,13 @@ pump(struct worker *w, struct conn *c, struct side *from, struct side *to)
     int reads = 0;
 
     if (to->len > 0) {
+        size_t before = to->len;
         if (side_flush(to) < 0)
             return -1;
+        /* Bytes written are traffic too: a slow peer keeps us from reading
+         * for longer than idle_timeout, yet the pair is not idle. */
+        if (to->len < before)
+            c->last_active_ms = w->now_ms;
         if (to->len > 0)
             return 0; /* still full: wait for its output edge */
     }
@@ -575,6 +582,25 @@ proxy_event(struct worker *w, struct side *s, uint32_t events)
     conn_pump(w, c);
 }
 
+/*
+ * Whether the kernel still sends to <s> what we wrote, and got rid of some
+ * of it since the last idle check: a peer that reads slowly drains a big
+ * send buffer for longer than idle_timeout between two of our writes
+ * (the output edge waits for a third of it to be free), yet the pair is
+ * not idle. A peer that takes nothing at all is idle after one more
+ * timeout.
+ */
+static bool
+side_draining(struct side *s)
+{
+    int q = 0, last = s->outq;
+
+    if (s->fd < 0 || ioctl(s->fd, SIOCOUTQ, &q) < 0)
+        q = 0;
+    s->outq = q;
+    return q > 0 && q != last;
+}
+
 void
 proxy_timeout(struct worker *w, struct conn *c)
 {
@@ -590,6 +616,13 @@ proxy_timeout(struct worker *w, struct conn *c)
     if (c->idle_timeout_ms == 0)
         return;
     if (w->now_ms - c->last_active_ms >= c->idle_timeout_ms) {
+        bool to_client = side_draining(&c->client);
+        bool to_backend = side_draining(&c->backend);
+        if (to_client || to_backend) {
+            c->last_active_ms = w->now_ms; /* still sending: not idle */
+            worker_timer_set(w, &c->timer, w->now_ms + c->idle_timeout_ms);
+            return;
+        }
         stats_add(&c->pool->stats[w->id].idle_timeouts, 1);
         log_debug("pool %s: connection to %s idle for %ums: closed",
                   c->pool->name, c->server ? c->server->name : "-",

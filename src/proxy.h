@@ -38,6 +38,7 @@ struct side {
                       close, both ends having sent theirs) */
     char *buf;
     size_t off, len;
+    int outq; /* its kernel send queue at the last idle check */
 };
 
 enum conn_state { CONN_CONNECTING, CONN_ESTABLISHED, CONN_CLOSED };

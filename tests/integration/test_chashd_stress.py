@@ -19,7 +19,7 @@ import pytest
 
 from admin_util import Api, admin_global
 from conftest import (GLOBAL, KeepAlive, Backend, can_connect, client_ip,
-                      fetch, free_port, pool_yaml, wait_for)
+                      connect_from, fetch, free_port, pool_yaml, wait_for)
 
 RUN_S = 6.0
 
@@ -240,3 +240,42 @@ def test_out_of_descriptors_is_not_a_failed_health_check(backends, chashd):
             ka.close()
     assert "up -> down" not in d.log(), d.log()[-3000:]
     assert fetch(port) == "web-1"
+
+
+def test_slow_transfer_is_not_idle(backends, chashd):
+    # A backend that reads slowly keeps chashd from reading the client for
+    # longer than idle_timeout at a time (back-pressure), yet bytes move
+    # the whole time: writes are traffic too, the pair must not be closed.
+    bs = backends(1, echo=True, extra=["--read-delay", "100",
+                                       "--recv-buf", "4096"])
+    port = free_port()
+    d = chashd(GLOBAL + pool_yaml("web", port, bs, idle_timeout="300ms"),
+               port)
+    s = connect_from("127.0.0.5", port, timeout=10)
+    payload = os.urandom(96 * 1024)
+    got = []
+
+    def reader():
+        while True:
+            try:
+                data = s.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            got.append(data)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    t0 = time.monotonic()
+    try:
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    t.join(timeout=60)
+    s.close()
+    total = sum(len(g) for g in got)
+    assert total == len(payload), (total, time.monotonic() - t0,
+                                   d.log()[-1500:])
+    assert b"".join(got) == payload
