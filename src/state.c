@@ -713,6 +713,68 @@ pool_apply(struct state_pool *p, struct conf_pool *cp, int **admins, char *warn,
     return 0;
 }
 
+/* A deep copy of <cp>'s servers into *<out>. 0 or -1 (ENOMEM). */
+static int
+servers_copy(const struct conf_pool *cp, struct conf_server **out)
+{
+    struct conf_server *c = calloc(cp->nservers ? cp->nservers : 1, sizeof(*c));
+
+    *out = c;
+    if (c == NULL)
+        return -1;
+    for (size_t i = 0; i < cp->nservers; i++) {
+        c[i] = cp->servers[i];
+        c[i].name = strdup(cp->servers[i].name);
+        c[i].addr.text = strdup(cp->servers[i].addr.text);
+        if (c[i].name == NULL || c[i].addr.text == NULL) {
+            for (size_t k = 0; k <= i; k++)
+                conf_server_deinit(&c[k]);
+            free(c);
+            *out = NULL;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void
+servers_free(struct conf_server *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        conf_server_deinit(&s[i]);
+    free(s);
+}
+
+/*
+ * Does <cp>, with the delta applied, still give a ring? The config alone
+ * passed this check at load (conf.c check_ring), but the delta was made
+ * under an older config: a weight of 5 is fine for rendezvous and not for
+ * jump, nor with a larger points_per_weight. Applied anyway, the pool
+ * could not be built and the daemon refused to start on a valid config.
+ * 0, or a -CHASH_E* code.
+ */
+static int
+pool_ring_check(const struct conf_pool *cp)
+{
+    struct chash_member *m = calloc(cp->nservers ? cp->nservers : 1,
+                                    sizeof(*m));
+    struct chash_ring *ring = NULL;
+    int rc = -CHASH_EEMPTY;
+
+    if (m == NULL)
+        return -CHASH_ENOMEM;
+    conf_pool_members(cp, m);
+    for (size_t i = 0; i < cp->nservers; i++)
+        if (m[i].weight > 0)
+            rc = 0;
+    if (rc == 0 && cp->distribution < CHASH_ALGO_COUNT) {
+        rc = chash_ring_create(&cp->ring, m, cp->nservers, &ring);
+        chash_ring_destroy(ring);
+    }
+    free(m);
+    return rc;
+}
+
 int
 state_apply(struct state *st, struct conf *conf, char *warn, size_t warnlen)
 {
@@ -745,12 +807,43 @@ state_apply(struct state *st, struct conf *conf, char *warn, size_t warnlen)
         int *admins = NULL;
         int rc;
 
-        if (p == NULL || pool_capture_base(p, cp) != 0) {
+        struct conf_server *orig;
+        size_t norig = cp->nservers;
+
+        if (p == NULL || pool_capture_base(p, cp) != 0 ||
+            servers_copy(cp, &orig) != 0) {
             errno = ENOMEM;
             return -1;
         }
-        if (pool_apply(p, cp, &admins, warn, warnlen) != 0)
+        if (pool_apply(p, cp, &admins, warn, warnlen) != 0) {
+            servers_free(orig, norig);
             return -1;
+        }
+        if ((rc = pool_ring_check(cp)) == -CHASH_ENOMEM) {
+            servers_free(orig, norig);
+            free(admins);
+            errno = ENOMEM;
+            return -1;
+        }
+        if (rc != 0) {
+            /* The config as written, with none of the delta: the
+             * normalisation below then drops the delta too. */
+            addwarn(warn, warnlen,
+                    "pool %s: its runtime changes do not fit the config "
+                    "(%s); they are dropped",
+                    cp->name, chash_strerror(rc));
+            servers_free(cp->servers, cp->nservers);
+            cp->servers = orig;
+            cp->nservers = norig;
+            free(admins);
+            admins = calloc(norig ? norig : 1, sizeof(int));
+            if (admins == NULL) {
+                errno = ENOMEM;
+                return -1;
+            }
+        } else {
+            servers_free(orig, norig);
+        }
         /* Normalise: the delta is what actually applied. */
         rm = calloc(cp->nservers ? cp->nservers : 1, sizeof(*rm));
         if (rm == NULL) {

@@ -197,6 +197,19 @@ def test_a_reload_of_long_utf8_names_is_in_the_change_log(cluster):
     assert ch["changes"][0]["detail"].startswith("+" + long_a + " +")
 
 
+def test_a_restart_on_a_config_the_state_no_longer_fits(cluster, chashd):
+    """A weight set under rendezvous does not fit jump: after the config
+    changes, chashd starts on the config as written and says why."""
+    c = cluster(3, pool_opts={"distribution": "rendezvous"})
+    c.api.ok("PATCH", "/api/pools/web/members/web-1", {"weight": 5})
+    c.text = c.text.replace("distribution: rendezvous", "distribution: jump")
+    d = c.restart(chashd)
+    assert d.proc.poll() is None
+    d.wait_log(r"pool web: its runtime changes do not fit the config")
+    assert c.api.members("web")["web-1"]["weight"] == 1
+    assert c.api.pool("web")["algorithm"] == "jump"
+
+
 def test_stalled_admin_clients_do_not_stop_health_checks(cluster):
     """The admin API runs on the control thread, next to health checks:
     clients that stall mid-request must not hold it up."""

@@ -339,6 +339,57 @@ test_heavy_config_member_round_trips(void **unused)
     conf_destroy(c2);
 }
 
+/* A delta made under an older config may not fit the new one (weight 5
+ * was fine for rendezvous, jump takes 0 or 1): the config as written is
+ * used, with a warning, instead of a pool that cannot be built. */
+static void
+test_a_delta_that_no_longer_fits_the_ring_is_dropped(void **unused)
+{
+    static const char jump[] = "web:\n"
+                               "  listen: 127.0.0.1:18080\n"
+                               "  mode: tcp\n"
+                               "  distribution: jump\n"
+                               "  servers:\n"
+                               "    - 127.0.0.1:9001:1 web-1\n"
+                               "    - 127.0.0.1:9002:1 web-2\n"
+                               "other:\n"
+                               "  listen: 127.0.0.1:18081\n"
+                               "  mode: tcp\n"
+                               "  servers:\n"
+                               "    - 127.0.0.1:9101:1 o-1\n"
+                               "    - 127.0.0.1:9102:1 o-2\n";
+    struct conf *c = load_conf(jump);
+    struct state *st = state_create();
+    char err[256], warn[1024];
+    json_t *j;
+
+    (void)unused;
+    assert_int_equal(
+        state_load_string(
+            st, "s.json",
+            "{\"version\": 1, \"pools\": {"
+            "\"web\": {\"changed\": [{\"name\": \"web-1\", \"weight\": 5}],"
+            "          \"added\": [{\"name\": \"web-3\", \"address\": "
+            "\"127.0.0.1:9003\", \"weight\": 1, \"state\": \"drain\"}]},"
+            "\"other\": {\"changed\": [{\"name\": \"o-1\", \"weight\": 3}]}}}",
+            err, sizeof(err)),
+        0);
+    assert_int_equal(state_apply(st, c, warn, sizeof(warn)), 0);
+    if (strstr(warn, "pool web: its runtime changes do not fit") == NULL)
+        fail_msg("warning: '%s'", warn);
+    assert_int_equal(conf_pool_find(c, "web")->nservers, 2);
+    assert_int_equal(server(c, "web-1")->weight, 1);
+    assert_int_equal(state_admin(st, "web", "web-3"), STATE_ADMIN_UP);
+    /* the other pool keeps its delta */
+    assert_int_equal(conf_pool_find(c, "other")->servers[0].weight, 3);
+    j = state_json(st);
+    assert_null(json_object_get(json_object_get(j, "pools"), "web"));
+    assert_non_null(json_object_get(json_object_get(j, "pools"), "other"));
+    json_decref(j);
+    state_destroy(st);
+    conf_destroy(c);
+}
+
 int
 main(void)
 {
@@ -350,6 +401,7 @@ main(void)
         cmocka_unit_test(test_record_is_a_pure_delta),
         cmocka_unit_test(test_save_and_load_round_trip),
         cmocka_unit_test(test_heavy_config_member_round_trips),
+        cmocka_unit_test(test_a_delta_that_no_longer_fits_the_ring_is_dropped),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
