@@ -464,7 +464,10 @@ pool_rebuild(struct pool *p, struct server *s, const char *what,
     snap = snapshot_build(p, old != NULL ? old->version + 1 : 1);
     if (snap == NULL)
         return -1;
-    atomic_store_explicit(&p->snap, snap, memory_order_release);
+    /* seq_cst, like the worker's load (pool_snapshot): the QSBR argument
+     * in pool_reclaim needs this store and that load in the single total
+     * order with the epoch and the workers' marks. */
+    atomic_store(&p->snap, snap);
     snapshot_retire(old);
     moved = snapshot_moved(old, snap);
     if (chg != NULL) {

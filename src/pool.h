@@ -252,7 +252,12 @@ size_t pool_retired_count(void); /* snapshots waiting to be freed */
 static inline struct pool_snapshot *
 pool_snapshot(struct pool *p)
 {
-    return atomic_load_explicit(&p->snap, memory_order_acquire);
+    /* seq_cst, not acquire: a worker that marked itself (seq_cst store in
+     * pool_epoch_enter) must not load the pointer before that mark is
+     * visible, or the control thread could free what it loads (store-load
+     * order; acquire allows the reordering on POWER and RCpc ARM). A plain
+     * load on x86. */
+    return atomic_load(&p->snap);
 }
 
 /* Routing decisions, counted per pool in stats_pool. */
