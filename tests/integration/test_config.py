@@ -299,8 +299,12 @@ beta:
         actual = {k: holder[k] for k in keys[pool]}
         assert placed == actual, pool
         # not trivial: the keys spread (twemproxy's 32-bit fnv1a_64 is
-        # lumpy on keys this alike, so not necessarily over all three)
-        assert len(set(actual.values())) >= 2, pool
+        # lumpy on keys this alike, so not necessarily over all three).
+        # Only for beta: alpha's members are named by their free ports, so
+        # its placement changes from run to run and may put every key on
+        # one server (seen: 200 keys on one redis), which is not a bug.
+        if pool == "beta":
+            assert len(set(actual.values())) >= 2, pool
     # beta's tag: every key of one user on one server
     for u in range(40):
         owners = {holder[k] for k in keys["beta"] if f"{{user{u}}}" in k}
