@@ -518,8 +518,12 @@ pending_add(struct worker *w, struct conn *c)
 static void
 conn_pump(struct worker *w, struct conn *c)
 {
+    /* Both ways even when the first fails: a backend that answers and
+     * resets at once makes the client's bytes fail to go up, yet its
+     * answer, already with us, must still go down (as it would without
+     * a proxy). */
     int up = pump(w, c, &c->client, &c->backend);
-    int down = up < 0 ? -1 : pump(w, c, &c->backend, &c->client);
+    int down = pump(w, c, &c->backend, &c->client);
 
     if (up < 0 || down < 0)
         goto close;
@@ -576,7 +580,11 @@ proxy_event(struct worker *w, struct side *s, uint32_t events)
         return;
     }
     if (events & EPOLLERR) {
-        conn_close(w, c); /* reset: nothing more can move */
+        /* A reset. What that end sent before it is still ours to pass on
+         * (an answer right before the reset); then the pair closes. */
+        conn_pump(w, c);
+        if (c->state != CONN_CLOSED)
+            conn_close(w, c);
         return;
     }
     conn_pump(w, c);

@@ -12,6 +12,7 @@ import re
 import signal
 import socket
 import struct
+import sys
 import threading
 import time
 
@@ -279,3 +280,48 @@ def test_slow_transfer_is_not_idle(backends, chashd):
     assert total == len(payload), (total, time.monotonic() - t0,
                                    d.log()[-1500:])
     assert b"".join(got) == payload
+
+
+# A backend that answers after a few bytes of the request and resets the
+# connection right behind its answer (SO_LINGER 0), as a server refusing
+# an upload does.
+ANSWER_AND_RESET = r"""
+import socket, struct, sys
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", int(sys.argv[1])))
+l.listen(64)
+while True:
+    c, _ = l.accept()
+    c.recv(10)
+    c.sendall(b"HTTP/1.1 413 Too Large\r\nContent-Length: 0\r\n\r\n")
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    c.close()
+"""
+
+
+def test_an_answer_right_before_a_reset_reaches_the_client(procs, chashd):
+    bport = free_port()
+    procs.start([sys.executable, "-c", ANSWER_AND_RESET, str(bport)],
+                "answer-reset.log")
+    wait_for(lambda: can_connect(bport), what="the resetting backend")
+    port = free_port()
+    d = chashd(GLOBAL + "web:\n  listen: 127.0.0.1:%d\n  mode: tcp\n"
+               "  servers:\n    - 127.0.0.1:%d:1 rst-1\n" % (port, bport),
+               port)
+    answered = 0
+    for i in range(20):
+        s = connect_from(client_ip(i), port, timeout=5)
+        s.sendall(b"POST / HTTP/1.1\r\nContent-Length: 100000\r\n\r\n" +
+                  b"x" * 1000)
+        time.sleep(0.05)                 # the answer and the reset are in
+        try:
+            data = s.recv(4096)
+        except OSError:
+            data = b""
+        s.close()
+        answered += data.startswith(b"HTTP/1.1 413")
+    # without a proxy every answer is read (the client's kernel has it
+    # before the reset): so through chashd
+    assert answered == 20, d.log()[-2000:]
+    assert d.proc.poll() is None
