@@ -17,11 +17,22 @@ CHASH = os.path.join(BUILD, "chash")
 CHASHD = os.path.join(BUILD, "chashd")
 
 
+_GIVEN_PORTS = set()
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 nobody listens on (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 nobody listens on (the OS picks it), never
+    one this run already handed out: the OS may give the port it just
+    freed again, and `port, aport = free_port(), free_port()` then put a
+    pool and the admin API on the same port (seen in the suite)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN_PORTS:
+            _GIVEN_PORTS.add(port)
+            return port
+    raise RuntimeError("no fresh free port in 100 tries")
 
 
 def wait_for(pred, timeout=5.0, interval=0.02, what="condition"):
