@@ -121,7 +121,8 @@ utf8_scrub(char *s)
         /* a NUL stops the loop: it is not a continuation byte */
         for (i = 1; i <= n && (p[i] & 0xC0) == 0x80; i++)
             cp = cp << 6 | (p[i] & 0x3Fu);
-        if (i <= n || (n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        if (i <= n ||
+            (n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
             (n == 3 && (cp < 0x10000 || cp > 0x10FFFF))) {
             *p++ = '?';
             continue;
@@ -1491,8 +1492,8 @@ member_path(const char *url, char *pool, size_t poollen)
 
     if (strncmp(url, pre, sizeof(pre) - 1) != 0 ||
         (pe = strchr(ps, '/')) == NULL || pe == ps ||
-        strncmp(pe, mid, sizeof(mid) - 1) != 0 ||
-        pe[sizeof(mid) - 1] == '\0' || (size_t)(pe - ps) >= poollen)
+        strncmp(pe, mid, sizeof(mid) - 1) != 0 || pe[sizeof(mid) - 1] == '\0' ||
+        (size_t)(pe - ps) >= poollen)
         return NULL;
     snprintf(pool, poollen, "%.*s", (int)(pe - ps), ps);
     return pe + sizeof(mid) - 1;

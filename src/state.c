@@ -756,8 +756,8 @@ servers_free(struct conf_server *s, size_t n)
 static int
 pool_ring_check(const struct conf_pool *cp)
 {
-    struct chash_member *m = calloc(cp->nservers ? cp->nservers : 1,
-                                    sizeof(*m));
+    struct chash_member *m =
+        calloc(cp->nservers ? cp->nservers : 1, sizeof(*m));
     struct chash_ring *ring = NULL;
     int rc = -CHASH_EEMPTY;
 
