@@ -50,11 +50,18 @@ def sanitizer_reports(text):
 def test_traffic_through_reloads_and_member_churn(procs, chashd, tmp_path):
     bs = [Backend(procs, "web-%d" % (i + 1)) for i in range(6)]
     port, aport, dead_port = free_port(), free_port(), free_port()
+    xport, xport2 = free_port(), free_port()
     head = admin_global(aport)
-    v1 = head + pool_text(port, bs[:4], dead_port, {}, "failover")
+    # pool extra: present on xport, then gone, then back on another port
+    extra = ("extra:\n  listen: 127.0.0.1:%d\n  mode: tcp\n  servers:\n"
+             "    - %s:1 web-6\n")
+    v1 = (head + pool_text(port, bs[:4], dead_port, {}, "failover") +
+          extra % (xport, bs[5].addr))
     # web-4 leaves, web-5 joins (ramping), weights and policy change
     v2 = head + pool_text(port, bs[:3] + [bs[4]], dead_port,
                           {"web-1": 3, "web-3": 2}, "remap")
+    v3 = (head + pool_text(port, bs[:4], dead_port, {}, "failover") +
+          extra % (xport2, bs[5].addr))
     d = chashd(v1, port)
     wait_for(lambda: can_connect(aport), what="admin API")
     api = Api(aport)
@@ -69,6 +76,10 @@ def test_traffic_through_reloads_and_member_churn(procs, chashd, tmp_path):
     keep = []
     for i in range(24):
         ka = KeepAlive(port, client_ip(1000 + i), timeout=5)
+        keep.append((ka, ka.ask()))
+    # and pairs of a pool that reloads remove (and add back elsewhere)
+    for i in range(4):
+        ka = KeepAlive(xport, client_ip(1100 + i), timeout=5)
         keep.append((ka, ka.ask()))
     assert all(name is not None for _, name in keep)
 
@@ -114,10 +125,10 @@ def test_traffic_through_reloads_and_member_churn(procs, chashd, tmp_path):
 
     def churn():
         admin_ok = 0
-        flip = False
+        n = 0
         while not stop.is_set():
-            flip = not flip
-            d.reload(v2 if flip else v1)
+            n += 1
+            d.reload((v1, v2, v3, v2)[n % 4])
             for method, path, body in (
                     ("PATCH", "/api/pools/web/members/web-2",
                      {"state": "drain"}),
