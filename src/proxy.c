@@ -238,8 +238,6 @@ connect_next(struct worker *w, struct conn *c)
         c->decided = true;
         if (s == NULL)
             goto refuse;
-        if (c->attempts > 0)
-            stats_add(&st->retries, 1);
         c->attempts++;
         server_ref(s);
         c->server = s;
@@ -270,6 +268,8 @@ connect_next(struct worker *w, struct conn *c)
             log_error("pool %s: socket: %s", c->pool->name, strerror(err));
             goto refuse;
         }
+        if (c->attempts > 1)
+            stats_add(&st->retries, 1); /* counted once a connect starts */
         c->backend.fd = fd;
         if (snap->set.tcpkeepalive)
             setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
