@@ -905,6 +905,32 @@ tried_has(const uint64_t *tried, size_t ntried, uint64_t id)
 
 #define PREF_FAST 16
 
+/* Member <i>'s bounded-load cap for a new connection, <total> live. */
+static double
+snapshot_cap(const struct pool_snapshot *snap, size_t i, double factor,
+             uint64_t total)
+{
+    return ceil(factor * (double)(total + 1) *
+                (double)chash_ring_member_points(snap->ring, i) /
+                (double)snap->usable_points);
+}
+
+/* Take one live connection on <s> if that keeps it within <cap>. A
+ * compare-and-swap: two workers cannot both take its last slot (a load
+ * then an add could, and go over the cap). */
+static bool
+server_take_within(struct server *s, double cap)
+{
+    uint64_t load = atomic_load_explicit(&s->active, memory_order_relaxed);
+
+    while ((double)(load + 1) <= cap)
+        if (atomic_compare_exchange_weak_explicit(&s->active, &load, load + 1,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return true;
+    return false;
+}
+
 struct server *
 pool_choose(struct pool *p, const struct pool_snapshot *snap, uint64_t hash,
             const uint64_t *tried, size_t ntried, int *decision)
@@ -913,28 +939,30 @@ pool_choose(struct pool *p, const struct pool_snapshot *snap, uint64_t hash,
     struct server *fallback = NULL, *pick = NULL;
     double factor = snap->set.balance_factor;
     bool error = snap->set.on_failure == CONF_ON_FAILURE_ERROR;
+    bool bounded = factor > 0 && snap->usable_points > 0;
     bool skipped = false, spilled = false;
     uint64_t total = 0;
 
     *decision = POOL_NO_MEMBER;
     if (snap->ring == NULL)
         return NULL;
-    if (factor > 0 && snap->usable_points > 0)
+    if (bounded)
         total = atomic_load_explicit(&p->active_backends, memory_order_relaxed);
     /* The common case: the owner is usable and within its cap. One
      * lookup, no preference list. */
     {
         size_t i = chash_ring_lookup(snap->ring, hash);
         struct server *s = snap->servers[i];
-        if (server_usable(s) && !tried_has(tried, ntried, s->id) &&
-            (factor <= 0 || snap->usable_points == 0 ||
-             (double)(atomic_load_explicit(&s->active, memory_order_relaxed) +
-                      1) <=
-                 ceil(factor * (double)(total + 1) *
-                      (double)chash_ring_member_points(snap->ring, i) /
-                      (double)snap->usable_points))) {
-            *decision = POOL_FIRST_CHOICE;
-            return s;
+        if (server_usable(s) && !tried_has(tried, ntried, s->id)) {
+            if (!bounded) {
+                atomic_fetch_add_explicit(&s->active, 1, memory_order_relaxed);
+                *decision = POOL_FIRST_CHOICE;
+                return s;
+            }
+            if (server_take_within(s, snapshot_cap(snap, i, factor, total))) {
+                *decision = POOL_FIRST_CHOICE;
+                return s;
+            }
         }
     }
     want = snap->n < PREF_FAST ? snap->n : PREF_FAST;
@@ -963,26 +991,24 @@ pool_choose(struct pool *p, const struct pool_snapshot *snap, uint64_t hash,
                 skipped = true;
                 continue;
             }
-            if (factor > 0 && snap->usable_points > 0) {
-                uint64_t load =
-                    atomic_load_explicit(&s->active, memory_order_relaxed);
-                double cap =
-                    ceil(factor * (double)(total + 1) *
-                         (double)chash_ring_member_points(snap->ring, pref[i]) /
-                         (double)snap->usable_points);
-                if ((double)(load + 1) > cap) {
-                    if (fallback == NULL)
-                        fallback = s;
-                    spilled = true;
-                    continue;
-                }
+            if (!bounded) {
+                atomic_fetch_add_explicit(&s->active, 1, memory_order_relaxed);
+            } else if (!server_take_within(
+                           s, snapshot_cap(snap, pref[i], factor, total))) {
+                if (fallback == NULL)
+                    fallback = s;
+                spilled = true;
+                continue;
             }
             pick = s;
             break;
         }
     }
-    if (pick == NULL)
+    if (pick == NULL && fallback != NULL) {
+        /* Everybody is over the cap: the first usable one anyway. */
         pick = fallback;
+        atomic_fetch_add_explicit(&pick->active, 1, memory_order_relaxed);
+    }
     if (pick != NULL)
         *decision = skipped   ? POOL_FAILED_OVER
                     : spilled ? POOL_SPILLED

@@ -278,7 +278,9 @@ enum pool_decision {
  * pool's active_backends (the cap formula of chash_ring_lookup_bounded
  * over usable members); if every usable member is over its cap, the first
  * usable one. With on_failure error, an unusable or failed owner refuses.
- * Returns the member (no ref taken) or NULL; *<decision> says why.
+ * Returns the member (no ref taken) with one live connection taken on it
+ * (its `active` +1, under the cap atomically: the caller drops it when
+ * that connection ends), or NULL; *<decision> says why.
  */
 struct server *pool_choose(struct pool *p, const struct pool_snapshot *snap,
                            uint64_t hash, const uint64_t *tried, size_t ntried,

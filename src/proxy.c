@@ -241,8 +241,7 @@ connect_next(struct worker *w, struct conn *c)
         c->attempts++;
         server_ref(s);
         c->server = s;
-        c->counted = true;
-        atomic_fetch_add_explicit(&s->active, 1, memory_order_relaxed);
+        c->counted = true; /* s->active: taken by pool_choose */
         atomic_fetch_add_explicit(&c->pool->active_backends, 1,
                                   memory_order_relaxed);
         fd = socket(s->addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,

@@ -172,7 +172,14 @@ def test_traffic_through_reloads_and_member_churn(procs, chashd, tmp_path):
         assert ka.ask() == name
         ka.close()
     assert "moved" in d.log()
-    # every connection gone: chashd holds the descriptors it started with
+    # every connection gone: no live count left behind on a member or
+    # the pool (bounded loads compare them) ...
+    def counts():
+        pool = api.pool("web")
+        return [pool["active"]] + [m["active"] for m in pool["members"]]
+    wait_for(lambda: not any(counts()), timeout=10,
+             what="live counts back to 0 (now %r)" % counts())
+    # ... and chashd holds the descriptors it started with
     wait_for(lambda: nfds(d.proc.pid) <= base_fds, timeout=10,
              what="chashd's descriptors back to %d (now %d)"
              % (base_fds, nfds(d.proc.pid)))

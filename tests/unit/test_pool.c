@@ -227,19 +227,54 @@ test_bounded_load_respects_the_cap(void **state)
     assert_non_null(s);
     assert_ptr_not_equal(s, owner);
     assert_int_equal(d, POOL_SPILLED);
-    /* the pick is within ceil(1.25 * 31 * points / W) */
+    /* the pick, its new connection taken, is within
+     * ceil(1.25 * 31 * points / W) */
     for (size_t i = 0; i < snap->n; i++) {
         if (snap->servers[i] != s)
             continue;
         double cap = ceil(1.25 * 31 * chash_ring_member_points(snap->ring, i) /
                           (double)snap->usable_points);
-        assert_true((double)(atomic_load(&s->active) + 1) <= cap);
+        assert_int_equal(atomic_load(&s->active), 1);
+        assert_true((double)atomic_load(&s->active) <= cap);
     }
+    atomic_store(&s->active, 0);
     /* load gone: the owner again */
     atomic_store(&owner->active, 0);
     atomic_store(&p->active_backends, 0);
     assert_ptr_equal(pool_choose(p, snap, h, NULL, 0, &d), owner);
     assert_int_equal(d, POOL_FIRST_CHOICE);
+    drop_pool(p, c);
+}
+
+/* Two workers choosing for keys of the same member at the same moment,
+ * its cap one connection away: only one may get it. pool_choose takes
+ * the slot itself (a load here and an add in the caller let both in). */
+static void
+test_bounded_load_last_slot_goes_once(void **state)
+{
+    struct conf *c;
+    struct pool *p = make_pool("  balance_factor: 1.25\n", &c);
+    struct pool_snapshot *snap = pool_snapshot(p);
+    uint64_t h = key_hash(snap, 7);
+    size_t i = chash_ring_lookup(snap->ring, h);
+    struct server *owner = snap->servers[i], *a, *b;
+    double cap = ceil(1.25 * 31 * chash_ring_member_points(snap->ring, i) /
+                      (double)snap->usable_points);
+    int d;
+
+    (void)state;
+    atomic_store(&p->active_backends, 30);
+    atomic_store(&owner->active, (uint64_t)cap - 1);
+    /* neither caller has counted its connection in the pool's total yet */
+    a = pool_choose(p, snap, h, NULL, 0, &d);
+    b = pool_choose(p, snap, h, NULL, 0, &d);
+    assert_ptr_equal(a, owner);
+    assert_ptr_not_equal(b, owner);
+    assert_int_equal(d, POOL_SPILLED);
+    assert_true((double)atomic_load(&owner->active) <= cap);
+    atomic_store(&owner->active, 0);
+    atomic_store(&b->active, 0);
+    atomic_store(&p->active_backends, 0);
     drop_pool(p, c);
 }
 
@@ -387,6 +422,7 @@ main(void)
         cmocka_unit_test(test_error_policy_refuses_when_the_owner_is_unusable),
         cmocka_unit_test(test_remap_rebuilds_without_the_dead),
         cmocka_unit_test(test_bounded_load_respects_the_cap),
+        cmocka_unit_test(test_bounded_load_last_slot_goes_once),
         cmocka_unit_test(test_bounded_load_looks_past_sixteen_full_members),
         cmocka_unit_test(test_slow_start_only_moves_keys_onto_the_new_member),
         cmocka_unit_test(test_retired_snapshots_wait_for_workers),
