@@ -123,8 +123,7 @@ probe_start(struct server *s, uint32_t timeout_ms, uint64_t now)
     fd = socket(s->addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         int err = errno;
-        if (err == EMFILE || err == ENFILE || err == ENOBUFS ||
-            err == ENOMEM) {
+        if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
             /* Our own clients hold every descriptor: that says nothing
              * about the member (counting it would take every member
              * down under load). No result; the next check is due one

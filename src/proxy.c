@@ -258,8 +258,7 @@ connect_next(struct worker *w, struct conn *c)
                 c->attempts--;
                 log_warn("pool %s: socket: %s; client waits %ums",
                          c->pool->name, strerror(err), PROXY_FD_WAIT_MS);
-                for (struct listener *l = w->listeners; l != NULL;
-                     l = l->next)
+                for (struct listener *l = w->listeners; l != NULL; l = l->next)
                     worker_pause_listener(w, l);
                 worker_timer_set(w, &c->timer, w->now_ms + PROXY_FD_WAIT_MS);
                 return;

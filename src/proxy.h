@@ -57,7 +57,7 @@ struct conn {
     uint64_t hash;                   /* of the key, for retries */
     uint64_t tried[PROXY_TRIED_MAX]; /* ids of members that failed */
     uint32_t attempts;               /* connects started */
-    bool decided;             /* the routing decision has been counted */
+    bool decided;                    /* the routing decision has been counted */
     bool counted;             /* counted in server/pool active_backends */
     bool pending;             /* on the worker's pending list */
     struct conn *prev, *next; /* worker's list */

@@ -298,9 +298,9 @@ test_bounded_load_looks_past_sixteen_full_members(void **state)
                            "web:\n  listen: 127.0.0.1:18080\n  mode: tcp\n"
                            "  balance_factor: 1.25\n  servers:\n");
     for (int i = 0; i < 40; i++)
-        len += (size_t)snprintf(text + len, sizeof(text) - len,
-                                "    - 127.0.0.1:%d:1 web-%d\n", 9001 + i,
-                                i + 1);
+        len +=
+            (size_t)snprintf(text + len, sizeof(text) - len,
+                             "    - 127.0.0.1:%d:1 web-%d\n", 9001 + i, i + 1);
     c = conf_load_string("t.yml", text, len, err, sizeof(err));
     if (c == NULL)
         fail_msg("conf: %s", err);
