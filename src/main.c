@@ -142,7 +142,7 @@ reload(void)
     struct conf *nc = load(err, sizeof(err));
     unsigned nw = worker_count();
     int **fds = NULL;
-    size_t i;
+    size_t i, failed = 0;
 
     log_info("reload: loading %s", conf_path ? conf_path : "<embedded>");
     if (nc == NULL || check_supported(nc, err, sizeof(err)) < 0 ||
@@ -193,7 +193,16 @@ reload(void)
              * like at start-up (ramping every member from 0 would only
              * refuse its first clients). */
             if (pool_create(cp, true, &p, err, sizeof(err)) < 0) {
+                /* Only out of memory gets here, after the sockets were
+                 * bound: close them now (the cleanup below skips a
+                 * reload that went ahead), so no client connects to a
+                 * port nobody serves. */
                 log_error("reload: %s", err);
+                for (unsigned w = 0; fds[i] != NULL && w < nw; w++)
+                    close(fds[i][w]);
+                free(fds[i]);
+                fds[i] = NULL;
+                failed++;
                 continue;
             }
             log_info("pool %s: added by reload, listening on %s", p->name,
@@ -204,8 +213,10 @@ reload(void)
                          p->cfg.listen.text, cp->listen.text);
                 pool_listen_stop(p);
             }
-            if (pool_reconfigure(p, cp, err, sizeof(err)) < 0)
+            if (pool_reconfigure(p, cp, err, sizeof(err)) < 0) {
                 log_error("reload: %s", err);
+                failed++;
+            }
         }
         if (fds[i] != NULL) {
             pool_listen_start(p, fds[i]);
@@ -223,8 +234,15 @@ reload(void)
     conf_destroy(conf);
     conf = nc;
     nc = NULL;
-    metrics_note_reload(true);
-    log_info("reload: done, %zu pools", pool_count());
+    /* A pool that could not be created or reconfigured (out of memory)
+     * keeps running as before; the reload is not reported as a success. */
+    metrics_note_reload(failed == 0);
+    if (failed == 0)
+        log_info("reload: done, %zu pools", pool_count());
+    else
+        log_error("reload: applied with %zu pools left as they were, %zu "
+                  "pools",
+                  failed, pool_count());
     goto out;
 nomem:
     log_error("reload refused: out of memory");
