@@ -45,17 +45,6 @@ rotl64(uint64_t x, int r)
     return (x << r) | (x >> (64 - r));
 }
 
-static inline uint64_t
-fmix64(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ULL;
-    k ^= k >> 33;
-    return k;
-}
-
 static inline uint32_t
 le32(const unsigned char *p)
 {
@@ -176,8 +165,8 @@ murmur3_128(const void *key, size_t len)
     h2 ^= (uint64_t)len;
     h1 += h2;
     h2 += h1;
-    h1 = fmix64(h1);
-    h2 = fmix64(h2);
+    h1 = chash__fmix64(h1);
+    h2 = chash__fmix64(h2);
     h1 += h2;
     h2 += h1;
     return h1 ^ h2;

@@ -20,6 +20,20 @@ struct chash__hash_entry {
 /* The row for <id>, or NULL. */
 const struct chash__hash_entry *chash__hash_get(int id);
 
+/* MurmurHash3's 64-bit finaliser: a bijective mixer, used by MurmurHash3
+ * itself and by rendezvous to mix a key hash with a member's name hash.
+ * Inline: rendezvous calls it once per member per lookup. */
+static inline uint64_t
+chash__fmix64(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    k ^= k >> 33;
+    return k;
+}
+
 /* Raw functions the algorithms also use directly. */
 uint64_t chash__xxh3(const void *key, size_t len);
 uint64_t chash__xxh3_seed(const void *key, size_t len, uint64_t seed);

@@ -6,7 +6,7 @@
  * Definition (frozen; golden vectors in tests/unit/test_algos.c, see
  * doc/internals/algorithms.md):
  * - name hash  n_i = XXH3-64(name, seed 0)
- * - mix        x   = fmix64(h XOR n_i), MurmurHash3's 64-bit finaliser
+ * - mix        x   = chash__fmix64(h XOR n_i), MurmurHash3's 64-bit finaliser
  *                    (a bijection with full avalanche), h the 64-bit key hash
  * - uniform    u   = ((x >> 12) + 0.5) / 2^52, in (0, 1), never 0 or 1
  *                    (exact in a double: 53 significant bits)
@@ -61,22 +61,11 @@ struct rendezvous {
     bool uniform; /* all weights equal: compare x >> 12 */
 };
 
-static inline uint64_t
-fmix64(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ULL;
-    k ^= k >> 33;
-    return k;
-}
-
 /* The score of member <m> for key hash <h>; larger wins. */
 static inline double
 score(const struct rendezvous *rz, const struct rz_member *m, uint64_t h)
 {
-    uint64_t x = fmix64(h ^ m->name_hash) >> 12;
+    uint64_t x = chash__fmix64(h ^ m->name_hash) >> 12;
 
     if (rz->uniform)
         return (double)x; /* < 2^52: exact */
