@@ -228,30 +228,6 @@ server_member(const struct server *s)
                                 memory_order_relaxed) != SERVER_REMOVED;
 }
 
-/* The share member <s> owns in <snap>'s ring (0 when not in it). */
-static double
-server_share(const struct pool_snapshot *snap, const struct server *s)
-{
-    if (snap == NULL || snap->ring == NULL)
-        return 0.0;
-    for (size_t i = 0; i < snap->n; i++)
-        if (snap->servers[i] == s)
-            return chash_ring_share(snap->ring, i);
-    return 0.0;
-}
-
-/* The points (or table entries) member <s> owns in <snap>'s ring. */
-static size_t
-server_points(const struct pool_snapshot *snap, const struct server *s)
-{
-    if (snap == NULL || snap->ring == NULL)
-        return 0;
-    for (size_t i = 0; i < snap->n; i++)
-        if (snap->servers[i] == s)
-            return chash_ring_member_points(snap->ring, i);
-    return 0;
-}
-
 /*
  * The ring membership the reports compare: members the operator has in
  * the ring (admin up: drained and maintenance members own nothing new),
@@ -732,10 +708,10 @@ member_json(const struct pool_snapshot *snap, const struct server *s)
         (json_int_t)sum.bytes_in, "bytes_out", (json_int_t)sum.bytes_out,
         "connect_failures", (json_int_t)sum.connect_failures,
         "connect_timeouts", (json_int_t)sum.connect_timeouts, "share",
-        server_share(snap, s));
+        pool_snapshot_share(snap, s));
     json_object_set_new(j, "ejections", json_integer((json_int_t)s->ejections));
-    json_object_set_new(j, "points",
-                        json_integer((json_int_t)server_points(snap, s)));
+    json_object_set_new(
+        j, "points", json_integer((json_int_t)pool_snapshot_points(snap, s)));
     if (s->reason[0] != '\0')
         json_object_set_new(j, "reason", json_string(s->reason));
     return j;

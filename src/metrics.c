@@ -89,19 +89,6 @@ listed(const struct server *s)
                                 memory_order_relaxed) != SERVER_REMOVED;
 }
 
-static double
-share_of(const struct pool *p, const struct server *s)
-{
-    const struct pool_snapshot *snap = pool_snapshot((struct pool *)p);
-
-    if (snap == NULL || snap->ring == NULL)
-        return 0.0;
-    for (size_t i = 0; i < snap->n; i++)
-        if (snap->servers[i] == s)
-            return chash_ring_share(snap->ring, i);
-    return 0.0;
-}
-
 /* Which per-member value a family shows. */
 enum member_value {
     MV_ACTIVE,
@@ -203,7 +190,7 @@ member_family(FILE *f, enum member_value v)
                 d = s->ramp;
                 break;
             case MV_SHARE:
-                d = share_of(p, s);
+                d = pool_snapshot_share(pool_snapshot((struct pool *)p), s);
                 break;
             case MV_CHECKS_OK:
                 u = s->checks_ok;

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/types.h>
 #include <string.h>
 
 #include "clock.h"
@@ -412,15 +413,30 @@ fail:
     return NULL;
 }
 
-static double
-snapshot_share(const struct pool_snapshot *snap, const struct server *s)
+/* The index of member <s> in <snap>'s ring, or -1 when it is not in it. */
+static ssize_t
+snapshot_index(const struct pool_snapshot *snap, const struct server *s)
 {
     if (snap == NULL || snap->ring == NULL)
-        return 0;
+        return -1;
     for (size_t i = 0; i < snap->n; i++)
         if (snap->servers[i] == s)
-            return chash_ring_share(snap->ring, i);
-    return 0;
+            return (ssize_t)i;
+    return -1;
+}
+
+double
+pool_snapshot_share(const struct pool_snapshot *snap, const struct server *s)
+{
+    ssize_t i = snapshot_index(snap, s);
+    return i < 0 ? 0.0 : chash_ring_share(snap->ring, (size_t)i);
+}
+
+size_t
+pool_snapshot_points(const struct pool_snapshot *snap, const struct server *s)
+{
+    ssize_t i = snapshot_index(snap, s);
+    return i < 0 ? 0 : chash_ring_member_points(snap->ring, (size_t)i);
 }
 
 static double
@@ -443,7 +459,7 @@ static const char *
 traffic_note(const struct pool *p, const struct server *s,
              const struct pool_snapshot *snap)
 {
-    if (server_usable(s) || snapshot_share(snap, s) == 0)
+    if (server_usable(s) || pool_snapshot_share(snap, s) == 0)
         return "";
     if (p->cfg.on_failure == CONF_ON_FAILURE_FAILOVER)
         return "; its clients fail over to their next members";
@@ -487,7 +503,8 @@ pool_rebuild(struct pool *p, struct server *s, const char *what,
         log_info("pool %s: member %s (%s) %s%s%s; share %.6f -> %.6f; %s "
                  "(v%llu)%s",
                  p->name, s->name, s->addr.text, what, s->reason[0] ? ": " : "",
-                 s->reason, snapshot_share(old, s), snapshot_share(snap, s), mv,
+                 s->reason, pool_snapshot_share(old, s),
+                 pool_snapshot_share(snap, s), mv,
                  (unsigned long long)snap->version, traffic_note(p, s, snap));
     else
         log_info("pool %s: %s; %s (v%llu)", p->name, what, mv,
@@ -885,7 +902,8 @@ pool_tick(uint64_t now_ms)
                     log_debug("pool %s: member %s ramp %.3f, share %.6f; "
                               "moved %.6f of the keys (v%llu)",
                               p->name, p->servers[j]->name, p->servers[j]->ramp,
-                              snapshot_share(chg.to, p->servers[j]), chg.moved,
+                              pool_snapshot_share(chg.to, p->servers[j]),
+                              chg.moved,
                               (unsigned long long)chg.to->version);
         /* At least 20 rebuilds per window: 25, not faster than 10ms. */
         p->next_ramp_ms = now_ms + (window / 25 > 10 ? window / 25 : 10);

@@ -260,6 +260,14 @@ pool_snapshot(struct pool *p)
     return atomic_load(&p->snap);
 }
 
+/* The exact share and the points member <s> owns in <snap>'s ring; 0 when
+ * <snap> is NULL, has no ring, or <s> is not in it. Any thread that holds
+ * <snap> (a worker in an epoch section, or the control thread). */
+double pool_snapshot_share(const struct pool_snapshot *snap,
+                           const struct server *s);
+size_t pool_snapshot_points(const struct pool_snapshot *snap,
+                            const struct server *s);
+
 /* Routing decisions, counted per pool in stats_pool. */
 enum pool_decision {
     POOL_FIRST_CHOICE,
