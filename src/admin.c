@@ -865,17 +865,6 @@ unknown_key(json_t *j, const char *const *allowed)
     return NULL;
 }
 
-/* Weight from <v> into *<w>: an integer in [0, ADMIN_MAX_WEIGHT]. */
-static bool
-weight_ok(const json_t *v, uint32_t *w)
-{
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        json_integer_value(v) > ADMIN_MAX_WEIGHT)
-        return false;
-    *w = (uint32_t)json_integer_value(v);
-    return true;
-}
-
 /*
  * A network address must carry exactly one port. The weight is appended
  * to it below to parse a `servers:` line, so "127.0.0.1" or "[::1]"
@@ -894,18 +883,34 @@ address_has_port(const char *a)
     return colon != NULL && colon[1] != '\0' && strchr(colon + 1, ':') == NULL;
 }
 
-/* Jump consistent hash has no weights: a member is in (1) or out (0).
- * Say so rather than let libchash's generic weight error answer. */
+/*
+ * The "weight" of a member change, when <v> gives one (else *<w> stays):
+ * an integer in [0, ADMIN_MAX_WEIGHT], and 0 or 1 in a jump pool -- said
+ * plainly rather than left to libchash's generic weight error. On a bad
+ * weight the 400 is answered into *<ret> and false returned.
+ */
 static bool
-jump_weight_ok(struct MHD_Connection *c, const struct pool *p, uint32_t weight,
-               enum MHD_Result *ret)
+member_weight(struct MHD_Connection *c, const struct pool *p, const json_t *v,
+              uint32_t *w, enum MHD_Result *ret)
 {
-    if (p->cfg.distribution != CHASH_ALGO_JUMP || weight <= 1)
+    if (v == NULL)
         return true;
-    *ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                         "pool %s uses jump, which takes weights 0 or 1 only",
-                         p->name);
-    return false;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > ADMIN_MAX_WEIGHT) {
+        *ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
+                             "\"weight\" must be an integer in [0, %d]",
+                             ADMIN_MAX_WEIGHT);
+        return false;
+    }
+    *w = (uint32_t)json_integer_value(v);
+    if (p->cfg.distribution == CHASH_ALGO_JUMP && *w > 1) {
+        *ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
+                             "pool %s uses jump, which takes weights 0 or 1 "
+                             "only",
+                             p->name);
+        return false;
+    }
+    return true;
 }
 
 /* ---- handlers ------------------------------------------------------------ */
@@ -998,13 +1003,7 @@ member_add(struct MHD_Connection *c, struct pool *p,
                             ADMIN_MAX_NAME);
         goto out;
     }
-    if (jw != NULL && !weight_ok(jw, &weight)) {
-        ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                            "\"weight\" must be an integer in [0, %d]",
-                            ADMIN_MAX_WEIGHT);
-        goto out;
-    }
-    if (!jump_weight_ok(c, p, weight, &ret))
+    if (!member_weight(c, p, jw, &weight, &ret))
         goto out;
     if (!address_has_port(json_string_value(jaddr))) {
         ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
@@ -1172,13 +1171,7 @@ member_patch(struct MHD_Connection *c, struct pool *p, struct server *s,
                             "\"state\"");
         goto out;
     }
-    if (jw != NULL && !weight_ok(jw, &weight)) {
-        ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                            "\"weight\" must be an integer in [0, %d]",
-                            ADMIN_MAX_WEIGHT);
-        goto out;
-    }
-    if (jw != NULL && !jump_weight_ok(c, p, weight, &ret))
+    if (!member_weight(c, p, jw, &weight, &ret))
         goto out;
     if (jst != NULL) {
         stname = json_string_value(jst);
