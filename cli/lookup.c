@@ -34,24 +34,15 @@ struct lookup {
     char tag[3];        /* twemproxy hash_tag, "" when unset */
 };
 
-/* twemproxy's hash_tag: hash only the text between the first tag[0] and
- * the next tag[1] after it, when that text is not empty. */
+/* twemproxy's hash_tag (libchash's one rule). */
 static void
 tagged(const struct lookup *l, const char *key, size_t len,
        const char **part, size_t *plen)
 {
-    *part = key;
-    *plen = len;
-    if (l->tag[0] == '\0')
-        return;
-    const char *s = memchr(key, l->tag[0], len);
-    if (s == NULL)
-        return;
-    const char *e = memchr(s + 1, l->tag[1], len - (size_t)(s + 1 - key));
-    if (e != NULL && e - s > 1) {
-        *part = s + 1;
-        *plen = (size_t)(e - s - 1);
-    }
+    size_t off;
+
+    *plen = chash_key_tag(key, len, l->tag, &off);
+    *part = key + off;
 }
 
 static void

@@ -290,3 +290,24 @@ chash_hash_from_name(const char *name)
             return table[i].id;
     return -CHASH_EHASH;
 }
+
+/* Hash tags (twemproxy nc_server.c, the Redis Cluster rule): the first
+ * opening character, then the first closing one after it; an empty tag
+ * ("{}") means the whole key, so keys like "a{}b" still spread. */
+size_t
+chash_key_tag(const void *key, size_t len, const char *tag, size_t *off)
+{
+    const char *k = key, *open, *close;
+
+    *off = 0;
+    if (tag == NULL || tag[0] == '\0' || tag[1] == '\0' || len == 0)
+        return len;
+    open = memchr(k, tag[0], len);
+    if (open == NULL)
+        return len;
+    close = memchr(open + 1, tag[1], len - (size_t)(open + 1 - k));
+    if (close == NULL || close == open + 1)
+        return len;
+    *off = (size_t)(open + 1 - k);
+    return (size_t)(close - open - 1);
+}

@@ -1288,17 +1288,10 @@ pool_lookup(struct MHD_Connection *c, struct pool *p)
      * text ("127.0.0.5"), so ?key=127.0.0.5 answers for that client; a
      * twemproxy hash_tag ("{}") hashes only the tagged part of a key. */
     {
-        const char *part = key, *open_tag, *close_tag;
-        size_t plen = strlen(key);
+        size_t off, plen = chash_key_tag(key, strlen(key), p->cfg.hash_tag,
+                                         &off);
 
-        if (p->cfg.hash_tag[0] != '\0' &&
-            (open_tag = strchr(key, p->cfg.hash_tag[0])) != NULL &&
-            (close_tag = strchr(open_tag + 1, p->cfg.hash_tag[1])) != NULL &&
-            close_tag > open_tag + 1) {
-            part = open_tag + 1;
-            plen = (size_t)(close_tag - part);
-        }
-        hash = chash_ring_hash(snap->ring, part, plen);
+        hash = chash_ring_hash(snap->ring, key + off, plen);
     }
     n = chash_ring_lookup_n(snap->ring, hash, idx, replicas);
     arr = json_array();

@@ -236,6 +236,18 @@ CHASH_EXTERN uint64_t chash_ring_checksum(const struct chash_ring *ring);
 CHASH_EXTERN void chash_ring_config(const struct chash_ring *ring,
                                     struct chash_config *cfg);
 
+/*
+ * The part of <key> (<len> bytes) that is hashed under a twemproxy /
+ * Redis Cluster hash tag <tag> (two characters, e.g. "{}"): the bytes
+ * between the first <tag>[0] and the first <tag>[1] after it, when there
+ * is at least one; otherwise the whole key. Sets *<off> to where the part
+ * starts and returns its length. A <tag> of NULL or "" hashes the whole
+ * key. Pure; cannot fail. "user:{42}:a" -> "42"; "foo{}{bar}" -> the
+ * whole key; "foo{{bar}}zap" -> "{bar".
+ */
+CHASH_EXTERN size_t chash_key_tag(const void *key, size_t len, const char *tag,
+                                  size_t *off);
+
 /* Hash functions by id: chash_hash() returns 0 for an unknown id. */
 CHASH_EXTERN uint64_t chash_hash(int hash, const void *key, size_t len);
 CHASH_EXTERN int chash_hash_bits(int hash);         /* 32, 64, or 0 */

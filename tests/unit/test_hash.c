@@ -105,6 +105,33 @@ test_sign_extension(void **state)
                          h(CHASH_HASH_FNV1A_64, high) & 0xffffffffu);
 }
 
+/* Hash tags, the rule twemproxy and Redis Cluster share (the reference's
+ * verified cases): the first '{', the first '}' after it, non-empty. */
+static void
+tag_is(const char *key, const char *tag, const char *want)
+{
+    size_t off, n = chash_key_tag(key, strlen(key), tag, &off);
+
+    assert_int_equal(n, strlen(want));
+    assert_memory_equal(key + off, want, n);
+}
+
+static void
+test_key_tag(void **state)
+{
+    (void)state;
+    tag_is("user:{u1}:a", "{}", "u1");
+    tag_is("{u1}", "{}", "u1");
+    tag_is("foo{}{bar}", "{}", "foo{}{bar}");
+    tag_is("foo{{bar}}zap", "{}", "{bar");
+    tag_is("foo{bar", "{}", "foo{bar");
+    tag_is("nobrace", "{}", "nobrace");
+    tag_is("a$b$c", "$$", "b");
+    tag_is("user:{u1}:a", "", "user:{u1}:a");
+    tag_is("user:{u1}:a", NULL, "user:{u1}:a");
+    tag_is("", "{}", "");
+}
+
 int
 main(void)
 {
@@ -115,6 +142,7 @@ main(void)
         cmocka_unit_test(test_md5_crc32),
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_sign_extension),
+        cmocka_unit_test(test_key_tag),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
