@@ -23,6 +23,7 @@
 #include "clock.h"
 #include "control.h"
 #include "log.h"
+#include "membership.h"
 #include "pool.h"
 #include "state.h"
 
@@ -81,7 +82,7 @@ passive_cb(struct control_watch *w, uint32_t events)
             snprintf(why, sizeof(why),
                      "%u connect failures in a row; probe again in %ums", fails,
                      p->cfg.server_retry_timeout_ms);
-            server_set_health(s, HEALTH_EJECTED, why);
+            membership_health(s, HEALTH_EJECTED, why);
         }
     }
 }
@@ -194,7 +195,7 @@ probe_done(struct server *s, bool ok, const char *why)
             s->check_ok = s->check_fail = 0;
             atomic_store(&s->fails, 0);
             s->next_check_ms = now + p->cfg.health.interval_ms;
-            server_set_health(s, HEALTH_UP, "probe after ejection succeeded");
+            membership_health(s, HEALTH_UP, "probe after ejection succeeded");
         } else {
             s->eject_until_ms = now + p->cfg.server_retry_timeout_ms;
             log_debug("pool %s: member %s still failing (%s); next probe in "
@@ -210,7 +211,7 @@ probe_done(struct server *s, bool ok, const char *why)
         if (s->health == HEALTH_DOWN && s->check_ok >= p->cfg.health.rise) {
             snprintf(msg, sizeof(msg), "%u checks passed", s->check_ok);
             atomic_store(&s->fails, 0);
-            server_set_health(s, HEALTH_UP, msg);
+            membership_health(s, HEALTH_UP, msg);
         }
     } else {
         s->check_ok = 0;
@@ -218,7 +219,7 @@ probe_done(struct server *s, bool ok, const char *why)
         if (s->health == HEALTH_UP && s->check_fail >= p->cfg.health.fall) {
             snprintf(msg, sizeof(msg), "%u checks failed (last: %s)",
                      s->check_fail, why);
-            server_set_health(s, HEALTH_DOWN, msg);
+            membership_health(s, HEALTH_DOWN, msg);
         }
     }
 }

@@ -22,6 +22,7 @@
 #include "control.h"
 #include "health.h"
 #include "log.h"
+#include "membership.h"
 #include "metrics.h"
 #include "pool.h"
 #include "proto/proto.h"
@@ -146,7 +147,7 @@ reload(void)
 
     log_info("reload: loading %s", conf_path ? conf_path : "<embedded>");
     if (nc == NULL || check_supported(nc, err, sizeof(err)) < 0 ||
-        admin_state_apply(nc, err, sizeof(err)) < 0) {
+        membership_state_apply(nc, err, sizeof(err)) < 0) {
         log_error("reload refused, the running config stays: %s", err);
         metrics_note_reload(false);
         conf_destroy(nc);
@@ -173,6 +174,7 @@ reload(void)
                       "%s",
                       cp->name, err);
             metrics_note_reload(false);
+            membership_state_abandon();
             goto out;
         }
     }
@@ -224,7 +226,7 @@ reload(void)
             fds[i] = NULL;
         }
     }
-    admin_state_settle();
+    membership_state_settle();
     admin_reconfigure(nc);
     if (nc->workers != conf->workers)
         log_warn("reload: workers %u -> %u needs a restart; still %u",
@@ -317,7 +319,6 @@ static void
 main_tick(uint64_t now, void *arg)
 {
     (void)arg;
-    pool_tick(now);
     pool_reclaim();
     if (draining) {
         uint64_t left = worker_connections();
@@ -454,11 +455,11 @@ main(int argc, char **argv)
     raise_nofile();
 
     if (control_init() < 0 || pool_global_init(conf->workers) < 0 ||
-        health_init() < 0) {
+        health_init() < 0 || membership_init() < 0) {
         log_error("cannot start: %s", strerror(errno));
         goto out;
     }
-    if (admin_state_apply(conf, err, sizeof(err)) < 0) {
+    if (membership_state_apply(conf, err, sizeof(err)) < 0) {
         log_error("cannot start: %s", err);
         rc = 2;
         goto out;
@@ -499,7 +500,7 @@ main(int argc, char **argv)
         }
         free(fds);
     }
-    admin_state_settle();
+    membership_state_settle();
     /* The admin API registers its own watch and tick with the loop. */
     if (admin_start(conf, err, sizeof(err)) < 0) {
         log_error("cannot start: %s", err);
@@ -529,7 +530,7 @@ out:
     worker_stop_all();
     health_deinit();
     pool_global_deinit();
-    admin_state_free();
+    membership_state_free();
     if (sigwatch.fd >= 0)
         close(sigwatch.fd);
     control_deinit();

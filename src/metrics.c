@@ -11,8 +11,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "admin.h"
 #include "chash/chash.h"
+#include "membership.h"
 #include "pool.h"
 #include "state.h"
 #include "stats.h"
@@ -344,10 +344,10 @@ pool_family(FILE *f, enum pool_value v)
             u = n;
             break;
         case PV_CHANGES:
-            u = admin_pool_changes(p->name, &moved);
+            u = membership_pool_changes(p->name, &moved);
             break;
         case PV_LAST_MOVED:
-            admin_pool_changes(p->name, &moved);
+            membership_pool_changes(p->name, &moved);
             d = moved;
             break;
         case PV_SNAPSHOT:

@@ -39,12 +39,22 @@ static const char *const state_names[SERVER_STATE_COUNT] = {
     "up", "down", "ejected", "draining", "maint", "removed",
 };
 
+static const char *const health_names[] = {"up", "down", "ejected"};
+
 const char *
 server_state_name(int state)
 {
     if (state < 0 || state >= SERVER_STATE_COUNT)
         return "unknown";
     return state_names[state];
+}
+
+const char *
+server_health_name(int health)
+{
+    if (health < HEALTH_UP || health > HEALTH_EJECTED)
+        return "unknown";
+    return health_names[health];
 }
 
 static void *
@@ -101,6 +111,8 @@ snapshot_free(struct pool_snapshot *snap)
         server_unref(snap->servers[i]);
     chash_ring_destroy(snap->ring);
     free(snap->servers);
+    free(snap->members);
+    free(snap->states);
     free(snap);
 }
 
@@ -261,8 +273,10 @@ server_create(struct pool *p, const struct conf_server *cs, bool ramp)
     s->admin = STATE_ADMIN_UP;
     s->ramp = 1.0;
     s->since_ms = clock_ms();
-    if (ramp && p->cfg.slow_start_ms > 0) {
+    if (ramp && p->cfg.slow_start_ms > 0 &&
+        p->cfg.ring.algo != CHASH_ALGO_JUMP) {
         s->ramp = 0.0;
+        s->ramp_from = 0.0;
         s->ramping = true;
         s->ramp_start_ms = s->since_ms;
     }
@@ -375,7 +389,8 @@ snapshot_build(struct pool *p, uint64_t version)
     if (p->nservers > 0) {
         m = calloc(p->nservers, sizeof(*m));
         snap->servers = calloc(p->nservers, sizeof(*snap->servers));
-        if (m == NULL || snap->servers == NULL)
+        snap->states = calloc(p->nservers, sizeof(*snap->states));
+        if (m == NULL || snap->servers == NULL || snap->states == NULL)
             goto fail;
     }
     for (size_t i = 0; i < p->nservers; i++) {
@@ -385,6 +400,8 @@ snapshot_build(struct pool *p, uint64_t version)
         m[snap->n].name = s->name;
         m[snap->n].weight = s->weight;
         m[snap->n].ramp = s->ramp;
+        snap->states[snap->n] =
+            atomic_load_explicit(&s->state, memory_order_relaxed);
         snap->servers[snap->n++] = s;
     }
     rc = snap->n > 0 ? chash_ring_create(&p->cfg.ring, m, snap->n, &snap->ring)
@@ -404,13 +421,64 @@ snapshot_build(struct pool *p, uint64_t version)
         if (snap->ring != NULL && server_usable(snap->servers[i]))
             snap->usable_points += chash_ring_member_points(snap->ring, i);
     }
-    free(m);
+    /* The member list stays with the snapshot (names are the members',
+     * alive as long as the snapshot holds its references): reports
+     * compare two snapshots' routing views without the live servers. */
+    snap->members = m;
     return snap;
 fail:
     free(m);
     free(snap->servers);
+    free(snap->states);
     free(snap);
     return NULL;
+}
+
+ssize_t
+pool_snapshot_routing(const struct pool_snapshot *snap, bool full,
+                      struct chash_member **out)
+{
+    struct chash_member *m;
+    size_t n = 0;
+
+    *out = NULL;
+    if (snap == NULL || snap->n == 0)
+        return 0;
+    m = calloc(snap->n, sizeof(*m));
+    if (m == NULL)
+        return -1;
+    for (size_t i = 0; i < snap->n; i++) {
+        if (snap->states[i] != SERVER_UP)
+            continue;
+        m[n] = snap->members[i];
+        if (full)
+            m[n].ramp = 1.0;
+        n++;
+    }
+    *out = m;
+    return (ssize_t)n;
+}
+
+struct chash_ring *
+pool_snapshot_routing_ring(const struct pool_snapshot *snap,
+                           const struct chash_config *cfg, bool *built)
+{
+    struct chash_member *m;
+    struct chash_ring *ring = NULL;
+    ssize_t n;
+
+    *built = false;
+    if (snap == NULL || snap->ring == NULL)
+        return NULL;
+    n = pool_snapshot_routing(snap, false, &m);
+    if (n == (ssize_t)snap->n) {
+        free(m);
+        return snap->ring;
+    }
+    if (n > 0 && chash_ring_create(cfg, m, (size_t)n, &ring) == 0)
+        *built = true;
+    free(m);
+    return ring;
 }
 
 /* The index of member <s> in <snap>'s ring, or -1 when it is not in it. */
@@ -439,43 +507,11 @@ pool_snapshot_points(const struct pool_snapshot *snap, const struct server *s)
     return i < 0 ? 0 : chash_ring_member_points(snap->ring, (size_t)i);
 }
 
-static double
-snapshot_moved(const struct pool_snapshot *from, const struct pool_snapshot *to)
-{
-    double moved;
-
-    if (from == NULL || to == NULL)
-        return -1;
-    if (from->ring == NULL || to->ring == NULL)
-        return from->ring == to->ring ? 0 : 1;
-    if (chash_ring_diff(from->ring, to->ring, &moved) < 0)
-        return -1; /* algorithm or hash changed by a reload */
-    return moved;
-}
-
-/* With failover and error an unusable member keeps its ring share, so the
- * ring's diff says nothing moved: say where its clients go instead. */
-static const char *
-traffic_note(const struct pool *p, const struct server *s,
-             const struct pool_snapshot *snap)
-{
-    if (server_usable(s) || pool_snapshot_share(snap, s) == 0)
-        return "";
-    if (p->cfg.on_failure == CONF_ON_FAILURE_FAILOVER)
-        return "; its clients fail over to their next members";
-    if (p->cfg.on_failure == CONF_ON_FAILURE_ERROR)
-        return "; its clients are refused (on_failure: error)";
-    return "";
-}
-
 int
-pool_rebuild(struct pool *p, struct server *s, const char *what,
-             struct pool_change *chg)
+pool_rebuild(struct pool *p, struct pool_change *chg)
 {
     struct pool_snapshot *old = atomic_load(&p->snap);
     struct pool_snapshot *snap;
-    double moved;
-    char mv[96];
 
     snap = snapshot_build(p, old != NULL ? old->version + 1 : 1);
     if (snap == NULL)
@@ -485,30 +521,10 @@ pool_rebuild(struct pool *p, struct server *s, const char *what,
      * order with the epoch and the workers' marks. */
     atomic_store(&p->snap, snap);
     snapshot_retire(old);
-    moved = snapshot_moved(old, snap);
     if (chg != NULL) {
         chg->from = old;
         chg->to = snap;
-        chg->moved = moved;
     }
-    if (what == NULL)
-        return 0;
-    if (moved >= 0)
-        snprintf(mv, sizeof(mv), "moved %.6f of the keys", moved);
-    else
-        snprintf(mv, sizeof(mv),
-                 "moved: not comparable (the algorithm or "
-                 "hash changed: every key may move)");
-    if (s != NULL)
-        log_info("pool %s: member %s (%s) %s%s%s; share %.6f -> %.6f; %s "
-                 "(v%llu)%s",
-                 p->name, s->name, s->addr.text, what, s->reason[0] ? ": " : "",
-                 s->reason, pool_snapshot_share(old, s),
-                 pool_snapshot_share(snap, s), mv,
-                 (unsigned long long)snap->version, traffic_note(p, s, snap));
-    else
-        log_info("pool %s: %s; %s (v%llu)", p->name, what, mv,
-                 (unsigned long long)snap->version);
     return 0;
 }
 
@@ -579,7 +595,7 @@ pool_create(const struct conf_pool *cp, bool boot, struct pool **out, char *err,
         log_warn("pool %s: balance_factor is ignored with on_failure: error "
                  "(a spilled key would reach a member that does not own it)",
                  p->name);
-    if (pool_rebuild(p, NULL, NULL, NULL) < 0 || pool_register(p) < 0)
+    if (pool_rebuild(p, NULL) < 0 || pool_register(p) < 0)
         goto fail;
     if (!boot)
         p->next_ramp_ms = clock_ms();
@@ -609,7 +625,7 @@ pool_remove(struct pool *p)
         pool_list_remove(p, p->nservers - 1);
     /* Connections still in their connect phase may look again: give them
      * an empty ring rather than a dangling one. */
-    pool_rebuild(p, NULL, NULL, NULL);
+    pool_rebuild(p, NULL);
     log_info("pool %s: removed", p->name);
     pool_unref(p);
 }
@@ -649,14 +665,52 @@ pool_at(size_t i)
     return i < npools ? pools[i] : NULL;
 }
 
+/* Start (or restart) <s>'s slow-start ramp at <from> (fraction of its
+ * weight it already has). */
+static void
+ramp_start(struct pool *p, struct server *s, double from)
+{
+    s->ramp_from = from;
+    s->ramp = from;
+    s->ramping = true;
+    s->ramp_start_ms = clock_ms();
+    p->next_ramp_ms = s->ramp_start_ms;
+}
+
+/*
+ * Give <s> weight <w>. A raise, when the pool has a slow start, ramps from
+ * the old weight: with ramp r of the new weight, the member owns the first
+ * floor(r x points) of its points (or r x weight for the table and score
+ * algorithms), so starting at old/new keeps what it had, and raising r
+ * only moves keys onto it. A hair above old/new: floor() of 1/3 x 480 is
+ * 159, and the member would lose a point for a moment. A member that owns
+ * nothing yet (weight 0) starts from 0, as an added one.
+ */
+static void
+server_set_weight(struct pool *p, struct server *s, uint32_t w)
+{
+    uint32_t old = s->weight;
+
+    s->weight = w;
+    /* A lower weight applies at once: keys only leave the member. */
+    if (w <= old || p->cfg.slow_start_ms == 0 ||
+        p->cfg.ring.algo == CHASH_ALGO_JUMP)
+        return;
+    {
+        /* Continue from what the member owns now (it may be ramping). */
+        double owned = (double)old * (s->ramping ? s->ramp : 1.0);
+        double from = owned / (double)w + 1e-12;
+
+        ramp_start(p, s, from < 1.0 ? from : 1.0);
+    }
+}
+
 int
 pool_reconfigure(struct pool *p, const struct conf_pool *cp, char *err,
                  size_t errlen)
 {
     struct conf_addr listen;
-    char what[512];
-    size_t added = 0, removed = 0, reweighted = 0;
-    int n;
+    size_t added = 0;
 
     /* Settings first: new members ramp according to the new slow_start.
      * The name stays the very same string: workers read p->name (log
@@ -680,17 +734,14 @@ pool_reconfigure(struct pool *p, const struct conf_pool *cp, char *err,
             log_info("pool %s: member %s (%s) removed by reload", p->name,
                      s->name, s->addr.text);
             pool_list_remove(p, i);
-            removed++;
         }
     }
     for (size_t j = 0; j < cp->nservers; j++) {
         const struct conf_server *cs = &cp->servers[j];
         struct server *s = pool_server_find(p, cs->name);
         if (s != NULL) {
-            if (s->weight != cs->weight) {
-                s->weight = cs->weight;
-                reweighted++;
-            }
+            if (s->weight != cs->weight)
+                server_set_weight(p, s, cs->weight);
             continue;
         }
         s = server_create(p, cs, true);
@@ -709,14 +760,10 @@ pool_reconfigure(struct pool *p, const struct conf_pool *cp, char *err,
         for (size_t j = 0; j < p->nservers; j++)
             if (p->servers[j]->health == HEALTH_DOWN)
                 server_set_health(p->servers[j], HEALTH_UP,
-                                  "health checks turned off by reload");
+                                  "health checks turned off by reload", NULL);
     if (added > 0)
         p->next_ramp_ms = clock_ms();
-    n = snprintf(what, sizeof(what),
-                 "reloaded: %zu members (+%zu -%zu, %zu reweighted)",
-                 p->nservers, added, removed, reweighted);
-    (void)n;
-    if (pool_rebuild(p, NULL, what, NULL) < 0) {
+    if (pool_rebuild(p, NULL) < 0) {
         snprintf(err, errlen, "pool %s: cannot rebuild the ring: %s", p->name,
                  strerror(errno));
         return -1;
@@ -751,7 +798,7 @@ pool_member_add(struct pool *p, const struct conf_server *cs,
     p->next_ramp_ms = clock_ms();
     snprintf(s->reason, sizeof(s->reason), "%s",
              s->ramping ? "slow start from 0" : "at full weight");
-    if (pool_rebuild(p, s, "added", chg) < 0) {
+    if (pool_rebuild(p, chg) < 0) {
         pool_list_remove(p, p->nservers - 1);
         return -1;
     }
@@ -762,20 +809,13 @@ int
 pool_member_remove(struct pool *p, const char *name, struct pool_change *chg)
 {
     long i = pool_server_index(p, name);
-    struct server *s;
-    int rc;
 
     if (i < 0) {
         errno = ENOENT;
         return -1;
     }
-    s = p->servers[i];
-    server_ref(s); /* for the log line */
     pool_list_remove(p, (size_t)i);
-    snprintf(s->reason, sizeof(s->reason), "by the operator");
-    rc = pool_rebuild(p, s, "removed", chg);
-    server_unref(s);
-    return rc;
+    return pool_rebuild(p, chg);
 }
 
 int
@@ -783,16 +823,15 @@ pool_member_set_weight(struct pool *p, const char *name, uint32_t weight,
                        struct pool_change *chg)
 {
     struct server *s = pool_server_find(p, name);
-    char what[64];
 
     if (s == NULL) {
         errno = ENOENT;
         return -1;
     }
-    snprintf(what, sizeof(what), "weight %u -> %u", s->weight, weight);
-    s->weight = weight;
-    s->reason[0] = '\0';
-    return pool_rebuild(p, s, what, chg);
+    server_set_weight(p, s, weight);
+    snprintf(s->reason, sizeof(s->reason), "%s",
+             s->ramping ? "weight raised: ramping" : "by the operator");
+    return pool_rebuild(p, chg);
 }
 
 int
@@ -800,7 +839,6 @@ pool_member_set_admin(struct pool *p, const char *name, int admin,
                       struct pool_change *chg)
 {
     struct server *s = pool_server_find(p, name);
-    char what[64];
     int old;
 
     if (s == NULL) {
@@ -815,29 +853,24 @@ pool_member_set_admin(struct pool *p, const char *name, int admin,
     s->admin = admin;
     server_update_state(s);
     if (admin == STATE_ADMIN_UP && old != SERVER_UP &&
-        atomic_load(&s->state) == SERVER_UP && p->cfg.slow_start_ms > 0) {
-        s->ramp = 0;
-        s->ramping = true;
-        s->ramp_start_ms = clock_ms();
-        p->next_ramp_ms = s->ramp_start_ms;
-    }
-    snprintf(what, sizeof(what), "%s -> %s", server_state_name(old),
-             server_state_name(atomic_load(&s->state)));
+        atomic_load(&s->state) == SERVER_UP && p->cfg.slow_start_ms > 0 &&
+        p->cfg.ring.algo != CHASH_ALGO_JUMP)
+        ramp_start(p, s, 0.0);
     snprintf(s->reason, sizeof(s->reason), "by the operator");
     if (admin == STATE_ADMIN_MAINT)
         health_cancel(s);
-    return pool_rebuild(p, s, what, chg);
+    return pool_rebuild(p, chg);
 }
 
-void
-server_set_health(struct server *s, int health, const char *reason)
+int
+server_set_health(struct server *s, int health, const char *reason,
+                  struct pool_change *chg)
 {
     struct pool *p = s->pool;
-    int old = atomic_load(&s->state), now;
-    char what[96];
+    int now;
 
     if (p == NULL || s->health == health)
-        return;
+        return 0;
     s->health = health;
     if (health == HEALTH_EJECTED)
         s->ejections++;
@@ -846,26 +879,26 @@ server_set_health(struct server *s, int health, const char *reason)
     snprintf(s->reason, sizeof(s->reason), "%s", reason);
     if (health != HEALTH_UP) {
         s->ramping = false;
-    } else if (now == SERVER_UP && p->cfg.slow_start_ms > 0) {
+    } else if (now == SERVER_UP && p->cfg.slow_start_ms > 0 &&
+               p->cfg.ring.algo != CHASH_ALGO_JUMP) {
         /* Back up: ramp from 0 so its keys return gradually. */
-        s->ramp = 0;
-        s->ramping = true;
-        s->ramp_start_ms = clock_ms();
-        p->next_ramp_ms = s->ramp_start_ms;
+        ramp_start(p, s, 0.0);
     } else {
         s->ramp = 1;
     }
-    if (now == SERVER_UP && s->ramping)
-        snprintf(what, sizeof(what), "%s -> up, ramping over %ums",
-                 server_state_name(old), p->cfg.slow_start_ms);
-    else
-        snprintf(what, sizeof(what), "%s -> %s", server_state_name(old),
-                 server_state_name(now));
-    pool_rebuild(p, s, what, NULL);
+    if (pool_rebuild(p, chg) < 0)
+        log_error("pool %s: member %s is %s but the ring could not be "
+                  "rebuilt: %s",
+                  p->name, s->name, server_health_name(health),
+                  strerror(errno));
+    return 1;
 }
 
 void
-pool_tick(uint64_t now_ms)
+pool_tick(uint64_t now_ms,
+          void (*done)(struct pool *p, struct server *s,
+                       const struct pool_change *chg, void *arg),
+          void *arg)
 {
     for (size_t i = 0; i < npools; i++) {
         struct pool *p = pools[i];
@@ -881,29 +914,36 @@ pool_tick(uint64_t now_ms)
             double r;
             if (!s->ramping)
                 continue;
-            r = window > 0 ? (double)(now_ms - s->ramp_start_ms) / window : 1;
+            r = window > 0
+                    ? s->ramp_from + (1.0 - s->ramp_from) *
+                                         (double)(now_ms - s->ramp_start_ms) /
+                                         window
+                    : 1;
             if (r >= 1) {
                 s->ramp = 1;
                 s->ramping = false;
                 snprintf(s->reason, sizeof(s->reason), "slow start over %ums",
                          window);
-                pool_rebuild(p, s, "ramp done", NULL);
+                if (pool_rebuild(p, &chg) == 0 && done != NULL)
+                    done(p, s, &chg, arg);
                 continue;
             }
-            s->ramp = r;
+            /* Never backwards: a member whose weight was raised while it
+             * ramped continues from what it owned. */
+            if (r > s->ramp)
+                s->ramp = r;
             any = true;
         }
         if (!any)
             continue;
         /* Ramp steps are not state changes: debug lines only. */
-        if (pool_rebuild(p, NULL, NULL, &chg) == 0 && log_enabled(LOG_DEBUG))
+        if (pool_rebuild(p, &chg) == 0 && log_enabled(LOG_DEBUG))
             for (size_t j = 0; j < p->nservers; j++)
                 if (p->servers[j]->ramping)
-                    log_debug("pool %s: member %s ramp %.3f, share %.6f; "
-                              "moved %.6f of the keys (v%llu)",
+                    log_debug("pool %s: member %s ramp %.3f, share %.6f "
+                              "(v%llu)",
                               p->name, p->servers[j]->name, p->servers[j]->ramp,
                               pool_snapshot_share(chg.to, p->servers[j]),
-                              chg.moved,
                               (unsigned long long)chg.to->version);
         /* At least 20 rebuilds per window: 25, not faster than 10ms. */
         p->next_ramp_ms = now_ms + (window / 25 > 10 ? window / 25 : 10);

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "conf.h"
 #include "stats.h"
@@ -78,6 +79,8 @@ struct server {
     int admin;   /* enum state_admin (state.h): up/drain/maint */
     double ramp; /* slow-start fraction in the ring, 1 = full */
     bool ramping;
+    double ramp_from; /* where the ramp started: 0 for a member entering,
+                         old/new weight for a weight increase */
     uint64_t ramp_start_ms;
     uint64_t since_ms;                 /* when `state` last changed */
     uint64_t eject_until_ms;           /* EJECTED: first re-admission probe */
@@ -113,12 +116,15 @@ struct pool_settings {
  * passed the epoch in which it was retired.
  */
 struct pool_snapshot {
-    uint64_t version;        /* per pool, +1 per publish */
-    struct chash_ring *ring; /* NULL: no member owns anything */
-    size_t n;                /* members in the ring */
-    struct server **servers; /* [n] ring index -> member (ref held) */
-    uint64_t usable_points;  /* points of the UP members: W of the
-                                bounded-load cap */
+    uint64_t version;             /* per pool, +1 per publish */
+    struct chash_ring *ring;      /* NULL: no member owns anything */
+    size_t n;                     /* members in the ring */
+    struct server **servers;      /* [n] ring index -> member (ref held) */
+    struct chash_member *members; /* [n] as the ring was built: name
+                                     (the member's own), weight, ramp */
+    int *states;                  /* [n] enum server_state at build */
+    uint64_t usable_points;       /* points of the UP members: W of the
+                                     bounded-load cap */
     struct pool_settings set;
     /* retirement */
     uint64_t retire_epoch;
@@ -189,17 +195,20 @@ void server_unref(struct server *s);
 struct server *pool_server_find(const struct pool *p, const char *name);
 
 /*
- * Runtime changes for the admin API. Each applies the change, rebuilds and
- * publishes the snapshot, logs one line with the exact moved fraction, and
- * fills <chg> (may be NULL): the old and new snapshots (valid until the
- * control loop's next pool_reclaim) and chash_ring_diff between them.
- * 0, or -1 with errno: ENOENT (no such member), EEXIST (name or address
- * taken), EINVAL (bad argument), ENOMEM.
+ * Runtime changes (membership.c calls them: it checks, reports and logs).
+ * Each applies the change, rebuilds and publishes the snapshot, and fills
+ * <chg> (may be NULL) with the old and new snapshots, valid until the
+ * control loop's next pool_reclaim. Nothing is logged here. 0, or -1 with
+ * errno: ENOENT (no such member), EEXIST (name or address taken), EINVAL
+ * (bad argument), ENOMEM.
+ *
+ * A weight raised while the pool has a slow_start ramps from the old
+ * weight to the new one over slow_start, like an added member: keys only
+ * move onto the member, gradually. A lowered weight applies at once.
  */
 struct pool_change {
     const struct pool_snapshot *from;
     const struct pool_snapshot *to;
-    double moved; /* -1 when the rings cannot be compared */
 };
 int pool_member_add(struct pool *p, const struct conf_server *cs,
                     struct pool_change *chg);
@@ -212,19 +221,26 @@ int pool_member_set_admin(struct pool *p, const char *name, int admin,
                           struct pool_change *chg);
 
 /*
- * Health (health.c calls it): move <s> to <health> for <reason>. Coming
- * back up starts a slow-start ramp when the pool has one. Publishes a new
- * snapshot and logs the one state-change line.
+ * Health (membership_health() calls it): move <s> to <health> for
+ * <reason>. Coming back up starts a slow-start ramp when the pool has one.
+ * Publishes a new snapshot, described in <chg> (may be NULL). Returns 1
+ * when the health changed, 0 when <s> already had it or left its pool.
  */
-void server_set_health(struct server *s, int health, const char *reason);
+int server_set_health(struct server *s, int health, const char *reason,
+                      struct pool_change *chg);
 
-/* Rebuild and publish <p>'s snapshot; log "<what>" with the moved
- * fraction when <what> is not NULL. 0 or -1. */
-int pool_rebuild(struct pool *p, struct server *s, const char *what,
-                 struct pool_change *chg);
+/* Rebuild and publish <p>'s snapshot (<chg>: may be NULL). 0 or -1. */
+int pool_rebuild(struct pool *p, struct pool_change *chg);
 
-/* Advance slow-start ramps of all pools at <now_ms> (control tick). */
-void pool_tick(uint64_t now_ms);
+/*
+ * Advance slow-start ramps of all pools at <now_ms> (control tick). For
+ * each member whose ramp completes, <done>(<p>, <s>, <chg>, <arg>) is
+ * called after the snapshot that holds it at full weight is published.
+ */
+void pool_tick(uint64_t now_ms,
+               void (*done)(struct pool *p, struct server *s,
+                            const struct pool_change *chg, void *arg),
+               void *arg);
 
 /* Usable for a new connection (any thread). */
 static inline bool
@@ -234,7 +250,10 @@ server_usable(const struct server *s)
                                 memory_order_relaxed) == SERVER_UP;
 }
 
+/* "up", "down", "ejected", "draining", "maint", "removed" ("unknown"). */
 const char *server_state_name(int state);
+/* "up", "down", "ejected" ("unknown"). */
+const char *server_health_name(int health);
 
 /*
  * Epochs (QSBR). A worker calls pool_epoch_enter() after each epoll_wait
@@ -259,6 +278,26 @@ pool_snapshot(struct pool *p)
      * load on x86. */
     return atomic_load(&p->snap);
 }
+
+/*
+ * The routing view of <snap>: the members that took new keys when it was
+ * built (state up), with their weights and ramps, into <out> (names
+ * borrowed from <snap>, free the array only). <full> gives every ramp as
+ * 1. Control thread. Returns how many, or -1 (ENOMEM).
+ */
+ssize_t pool_snapshot_routing(const struct pool_snapshot *snap, bool full,
+                              struct chash_member **out);
+
+/*
+ * The ring of <snap>'s routing view (the members taking new keys, at their
+ * ramps): where new connections go now. <snap>'s own ring when every
+ * member in it is up (*<built> false), else a new ring the caller
+ * destroys (*<built> true); NULL when no member takes new keys (or out of
+ * memory). Control thread.
+ */
+struct chash_ring *pool_snapshot_routing_ring(const struct pool_snapshot *snap,
+                                              const struct chash_config *cfg,
+                                              bool *built);
 
 /* The exact share and the points member <s> owns in <snap>'s ring; 0 when
  * <snap> is NULL, has no ring, or <s> is not in it. Any thread that holds

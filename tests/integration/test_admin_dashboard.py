@@ -69,8 +69,11 @@ def test_the_ring_members_and_changes_render_and_follow_an_add(cluster):
     c.api.ok("PATCH", "/api/pools/web/members/web-1", {"state": "drain"})
 
     dom, arcs, rows, changes = rendered(c.admin_port, "tok3n")
-    assert {a["data-member"] for a in arcs} == \
-        {"web-1", "web-2", "web-3", "web-4"}
+    # the ring shows where new keys go: the draining web-1 owns no arc
+    assert {a["data-member"] for a in arcs} == {"web-2", "web-3", "web-4"}
+    routing = {r["data-member"]: float(r["data-routing-share"]) for r in rows}
+    assert routing["web-1"] == 0 and routing["web-4"] > 0.2
+    assert sum(routing.values()) == pytest.approx(1, abs=1e-9)
     states = {r["data-member"]: r["data-state"] for r in rows}
     assert states == {"web-1": "draining", "web-2": "up", "web-3": "up",
                       "web-4": "up"}

@@ -104,7 +104,7 @@ test_failover_takes_the_next_preference(void **state)
     size_t moved = 0;
 
     (void)state;
-    server_set_health(dead, HEALTH_DOWN, "test");
+    server_set_health(dead, HEALTH_DOWN, "test", NULL);
     snap = pool_snapshot(p);
     assert_int_equal(snap->n, 3); /* failover keeps the ring */
     for (int i = 0; i < NKEYS; i++) {
@@ -162,7 +162,7 @@ test_error_policy_refuses_when_the_owner_is_unusable(void **state)
     struct pool_snapshot *snap;
 
     (void)state;
-    server_set_health(dead, HEALTH_EJECTED, "test");
+    server_set_health(dead, HEALTH_EJECTED, "test", NULL);
     snap = pool_snapshot(p);
     assert_true(snap->set.balance_factor == 0); /* off with error */
     for (int i = 0; i < NKEYS; i++) {
@@ -194,7 +194,7 @@ test_remap_rebuilds_without_the_dead(void **state)
     for (size_t i = 0; i < before->n; i++)
         if (before->servers[i] == dead)
             share = chash_ring_share(ring, i);
-    server_set_health(dead, HEALTH_DOWN, "test");
+    server_set_health(dead, HEALTH_DOWN, "test", NULL);
     after = pool_snapshot(p);
     assert_int_equal(after->n, 2);
     for (size_t i = 0; i < after->n; i++)
@@ -203,7 +203,7 @@ test_remap_rebuilds_without_the_dead(void **state)
      * until the next reclaim */
     assert_int_equal(chash_ring_diff(before->ring, after->ring, &moved), 0);
     assert_true(fabs(moved - share) < 1e-9);
-    server_set_health(dead, HEALTH_UP, "test");
+    server_set_health(dead, HEALTH_UP, "test", NULL);
     assert_int_equal(pool_snapshot(p)->n, 3);
     drop_pool(p, c);
 }
@@ -350,7 +350,7 @@ test_slow_start_only_moves_keys_onto_the_new_member(void **state)
     for (int step = 1; step <= 5; step++) {
         struct pool_snapshot *snap;
         int owned = 0;
-        pool_tick(t0 + (uint64_t)step * 250);
+        pool_tick(t0 + (uint64_t)step * 250, NULL, NULL);
         snap = pool_snapshot(p);
         for (int i = 0; i < NKEYS; i++) {
             int d;
@@ -379,7 +379,7 @@ test_retired_snapshots_wait_for_workers(void **state)
     assert_int_equal(pool_retired_count(), 0);
     /* worker 0 is inside an epoch section: it may hold the old one */
     pool_epoch_enter(0);
-    assert_int_equal(pool_rebuild(p, NULL, NULL, NULL), 0);
+    assert_int_equal(pool_rebuild(p, NULL), 0);
     assert_int_equal(pool_retired_count(), 1);
     pool_reclaim();
     assert_int_equal(pool_retired_count(), 1);

@@ -1,9 +1,9 @@
-/* admin_ops.c -- migration reports (chash_ring_diff and chash_ring_flows
+/* report.c -- migration reports (chash_ring_diff and chash_ring_flows
  * between the memberships before and after a change) and ring arcs for
  * the dashboard.
  * SPDX-License-Identifier: BSD-2-Clause
  */
-#include "admin_ops.h"
+#include "report.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -12,7 +12,7 @@
 #include <string.h>
 
 int
-ops_hash_bits(int algo)
+report_hash_bits(int algo)
 {
     return algo == CHASH_ALGO_KETAMA || algo == CHASH_ALGO_NGINX ? 32 : 64;
 }
@@ -90,9 +90,10 @@ tidy(double x)
 }
 
 json_t *
-ops_report(const struct chash_config *cfg, const struct chash_member *before,
-           size_t nb, const struct chash_member *after, size_t na,
-           const char *changed, char *err, size_t errlen)
+report_migration(const struct chash_config *cfg,
+                 const struct chash_member *before, size_t nb,
+                 const struct chash_member *after, size_t na,
+                 const char *changed, char *err, size_t errlen)
 {
     struct chash_ring *rb = NULL, *ra = NULL, *ib = NULL, *ia = NULL;
     struct chash_flow *flows = NULL;
@@ -158,6 +159,23 @@ ops_report(const struct chash_config *cfg, const struct chash_member *before,
     else
         json_object_set_new(rep, "immediate", json_null());
     json_object_set_new(rep, "exact", json_boolean(chash_ring_diff_exact(rb)));
+    if (changed != NULL) {
+        /* The changed member's share on both sides, at full ramp and as
+         * the snapshots hold it (null when a side owns nothing). */
+        json_t *sh = json_object();
+
+        json_object_set_new(sh, "before",
+                            json_real(tidy(share_of(rb, changed))));
+        json_object_set_new(sh, "after",
+                            json_real(tidy(share_of(ra, changed))));
+        json_object_set_new(sh, "before_now",
+                            ib ? json_real(tidy(share_of(ib, changed)))
+                               : json_real(0));
+        json_object_set_new(sh, "after_now",
+                            ia ? json_real(tidy(share_of(ia, changed)))
+                               : json_real(0));
+        json_object_set_new(rep, "member_share", sh);
+    }
 out:
     free(flows);
     chash_ring_destroy(rb);
@@ -168,7 +186,7 @@ out:
 }
 
 json_t *
-ops_ring_arcs(const struct chash_ring *ring, size_t segments)
+report_arcs(const struct chash_ring *ring, size_t segments)
 {
     struct chash_config cfg;
     json_t *arcs = json_array();
@@ -176,7 +194,7 @@ ops_ring_arcs(const struct chash_ring *ring, size_t segments)
     int bits;
 
     chash_ring_config(ring, &cfg);
-    bits = ops_hash_bits(cfg.algo);
+    bits = report_hash_bits(cfg.algo);
     if (segments == 0)
         return arcs;
     for (size_t i = 0; i <= segments; i++) {

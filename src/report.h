@@ -1,10 +1,10 @@
-/* admin_ops.h -- the computations behind the admin API that need only rings:
+/* report.h -- what membership changes are reported with, from rings only:
  * migration reports between two memberships, and a ring's arcs sampled
  * around the circle for the dashboard. No daemon state, no I/O.
  * SPDX-License-Identifier: BSD-2-Clause
  */
-#ifndef CHASHD_ADMIN_OPS_H
-#define CHASHD_ADMIN_OPS_H
+#ifndef CHASHD_REPORT_H
+#define CHASHD_REPORT_H
 
 #include <stddef.h>
 
@@ -33,14 +33,16 @@
  *              null when a side owns nothing
  *   exact      whether the algorithm's diff is exact (else measured on 2^20
  *              evenly spaced hashes)
+ *   member_share  with <changed>: its share {before, after} at full ramp
+ *              and {before_now, after_now} with the ramps as given
  *
  * Returns a new JSON object, or NULL with a message in <err> when a ring
  * cannot be built (the message names libchash's reason).
  */
-json_t *ops_report(const struct chash_config *cfg,
-                   const struct chash_member *before, size_t nb,
-                   const struct chash_member *after, size_t na,
-                   const char *changed, char *err, size_t errlen);
+json_t *report_migration(const struct chash_config *cfg,
+                         const struct chash_member *before, size_t nb,
+                         const struct chash_member *after, size_t na,
+                         const char *changed, char *err, size_t errlen);
 
 /*
  * <ring>'s owners sampled at <segments> evenly spaced positions of the
@@ -49,9 +51,9 @@ json_t *ops_report(const struct chash_config *cfg,
  * fractions of the circle in [0,1]. Works for every algorithm, since it
  * only calls chash_ring_lookup().
  */
-json_t *ops_ring_arcs(const struct chash_ring *ring, size_t segments);
+json_t *report_arcs(const struct chash_ring *ring, size_t segments);
 
 /* Bits of the hash space chash_ring_hash() spans for <algo>. */
-int ops_hash_bits(int algo);
+int report_hash_bits(int algo);
 
-#endif /* CHASHD_ADMIN_OPS_H */
+#endif /* CHASHD_REPORT_H */

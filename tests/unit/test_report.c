@@ -1,4 +1,4 @@
-/* test_admin_ops.c -- migration reports (moved, optimal, flows, immediate)
+/* test_report.c -- migration reports (moved, optimal, flows, immediate)
  * and ring arcs, checked against libchash's own share and diff for every
  * algorithm.
  * SPDX-License-Identifier: BSD-2-Clause
@@ -15,7 +15,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "admin_ops.h"
+#include "report.h"
 
 static double
 num(json_t *j, const char *key)
@@ -37,7 +37,7 @@ test_add_report_is_minimal_and_exact(void **unused)
     size_t i;
 
     (void)unused;
-    r = ops_report(&cfg, b, 3, a, 4, "d", err, sizeof(err));
+    r = report_migration(&cfg, b, 3, a, 4, "d", err, sizeof(err));
     assert_non_null(r);
     /* the new member's share at full ramp is what moves, all of it to d */
     a[3].ramp = 1;
@@ -69,14 +69,14 @@ test_remove_and_reweight_reports(void **unused)
 
     (void)unused;
     /* removing c: its third of the space moves away from it */
-    r = ops_report(&cfg, b, 3, b, 2, "c", err, sizeof(err));
+    r = report_migration(&cfg, b, 3, b, 2, "c", err, sizeof(err));
     assert_non_null(r);
     assert_true(fabs(num(r, "optimal") - 1.0 / 3) < 1e-9);
     assert_true(fabs(num(r, "moved") - 1.0 / 3) < 0.01); /* measured */
     assert_true(json_is_false(json_object_get(r, "exact")));
     json_decref(r);
     /* b from 1/3 to 3/5: optimal is the change of its share */
-    r = ops_report(&cfg, b, 3, w, 3, "b", err, sizeof(err));
+    r = report_migration(&cfg, b, 3, w, 3, "b", err, sizeof(err));
     assert_non_null(r);
     assert_true(fabs(num(r, "optimal") - (0.6 - 1.0 / 3)) < 1e-9);
     json_decref(r);
@@ -102,12 +102,12 @@ test_several_changes_have_the_total_variation_as_optimal(void **unused)
     tv = fabs(chash_ring_share(ra, 0) - chash_ring_share(rb, 0)) +
          fabs(chash_ring_share(ra, 1) - chash_ring_share(rb, 1)) +
          chash_ring_share(rb, 2) + chash_ring_share(ra, 2);
-    r = ops_report(&cfg, b, 3, a, 3, NULL, err, sizeof(err));
+    r = report_migration(&cfg, b, 3, a, 3, NULL, err, sizeof(err));
     assert_non_null(r);
     assert_true(fabs(num(r, "optimal") - tv / 2) < 1e-11);
     assert_true(num(r, "moved") >= num(r, "optimal") - 1e-12);
     /* for one added member it is the same as its share */
-    r1 = ops_report(&cfg, b, 3, one, 4, NULL, err, sizeof(err));
+    r1 = report_migration(&cfg, b, 3, one, 4, NULL, err, sizeof(err));
     share_d = num(r1, "moved");
     assert_true(fabs(num(r1, "optimal") - share_d) < 1e-11);
     json_decref(r);
@@ -124,7 +124,7 @@ test_a_report_refuses_an_empty_ring(void **unused)
     char err[128];
 
     (void)unused;
-    assert_null(ops_report(NULL, b, 1, z, 1, "a", err, sizeof(err)));
+    assert_null(report_migration(NULL, b, 1, z, 1, "a", err, sizeof(err)));
     assert_non_null(strstr(err, "new membership"));
     assert_non_null(strstr(err, chash_strerror(-CHASH_EEMPTY)));
 }
@@ -143,7 +143,7 @@ test_arcs_tile_the_circle_for_every_algorithm(void **unused)
         size_t i;
 
         assert_int_equal(chash_ring_create(&cfg, m, 3, &r), 0);
-        arcs = ops_ring_arcs(r, 65536);
+        arcs = report_arcs(r, 65536);
         json_array_foreach(arcs, i, a)
         {
             const char *name = json_string_value(json_object_get(a, "member"));
@@ -161,8 +161,8 @@ test_arcs_tile_the_circle_for_every_algorithm(void **unused)
         json_decref(arcs);
         chash_ring_destroy(r);
     }
-    assert_int_equal(ops_hash_bits(CHASH_ALGO_KETAMA), 32);
-    assert_int_equal(ops_hash_bits(CHASH_ALGO_RING), 64);
+    assert_int_equal(report_hash_bits(CHASH_ALGO_KETAMA), 32);
+    assert_int_equal(report_hash_bits(CHASH_ALGO_RING), 64);
 }
 
 int

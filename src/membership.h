@@ -1,0 +1,128 @@
+/* membership.h -- the one place that changes who is in a pool and reports
+ * it: runtime changes (admin API, later etcd), reloads, health
+ * transitions and finished ramps; the exact migration report of each; the
+ * change log; and the state file that keeps runtime changes across
+ * restarts and reloads. Control thread only.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#ifndef CHASHD_MEMBERSHIP_H
+#define CHASHD_MEMBERSHIP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+struct conf;
+struct pool;
+struct server;
+
+/* Largest weight a runtime change may give (the config may give more). */
+#define MEMBERSHIP_MAX_WEIGHT 1000000
+
+/*
+ * What a change asks for:
+ *   ADD     a member: <address> ("host:port", "[v6]:port", "/unix/path";
+ *           numeric: no DNS on the control thread), <name> (NULL: the
+ *           config's rule, twemproxy's), <weight> (1 when not given);
+ *   REMOVE  member <name>;
+ *   UPDATE  member <name>'s weight and/or admin state (up, drain, maint);
+ *   RESET   drop the runtime overrides the state file keeps for member
+ *           <name> (NULL: for the whole pool), back to the config.
+ */
+enum membership_op {
+    MEMBERSHIP_ADD,
+    MEMBERSHIP_REMOVE,
+    MEMBERSHIP_UPDATE,
+    MEMBERSHIP_RESET
+};
+
+/* Who asked: named in the change log. */
+enum membership_source {
+    MEMBERSHIP_ADMIN,  /* the admin API */
+    MEMBERSHIP_RELOAD, /* SIGHUP */
+    MEMBERSHIP_HEALTH, /* checks, ejection, ramps */
+    MEMBERSHIP_SOURCE_COUNT
+};
+
+struct membership_request {
+    int op; /* enum membership_op */
+    const char *name;
+    const char *address;
+    bool has_weight;
+    uint32_t weight;
+    bool has_admin;
+    int admin; /* enum state_admin */
+};
+
+/* Why a change was refused: the admin API maps these to 400, 404, 409,
+ * 500. */
+enum membership_error {
+    MEMBERSHIP_OK = 0,
+    MEMBERSHIP_EINVAL,    /* a bad argument */
+    MEMBERSHIP_ENOENT,    /* no such member (or nothing to reset) */
+    MEMBERSHIP_ECONFLICT, /* name or address taken, last member, no ring */
+    MEMBERSHIP_ENOMEM
+};
+
+struct membership_result {
+    int error;         /* enum membership_error */
+    char message[512]; /* why, when refused */
+    json_t *report;    /* the migration report (owned), on success:
+                          moved, optimal, flows, immediate, exact,
+                          dry_run, applied, and "warning" when the change
+                          is live but the state file could not be written,
+                          "note" when there was nothing to change */
+};
+
+/* Register with the control loop (the ramp tick). 0 or -1. */
+int membership_init(void);
+
+/*
+ * Apply (or with <dry_run>, only report) <rq> on pool <p>. Everything is
+ * checked before anything changes; a refused change changes nothing.
+ * 0 with <res>->report, or -1 with <res>->error and <res>->message.
+ * Free <res> with membership_result_deinit().
+ */
+int membership_change(struct pool *p, const struct membership_request *rq,
+                      int source, bool dry_run, struct membership_result *res);
+void membership_result_deinit(struct membership_result *res);
+
+/* Health (health.c): <s> observed <health> (enum server_health) for
+ * <reason>; the change is applied, logged once and entered in the change
+ * log with what it moved. */
+void membership_health(struct server *s, int health, const char *reason);
+
+/*
+ * The state file. Call membership_state_apply() on every freshly loaded
+ * config (start-up and reload) BEFORE pools are created or reconfigured
+ * from it: the first call reads global.state_file (a missing file is an
+ * empty state; a corrupt one is an error: the daemon refuses to start
+ * rather than silently drop operators' changes), and every call applies
+ * the runtime delta to <conf> (members added/removed, weights) in a
+ * pending copy of the state, logging one line per member whose config the
+ * state overrides. Then, AFTER pool_create()/pool_reconfigure(), call
+ * membership_state_settle(): it commits the pending state (a reload
+ * refused in between leaves the running one untouched), puts the members
+ * the state drains or holds in maintenance into that state, and enters
+ * what the reload changed in the change log. 0, or -1 with <err>.
+ */
+int membership_state_apply(struct conf *conf, char *err, size_t errlen);
+void membership_state_settle(void);
+/* A reload refused after membership_state_apply(): drop the pending copy. */
+void membership_state_abandon(void);
+/* Free everything (at exit). */
+void membership_state_free(void);
+
+/* GET /api/state: the delta, the file's path and the overrides. */
+json_t *membership_state_json(void);
+
+/* GET /api/changes: the last changes, newest first. */
+json_t *membership_changes_json(void);
+
+/* For the metrics: changes of <pool> so far, and the moved fraction of the
+ * last one (0 when none). */
+uint64_t membership_pool_changes(const char *pool, double *last_moved);
+
+#endif /* CHASHD_MEMBERSHIP_H */
