@@ -180,6 +180,8 @@ member_json(const struct pool_snapshot *snap, const struct chash_ring *routing,
         "connect_timeouts", (json_int_t)sum.connect_timeouts, "share",
         pool_snapshot_share(snap, s));
     json_object_set_new(j, "ejections", json_integer((json_int_t)s->ejections));
+    json_object_set_new(j, "early_closes",
+                        json_integer((json_int_t)sum.early_closes));
     json_object_set_new(
         j, "points", json_integer((json_int_t)pool_snapshot_points(snap, s)));
     /* "share" is where the member's keys belong (its ring); what it takes

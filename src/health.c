@@ -72,7 +72,7 @@ passive_cb(struct control_watch *w, uint32_t events)
         for (size_t j = 0; j < p->nservers; j++) {
             struct server *s = p->servers[j];
             uint32_t fails = atomic_load(&s->fails);
-            char why[96];
+            char why[192];
             if (fails < limit || s->health == HEALTH_EJECTED)
                 continue;
             atomic_store(&s->fails, 0);
@@ -80,8 +80,9 @@ passive_cb(struct control_watch *w, uint32_t events)
             s->eject_until_ms = now + p->cfg.server_retry_timeout_ms;
             s->check_ok = s->check_fail = 0;
             snprintf(why, sizeof(why),
-                     "%u connect failures in a row; probe again in %ums", fails,
-                     p->cfg.server_retry_timeout_ms);
+                     "%u failures in a row (refused, timed out or broken "
+                     "before a byte); probe again in %ums",
+                     fails, p->cfg.server_retry_timeout_ms);
             membership_health(s, HEALTH_EJECTED, why);
         }
     }

@@ -68,7 +68,7 @@ check_supported(const struct conf *c, char *err, size_t errlen)
         const struct conf_pool *cp = &c->pools[i];
         if (proto_find(cp->mode) == NULL) {
             snprintf(err, errlen, "pool '%s': mode %s is not supported yet",
-                     cp->name, proto_mode_name(cp->mode));
+                     cp->name, conf_mode_name(cp->mode));
             return -1;
         }
         if (cp->distribution >= CHASH_ALGO_COUNT) {
@@ -495,7 +495,7 @@ main(int argc, char **argv)
             pool_listen_start(p, fds + i * conf->workers);
             log_info("pool %s: listening on %s, mode %s, %zu members, "
                      "on_failure %s",
-                     p->name, p->cfg.listen.text, proto_mode_name(p->cfg.mode),
+                     p->name, p->cfg.listen.text, conf_mode_name(p->cfg.mode),
                      p->nservers, conf_on_failure_name(p->cfg.on_failure));
         }
         free(fds);

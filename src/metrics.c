@@ -97,6 +97,7 @@ enum member_value {
     MV_BYTES_OUT,
     MV_CONNECT_FAILURES,
     MV_CONNECT_TIMEOUTS,
+    MV_EARLY_CLOSES,
     MV_UP,
     MV_WEIGHT,
     MV_RAMP,
@@ -124,6 +125,10 @@ static const struct {
                              "timed out."},
     [MV_CONNECT_TIMEOUTS] = {"chashd_member_connect_timeouts_total", "counter",
                              "Connects to the member that timed out."},
+    [MV_EARLY_CLOSES] = {"chashd_member_early_closes_total", "counter",
+                         "Connections the member reset, or closed while its "
+                         "client waited, before sending a byte (passive "
+                         "failures)."},
     [MV_UP] = {"chashd_member_up", "gauge",
                "1 when the member takes new connections (state up), else 0."},
     [MV_WEIGHT] = {"chashd_member_weight", "gauge",
@@ -179,6 +184,9 @@ member_family(FILE *f, enum member_value v)
                 break;
             case MV_CONNECT_TIMEOUTS:
                 u = sum.connect_timeouts;
+                break;
+            case MV_EARLY_CLOSES:
+                u = sum.early_closes;
                 break;
             case MV_UP:
                 u = server_usable(s) ? 1 : 0;

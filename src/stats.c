@@ -14,6 +14,7 @@ stats_server_sum(const struct stats_server *slots, size_t nslots,
         out->conns_total += stats_get(&slots[i].conns_total);
         out->connect_failures += stats_get(&slots[i].connect_failures);
         out->connect_timeouts += stats_get(&slots[i].connect_timeouts);
+        out->early_closes += stats_get(&slots[i].early_closes);
         out->bytes_in += stats_get(&slots[i].bytes_in);
         out->bytes_out += stats_get(&slots[i].bytes_out);
     }

@@ -36,6 +36,9 @@ struct stats_server {
     _Atomic uint64_t
         connect_failures; /* refused, reset or timed out connects */
     _Atomic uint64_t connect_timeouts; /* of which timed out */
+    _Atomic uint64_t early_closes;     /* connections the member reset, or
+                                          closed while its client waited,
+                                          before its first byte */
     _Atomic uint64_t bytes_in;         /* bytes read from the member */
     _Atomic uint64_t bytes_out;        /* bytes written to the member */
 } __attribute__((aligned(64)));
@@ -57,7 +60,7 @@ struct stats_pool {
 
 /* Sums over all workers' slots (any thread). */
 struct stats_server_sum {
-    uint64_t conns_total, connect_failures, connect_timeouts;
+    uint64_t conns_total, connect_failures, connect_timeouts, early_closes;
     uint64_t bytes_in, bytes_out;
 };
 struct stats_pool_sum {

@@ -1,6 +1,8 @@
 /* worker.c -- the data-path threads: one epoll loop per worker, each with
- * its own SO_REUSEPORT listening socket per pool, a timer wheel, and a
- * command queue the control thread fills (listeners in and out, exit).
+ * its own SO_REUSEPORT listening socket per pool, a timer wheel, deferred
+ * frees, and a command queue the control thread fills (listeners in and
+ * out, exit). Events and timers carry their handlers: this file knows no
+ * connection type (the engines do: engine.h).
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "worker.h"
@@ -17,9 +19,10 @@
 
 #include "clock.h"
 #include "conf.h"
+#include "engine.h"
+#include "invariant.h"
 #include "log.h"
 #include "pool.h"
-#include "proxy.h"
 
 enum cmd_type {
     CMD_ADD_LISTENER,
@@ -68,6 +71,7 @@ worker_timer_del(struct worker *w, struct timer *t)
     t->prev->next = t->next;
     t->next->prev = t->prev;
     t->prev = t->next = NULL;
+    INVARIANT(w->ntimers > 0);
     w->ntimers--;
 }
 
@@ -77,6 +81,7 @@ worker_timer_set(struct worker *w, struct timer *t, uint64_t deadline_ms)
     uint64_t tick = deadline_ms / WHEEL_MS;
     struct timer *head;
 
+    INVARIANT(t->on_expire != NULL);
     worker_timer_del(w, t);
     if (tick <= w->wheel_pos)
         tick = w->wheel_pos + 1;
@@ -100,7 +105,7 @@ wheel_advance(struct worker *w)
     }
     while (w->wheel_pos < target && w->ntimers > 0) {
         struct timer *head = &w->wheel[++w->wheel_pos & (WHEEL_SLOTS - 1)];
-        struct timer due = {&due, &due, 0};
+        struct timer due = {&due, &due, 0, NULL};
 
         if (head->next == head)
             continue;
@@ -121,8 +126,7 @@ wheel_advance(struct worker *w)
                 worker_timer_set(w, t, t->deadline_ms);
                 continue;
             }
-            proxy_timeout(
-                w, (struct conn *)((char *)t - offsetof(struct conn, timer)));
+            t->on_expire(w, t);
         }
     }
     if (w->ntimers == 0)
@@ -131,6 +135,40 @@ wheel_advance(struct worker *w)
 
 /* ---- listeners ----------------------------------------------------------- */
 
+/*
+ * Whether another socket already listens on <addr>: a bind without
+ * SO_REUSEPORT fails with EADDRINUSE when one does (SO_REUSEADDR lets
+ * TIME_WAIT leftovers pass), whoever owns it. chashd's own listeners of
+ * the same address are kept across reloads, never opened twice, so the
+ * one found is another process's. 0 (free), 1 (taken), -1 (other error,
+ * left to the real bind to report).
+ */
+static int
+address_taken(const struct conf_addr *addr)
+{
+    int fd = socket(addr->family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    int rc = 0;
+
+    if (fd < 0)
+        return -1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (const struct sockaddr *)&addr->sa, addr->salen) < 0)
+        rc = errno == EADDRINUSE ? 1 : -1;
+    close(fd);
+    return rc;
+}
+
+/* Whether one of our pools listens on <addr> now (a reload moving an
+ * address from one pool to another binds the new sockets first). */
+static bool
+address_ours(const struct conf_addr *addr)
+{
+    for (size_t i = 0; i < pool_count(); i++)
+        if (conf_addr_equal(&pool_at(i)->cfg.listen, addr))
+            return true;
+    return false;
+}
+
 int
 listener_open(const struct conf_addr *addr, uint32_t backlog, int *fds,
               unsigned n, char *err, size_t errlen)
@@ -138,6 +176,17 @@ listener_open(const struct conf_addr *addr, uint32_t backlog, int *fds,
     unsigned i;
     int one = 1;
 
+    /* SO_REUSEPORT would let us join another process's listener and take
+     * half its clients without a word, breaking stickiness for all. */
+    if (addr->family != AF_UNIX && !address_ours(addr) &&
+        address_taken(addr) == 1) {
+        snprintf(err, errlen,
+                 "cannot listen on %s: another process already listens "
+                 "there (a second chashd would share its clients and "
+                 "break stickiness)",
+                 addr->text);
+        return -1;
+    }
     for (i = 0; i < n; i++) {
         int fd =
             socket(addr->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -164,12 +213,14 @@ fail:
 #define ACCEPT_PAUSE_MS 100
 
 void
-worker_pause_listener(struct worker *w, struct listener *l)
+worker_pause_accepting(struct worker *w)
 {
-    if (l->paused)
-        return;
-    epoll_ctl(w->ep, EPOLL_CTL_DEL, l->fd, NULL);
-    l->paused = true;
+    for (struct listener *l = w->listeners; l != NULL; l = l->next) {
+        if (l->paused)
+            continue;
+        epoll_ctl(w->ep, EPOLL_CTL_DEL, l->fd, NULL);
+        l->paused = true;
+    }
     w->accept_resume_ms = w->now_ms + ACCEPT_PAUSE_MS;
 }
 
@@ -201,17 +252,47 @@ listener_close(struct worker *w, struct listener *l)
     l->fd = -1;
     pool_unref(l->pool);
     l->pool = NULL;
-    l->next = w->dead_listeners;
-    w->dead_listeners = l;
+    worker_defer_free(w, l);
 }
 
+/* ---- accepting ----------------------------------------------------------- */
+
+/*
+ * Readiness on a listening socket: accept a bounded batch (other events
+ * of this iteration wait for it) and hand each client to the engine of
+ * the pool's mode, read from the current snapshot (a reload may change
+ * the mode while the listener is kept).
+ */
 static void
-listener_reap(struct worker *w)
+listener_event(struct worker *w, struct ev *ev, uint32_t events)
 {
-    while (w->dead_listeners != NULL) {
-        struct listener *l = w->dead_listeners;
-        w->dead_listeners = l->next;
-        free(l);
+    struct listener *l = (struct listener *)ev;
+
+    (void)events;
+    for (int i = 0; i < 64 && l->fd >= 0 && !l->paused; i++) {
+        struct sockaddr_storage peer;
+        socklen_t peerlen = sizeof(peer);
+        engine_accept_fn *accept_fn;
+        int fd = accept4(l->fd, (struct sockaddr *)&peer, &peerlen,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                errno == ENOMEM) {
+                /* Clients wait in the backlog until descriptors free up. */
+                log_warn("pool %s: accept: %s; pausing new connections for "
+                         "%dms",
+                         l->pool->name, strerror(errno), ACCEPT_PAUSE_MS);
+                worker_pause_accepting(w);
+            }
+            return;
+        }
+        accept_fn = engine_accept(pool_snapshot(l->pool)->set.mode);
+        if (accept_fn == NULL) {
+            close(fd); /* a mode without an engine never gets a listener */
+            continue;
+        }
+        accept_fn(w, l, fd, (const struct sockaddr *)&peer, peerlen);
     }
 }
 
@@ -259,11 +340,13 @@ worker_stop_accepting(void)
 }
 
 static void
-worker_commands(struct worker *w)
+worker_commands(struct worker *w, struct ev *ev, uint32_t events)
 {
     struct worker_cmd *cmd, *next;
     uint64_t v;
 
+    (void)ev;
+    (void)events;
     if (read(w->cmdfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         log_error("worker %u: command eventfd: %s", w->id, strerror(errno));
     pthread_mutex_lock(&w->lock);
@@ -280,7 +363,7 @@ worker_commands(struct worker *w)
                 close(cmd->fd);
                 break;
             }
-            l->ev.kind = EV_LISTENER;
+            l->ev.handler = listener_event;
             l->fd = cmd->fd;
             l->pool = cmd->pool;
             cmd->pool = NULL; /* the listener keeps the reference */
@@ -322,6 +405,94 @@ worker_commands(struct worker *w)
     }
 }
 
+/* ---- deferred frees, connections, soon ----------------------------------- */
+
+void
+worker_defer_free(struct worker *w, void *p)
+{
+    if (p == NULL)
+        return;
+    if (w->ndead == w->capdead) {
+        size_t cap = w->capdead ? w->capdead * 2 : 64;
+        void **v = realloc(w->dead, cap * sizeof(*v));
+        if (v == NULL) {
+            free(p);
+            return;
+        }
+        w->dead = v;
+        w->capdead = cap;
+    }
+    w->dead[w->ndead++] = p;
+}
+
+static void
+reap(struct worker *w)
+{
+    for (size_t i = 0; i < w->ndead; i++)
+        free(w->dead[i]);
+    w->ndead = 0;
+}
+
+void
+worker_conn_add(struct worker *w, struct worker_conn *c)
+{
+    INVARIANT(c->next == NULL && c->prev == NULL && c->close != NULL);
+    c->next = w->conns.next;
+    c->prev = &w->conns;
+    w->conns.next->prev = c;
+    w->conns.next = c;
+}
+
+void
+worker_conn_del(struct worker_conn *c)
+{
+    INVARIANT(c->next != NULL && c->prev != NULL);
+    INVARIANT(c->next->prev == c && c->prev->next == c);
+    c->prev->next = c->next;
+    c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+}
+
+void
+worker_soon(struct worker *w, struct worker_task *t)
+{
+    if (t->queued)
+        return;
+    t->queued = true;
+    t->next = w->soon;
+    w->soon = t;
+}
+
+void
+worker_soon_cancel(struct worker *w, struct worker_task *t)
+{
+    if (!t->queued)
+        return;
+    for (struct worker_task **pp = &w->soon; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == t) {
+            *pp = t->next;
+            break;
+        }
+    }
+    t->queued = false;
+}
+
+/* Run what was queued: a task may queue itself again (for the next
+ * round, not this one). */
+static void
+run_soon(struct worker *w)
+{
+    struct worker_task *list = w->soon;
+
+    w->soon = NULL;
+    while (list != NULL) {
+        struct worker_task *t = list;
+        list = t->next;
+        t->queued = false;
+        t->run(w, t);
+    }
+}
+
 /* ---- the loop ------------------------------------------------------------ */
 
 static void *
@@ -333,7 +504,7 @@ worker_main(void *arg)
     w->now_ms = clock_coarse_ms();
     w->wheel_pos = w->now_ms / WHEEL_MS;
     while (!w->exiting) {
-        int timeout = w->pending != NULL                          ? 0
+        int timeout = w->soon != NULL                             ? 0
                       : w->ntimers > 0 || w->accept_resume_ms > 0 ? WHEEL_MS
                                                                   : -1;
         int n;
@@ -350,33 +521,22 @@ worker_main(void *arg)
         }
         for (int i = 0; i < n; i++) {
             struct ev *ev = evs[i].data.ptr;
-            switch (ev->kind) {
-            case EV_LISTENER:
-                if (((struct listener *)ev)->fd >= 0)
-                    proxy_accept(w, (struct listener *)ev);
-                break;
-            case EV_CLIENT:
-            case EV_BACKEND:
-                proxy_event(w, (struct side *)ev, evs[i].events);
-                break;
-            case EV_COMMAND:
-                worker_commands(w);
-                break;
-            }
+            ev->handler(w, ev, evs[i].events);
         }
-        proxy_run_pending(w);
+        run_soon(w);
         wheel_advance(w);
         listeners_resume(w);
-        proxy_reap(w);
-        listener_reap(w);
+        reap(w);
     }
-    proxy_close_all(w);
+    while (w->conns.next != &w->conns)
+        w->conns.next->close(w, w->conns.next);
     while (w->listeners != NULL) {
         struct listener *l = w->listeners;
         w->listeners = l->next;
         listener_close(w, l);
     }
-    listener_reap(w);
+    reap(w);
+    INVARIANT(w->ntimers == 0);
     pool_epoch_quiesce(w->id);
     return NULL;
 }
@@ -394,8 +554,9 @@ worker_start_all(unsigned n)
         w->id = i;
         w->ep = epoll_create1(EPOLL_CLOEXEC);
         w->cmdfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        w->scratch = malloc(PROXY_BUF);
-        w->cmd_ev.kind = EV_COMMAND;
+        w->scratch = malloc(WORKER_SCRATCH);
+        w->cmd_ev.handler = worker_commands;
+        w->conns.next = w->conns.prev = &w->conns;
         pthread_mutex_init(&w->lock, NULL);
         for (size_t s = 0; s < WHEEL_SLOTS; s++)
             w->wheel[s].prev = w->wheel[s].next = &w->wheel[s];
@@ -440,6 +601,7 @@ worker_stop_all(void)
         close(w->ep);
         close(w->cmdfd);
         free(w->scratch);
+        free(w->dead);
         pthread_mutex_destroy(&w->lock);
     }
     free(workers);

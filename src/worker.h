@@ -1,6 +1,8 @@
 /* worker.h -- the data-path threads: one epoll loop per worker, its own
- * SO_REUSEPORT listening socket per pool, a timer wheel for connect and
- * idle timeouts, and a small command queue from the control thread.
+ * SO_REUSEPORT listening socket per pool, a timer wheel, deferred frees,
+ * and a small command queue from the control thread. The loop knows no
+ * connection type: every epoll event carries its handler, every timer its
+ * expiry callback (as Redis' ae and libuv do).
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #ifndef CHASHD_WORKER_H
@@ -11,15 +13,44 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 struct pool;
 struct conf_addr;
-struct conn;
+struct worker;
 
-/* What an epoll event's data.ptr points at: the first member of each. */
-enum ev_kind { EV_LISTENER, EV_CLIENT, EV_BACKEND, EV_COMMAND };
+/*
+ * What an epoll event's data.ptr points at: embed it in the object the fd
+ * belongs to; <handler> gets the object back with container_of-style
+ * arithmetic. Set before the fd is added to epoll, never changed while it
+ * is.
+ */
 struct ev {
-    int kind;
+    void (*handler)(struct worker *w, struct ev *ev, uint32_t events);
+};
+
+/* A timer wheel entry, embedded in what it times. <on_expire> runs on the
+ * worker when the deadline has passed (coarse: WHEEL_MS slots). */
+struct timer {
+    struct timer *prev, *next; /* NULL when not armed */
+    uint64_t deadline_ms;
+    void (*on_expire)(struct worker *w, struct timer *t);
+};
+
+/* A connection as the worker knows it: linked into the worker's list so
+ * that worker exit closes it through <close> (which unlinks it). */
+struct worker_conn {
+    struct worker_conn *prev, *next;
+    void (*close)(struct worker *w, struct worker_conn *c);
+};
+
+/* Work to run before the next epoll_wait (which then does not block): a
+ * connection that stopped reading at its per-event budget with input
+ * left, since an edge-triggered socket gives no new edge for it. */
+struct worker_task {
+    struct worker_task *next;
+    bool queued;
+    void (*run)(struct worker *w, struct worker_task *t);
 };
 
 struct listener {
@@ -30,13 +61,9 @@ struct listener {
     struct listener *next;
 };
 
-/* A timer wheel entry, embedded in what it times (conn). */
-struct timer {
-    struct timer *prev, *next; /* NULL when not armed */
-    uint64_t deadline_ms;
-};
-
 #define WHEEL_MS 10
+/* The per-worker read buffer every connection of the worker shares. */
+#define WORKER_SCRATCH (16 * 1024)
 #define WHEEL_SLOTS 4096
 
 struct worker_cmd;
@@ -50,15 +77,15 @@ struct worker {
     pthread_mutex_t lock; /* guards <cmds> only (control path) */
     struct worker_cmd *cmds;
     struct listener *listeners;
-    struct listener *dead_listeners; /* closed this iteration (as dead) */
-    struct conn *conns;              /* every live connection (list) */
-    struct conn *pending;            /* pairs with input left to read */
-    struct conn *dead;               /* closed this iteration, freed after it:
-                                        later events of the same epoll batch
-                                        may still point at them */
+    struct worker_conn conns; /* every live connection: list head */
+    struct worker_task *soon; /* run before the next wait */
+    void **dead;              /* freed after this iteration: later events of
+                                 the same epoll batch may still point at
+                                 them (worker_defer_free) */
+    size_t ndead, capdead;
     _Atomic uint64_t nconns;         /* (atomic) live client connections */
     uint64_t now_ms;                 /* coarse clock of this iteration */
-    char *scratch;                   /* read buffer, PROXY_BUF bytes */
+    char *scratch;                   /* read buffer, WORKER_SCRATCH bytes */
     struct timer wheel[WHEEL_SLOTS]; /* list heads */
     uint64_t wheel_pos;              /* last slot processed (ms / WHEEL_MS) */
     size_t ntimers;
@@ -77,8 +104,10 @@ unsigned worker_count(void);
 void worker_stop_all(void);
 
 /*
- * Open <n> listening sockets on <addr> with SO_REUSEPORT (one per
- * worker) into <fds>. 0, or -1 with "cannot listen on ADDR: why" in <err>
+ * Open <n> listening sockets on <addr> with SO_REUSEPORT (one per worker)
+ * into <fds>. Refuses an address another process already listens on (a
+ * second chashd would silently share its clients through SO_REUSEPORT and
+ * break stickiness). 0, or -1 with "cannot listen on ADDR: why" in <err>
  * (no socket left open).
  */
 int listener_open(const struct conf_addr *addr, uint32_t backlog, int *fds,
@@ -94,12 +123,26 @@ void worker_stop_accepting(void);
 /* Any thread: live client connections over all workers. */
 uint64_t worker_connections(void);
 
-/* Out of file descriptors: take <l> out of epoll for a moment (a
- * level-triggered listener would otherwise spin). Worker only. */
-void worker_pause_listener(struct worker *w, struct listener *l);
+/* Out of file descriptors: every listener of <w> leaves epoll for a moment
+ * (a level-triggered listener would otherwise spin). Worker only. */
+void worker_pause_accepting(struct worker *w);
 
-/* Worker's own timer wheel (proxy.c). */
+/* Arm <t> for <deadline_ms> (re-arms an armed one), or disarm it. */
 void worker_timer_set(struct worker *w, struct timer *t, uint64_t deadline_ms);
 void worker_timer_del(struct worker *w, struct timer *t);
+
+/* free(<p>) after the current loop iteration (NULL is ignored). Worker
+ * only. Out of memory: freed at once, which is safe for objects no other
+ * event of the batch can point at. */
+void worker_defer_free(struct worker *w, void *p);
+
+/* Link <c> into the worker's connections (closed at exit) / unlink it. */
+void worker_conn_add(struct worker *w, struct worker_conn *c);
+void worker_conn_del(struct worker_conn *c);
+
+/* Queue <t> to run before the next epoll_wait (once, however often it is
+ * queued); cancel it. Worker only. */
+void worker_soon(struct worker *w, struct worker_task *t);
+void worker_soon_cancel(struct worker *w, struct worker_task *t);
 
 #endif /* CHASHD_WORKER_H */

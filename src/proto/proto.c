@@ -13,23 +13,6 @@ proto_find(int mode)
     case CONF_MODE_TCP:
         return &proto_tcp;
     default:
-        return NULL; /* http, redis, memcache: wave 2 */
-    }
-}
-
-const char *
-proto_mode_name(int mode)
-{
-    switch (mode) {
-    case CONF_MODE_TCP:
-        return "tcp";
-    case CONF_MODE_HTTP:
-        return "http";
-    case CONF_MODE_REDIS:
-        return "redis";
-    case CONF_MODE_MEMCACHE:
-        return "memcache";
-    default:
-        return "unknown";
+        return NULL; /* http, redis, memcache: not implemented yet */
     }
 }

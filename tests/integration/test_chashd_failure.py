@@ -126,7 +126,7 @@ def test_passive_ejection_and_probe_before_readmit(backends, chashd):
     during = fetch_all(port, clients)
     for c in clients:
         assert during[c] == (prefs[c][1] if c in mine else before[c]), c
-    d.wait_log(r"member web-1 \S+ up -> ejected: 2 connect failures")
+    d.wait_log(r"member web-1 \S+ up -> ejected: 2 failures in a row")
     # past the retry timeout the member is probed, not re-admitted blindly
     d.wait_log(r"member web-1 still failing", timeout=3)
     time.sleep(0.4)

@@ -101,7 +101,13 @@ test_plugin_table(void **state)
     assert_null(proto_find(CONF_MODE_REDIS));
     assert_null(proto_find(CONF_MODE_HTTP));
     assert_null(proto_find(CONF_MODE_MEMCACHE));
-    assert_string_equal(proto_mode_name(CONF_MODE_REDIS), "redis");
+    assert_string_equal(conf_mode_name(CONF_MODE_REDIS), "redis");
+    /* tcp is a connection mode: a key per connection, no request
+     * parsing, and a connect is its health check */
+    assert_non_null(proto_tcp.conn_key);
+    assert_null(proto_tcp.parse_request);
+    assert_null(proto_tcp.parse_reply);
+    assert_null(proto_tcp.probe);
 }
 
 int

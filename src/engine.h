@@ -1,0 +1,24 @@
+/* engine.h -- which connection engine serves a mode: the tcp splice today
+ * (bytes both ways between a client and one member); the request engine
+ * of the store and http modes beside it later. The worker's listeners
+ * hand each accepted client to it.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#ifndef CHASHD_ENGINE_H
+#define CHASHD_ENGINE_H
+
+#include <sys/socket.h>
+
+struct worker;
+struct listener;
+
+/* Take client <fd> (non-blocking, close-on-exec) accepted on <l> from
+ * <peer>: the engine owns it from here (closes it on any failure). */
+typedef void engine_accept_fn(struct worker *w, struct listener *l, int fd,
+                              const struct sockaddr *peer, socklen_t peerlen);
+
+/* The engine of <mode> (enum conf_mode), or NULL when that mode is not
+ * served yet. */
+engine_accept_fn *engine_accept(int mode);
+
+#endif /* CHASHD_ENGINE_H */

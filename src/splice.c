@@ -1,0 +1,519 @@
+/* splice.c -- the tcp mode's engine inside one worker: accept, key, choice
+ * of a member in the pool's current snapshot, non-blocking connect with
+ * retries on the next member, then bytes both ways on the I/O layer
+ * (io.h): sockets registered once, edge-triggered; back-pressure (a side
+ * is read only while its peer has nothing pending); half-close (a FIN
+ * read on one side becomes shutdown(SHUT_WR) on the other, the other
+ * direction keeps flowing). A member that resets or closes before its
+ * first byte counts as a passive failure, as a refused connect does.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "splice.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "chash/chash.h"
+#include "conf.h"
+#include "health.h"
+#include "invariant.h"
+#include "log.h"
+#include "pool.h"
+#include "proto/proto.h"
+
+#define SPLICE_OF(ptr, field)                                                  \
+    ((struct splice *)((char *)(ptr)-offsetof(struct splice, field)))
+
+/* Out of descriptors for a backend socket: the client waits this long
+ * before the next try (as long as a listener pauses). */
+#define SPLICE_FD_WAIT_MS 100
+
+/* Reads per side per event: a fast sender cannot starve the others; what
+ * is left is resumed before the next epoll_wait (worker_soon). */
+#define PUMP_READS 8
+
+static void connect_next(struct worker *w, struct splice *c);
+static void splice_pump(struct worker *w, struct splice *c);
+
+/* ---- closing ------------------------------------------------------------- */
+
+/* Drop the member of <c> (backend closed): counters and reference. */
+static void
+release_server(struct splice *c)
+{
+    if (c->server == NULL)
+        return;
+    if (c->counted) {
+        atomic_fetch_sub_explicit(&c->server->active, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&c->pool->active_backends, 1,
+                                  memory_order_relaxed);
+        c->counted = false;
+    }
+    server_unref(c->server);
+    c->server = NULL;
+}
+
+/*
+ * A member that takes the connection and then resets it, or closes it
+ * without a byte while its client waits, fails every client it gets, yet
+ * a tcp health check (a connect) finds it up: count it against the member
+ * like a refused connect, so auto_eject_hosts takes it out. <why> for the
+ * debug line.
+ */
+static void
+member_failed(struct worker *w, struct splice *c, const char *why)
+{
+    struct server *s = c->server;
+    uint32_t fails;
+
+    if (s == NULL || c->answered || c->blamed)
+        return;
+    c->blamed = true;
+    stats_add(&s->stats[w->id].early_closes, 1);
+    fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
+    health_passive_failure(c->pool, fails);
+    log_debug("pool %s: member %s (%s) %s before its first byte (%u in a "
+              "row)",
+              c->pool->name, s->name, s->addr.text, why, fails);
+}
+
+/* Close the pair; it is freed after this loop iteration. */
+static void
+splice_close(struct worker *w, struct splice *c)
+{
+    INVARIANT(c->state != SPLICE_CLOSED);
+    worker_soon_cancel(w, &c->more);
+    worker_timer_del(w, &c->timer);
+    if (c->state == SPLICE_ESTABLISHED && c->backend.eof_in && c->sent_up > 0)
+        member_failed(w, c, "closed the connection");
+    /* Counters first: once a peer sees the close, they are up to date. */
+    release_server(c);
+    atomic_fetch_sub_explicit(&c->pool->active, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
+    io_side_close(&c->client);
+    io_side_close(&c->backend);
+    worker_conn_del(&c->link);
+    pool_unref(c->pool);
+    c->pool = NULL;
+    c->state = SPLICE_CLOSED;
+    worker_defer_free(w, c);
+}
+
+static void
+link_close(struct worker *w, struct worker_conn *l)
+{
+    splice_close(w, SPLICE_OF(l, link));
+}
+
+/* ---- connecting ---------------------------------------------------------- */
+
+static void
+count_decision(struct stats_pool *st, int decision)
+{
+    switch (decision) {
+    case POOL_FIRST_CHOICE:
+        stats_add(&st->first_choice, 1);
+        break;
+    case POOL_SPILLED:
+        stats_add(&st->spilled, 1);
+        break;
+    case POOL_FAILED_OVER:
+        stats_add(&st->failed_over, 1);
+        break;
+    case POOL_REFUSED_ERROR:
+        stats_add(&st->refused_error, 1);
+        break;
+    default:
+        stats_add(&st->no_member, 1);
+        break;
+    }
+}
+
+static void
+connect_established(struct worker *w, struct splice *c)
+{
+    c->state = SPLICE_ESTABLISHED;
+    stats_add(&c->server->stats[w->id].conns_total, 1);
+    c->last_active_ms = w->now_ms;
+    worker_timer_del(w, &c->timer);
+    if (c->idle_timeout_ms > 0)
+        worker_timer_set(w, &c->timer, w->now_ms + c->idle_timeout_ms);
+    /* The client may have sent its first bytes (even its FIN) already. */
+    splice_pump(w, c);
+}
+
+/* The connect to c->server failed (refused, reset, or timed out): count
+ * it, let the control thread know when the member reaches its
+ * server_failure_limit, and try the next member. */
+static void
+connect_failed(struct worker *w, struct splice *c, bool timeout, int err)
+{
+    struct server *s = c->server;
+    uint32_t fails;
+
+    stats_add(&s->stats[w->id].connect_failures, 1);
+    if (timeout)
+        stats_add(&s->stats[w->id].connect_timeouts, 1);
+    fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
+    health_passive_failure(c->pool, fails);
+    log_debug("pool %s: connect to %s (%s) failed: %s", c->pool->name, s->name,
+              s->addr.text, timeout ? "timed out" : strerror(err));
+    if (c->attempts <= SPLICE_TRIED_MAX)
+        c->tried[c->attempts - 1] = s->id;
+    io_side_close(&c->backend);
+    release_server(c);
+    connect_next(w, c);
+}
+
+/*
+ * Pick a member (skipping those tried) and start a non-blocking connect,
+ * until one is in progress or done, or the retries are spent (then the
+ * client is closed).
+ */
+static void
+connect_next(struct worker *w, struct splice *c)
+{
+    struct pool_snapshot *snap = pool_snapshot(c->pool);
+    struct stats_pool *st = &c->pool->stats[w->id];
+
+    for (;;) {
+        size_t ntried =
+            c->attempts < SPLICE_TRIED_MAX ? c->attempts : SPLICE_TRIED_MAX;
+        struct server *s;
+        int decision, fd, one = 1;
+
+        if (c->attempts > snap->set.retries) {
+            stats_add(&st->no_member, 1);
+            goto refuse;
+        }
+        s = pool_choose(c->pool, snap, c->hash, c->tried, ntried, &decision);
+        if (!c->decided || s == NULL)
+            count_decision(st, decision);
+        c->decided = true;
+        if (s == NULL)
+            goto refuse;
+        c->attempts++;
+        server_ref(s);
+        c->server = s;
+        c->counted = true; /* s->active: taken by pool_choose */
+        atomic_fetch_add_explicit(&c->pool->active_backends, 1,
+                                  memory_order_relaxed);
+        fd = socket(s->addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    0);
+        if (fd < 0) {
+            int err = errno;
+            release_server(c);
+            if (err == EMFILE || err == ENFILE || err == ENOBUFS ||
+                err == ENOMEM) {
+                /* accept() took the last descriptor: this client waits,
+                 * like those still in the backlog (no listener of this
+                 * worker accepts meanwhile), and tries again then. Not a
+                 * connect attempt, nor a failure of the member. */
+                c->attempts--;
+                log_warn("pool %s: socket: %s; client waits %ums",
+                         c->pool->name, strerror(err), SPLICE_FD_WAIT_MS);
+                worker_pause_accepting(w);
+                worker_timer_set(w, &c->timer, w->now_ms + SPLICE_FD_WAIT_MS);
+                return;
+            }
+            log_error("pool %s: socket: %s", c->pool->name, strerror(err));
+            goto refuse;
+        }
+        if (c->attempts > 1)
+            stats_add(&st->retries, 1); /* counted once a connect starts */
+        c->backend.fd = fd;
+        c->backend.eof_in = c->backend.shut_out = c->backend.failed = false;
+        if (snap->set.tcpkeepalive)
+            setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+        if (s->addr.family != AF_UNIX)
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (connect(fd, (const struct sockaddr *)&s->addr.sa, s->addr.salen) ==
+            0) {
+            if (io_side_register(w, &c->backend) < 0)
+                goto refuse;
+            connect_established(w, c);
+            return;
+        }
+        if (errno == EINPROGRESS) {
+            if (io_side_register(w, &c->backend) < 0)
+                goto refuse;
+            worker_timer_set(w, &c->timer, w->now_ms + c->connect_timeout_ms);
+            return;
+        }
+        /* Immediate failure (unix socket gone, no route): next member. */
+        connect_failed(w, c, false, errno);
+        return;
+    }
+refuse:
+    splice_close(w, c);
+}
+
+/* ---- forwarding ---------------------------------------------------------- */
+
+/* Account <n> bytes moved in direction <from> -> peer. */
+static void
+count_bytes(struct worker *w, struct splice *c, struct io_side *from, size_t n)
+{
+    struct stats_pool *ps = &c->pool->stats[w->id];
+    struct stats_server *ss = &c->server->stats[w->id];
+
+    if (from == &c->client) {
+        stats_add(&ps->bytes_in, n);
+        stats_add(&ss->bytes_out, n);
+        c->sent_up += n;
+    } else {
+        stats_add(&ss->bytes_in, n);
+        stats_add(&ps->bytes_out, n);
+        if (!c->answered) {
+            /* The member answers: its run of failures (refused or
+             * broken connections) ends here, not at a mere connect, which
+             * a member that accepts and resets passes every time. */
+            c->answered = true;
+            if (atomic_load_explicit(&c->server->fails, memory_order_relaxed) !=
+                0)
+                atomic_store_explicit(&c->server->fails, 0,
+                                      memory_order_relaxed);
+        }
+    }
+}
+
+/*
+ * Move bytes from <from> to <to>: flush what <to> has pending, then read
+ * while <from> has input and <to> takes everything; what <to> cannot take
+ * stays in its buffer and reading stops (back-pressure) until its output
+ * edge. A FIN from <from>, once all is written, is passed on.
+ * Returns 1 when the read budget ran out with input left, 0, or -1 when
+ * the pair must close.
+ */
+static int
+pump(struct worker *w, struct splice *c, struct io_side *from,
+     struct io_side *to)
+{
+    int reads = 0;
+
+    if (to->len > 0) {
+        ssize_t n = io_side_flush(to);
+        if (n < 0)
+            return -1;
+        /* Bytes written are traffic too: a slow peer keeps us from reading
+         * for longer than idle_timeout, yet the pair is not idle. */
+        if (n > 0)
+            c->last_active_ms = w->now_ms;
+        if (to->len > 0)
+            return 0; /* still full: wait for its output edge */
+    }
+    while (from->readable && !from->eof_in) {
+        ssize_t n;
+        int wr;
+
+        if (reads++ == PUMP_READS)
+            return 1;
+        n = io_side_read(from, w->scratch, IO_BUF);
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            break; /* drained for now, or FIN */
+        c->last_active_ms = w->now_ms;
+        count_bytes(w, c, from, (size_t)n);
+        wr = io_side_write(to, w->scratch, (size_t)n, from->rdhup);
+        if (wr < 0)
+            return -1;
+        if (wr == 0)
+            return 0; /* back-pressure: <from> stays readable */
+    }
+    if (from->eof_in)
+        io_side_shutdown(to);
+    return 0;
+}
+
+/* Move what can move both ways; close the pair when both ends are done. */
+static void
+splice_pump(struct worker *w, struct splice *c)
+{
+    /* Both ways even when the first fails: a backend that answers and
+     * resets at once makes the client's bytes fail to go up, yet its
+     * answer, already with us, must still go down (as it would without
+     * a proxy). */
+    int up = pump(w, c, &c->client, &c->backend);
+    int down = pump(w, c, &c->backend, &c->client);
+
+    if (c->backend.failed)
+        member_failed(w, c, "reset the connection");
+    if (up < 0 || down < 0)
+        goto close;
+    if (c->client.eof_in && c->backend.eof_in && c->client.len == 0 &&
+        c->backend.len == 0)
+        goto close;
+    if (up > 0 || down > 0)
+        worker_soon(w, &c->more);
+    return;
+close:
+    splice_close(w, c);
+}
+
+static void
+more_run(struct worker *w, struct worker_task *t)
+{
+    struct splice *c = SPLICE_OF(t, more);
+
+    if (c->state == SPLICE_ESTABLISHED)
+        splice_pump(w, c);
+}
+
+static void
+client_event(struct worker *w, struct ev *ev, uint32_t events)
+{
+    struct splice *c = SPLICE_OF(ev, client.ev);
+
+    if (c->state == SPLICE_CLOSED)
+        return; /* closed earlier in this batch */
+    io_side_edges(&c->client, events);
+    if (c->state == SPLICE_CONNECTING)
+        return; /* the client's edges wait in its flags */
+    if (events & EPOLLERR) {
+        /* A reset. What the member sent before is still passed on. */
+        splice_pump(w, c);
+        if (c->state != SPLICE_CLOSED)
+            splice_close(w, c);
+        return;
+    }
+    splice_pump(w, c);
+}
+
+static void
+backend_event(struct worker *w, struct ev *ev, uint32_t events)
+{
+    struct splice *c = SPLICE_OF(ev, backend.ev);
+
+    if (c->state == SPLICE_CLOSED)
+        return;
+    io_side_edges(&c->backend, events);
+    if (c->state == SPLICE_CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+
+        if (!(events & (EPOLLERR | EPOLLHUP))) {
+            /* Writable without error or hang-up: connected. */
+            if (events & EPOLLOUT)
+                connect_established(w, c);
+            return;
+        }
+        if (getsockopt(c->backend.fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+            err = errno;
+        connect_failed(w, c, false, err ? err : ECONNREFUSED);
+        return;
+    }
+    if (events & EPOLLERR) {
+        /* A reset. What the member sent before it is still ours to pass
+         * on (an answer right before the reset); then the pair closes. */
+        splice_pump(w, c);
+        if (c->state != SPLICE_CLOSED) {
+            member_failed(w, c, "reset the connection");
+            splice_close(w, c);
+        }
+        return;
+    }
+    splice_pump(w, c);
+}
+
+static void
+timer_expired(struct worker *w, struct timer *t)
+{
+    struct splice *c = SPLICE_OF(t, timer);
+
+    if (c->state == SPLICE_CONNECTING && c->server == NULL) {
+        /* Waiting for a descriptor (connect_next): try again. */
+        connect_next(w, c);
+        return;
+    }
+    if (c->state == SPLICE_CONNECTING) {
+        connect_failed(w, c, true, ETIMEDOUT);
+        return;
+    }
+    if (c->idle_timeout_ms == 0)
+        return;
+    if (w->now_ms - c->last_active_ms >= c->idle_timeout_ms) {
+        bool to_client = io_side_draining(&c->client);
+        bool to_backend = io_side_draining(&c->backend);
+        if (to_client || to_backend) {
+            c->last_active_ms = w->now_ms; /* still sending: not idle */
+            worker_timer_set(w, &c->timer, w->now_ms + c->idle_timeout_ms);
+            return;
+        }
+        stats_add(&c->pool->stats[w->id].idle_timeouts, 1);
+        log_debug("pool %s: connection to %s idle for %ums: closed",
+                  c->pool->name, c->server ? c->server->name : "-",
+                  c->idle_timeout_ms);
+        /* The client spoke and the member never answered in all that
+         * time: a stopped member (SIGSTOP, a hung process) accepts
+         * connections into its backlog and answers none. */
+        if (c->sent_up > 0)
+            member_failed(w, c, "sent nothing for idle_timeout");
+        splice_close(w, c);
+        return;
+    }
+    worker_timer_set(w, &c->timer, c->last_active_ms + c->idle_timeout_ms);
+}
+
+/* ---- accepting ----------------------------------------------------------- */
+
+void
+splice_accept(struct worker *w, struct listener *l, int fd,
+              const struct sockaddr *peer, socklen_t peerlen)
+{
+    struct pool *p = l->pool;
+    struct pool_snapshot *snap = pool_snapshot(p);
+    struct stats_pool *st = &p->stats[w->id];
+    char key[PROTO_KEY_MAX];
+    struct splice *c;
+    uint64_t active;
+    int klen, one = 1;
+
+    stats_add(&st->accepted, 1);
+    active = atomic_fetch_add_explicit(&p->active, 1, memory_order_relaxed);
+    if (snap->set.client_connections > 0 &&
+        active >= snap->set.client_connections) {
+        atomic_fetch_sub_explicit(&p->active, 1, memory_order_relaxed);
+        stats_add(&st->refused_limit, 1);
+        close(fd);
+        return;
+    }
+    klen = snap->set.proto->conn_key(peer, peerlen, snap->set.hash_key, key,
+                                     sizeof(key));
+    c = klen >= 0 ? calloc(1, sizeof(*c)) : NULL;
+    if (c == NULL) {
+        atomic_fetch_sub_explicit(&p->active, 1, memory_order_relaxed);
+        stats_add(&st->no_member, 1);
+        close(fd);
+        return;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (snap->set.tcpkeepalive)
+        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    io_side_init(&c->client, fd, client_event);
+    io_side_init(&c->backend, -1, backend_event);
+    c->link.close = link_close;
+    c->more.run = more_run;
+    c->timer.on_expire = timer_expired;
+    c->pool = p;
+    pool_ref(p);
+    c->connect_timeout_ms = snap->set.connect_timeout_ms;
+    c->idle_timeout_ms = snap->set.idle_timeout_ms;
+    c->hash =
+        snap->ring != NULL ? chash_ring_hash(snap->ring, key, (size_t)klen) : 0;
+    worker_conn_add(w, &c->link);
+    atomic_fetch_add_explicit(&w->nconns, 1, memory_order_relaxed);
+    /* Registered now: edges that come while the backend connects are
+     * remembered in the side's flags. */
+    if (io_side_register(w, &c->client) < 0) {
+        splice_close(w, c);
+        return;
+    }
+    connect_next(w, c);
+}

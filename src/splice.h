@@ -1,0 +1,58 @@
+/* splice.h -- the tcp mode's engine: one client connection spliced to one
+ * member, chosen once by the client's key; non-blocking connect with
+ * retries on the next member, then bytes both ways with back-pressure and
+ * half-close. Runs inside one worker; nothing here is shared.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#ifndef CHASHD_SPLICE_H
+#define CHASHD_SPLICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "io.h"
+#include "worker.h"
+
+/* Members remembered as tried for one client (retries beyond it may
+ * retry a member). */
+#define SPLICE_TRIED_MAX 8
+
+struct server;
+
+enum splice_state { SPLICE_CONNECTING, SPLICE_ESTABLISHED, SPLICE_CLOSED };
+
+/*
+ * A client and its member. Owned by its worker: linked in the worker's
+ * connection list from accept to close, freed after the loop iteration in
+ * which it closed (worker_defer_free), since a later event of the same
+ * batch may still point at one of its sides.
+ */
+struct splice {
+    struct io_side client;
+    struct io_side backend;
+    struct worker_conn link; /* the worker's list */
+    struct worker_task more; /* input left after the read budget */
+    struct timer timer;      /* connect deadline, idle check, fd wait */
+    struct pool *pool;       /* (ref held) */
+    struct server *server;   /* (ref held) NULL before the first pick */
+    int state;               /* enum splice_state */
+    uint64_t last_active_ms;
+    uint32_t connect_timeout_ms;
+    uint32_t idle_timeout_ms;
+    uint64_t hash;                    /* of the key, for retries */
+    uint64_t tried[SPLICE_TRIED_MAX]; /* ids of members that failed */
+    uint32_t attempts;                /* connects started */
+    uint64_t sent_up; /* bytes passed from the client to the member */
+    bool answered;    /* the member has sent a byte */
+    bool blamed;      /* counted as a passive failure of the member */
+    bool decided;     /* the routing decision has been counted */
+    bool counted;     /* counted in server/pool active_backends */
+};
+
+/* engine_accept_fn for tcp pools (engine.h). */
+void splice_accept(struct worker *w, struct listener *l, int fd,
+                   const struct sockaddr *peer, socklen_t peerlen);
+
+#endif /* CHASHD_SPLICE_H */
