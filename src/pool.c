@@ -14,6 +14,7 @@
 
 #include "clock.h"
 #include "health.h"
+#include "invariant.h"
 #include "log.h"
 #include "proto/proto.h"
 #include "state.h"
@@ -91,6 +92,11 @@ pool_workers(void)
 void
 pool_epoch_enter(unsigned worker)
 {
+    /* Entered from quiescence only: a worker holds no snapshot across
+     * iterations, and nested sections would hide a stale one. */
+    INVARIANT(worker < nworkers &&
+              atomic_load_explicit(&seen[worker].seen, memory_order_relaxed) ==
+                  EPOCH_QUIESCENT);
     /* seq_cst: the store must be ordered before this worker's later loads
      * of any pool's snapshot pointer (see pool_reclaim). */
     atomic_store(&seen[worker].seen, atomic_load(&epoch));
@@ -99,6 +105,7 @@ pool_epoch_enter(unsigned worker)
 void
 pool_epoch_quiesce(unsigned worker)
 {
+    INVARIANT(worker < nworkers);
     atomic_store(&seen[worker].seen, EPOCH_QUIESCENT);
 }
 
@@ -124,6 +131,8 @@ snapshot_retire(struct pool_snapshot *old)
 {
     if (old == NULL)
         return;
+    /* Retired once: a second retirement would free it twice. */
+    INVARIANT(old->retire_epoch == 0 && old->next_retired == NULL);
     old->retire_epoch = atomic_fetch_add(&epoch, 1) + 1;
     old->next_retired = retired;
     retired = old;
@@ -143,9 +152,12 @@ pool_reclaim(void)
     }
     while (*pp != NULL) {
         struct pool_snapshot *snap = *pp;
+        INVARIANT(snap->retire_epoch != 0 &&
+                  snap->retire_epoch <= atomic_load(&epoch));
         if (snap->retire_epoch <= min) {
             *pp = snap->next_retired;
             snapshot_free(snap);
+            INVARIANT(nretired > 0);
             nretired--;
         } else {
             pp = &snap->next_retired;
@@ -164,14 +176,21 @@ pool_retired_count(void)
 void
 server_ref(struct server *s)
 {
-    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+    /* Only a holder takes another reference: from 0, it is being freed. */
+    INVARIANT(atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed) >
+              0);
 }
 
 void
 server_unref(struct server *s)
 {
-    if (s == NULL ||
-        atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
+    int was;
+
+    if (s == NULL)
+        return;
+    was = atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel);
+    INVARIANT(was > 0);
+    if (was != 1)
         return;
     free(s->name);
     conf_addr_deinit(&s->addr);
@@ -182,14 +201,20 @@ server_unref(struct server *s)
 void
 pool_ref(struct pool *p)
 {
-    atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+    INVARIANT(atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed) >
+              0);
 }
 
 void
 pool_unref(struct pool *p)
 {
-    if (p == NULL ||
-        atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
+    int was;
+
+    if (p == NULL)
+        return;
+    was = atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel);
+    INVARIANT(was > 0);
+    if (was != 1)
         return;
     /* Nobody can read p->snap any more: no connection and no registry
      * entry refers to <p>. */
@@ -296,6 +321,7 @@ pool_list_add(struct pool *p, struct server *s)
         p->servers = v;
         p->capservers = cap;
     }
+    INVARIANT(s->pool == p);
     p->servers[p->nservers++] = s;
     return 0;
 }
@@ -307,6 +333,7 @@ pool_list_remove(struct pool *p, size_t i)
 {
     struct server *s = p->servers[i];
 
+    INVARIANT(i < p->nservers && s->pool == p);
     health_cancel(s);
     s->pool = NULL;
     server_update_state(s);
