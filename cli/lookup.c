@@ -23,7 +23,8 @@ static const char usage_text[] =
     "       chash lookup --config FILE --pool NAME [--replicas N] [KEY ...]\n"
     "  LIST is name[=weight],... (the weight follows the last '=')\n"
     "  Prints key<TAB>member (with --replicas N: key<TAB>m1<TAB>m2...).\n"
-    "  Keys come from the arguments, or one per line from stdin.\n"
+    "  Keys come from the arguments, or one per line from stdin (empty\n"
+    "  lines are skipped; a trailing CR is dropped).\n"
     "  For a tcp pool the key is the client address as chashd writes it:\n"
     "  the IP (hash_key: source_ip), or IP:port / [v6]:port (source_ip_port).\n";
 
@@ -82,6 +83,11 @@ run(struct lookup *l, int nkeys, char **keys)
         while ((n = getline(&line, &cap, stdin)) >= 0) {
             while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
                 n--;
+            /* A blank line separates, it is not a key: looked up as the
+             * empty key it printed an owner nobody asked for. An empty
+             * key can still be given as an argument. */
+            if (n == 0)
+                continue;
             print_key(l, line, (size_t)n);
         }
         free(line);

@@ -336,6 +336,19 @@ def test_lookup_config_hash_tag_and_bad_file(tmp_path):
     assert re.search(r"bad\.yml:\d+:", p.stderr), p.stderr
 
 
+def test_lookup_stdin_skips_empty_lines():
+    # a blank line between keys is not the empty key
+    out = chash("lookup", "--members", "a,b,c",
+                stdin="k1\n\nk2\r\n\r\n\nk3").stdout
+    assert [l.split("\t")[0] for l in out.splitlines()] == ["k1", "k2", "k3"]
+    assert out == chash("lookup", "--members", "a,b,c", "k1", "k2",
+                        "k3").stdout
+    assert chash("lookup", "--members", "a,b,c", stdin="\n\n").stdout == ""
+    # an empty key given as an argument is still looked up
+    out = chash("lookup", "--members", "a,b,c", "").stdout
+    assert len(out.splitlines()) == 1 and out.startswith("\t")
+
+
 # ---- plot ------------------------------------------------------------
 
 def parse_svg(text):
