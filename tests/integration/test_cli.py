@@ -1,6 +1,6 @@
-# test_cli.py -- the chash command line as a user runs it: sim (the seeds'
-# scenario, reweights, failures, clients), lookup (arguments, stdin,
-# replicas, --config), plot (a valid SVG) and bench --json.
+# test_cli.py -- the chash command line as a user runs it: sim (the default
+# history, reweights, failures, clients, --config), lookup (arguments,
+# stdin, replicas, --config), plot (a valid SVG, --config) and bench --json.
 # SPDX-License-Identifier: BSD-2-Clause
 import json
 import math
@@ -81,11 +81,11 @@ def test_default_sim_moves_a_quarter_and_nothing_between_survivors():
 
 
 def test_sim_agrees_with_lookup_key_by_key():
+    # sim and lookup both default to chashd's 160 points per weight
     doc = sim_json()
-    before = lookup_map("Server-A,Server-B,Server-C", DATA_KEYS,
-                        "--points", "100")
-    after = lookup_map("Server-A,Server-B,Server-C,Server-D", DATA_KEYS,
-                       "--points", "100")
+    assert doc["points"] == 160
+    before = lookup_map("Server-A,Server-B,Server-C", DATA_KEYS)
+    after = lookup_map("Server-A,Server-B,Server-C,Server-D", DATA_KEYS)
     for st, owners in ((doc["steps"][0], before), (doc["steps"][1], after)):
         for m in st["members"]:
             assert m["keys"] == sum(1 for v in owners.values()
@@ -194,8 +194,7 @@ def test_sim_clients_changes_and_final_mapping():
             assert ch["from"] != ch["to"]
     final = {f["client"]: f["member"] for f in doc["final"]}
     assert len(final) == 60
-    want = lookup_map("Server-A,Server-C,Server-D,Server-E", list(final),
-                      "--points", "100")
+    want = lookup_map("Server-A,Server-C,Server-D,Server-E", list(final))
     assert final == want
     text = chash("sim", "--clients", "60").stdout
     lines = re.findall(r"^  client (\S+)\s+(\S+) -> (\S+)$", text, re.M)
@@ -217,6 +216,9 @@ def test_sim_clients_changes_and_final_mapping():
     (["--frob"], "--frob"),
     (["--points"], "needs a value"),
     (["extra"], "unexpected argument"),
+    (["--factor", "1.5"], "--factor goes with --fail"),
+    (["--clients", "5", "--key-prefix", "k"], "--key-prefix"),
+    (["--clients", "5", "--keys", "9"], "--clients and --keys"),
 ])
 def test_sim_bad_arguments(args, word):
     p = chash("sim", *args, check=False)
@@ -349,6 +351,181 @@ def test_lookup_stdin_skips_empty_lines():
     assert len(out.splitlines()) == 1 and out.startswith("\t")
 
 
+# ---- --config for sim and plot ---------------------------------------
+
+WEB_YML = (
+    "global:\n  admin: off\n"
+    "web:\n  listen: 127.0.0.1:18080\n  mode: tcp\n"
+    "  distribution: ring\n  hash: murmur3\n  points_per_weight: 40\n"
+    "  balance_factor: 1.5\n"
+    "  servers:\n"
+    "    - 127.0.0.1:9001:1 web-1\n"
+    "    - 127.0.0.1:9002:3 web-2\n"
+    "    - { address: 127.0.0.1:9003, weight: 2, name: web-3 }\n"
+    "plain:\n  listen: 127.0.0.1:18081\n  mode: tcp\n"
+    "  servers:\n    - 127.0.0.1:9011:1 p-1\n    - 127.0.0.1:9012:1 p-2\n"
+    "mod:\n  listen: 127.0.0.1:18082\n  distribution: modula\n"
+    "  servers:\n    - 127.0.0.1:9021:1\n    - 127.0.0.1:9022:1\n")
+
+
+@pytest.fixture
+def web_yml(tmp_path):
+    path = tmp_path / "chashd.yml"
+    path.write_text(WEB_YML)
+    return str(path)
+
+
+def owners_by_config(conf, pool, keys):
+    out = chash("lookup", "--config", conf, "--pool", pool,
+                stdin="".join(k + "\n" for k in keys)).stdout
+    return {l.split("\t")[0]: l.split("\t")[1] for l in out.splitlines()}
+
+
+def test_sim_config_plays_the_pools_ring(web_yml):
+    doc = sim_json("--config", web_yml, "--pool", "web", "--keys", "3000",
+                   "--ops", "+web-4=2,-web-1")
+    assert (doc["config"], doc["pool"]) == (web_yml, "web")
+    assert (doc["algo"], doc["hash"], doc["points"]) == \
+        ("ring", "murmur3", 40)
+    init = doc["steps"][0]["members"]
+    assert [(m["name"], m["weight"]) for m in init] == \
+        [("web-1", 1), ("web-2", 3), ("web-3", 2)]
+    # the keys sit where `chash lookup --config` (chashd's ring) puts them
+    owners = owners_by_config(web_yml, "web",
+                              ["data_key_%d" % i for i in range(3000)])
+    for m in init:
+        assert m["keys"] == sum(1 for o in owners.values() if o == m["name"])
+    assert [st["op"] for st in doc["steps"]] == ["init", "+web-4=2", "-web-1"]
+    for st in doc["steps"][1:]:
+        assert st["moved_between_survivors"] == 0
+        assert st["exact_moved"] == pytest.approx(st["optimal"], abs=1e-9)
+    text = chash("sim", "--config", web_yml, "--pool", "web").stdout
+    assert text.startswith("chash sim: pool web of %s, algorithm ring, "
+                           "hash murmur3, 40 points per weight" % web_yml)
+    # with --config there is no default history: only the initial step
+    assert re.findall(r"^== (\S+):", text, re.M) == ["init"]
+
+
+def test_sim_config_fail_uses_the_pools_balance_factor(web_yml):
+    doc = sim_json("--config", web_yml, "--pool", "web", "--fail", "web-2")
+    assert doc["fail"]["factor"] == 1.5
+    assert [s["name"] for s in doc["fail"]["survivors"]] == ["web-1", "web-3"]
+    doc = sim_json("--config", web_yml, "--pool", "web", "--fail", "web-2",
+                   "--factor", "1.1")
+    assert doc["fail"]["factor"] == 1.1
+    # a pool without balance_factor: the default 1.25
+    doc = sim_json("--config", web_yml, "--pool", "plain", "--fail", "p-1")
+    assert doc["fail"]["factor"] == 1.25
+    p = chash("sim", "--config", web_yml, "--pool", "web", "--fail", "x",
+              check=False)
+    assert p.returncode == 2 and "--fail x" in p.stderr
+
+
+def test_sim_and_plot_config_hash_tag(tmp_path):
+    conf = tmp_path / "nutcracker.yml"
+    conf.write_text(
+        "beta:\n  listen: 127.0.0.1:22122\n  hash: fnv1a_64\n"
+        "  hash_tag: \"{}\"\n  distribution: ketama\n  redis: true\n"
+        "  servers:\n"
+        "   - 127.0.0.1:6380:1 server1\n   - 127.0.0.1:6381:1 server2\n"
+        "   - 127.0.0.1:6382:1 server3\n   - 127.0.0.1:6383:1 server4\n")
+    # every key shares the tag {user1}: one member gets them all, the one
+    # `chash lookup --config` names for the tag's content
+    owner = owners_by_config(str(conf), "beta", ["user1"])["user1"]
+    doc = sim_json("--config", str(conf), "--pool", "beta",
+                   "--key-prefix", "{user1}.", "--keys", "500")
+    keys = {m["name"]: m["keys"] for m in doc["steps"][0]["members"]}
+    assert keys[owner] == 500 and sum(keys.values()) == 500
+    root = parse_svg(chash("plot", "--config", str(conf), "--pool", "beta",
+                           "--loads", "--key-prefix", "{user1}.",
+                           "--keys", "500").stdout)
+    bars = {r.get("data-member"): int(r.get("data-keys"))
+            for r in root.iter(SVG + "rect") if r.get("class") == "bar"}
+    assert bars[owner] == 500
+    # without a tag in the keys they spread
+    doc = sim_json("--config", str(conf), "--pool", "beta", "--keys", "500")
+    assert all(m["keys"] > 0 for m in doc["steps"][0]["members"])
+
+
+def plot_parts(text):
+    """(arcs, legend) of a plot: the picture without its title."""
+    root = parse_svg(text)
+    arcs = [(p.get("data-member"), p.get("d")) for p in root.iter(SVG + "path")
+            if p.get("class") == "arc"]
+    legend = [(g.get("data-member"), g.get("data-weight"), g.get("data-share"))
+              for g in root.iter(SVG + "g") if g.get("class") == "legend-item"]
+    return arcs, legend
+
+
+def test_plot_config_draws_the_pools_ring(web_yml):
+    by_config = chash("plot", "--config", web_yml, "--pool", "web").stdout
+    by_hand = chash("plot", "--members", "web-1,web-2=3,web-3=2", "--hash",
+                    "murmur3", "--points", "40").stdout
+    assert plot_parts(by_config) == plot_parts(by_hand)
+    assert len(plot_parts(by_config)[0]) > 3
+    assert "chash plot: pool web, 3 members, algorithm ring, hash murmur3, " \
+        "40 points per weight" in by_config
+
+
+def test_sim_and_plot_default_to_160_points_like_chashd(web_yml):
+    # chashd builds a pool without points_per_weight with 160
+    doc = sim_json("--config", web_yml, "--pool", "plain")
+    assert doc["points"] == 160
+    assert sim_json()["points"] == 160
+    assert sim_json("--points", "160") == sim_json()
+    text = chash("plot", "--members", "a,b,c").stdout
+    assert "160 points per weight" in text
+    assert text == chash("plot", "--members", "a,b,c", "--points",
+                         "160").stdout
+    assert plot_parts(chash("plot", "--config", web_yml, "--pool",
+                            "plain").stdout) == \
+        plot_parts(chash("plot", "--members", "p-1,p-2").stdout)
+
+
+@pytest.mark.parametrize("cmd", ["sim", "plot", "lookup"])
+@pytest.mark.parametrize("opt", [["--members", "a,b"], ["--algo", "maglev"],
+                                 ["--hash", "md5"], ["--points", "10"],
+                                 ["--table-size", "7"]])
+def test_config_refuses_ring_options_beside_it(web_yml, cmd, opt):
+    p = chash(cmd, "--config", web_yml, "--pool", "web", *opt, "k",
+              check=False) if cmd == "lookup" else \
+        chash(cmd, "--config", web_yml, "--pool", "web", *opt, check=False)
+    assert p.returncode == 2, p.stderr
+    assert "%s cannot go with --config" % opt[0] in p.stderr
+    assert "usage: chash %s" % cmd in p.stderr and p.stdout == ""
+
+
+@pytest.mark.parametrize("cmd", ["sim", "plot", "lookup"])
+def test_config_errors(web_yml, tmp_path, cmd):
+    p = chash(cmd, "--config", web_yml, check=False)
+    assert p.returncode == 2 and "--config and --pool go together" in p.stderr
+    p = chash(cmd, "--pool", "web", check=False)
+    assert p.returncode == 2 and "--config and --pool go together" in p.stderr
+    p = chash(cmd, "--config", web_yml, "--pool", "api", check=False)
+    assert p.returncode == 2
+    assert "has no pool 'api'; its pools are: web, plain, mod" in p.stderr
+    p = chash(cmd, "--config", web_yml, "--pool", "mod", check=False)
+    assert p.returncode == 1 and "not consistent hashing" in p.stderr
+    bad = tmp_path / "bad.yml"
+    bad.write_text("web:\n  listen: 127.0.0.1:1\n  distribution: spiral\n"
+                   "  servers:\n    - 127.0.0.1:9001:1\n")
+    p = chash(cmd, "--config", str(bad), "--pool", "web", check=False)
+    assert p.returncode == 2 and re.search(r"bad\.yml:3:", p.stderr), \
+        p.stderr
+
+
+@pytest.mark.parametrize("cmd", ["sim", "plot", "lookup"])
+@pytest.mark.parametrize("args,word", [
+    (["--algo", "maglev", "--points", "40"], "--points sets the points"),
+    (["--algo", "ketama", "--points", "40"], "ketama gives each server"),
+    (["--points", "40", "--table-size", "7"], "--table-size goes with"),
+])
+def test_ring_options_that_change_nothing_are_refused(cmd, args, word):
+    p = chash(cmd, "--members", "a,b", *args, check=False)
+    assert p.returncode == 2 and word in p.stderr, p.stderr
+    assert p.stdout == ""
+
+
 # ---- plot ------------------------------------------------------------
 
 def parse_svg(text):
@@ -433,3 +610,4 @@ def test_bench_json_structure():
     assert "ns_per_lookup_dependent" not in res[0]
     p = chash("bench", "--algo", "spiral", check=False)
     assert p.returncode == 2 and "valid names are" in p.stderr
+
