@@ -1,8 +1,8 @@
 # test_admin_ctl.py -- `chash ctl` end to end against a running chashd:
 # tables by default, --json for scripts, each change with its migration
 # report, API errors printed with exit 1, bad arguments exit 2 with usage;
-# `chash sim` and `chash plot --config` checked against the rings chashd
-# builds from the same file.
+# the ctl examples of chash(1); `chash sim` and `chash plot --config`
+# checked against the rings chashd builds from the same file.
 # SPDX-License-Identifier: BSD-2-Clause
 import json
 import re
@@ -13,6 +13,7 @@ import pytest
 
 from admin_util import CHASH, cluster  # noqa: F401 (fixture)
 from conftest import Backend, free_port, pool_yaml
+from test_cli import man_examples, run_example
 
 
 def ctl(c, *args, token=None, check=None):
@@ -159,6 +160,46 @@ def test_ctl_reweight_is_weight(cluster):
     # its errors are weight's
     p = ctl(c, "reweight", "web", "nope", "2", check=1)
     assert 'no member named "nope"' in p.stderr
+
+
+def ctl_examples(c, extra_addr):
+    """The `chash ctl` examples of chash(1) with the page's addresses
+    127.0.0.1:9001.. replaced by the cluster's members' (and :9004 by
+    <extra_addr>), in the page's order."""
+    addrs = {"127.0.0.1:900%d" % (i + 1): b.addr
+             for i, b in enumerate(c.backends)}
+    addrs["127.0.0.1:9004"] = extra_addr
+
+    def fix(text):
+        return re.sub(r"127\.0\.0\.1:900\d", lambda m: addrs[m.group(0)],
+                      text)
+    return [(fix(cmd), fix(out)) for cmd, out in man_examples()
+            if cmd.startswith("chash ctl")]
+
+
+def blanks_apart(text):
+    """Lines as words: addresses of another length shift the columns."""
+    return [line.split() for line in text.splitlines()]
+
+
+def run_ctl_examples(c, examples):
+    env = {"CHASH_ADMIN": "127.0.0.1:%d" % c.admin_port}
+    for cmd, expected in examples:
+        p = run_example(cmd, expected, c.tmp, env)
+        assert p.returncode == 0, (cmd, p.stderr)
+        assert blanks_apart(p.stdout) == blanks_apart(expected), \
+            "%s\n%s" % (cmd, p.stdout)
+
+
+def test_man_page_ctl_examples(cluster):
+    # the page's chashd: web-1..3 of weight 1 on the ring, a state file
+    c = cluster(3)
+    examples = ctl_examples(c, "127.0.0.1:%d" % free_port())
+    first_state = [i for i, (cmd, _) in enumerate(examples)
+                   if cmd.startswith("chash ctl state")][0]
+    # `ctl state` needs chashd's overrides: test_ctl_state.py runs those
+    assert first_state >= 4
+    run_ctl_examples(c, examples[:first_state])
 
 
 def test_sim_and_plot_config_build_chashds_rings(cluster):

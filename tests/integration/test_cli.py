@@ -1,18 +1,23 @@
 # test_cli.py -- the chash command line as a user runs it: sim (the default
 # history, reweights, failures, clients, --config), lookup (arguments,
-# stdin, replicas, --config), plot (a valid SVG, --config) and bench --json.
+# stdin, replicas, --config), plot (a valid SVG, --config), bench --json,
+# and the manual page chash(1): every option documented, every example
+# printing what the page says.
 # SPDX-License-Identifier: BSD-2-Clause
 import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
 
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("CHASH_BUILD", "/work/main/build")
 CHASH = os.path.join(BUILD, "chash")
+MAN = os.path.join(REPO, "doc", "chash.1")
 SVG = "{http://www.w3.org/2000/svg}"
 ALGOS = ["ring", "maglev", "rendezvous", "jump", "ketama", "nginx"]
 
@@ -611,3 +616,137 @@ def test_bench_json_structure():
     p = chash("bench", "--algo", "spiral", check=False)
     assert p.returncode == 2 and "valid names are" in p.stderr
 
+
+# ---- the manual page -------------------------------------------------
+
+def man_text(line):
+    """A line of chash.1 as the reader sees it (the escapes it uses)."""
+    return re.sub(r"\\(-|e|&|\(mu)", lambda m: {
+        "-": "-", "e": "\\", "&": "", "(mu": "x"}[m.group(1)], line)
+
+
+def man_examples():
+    """[(command, expected output)] of the .EX blocks of EXAMPLES, in the
+    page's order: a line "$ CMD" is a command, the lines after it up to
+    the next "$ " are what it prints."""
+    with open(MAN) as f:
+        text = f.read().split("\n.SH EXAMPLES\n", 1)[1]
+    out = []
+    for block in re.findall(r"^\.EX\n(.*?)^\.EE$", text, re.M | re.S):
+        for line in block.split("\n")[:-1]:
+            line = man_text(line)
+            if line.startswith("$ "):
+                out.append([line[2:], []])
+            else:
+                assert out, "output before any command: %r" % line
+                out[-1][1].append(line)
+    return [(c, "".join(l + "\n" for l in o)) for c, o in out]
+
+
+def run_example(cmd, expected, cwd, env=None):
+    """Run one example as a user types it (chash from this build first in
+    PATH); "cat FILE" writes the file the page shows instead."""
+    m = re.fullmatch(r"cat (\S+)", cmd)
+    if m:
+        with open(os.path.join(cwd, m.group(1)), "w") as f:
+            f.write(expected)
+    e = dict(os.environ, **(env or {}))
+    e["PATH"] = BUILD + os.pathsep + e.get("PATH", "")
+    return subprocess.run(["bash", "-c", "set -o pipefail; " + cmd],
+                          cwd=cwd, env=e, capture_output=True, text=True,
+                          timeout=120)
+
+
+def masked(text):
+    """Numbers out, runs of blanks as one: what does not depend on time."""
+    return [re.sub(r"\d+(\.\d+)?", "#", line).split()
+            for line in text.splitlines()]
+
+
+def test_man_page_examples_print_what_the_page_says(tmp_path):
+    ran = []
+    for cmd, expected in man_examples():
+        if cmd.startswith("chash ctl"):
+            continue  # test_admin_ctl.py runs them against a real chashd
+        p = run_example(cmd, expected, str(tmp_path))
+        assert p.returncode == 0, (cmd, p.stderr)
+        if cmd.startswith("chash bench"):
+            # times differ from run to run; the rest must not
+            assert masked(p.stdout) == masked(expected), cmd
+        else:
+            assert p.stdout == expected, "%s\n%s" % (cmd, p.stdout)
+        m = re.search(r"--out (\S+)", cmd)
+        if m:
+            parse_svg((tmp_path / m.group(1)).read_text())
+        ran.append(cmd.split()[:2])
+    for what in (["chash", "sim"], ["chash", "lookup"], ["chash", "plot"],
+                 ["chash", "bench"], ["cat", "pool.yml"]):
+        assert what in ran, what
+
+
+def man_source():
+    with open(MAN) as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("cmd", ["sim", "lookup", "plot", "bench", "serve",
+                                 "ctl"])
+def test_man_page_documents_every_option(cmd):
+    man = man_text(man_source())
+    assert re.search(r"^\.SS chash %s$" % cmd, man, re.M)
+    usage = chash(cmd, "--help").stdout
+    options = set(re.findall(r"--[a-z][a-z-]*", usage))
+    assert options
+    for opt in options:
+        assert opt in man, "%s %s is not in chash(1)" % (cmd, opt)
+
+
+def test_man_page_documents_every_ctl_command():
+    usage = chash("ctl", "--help").stdout
+    commands = re.findall(r"^  ([a-z]+)\b", usage.split("commands:", 1)[1]
+                          .split("options:", 1)[0], re.M)
+    assert {"pools", "show", "add", "remove", "weight", "reweight", "drain",
+            "up", "maint", "lookup", "state"} == set(commands)
+    man = man_source()
+    ctl = man.split(".SS chash ctl", 1)[1].split(".SH ", 1)[0]
+    for c in commands:
+        assert re.search(r"^\.BI? %s\b" % c, ctl, re.M), c
+    assert "\\-\\-reset" in ctl and "\\-\\-dry\\-run" in ctl
+    for c in chash("--help").stdout.split("commands:")[1].split("\n\n")[0] \
+            .split("\n")[1:]:
+        assert ".SS chash %s" % c.split()[0] in man
+
+
+def test_man_page_documents_the_sim_json(web_yml):
+    man = man_text(man_source())
+    doc = sim_json("--clients", "20", "--fail", "Server-A",
+                   "--ops", "+Server-D")
+    config = sim_json("--config", web_yml, "--pool", "web", "--keys", "10")
+    keys = set(doc) | set(config)
+    for st in doc["steps"]:
+        keys |= set(st)
+        for m in st["members"]:
+            keys |= set(m)
+        for ch in st.get("changes", []):
+            keys |= set(ch)
+    keys |= set(doc["fail"]) | set(doc["fail"]["survivors"][0])
+    keys |= set(doc["final"][0])
+    for k in sorted(keys):
+        assert re.search(r"\b%s\b" % k, man), "sim --json's %s" % k
+
+
+def test_man_page_speaks_to_users():
+    man = man_text(man_source())
+    shown = "\n".join(l for l in man.splitlines() if not l.startswith('.\\"'))
+    for pattern in (r"(?<!-)\bseeds?\b", r"\bseed's\b", r"\bwaves?\b",
+                    r"\bissues?\b", r"#\d+", r"\bJava\b", r"\bTODO\b",
+                    r"\bFIXME\b"):
+        assert not re.search(pattern, shown, re.I), pattern
+
+
+@pytest.mark.skipif(shutil.which("groff") is None,
+                    reason="groff is not installed")
+def test_man_page_renders_without_warnings():
+    p = subprocess.run(["groff", "-man", "-t", "-ww", "-z", MAN],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
