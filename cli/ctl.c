@@ -35,10 +35,16 @@ static const char usage_text[] =
     "                                        add a member\n"
     "  remove POOL NAME [--dry-run]          remove a member\n"
     "  weight POOL NAME W [--dry-run]        change a member's weight\n"
+    "  reweight POOL NAME W [--dry-run]      the same as weight\n"
     "  drain POOL NAME [--dry-run]           no new keys to the member\n"
     "  up POOL NAME [--dry-run]              back in the ring\n"
     "  maint POOL NAME [--dry-run]           out of the ring, not checked\n"
     "  lookup POOL KEY [--replicas N]        the member(s) owning KEY\n"
+    "  state                                 the runtime overrides of the\n"
+    "                                        config (kept in the state file)\n"
+    "  state --reset POOL [NAME] [--dry-run] drop the overrides of a pool or\n"
+    "                                        of one member (back to the\n"
+    "                                        config file)\n"
     "options:\n"
     "  --admin HOST:PORT  the admin API (default $CHASH_ADMIN or "
     "127.0.0.1:8404)\n"
@@ -56,6 +62,7 @@ struct ctl {
     uint32_t weight;
     bool have_replicas;
     uint32_t replicas;
+    bool reset;
 };
 
 /* ---- HTTP client ------------------------------------------------------- */
@@ -459,6 +466,13 @@ print_report(json_t *r, const char *what)
     size_t i;
 
     printf("%s%s\n", dry ? "dry run, nothing changed: " : "", what);
+    /* state --reset: how many runtime overrides go */
+    if (json_is_integer(json_object_get(r, "dropped"))) {
+        long long n = num(r, "dropped");
+
+        printf("  %s %lld override%s\n", dry ? "would drop" : "dropped", n,
+               n == 1 ? "" : "s");
+    }
     if (json_is_null(json_object_get(r, "moved"))) {
         printf("  %s\n", str(r, "note"));
         return;
@@ -501,6 +515,98 @@ print_lookup(json_t *j)
     printf("\n");
 }
 
+/* One override value as a table cell: null as "-", numbers and strings
+ * as they are, an added member as "ADDRESS weight W STATE", a removed one
+ * as "ADDRESS weight W"; anything else as compact JSON, so what a newer
+ * chashd reports still shows. */
+static void
+state_cell(json_t *v, char *buf, size_t len)
+{
+    json_t *addr = json_object_get(v, "address");
+    char *text;
+    int n;
+
+    if (v == NULL || json_is_null(v)) {
+        snprintf(buf, len, "-");
+    } else if (json_is_integer(v)) {
+        snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+    } else if (json_is_string(v)) {
+        snprintf(buf, len, "%s", json_string_value(v));
+    } else if (json_is_object(v) && json_is_string(addr)) {
+        n = snprintf(buf, len, "%s", json_string_value(addr));
+        if (n >= 0 && (size_t)n < len &&
+            json_is_integer(json_object_get(v, "weight")))
+            n += snprintf(buf + n, len - (size_t)n, " weight %lld",
+                          num(v, "weight"));
+        if (n >= 0 && (size_t)n < len &&
+            json_is_string(json_object_get(v, "state")))
+            snprintf(buf + n, len - (size_t)n, " %s", str(v, "state"));
+    } else {
+        text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        snprintf(buf, len, "%s", text ? text : "?");
+        free(text);
+    }
+}
+
+/* Rows in a stable order whatever order the API lists them in: by pool,
+ * then member, then what. */
+static int
+override_cmp(const void *a, const void *b)
+{
+    json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    int d = strcmp(str(x, "pool"), str(y, "pool"));
+
+    if (d == 0)
+        d = strcmp(str(x, "member"), str(y, "member"));
+    if (d == 0)
+        d = strcmp(str(x, "what"), str(y, "what"));
+    return d;
+}
+
+/* GET /api/state's "overrides" as a table. -1 when the answer has none
+ * (a chashd older than `chash ctl state`). */
+static int
+print_state(json_t *j)
+{
+    json_t *ov = json_object_get(j, "overrides");
+    json_t **rows;
+    size_t n = json_array_size(ov);
+    char config[256], runtime[256];
+
+    if (!json_is_array(ov)) {
+        cli_error(CMD, "the answer of GET /api/state has no \"overrides\": "
+                       "this chashd is older than `chash ctl state`");
+        return -1;
+    }
+    if (n == 0) {
+        printf("no runtime overrides: every pool runs as its config says\n");
+    } else {
+        rows = calloc(n, sizeof(*rows));
+        if (rows == NULL) {
+            cli_error(CMD, "out of memory");
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++)
+            rows[i] = json_array_get(ov, i);
+        qsort(rows, n, sizeof(*rows), override_cmp);
+        printf("%-12s %-20s %-8s %-28s %s\n", "POOL", "MEMBER", "WHAT",
+               "CONFIG", "RUNTIME");
+        for (size_t i = 0; i < n; i++) {
+            state_cell(json_object_get(rows[i], "config"), config,
+                       sizeof(config));
+            state_cell(json_object_get(rows[i], "runtime"), runtime,
+                       sizeof(runtime));
+            printf("%-12s %-20s %-8s %-28s %s\n", str(rows[i], "pool"),
+                   str(rows[i], "member"), str(rows[i], "what"), config,
+                   runtime);
+        }
+        free(rows);
+    }
+    if (json_is_null(json_object_get(j, "file")))
+        printf("no state_file: the overrides are lost when chashd stops\n");
+    return 0;
+}
+
 /* ---- commands -------------------------------------------------------------
  */
 
@@ -534,6 +640,48 @@ change(const struct ctl *c, const char *method, const char *path, json_t *body,
     return CLI_EXIT_OK;
 }
 
+/*
+ * `state`: the runtime overrides; `state --reset POOL [NAME]`: drop those
+ * of a pool (it returns to its config's membership) or of one member,
+ * with the migration report of going back.
+ */
+static int
+state_cmd(const struct ctl *c, char **args, int nargs)
+{
+    char pool[800], name[800], path[2600], what[1024];
+    json_t *j;
+    int ex;
+
+    if (!c->reset) {
+        if (nargs != 0)
+            return cli_usage_error(CMD, usage_text,
+                                   "'state' takes no argument (to drop "
+                                   "overrides: state --reset POOL [NAME])");
+        j = call(c, "GET", "/api/state", NULL, &ex);
+        if (j != NULL && !c->json && print_state(j) != 0)
+            ex = CLI_EXIT_FAIL;
+        json_decref(j);
+        return ex;
+    }
+    if (nargs < 1 || nargs > 2)
+        return cli_usage_error(CMD, usage_text,
+                               "'state --reset' takes POOL and an optional "
+                               "NAME, got %d argument%s",
+                               nargs, nargs == 1 ? "" : "s");
+    url_escape(args[0], pool, sizeof(pool));
+    if (nargs == 1) {
+        snprintf(path, sizeof(path), "/api/state/pools/%s", pool);
+        snprintf(what, sizeof(what), "pool %s: reset to its config", args[0]);
+    } else {
+        url_escape(args[1], name, sizeof(name));
+        snprintf(path, sizeof(path), "/api/state/pools/%s/members/%s", pool,
+                 name);
+        snprintf(what, sizeof(what), "pool %s: reset %s to its config", args[0],
+                 args[1]);
+    }
+    return change(c, "DELETE", path, NULL, what);
+}
+
 /* After cli_parse_*() printed what is wrong: the usage, exit 2. */
 static int
 usage_after_error(void)
@@ -552,6 +700,7 @@ cmd_ctl(int argc, char **argv)
         {"weight", required_argument, NULL, 'w'},
         {"dry-run", no_argument, NULL, 'n'},
         {"replicas", required_argument, NULL, 'r'},
+        {"reset", no_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -568,7 +717,7 @@ cmd_ctl(int argc, char **argv)
         c.token = NULL;
     opterr = 0;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, ":a:t:jw:nr:h", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":a:t:jw:nr:Rh", opts, NULL)) != -1) {
         switch (opt) {
         case 'a':
             c.admin = optarg;
@@ -593,6 +742,9 @@ cmd_ctl(int argc, char **argv)
                 0)
                 return usage_after_error();
             c.have_replicas = true;
+            break;
+        case 'R':
+            c.reset = true;
             break;
         case 'h':
             fputs(usage_text, stdout);
@@ -619,8 +771,13 @@ cmd_ctl(int argc, char **argv)
     if (c.have_replicas && strcmp(verb, "lookup") != 0)
         return cli_usage_error(CMD, usage_text,
                                "--replicas goes with 'lookup'");
+    if (c.reset && strcmp(verb, "state") != 0)
+        return cli_usage_error(CMD, usage_text,
+                               "--reset goes with 'state' (state --reset "
+                               "POOL [NAME])");
     if (c.dry_run && (strcmp(verb, "pools") == 0 || strcmp(verb, "show") == 0 ||
-                      strcmp(verb, "lookup") == 0))
+                      strcmp(verb, "lookup") == 0 ||
+                      (strcmp(verb, "state") == 0 && !c.reset)))
         return cli_usage_error(CMD, usage_text, "--dry-run goes with a change");
     for (int i = 0; i < nargs; i++)
         if (strlen(args[i]) > 255)
@@ -684,7 +841,8 @@ cmd_ctl(int argc, char **argv)
         snprintf(what, sizeof(what), "pool %s: remove %s", args[0], args[1]);
         return change(&c, "DELETE", path, NULL, what);
     }
-    if (strcmp(verb, "weight") == 0) {
+    /* reweight: the word HAProxy and most operators use for it */
+    if (strcmp(verb, "weight") == 0 || strcmp(verb, "reweight") == 0) {
         uint32_t w;
 
         if ((rc = need(nargs, 3, verb)) != 0)
@@ -706,5 +864,7 @@ cmd_ctl(int argc, char **argv)
         return change(&c, "PATCH", path, json_pack("{s:s}", "state", verb),
                       what);
     }
+    if (strcmp(verb, "state") == 0)
+        return state_cmd(&c, args, nargs);
     return cli_usage_error(CMD, usage_text, "unknown command '%s'", verb);
 }

@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "chash/chash.h"
-#include "../src/conf.h"
 #include "util.h"
 
 #define CMD "lookup"
@@ -23,9 +22,15 @@ static const char usage_text[] =
     "       chash lookup --config FILE --pool NAME [--replicas N] [KEY ...]\n"
     "  LIST is name[=weight],... (the weight follows the last '=')\n"
     "  Prints key<TAB>member (with --replicas N: key<TAB>m1<TAB>m2...).\n"
-    "  Keys come from the arguments, or one per line from stdin.\n"
+    "  Keys come from the arguments, or one per line from stdin (empty\n"
+    "  lines are skipped; a trailing CR is dropped).\n"
+    "  --points N      the ring's points per unit of weight (default 160,\n"
+    "                  --algo ring only); --table-size M: maglev's prime\n"
+    "                  table size (default 65537)\n"
+    "  --config FILE --pool NAME  the pool's ring as chashd builds it\n"
     "  For a tcp pool the key is the client address as chashd writes it:\n"
-    "  the IP (hash_key: source_ip), or IP:port / [v6]:port (source_ip_port).\n";
+    "  the IP (hash_key: source_ip), or IP:port / [v6]:port "
+    "(source_ip_port).\n";
 
 struct lookup {
     struct chash_ring *ring;
@@ -82,6 +87,11 @@ run(struct lookup *l, int nkeys, char **keys)
         while ((n = getline(&line, &cap, stdin)) >= 0) {
             while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
                 n--;
+            /* A blank line separates, it is not a key: looked up as the
+             * empty key it printed an owner nobody asked for. An empty
+             * key can still be given as an argument. */
+            if (n == 0)
+                continue;
             print_key(l, line, (size_t)n);
         }
         free(line);
@@ -94,77 +104,6 @@ run(struct lookup *l, int nkeys, char **keys)
     return CLI_EXIT_OK;
 }
 
-/*
- * --config: load <path> with the daemon's own loader and build <pool>'s
- * ring as chashd does (algorithm, hash, points and table from the pool,
- * members from conf_pool_members()), so what is printed is where chashd
- * sends the key.
- */
-static int
-lookup_config(const char *path, const char *name, struct lookup *l)
-{
-    char err[1024]; /* conf.h: room for the longest message */
-    struct conf *conf = conf_load(path, err, sizeof(err));
-    struct chash_member *members = NULL;
-    const struct conf_pool *pool;
-    int rc = CLI_EXIT_FAIL;
-
-    if (conf == NULL) {
-        /* a bad config is bad input, as for `chashd -t`: status 2 */
-        cli_error(CMD, "%s", err);
-        return CLI_EXIT_USAGE;
-    }
-    pool = conf_pool_find(conf, name);
-    if (pool == NULL) {
-        fprintf(stderr, "chash %s: %s has no pool '%s'; its pools are:", CMD,
-                path, name);
-        for (size_t i = 0; i < conf->npools; i++)
-            fprintf(stderr, "%s %s", i ? "," : "", conf->pools[i].name);
-        fputc('\n', stderr);
-        rc = CLI_EXIT_USAGE;
-        goto out;
-    }
-    if (pool->distribution == CONF_DIST_RANDOM) {
-        cli_error(CMD, "pool '%s' uses distribution random: a key has no "
-                       "fixed owner to print",
-                  name);
-        goto out;
-    }
-    if (pool->distribution >= CHASH_ALGO_COUNT) {
-        cli_error(CMD, "pool '%s' uses distribution modula (hash modulo the "
-                       "servers), which is not consistent hashing; chash "
-                       "lookup prints the placements of libchash's "
-                       "algorithms only",
-                  name);
-        goto out;
-    }
-    if (pool->nservers == 0) {
-        cli_error(CMD, "pool '%s' has no servers", name);
-        goto out;
-    }
-    members = calloc(pool->nservers, sizeof(*members));
-    if (members == NULL) {
-        cli_error(CMD, "out of memory");
-        goto out;
-    }
-    conf_pool_members(pool, members);
-    int e = chash_ring_create(&pool->ring, members, pool->nservers, &l->ring);
-    if (e != 0) {
-        cli_error(CMD, "pool '%s': cannot build its ring: %s", name,
-                  chash_strerror(e));
-        goto out;
-    }
-    /* twemproxy hashes only the tagged part of a key in its key-value
-     * modes; a tcp pool's key is the client address and has no tag. */
-    if (pool->mode == CONF_MODE_REDIS || pool->mode == CONF_MODE_MEMCACHE)
-        memcpy(l->tag, pool->hash_tag, sizeof(l->tag));
-    rc = CLI_EXIT_OK;
-out:
-    free(members);
-    conf_destroy(conf);
-    return rc;
-}
-
 int
 cmd_lookup(int argc, char **argv)
 {
@@ -175,16 +114,13 @@ cmd_lookup(int argc, char **argv)
         {"points", required_argument, NULL, 'p'},
         {"table-size", required_argument, NULL, 't'},
         {"replicas", required_argument, NULL, 'r'},
-        {"config", required_argument, NULL, 'c'},
-        {"pool", required_argument, NULL, 'P'},
+        {"config", required_argument, NULL, CLI_OPT_CONFIG},
+        {"pool", required_argument, NULL, CLI_OPT_POOL},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    struct chash_config cfg = {0};
-    struct cli_members ms = {0};
+    struct cli_ring r = {0};
     struct lookup l = {0};
-    const char *config = NULL, *pool = NULL;
-    bool ring_opts = false;
     uint32_t replicas = 1;
     int c, ropt, rc = CLI_EXIT_USAGE;
 
@@ -197,55 +133,27 @@ cmd_lookup(int argc, char **argv)
                               &replicas) != 0)
                 goto usage;
             break;
-        case 'c':
-            config = optarg;
-            break;
-        case 'P':
-            pool = optarg;
-            break;
         case 'h':
             fputs(usage_text, stdout);
             rc = CLI_EXIT_OK;
             goto out;
         default:
-            if ((ropt = cli_ring_option(CMD, c, optarg, &cfg, &ms)) < 0)
+            if ((ropt = cli_ring_option(CMD, c, optarg, &r)) < 0)
                 goto usage;
-            if (ropt > 0) {
-                /* --members may go with --config's check; the others
-                 * describe a ring that --config would contradict */
-                ring_opts |= c != 'm';
+            if (ropt > 0)
                 break;
-            }
             rc = cli_bad_option(CMD, usage_text, argv, c);
             goto out;
         }
     }
     l.replicas = replicas;
-    if (config != NULL || pool != NULL) {
-        if (config == NULL || pool == NULL) {
-            rc = cli_usage_error(CMD, usage_text,
-                                 "--config and --pool go together");
-            goto out;
-        }
-        if (ms.n > 0 || ring_opts) {
-            rc = cli_usage_error(CMD, usage_text,
-                                 "--config takes the members and the ring "
-                                 "from the file: drop --members, --algo, "
-                                 "--hash, --points and --table-size");
-            goto out;
-        }
-        rc = lookup_config(config, pool, &l);
-        if (rc != CLI_EXIT_OK)
-            goto out;
-    } else {
-        if (ms.n == 0) {
-            rc = cli_usage_error(CMD, usage_text, "--members is required");
-            goto out;
-        }
-        if (cli_ring_create(CMD, &cfg, &ms, &l.ring) != 0) {
-            rc = CLI_EXIT_FAIL;
-            goto out;
-        }
+    rc = cli_ring_setup(CMD, usage_text, &r, true);
+    if (rc != CLI_EXIT_OK)
+        goto out;
+    memcpy(l.tag, r.tag, sizeof(l.tag));
+    if (cli_ring_create(CMD, &r.cfg, &r.ms, &l.ring) != 0) {
+        rc = CLI_EXIT_FAIL;
+        goto out;
     }
     rc = run(&l, argc - optind, argv + optind);
     goto out;
@@ -254,6 +162,6 @@ usage:
     rc = CLI_EXIT_USAGE;
 out:
     chash_ring_destroy(l.ring);
-    cli_members_free(&ms);
+    cli_ring_deinit(&r);
     return rc;
 }

@@ -23,6 +23,12 @@ static const char usage_text[] =
     "usage: chash plot [--algo A] [--hash H] [--points N] [--table-size M]\n"
     "                  --members LIST [--out FILE] [--samples S]\n"
     "                  [--loads [--keys K] [--key-prefix P]]\n"
+    "       chash plot --config FILE --pool NAME [--out FILE] [--samples S]\n"
+    "                  [--loads [--keys K] [--key-prefix P]]\n"
+    "  LIST is name[=weight],... (the weight follows the last '=');\n"
+    "  --points N is the ring's points per unit of weight (default 160);\n"
+    "  --config FILE --pool NAME takes the pool's members and ring from a\n"
+    "  chashd config, as chashd builds it.\n"
     "  Writes an SVG of the ring (to stdout without --out): each member's\n"
     "  arcs in its colour, found by looking up S evenly spaced positions\n"
     "  (default 65536); the legend gives exact shares and weights.\n"
@@ -37,8 +43,7 @@ static const char usage_text[] =
 
 struct plot {
     struct chash_ring *ring;
-    struct cli_members ms;
-    struct chash_config cfg;
+    struct cli_ring r; /* the members and how the ring is built */
     uint32_t samples;
     bool loads;
     uint64_t nkeys;
@@ -117,7 +122,7 @@ arc(struct plot *p, size_t m, double from, double to)
     point_at(to, ri, &x2, &y2);
     point_at(from, ri, &x3, &y3);
     fprintf(p->f, "<path class=\"arc\" data-member=\"");
-    xml_text(p->f, p->ms.m[m].name);
+    xml_text(p->f, p->r.ms.m[m].name);
     fprintf(p->f,
             "\" fill=\"%s\" d=\"M %.2f %.2f A %.0f %.0f 0 0 1 %.2f %.2f "
             "L %.2f %.2f A %.0f %.0f 0 0 0 %.2f %.2f Z\"/>\n",
@@ -140,7 +145,7 @@ draw_run(struct plot *p, size_t m, uint32_t start, uint32_t end)
 static void
 draw_ring(struct plot *p)
 {
-    int bits = cli_hash_space_bits(p->cfg.algo);
+    int bits = cli_hash_space_bits(p->r.cfg.algo);
     /* positions are j * step + step / 2 over [0, 2^bits) */
     long double space = bits == 64 ? 18446744073709551616.0L : 4294967296.0L;
     long double step = space / p->samples;
@@ -168,13 +173,13 @@ static void
 draw_legend(struct plot *p, double x, double y)
 {
     char colour[16];
-    size_t shown = p->ms.n < LEGEND_MAX ? p->ms.n : LEGEND_MAX;
+    size_t shown = p->r.ms.n < LEGEND_MAX ? p->r.ms.n : LEGEND_MAX;
     double rest = 0;
 
     fprintf(p->f, "<text x=\"%.0f\" y=\"%.0f\" font-weight=\"bold\">member"
                   "  weight  exact share</text>\n",
             x, y);
-    for (size_t i = 0; i < p->ms.n; i++) {
+    for (size_t i = 0; i < p->r.ms.n; i++) {
         double share = chash_ring_share(p->ring, i);
         if (i >= shown) {
             rest += share;
@@ -183,21 +188,21 @@ draw_legend(struct plot *p, double x, double y)
         double ly = y + 22.0 * (double)(i + 1);
         member_colour(i, colour, sizeof(colour));
         fprintf(p->f, "<g class=\"legend-item\" data-member=\"");
-        xml_text(p->f, p->ms.m[i].name);
+        xml_text(p->f, p->r.ms.m[i].name);
         fprintf(p->f,
                 "\" data-weight=\"%" PRIu32 "\" data-share=\"%.9f\">"
                 "<rect x=\"%.0f\" y=\"%.0f\" width=\"14\" height=\"14\" "
                 "fill=\"%s\"/><text x=\"%.0f\" y=\"%.0f\">",
-                p->ms.m[i].weight, share, x, ly - 12, colour, x + 20, ly);
-        xml_text(p->f, p->ms.m[i].name);
+                p->r.ms.m[i].weight, share, x, ly - 12, colour, x + 20, ly);
+        xml_text(p->f, p->r.ms.m[i].name);
         fprintf(p->f, "  w=%" PRIu32 "  %.3f%%</text></g>\n",
-                p->ms.m[i].weight, 100.0 * share);
+                p->r.ms.m[i].weight, 100.0 * share);
     }
-    if (shown < p->ms.n)
+    if (shown < p->r.ms.n)
         fprintf(p->f,
                 "<text x=\"%.0f\" y=\"%.0f\">+ %zu more members: "
                 "%.3f%%</text>\n",
-                x, y + 22.0 * (double)(shown + 1), p->ms.n - shown,
+                x, y + 22.0 * (double)(shown + 1), p->r.ms.n - shown,
                 100.0 * rest);
 }
 
@@ -206,7 +211,7 @@ draw_legend(struct plot *p, double x, double y)
 static int
 draw_loads(struct plot *p, double top, double width)
 {
-    uint64_t *count = calloc(p->ms.n, sizeof(*count)), max = 1;
+    uint64_t *count = calloc(p->r.ms.n, sizeof(*count)), max = 1;
     double wsum = 0, chart_h = 220, left = 60;
     char key[256], colour[16];
 
@@ -216,27 +221,33 @@ draw_loads(struct plot *p, double top, double width)
     }
     for (uint64_t k = 0; k < p->nkeys; k++) {
         int n = snprintf(key, sizeof(key), "%s%" PRIu64, p->prefix, k);
+        size_t off, len;
+
+        if (n < 0 || (size_t)n >= sizeof(key))
+            n = (int)strlen(key);
+        /* a redis or memcache pool hashes the tagged part only */
+        len = chash_key_tag(key, (size_t)n, p->r.tag, &off);
         count[chash_ring_lookup(p->ring,
-                                chash_ring_hash(p->ring, key, (size_t)n))]++;
+                                chash_ring_hash(p->ring, key + off, len))]++;
     }
-    for (size_t i = 0; i < p->ms.n; i++) {
-        wsum += p->ms.m[i].weight;
+    for (size_t i = 0; i < p->r.ms.n; i++) {
+        wsum += p->r.ms.m[i].weight;
         if (count[i] > max)
             max = count[i];
     }
-    double bw = (width - left - 20) / (double)p->ms.n;
+    double bw = (width - left - 20) / (double)p->r.ms.n;
     fprintf(p->f, "<g class=\"loads\"><text x=\"%.0f\" y=\"%.0f\" "
                   "font-weight=\"bold\">keys per member (%" PRIu64
                   " keys; tick = fair share by weight)</text>\n",
             left, top, p->nkeys);
-    for (size_t i = 0; i < p->ms.n; i++) {
+    for (size_t i = 0; i < p->r.ms.n; i++) {
         double h = chart_h * (double)count[i] / (double)max;
-        double fair = wsum > 0 ? (double)p->nkeys * p->ms.m[i].weight / wsum
-                               : 0;
+        double fair =
+            wsum > 0 ? (double)p->nkeys * p->r.ms.m[i].weight / wsum : 0;
         double x = left + bw * (double)i, base = top + 20 + chart_h;
         member_colour(i, colour, sizeof(colour));
         fprintf(p->f, "<rect class=\"bar\" data-member=\"");
-        xml_text(p->f, p->ms.m[i].name);
+        xml_text(p->f, p->r.ms.m[i].name);
         fprintf(p->f,
                 "\" data-keys=\"%" PRIu64 "\" x=\"%.2f\" y=\"%.2f\" "
                 "width=\"%.2f\" height=\"%.2f\" fill=\"%s\"/>\n",
@@ -246,7 +257,7 @@ draw_loads(struct plot *p, double top, double width)
                 "<line x1=\"%.2f\" x2=\"%.2f\" y1=\"%.2f\" y2=\"%.2f\" "
                 "stroke=\"#000\" stroke-width=\"2\"/>\n",
                 x, x + bw, fy, fy);
-        if (p->ms.n <= 32) {
+        if (p->r.ms.n <= 32) {
             fprintf(p->f,
                     "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\" "
                     "text-anchor=\"middle\">%" PRIu64 "</text>\n",
@@ -255,7 +266,7 @@ draw_loads(struct plot *p, double top, double width)
                     "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\" "
                     "text-anchor=\"middle\">",
                     x + bw / 2, base + 14);
-            xml_text(p->f, p->ms.m[i].name);
+            xml_text(p->f, p->r.ms.m[i].name);
             fprintf(p->f, "</text>\n");
         }
     }
@@ -267,11 +278,12 @@ draw_loads(struct plot *p, double top, double width)
 static int
 render(struct plot *p)
 {
-    size_t legend_lines = (p->ms.n < LEGEND_MAX ? p->ms.n : LEGEND_MAX) + 2;
+    size_t legend_lines = (p->r.ms.n < LEGEND_MAX ? p->r.ms.n : LEGEND_MAX) + 2;
     double width = 960, ring_h = 660;
     double legend_h = 60 + 22.0 * (double)legend_lines;
     double height = legend_h > ring_h ? legend_h : ring_h;
     double loads_top = height;
+    char what[128];
 
     if (p->loads)
         height += 280;
@@ -282,24 +294,24 @@ render(struct plot *p)
             "font-family=\"sans-serif\" font-size=\"14\">\n"
             "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
             width, height, width, height);
-    fprintf(p->f,
-            "<text x=\"20\" y=\"30\" font-size=\"18\" font-weight=\"bold\">"
-            "chash plot: algorithm %s, %zu members, hash %s",
-            chash_algo_name(p->cfg.algo), p->ms.n,
-            chash_hash_name(p->cfg.hash));
-    if (p->cfg.algo == CHASH_ALGO_RING || p->cfg.algo == CHASH_ALGO_KETAMA ||
-        p->cfg.algo == CHASH_ALGO_NGINX)
-        fprintf(p->f, ", %" PRIu32 " points per weight",
-                p->cfg.points_per_weight ? p->cfg.points_per_weight
-                                         : CHASH_DEFAULT_POINTS);
+    cli_ring_describe(p->ring, what, sizeof(what));
+    fprintf(p->f, "<text x=\"20\" y=\"30\" font-size=\"18\" "
+                  "font-weight=\"bold\">chash plot: ");
+    if (p->r.config != NULL) {
+        fprintf(p->f, "pool ");
+        xml_text(p->f, p->r.pool);
+        fprintf(p->f, ", ");
+    }
+    fprintf(p->f, "%zu members, ", p->r.ms.n);
+    xml_text(p->f, what);
     fprintf(p->f, "</text>\n");
-    if (p->cfg.algo != CHASH_ALGO_RING && p->cfg.algo != CHASH_ALGO_KETAMA &&
-        p->cfg.algo != CHASH_ALGO_NGINX)
+    if (p->r.cfg.algo != CHASH_ALGO_RING &&
+        p->r.cfg.algo != CHASH_ALGO_KETAMA && p->r.cfg.algo != CHASH_ALGO_NGINX)
         fprintf(p->f,
                 "<text x=\"20\" y=\"%.0f\" font-size=\"12\">%s places "
                 "each hash on its own (no arcs): the circle shows the owners "
                 "of %" PRIu32 " evenly spaced hashes</text>\n",
-                RING_CY * 2 + 5, chash_algo_name(p->cfg.algo), p->samples);
+                RING_CY * 2 + 5, chash_algo_name(p->r.cfg.algo), p->samples);
     draw_ring(p);
     fprintf(p->f,
             "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" "
@@ -309,7 +321,7 @@ render(struct plot *p)
             RING_CX, RING_CY - RING_R - RING_W / 2 - 6, RING_CX,
             RING_CY - RING_R + RING_W / 2, RING_CX,
             RING_CY - RING_R - RING_W / 2 - 12,
-            cli_hash_space_bits(p->cfg.algo));
+            cli_hash_space_bits(p->r.cfg.algo));
     draw_legend(p, 600, 70);
     if (p->loads && draw_loads(p, loads_top, width) != 0)
         return -1;
@@ -331,6 +343,8 @@ cmd_plot(int argc, char **argv)
         {"loads", no_argument, NULL, 'l'},
         {"keys", required_argument, NULL, 'k'},
         {"key-prefix", required_argument, NULL, 'P'},
+        {"config", required_argument, NULL, CLI_OPT_CONFIG},
+        {"pool", required_argument, NULL, CLI_OPT_POOL},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -370,7 +384,7 @@ cmd_plot(int argc, char **argv)
             rc = CLI_EXIT_OK;
             goto out;
         default:
-            if ((ropt = cli_ring_option(CMD, c, optarg, &p.cfg, &p.ms)) < 0)
+            if ((ropt = cli_ring_option(CMD, c, optarg, &p.r)) < 0)
                 goto usage;
             if (ropt > 0)
                 break;
@@ -383,16 +397,15 @@ cmd_plot(int argc, char **argv)
                              argv[optind]);
         goto out;
     }
-    if (p.ms.n == 0) {
-        rc = cli_usage_error(CMD, usage_text, "--members is required");
-        goto out;
-    }
     if (keys_given && !p.loads) {
         rc = cli_usage_error(CMD, usage_text, "--keys goes with --loads");
         goto out;
     }
+    rc = cli_ring_setup(CMD, usage_text, &p.r, true);
+    if (rc != CLI_EXIT_OK)
+        goto out;
     rc = CLI_EXIT_FAIL;
-    if (cli_ring_create(CMD, &p.cfg, &p.ms, &p.ring) != 0)
+    if (cli_ring_create(CMD, &p.r.cfg, &p.r.ms, &p.ring) != 0)
         goto out;
     /* Render into memory first so a failure leaves no half-written file. */
     p.f = open_memstream(&buf, &buflen);
@@ -422,6 +435,6 @@ out:
         fclose(p.f);
     free(buf);
     chash_ring_destroy(p.ring);
-    cli_members_free(&p.ms);
+    cli_ring_deinit(&p.r);
     return rc;
 }

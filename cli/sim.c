@@ -24,8 +24,14 @@ static const char usage_text[] =
     "                 [--table-size M] [--keys N] [--key-prefix S] [--seed N]\n"
     "                 [--ops OPS] [--fail NAME [--factor F]] [--clients N]\n"
     "                 [--json]\n"
+    "       chash sim --config FILE --pool NAME [--keys N] [--key-prefix S]\n"
+    "                 [--seed N] [--ops OPS] [--fail NAME [--factor F]]\n"
+    "                 [--clients N] [--json]\n"
     "  --members LIST  name[=weight],... (default Server-A,Server-B,Server-C)\n"
-    "  --points N      ring/ketama points per unit of weight (default 100)\n"
+    "  --points N      the ring's points per unit of weight (default 160)\n"
+    "  --config FILE --pool NAME\n"
+    "                  start from the pool's members, algorithm, hash and\n"
+    "                  points as chashd builds them\n"
     "  --keys N        keys <prefix>0 .. <prefix>N-1 (default 10000)\n"
     "  --key-prefix S  key prefix (default data_key_)\n"
     "  --seed N        keys are <prefix><16 hex digits> from a splitmix64\n"
@@ -35,7 +41,8 @@ static const char usage_text[] =
     "                  separated (with the default members and no --fail:\n"
     "                  +Server-D,-Server-B,+Server-E; else none)\n"
     "  --fail NAME     where NAME's keys go when it fails: next distinct\n"
-    "                  member vs bounded loads with --factor F (default 1.25)\n"
+    "                  member vs bounded loads with --factor F (default the\n"
+    "                  pool's balance_factor with --config, else 1.25)\n"
     "  --clients N     play N client addresses 10.0.x.y as keys and print\n"
     "                  each client whose server changes, then the mapping\n"
     "  --json          one JSON document instead of text\n";
@@ -50,8 +57,7 @@ struct sim_op {
 };
 
 struct sim {
-    struct chash_config cfg;
-    struct cli_members init;
+    struct cli_ring r; /* the initial members and how rings are built */
     uint64_t nkeys;
     const char *prefix;
     bool seeded;
@@ -204,7 +210,7 @@ parse_ops(struct sim *s, const char *list)
     const char *p = list;
     int rc = 0;
 
-    if (cli_members_copy(&ms, &s->init) != 0) {
+    if (cli_members_copy(&ms, &s->r.ms) != 0) {
         cli_error(CMD, "out of memory");
         return -1;
     }
@@ -257,7 +263,7 @@ step_free(struct step *st)
 static int
 step_build(struct sim *s, struct step *st)
 {
-    if (cli_ring_create(CMD, &s->cfg, &st->ms, &st->ring) != 0)
+    if (cli_ring_create(CMD, &s->r.cfg, &st->ms, &st->ring) != 0)
         return -1;
     st->gid = malloc(st->ms.n * sizeof(*st->gid));
     st->count = calloc(st->ms.n, sizeof(*st->count));
@@ -278,8 +284,12 @@ step_build(struct sim *s, struct step *st)
         if (s->hash == NULL)
             goto oom;
         for (uint64_t k = 0; k < s->nkeys; k++) {
+            size_t off, len;
+
             key_text(s, k, buf, sizeof(buf));
-            s->hash[k] = chash_ring_hash(st->ring, buf, strlen(buf));
+            /* a redis or memcache pool hashes the tagged part only */
+            len = chash_key_tag(buf, strlen(buf), s->r.tag, &off);
+            s->hash[k] = chash_ring_hash(st->ring, buf + off, len);
         }
     }
     for (uint64_t k = 0; k < s->nkeys; k++) {
@@ -436,7 +446,7 @@ text_step(const struct sim *s, const struct step *st, const char *title,
                 measured / mg->optimal, mg->exact / mg->optimal);
     fprintf(f, "  moved between members other than %s: %" PRIu64 " keys\n",
             who, mg->between);
-    if (s->cfg.algo == CHASH_ALGO_JUMP && title[0] == '-' && mg->between > 0)
+    if (s->r.cfg.algo == CHASH_ALGO_JUMP && title[0] == '-' && mg->between > 0)
         fprintf(f, "  (jump takes array order as identity: removing a member "
                    "that is not the last renumbers the ones after it)\n");
     fputc('\n', f);
@@ -556,7 +566,7 @@ fail_view(struct sim *s, const struct step *init)
     if (cli_members_copy(&surv.ms, &init->ms) != 0)
         goto oom;
     cli_members_remove(&surv.ms, (size_t)f);
-    if (cli_ring_create(CMD, &s->cfg, &surv.ms, &surv.ring) != 0)
+    if (cli_ring_create(CMD, &s->r.cfg, &surv.ms, &surv.ring) != 0)
         goto out;
     plain = calloc(n, sizeof(*plain));
     load = calloc(n, sizeof(*load));
@@ -699,6 +709,7 @@ static int
 run(struct sim *s)
 {
     struct step prev = {0}, cur = {0};
+    struct chash_config eff;
     char *buf = NULL;
     size_t buflen = 0;
     int rc = CLI_EXIT_FAIL;
@@ -708,21 +719,34 @@ run(struct sim *s)
         cli_error(CMD, "out of memory");
         return CLI_EXIT_FAIL;
     }
-    if (cli_members_copy(&cur.ms, &s->init) != 0 || step_build(s, &cur) != 0)
+    if (cli_members_copy(&cur.ms, &s->r.ms) != 0 || step_build(s, &cur) != 0)
         goto out;
+    /* the ring as built: nginx reports the crc32a it always uses */
+    chash_ring_config(cur.ring, &eff);
     if (s->json) {
-        fprintf(s->out, "{\"algo\":\"%s\",\"hash\":\"%s\",\"points\":%" PRIu32
-                        ",\"keys\":%" PRIu64 ",\"steps\":[",
-                chash_algo_name(s->cfg.algo), chash_hash_name(s->cfg.hash),
-                s->cfg.points_per_weight, s->nkeys);
+        fprintf(s->out, "{");
+        if (s->r.config != NULL) {
+            fprintf(s->out, "\"config\":");
+            cli_json_string(s->out, s->r.config);
+            fprintf(s->out, ",\"pool\":");
+            cli_json_string(s->out, s->r.pool);
+            fputc(',', s->out);
+        }
+        fprintf(s->out,
+                "\"algo\":\"%s\",\"hash\":\"%s\",\"points\":%" PRIu32
+                ",\"keys\":%" PRIu64 ",\"steps\":[",
+                chash_algo_name(eff.algo), chash_hash_name(eff.hash),
+                eff.points_per_weight, s->nkeys);
         json_step(s, &cur, "init", NULL, true);
         fputc('}', s->out);
     } else {
-        fprintf(s->out,
-                "chash sim: algorithm %s, hash %s, %" PRIu32
-                " points per weight, %" PRIu64 " %s\n\n",
-                chash_algo_name(s->cfg.algo), chash_hash_name(s->cfg.hash),
-                s->cfg.points_per_weight, s->nkeys,
+        char what[128];
+
+        cli_ring_describe(cur.ring, what, sizeof(what));
+        fprintf(s->out, "chash sim: ");
+        if (s->r.config != NULL)
+            fprintf(s->out, "pool %s of %s, ", s->r.pool, s->r.config);
+        fprintf(s->out, "%s, %" PRIu64 " %s\n\n", what, s->nkeys,
                 s->clients ? "clients" : "keys");
         text_step(s, &cur, "init", NULL, NULL);
     }
@@ -754,7 +778,7 @@ run(struct sim *s)
     if (s->fail != NULL) {
         /* the fail view is about the initial membership */
         struct step init = {0};
-        if (cli_members_copy(&init.ms, &s->init) != 0 ||
+        if (cli_members_copy(&init.ms, &s->r.ms) != 0 ||
             step_build(s, &init) != 0 || fail_view(s, &init) != 0) {
             step_free(&init);
             goto out;
@@ -793,15 +817,17 @@ cmd_sim(int argc, char **argv)
         {"factor", required_argument, NULL, 'F'},
         {"clients", required_argument, NULL, 'c'},
         {"json", no_argument, NULL, 'j'},
+        {"config", required_argument, NULL, CLI_OPT_CONFIG},
+        {"pool", required_argument, NULL, CLI_OPT_POOL},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     struct sim s = {0};
     const char *ops = NULL;
-    bool keys_given = false, default_members;
+    bool keys_given = false, prefix_given = false, factor_given = false;
+    bool default_members;
     int c, ropt, rc = CLI_EXIT_USAGE;
 
-    s.cfg.points_per_weight = 100;
     s.nkeys = 10000;
     s.prefix = "data_key_";
     s.factor = 1.25;
@@ -817,6 +843,7 @@ cmd_sim(int argc, char **argv)
             break;
         case 'P':
             s.prefix = optarg;
+            prefix_given = true;
             break;
         case 's':
             if (cli_parse_u64(CMD, "--seed", optarg, 0, UINT64_MAX,
@@ -834,6 +861,7 @@ cmd_sim(int argc, char **argv)
             if (cli_parse_double(CMD, "--factor", optarg, 1.0, 1000.0,
                                  &s.factor) != 0)
                 goto usage;
+            factor_given = true;
             break;
         case 'c':
             if (cli_parse_u64(CMD, "--clients", optarg, 1, 1u << 24,
@@ -849,7 +877,7 @@ cmd_sim(int argc, char **argv)
             rc = CLI_EXIT_OK;
             goto out;
         default:
-            ropt = cli_ring_option(CMD, c, optarg, &s.cfg, &s.init);
+            ropt = cli_ring_option(CMD, c, optarg, &s.r);
             if (ropt < 0)
                 goto usage;
             if (ropt > 0)
@@ -868,30 +896,47 @@ cmd_sim(int argc, char **argv)
                              "--clients and --keys both set the key count");
         goto out;
     }
-    default_members = s.init.n == 0;
-    if (default_members &&
-        (cli_members_add(&s.init, "Server-A", 1) != 0 ||
-         cli_members_add(&s.init, "Server-B", 1) != 0 ||
-         cli_members_add(&s.init, "Server-C", 1) != 0)) {
+    if (s.clients && prefix_given) {
+        rc = cli_usage_error(CMD, usage_text,
+                             "--key-prefix does not go with --clients (the "
+                             "keys are client addresses)");
+        goto out;
+    }
+    if (factor_given && s.fail == NULL) {
+        rc = cli_usage_error(CMD, usage_text, "--factor goes with --fail");
+        goto out;
+    }
+    rc = cli_ring_setup(CMD, usage_text, &s.r, false);
+    if (rc != CLI_EXIT_OK)
+        goto out;
+    rc = CLI_EXIT_USAGE;
+    /* The pool's own balance_factor is what chashd bounds loads with. */
+    if (!factor_given && s.r.balance_factor > 0)
+        s.factor = s.r.balance_factor;
+    default_members = s.r.ms.n == 0 && s.r.config == NULL;
+    if (default_members && (cli_members_add(&s.r.ms, "Server-A", 1) != 0 ||
+                            cli_members_add(&s.r.ms, "Server-B", 1) != 0 ||
+                            cli_members_add(&s.r.ms, "Server-C", 1) != 0)) {
         cli_error(CMD, "out of memory");
         rc = CLI_EXIT_FAIL;
         goto out;
     }
     if (s.fail != NULL) {
-        if (cli_members_find(&s.init, s.fail) < 0) {
+        if (cli_members_find(&s.r.ms, s.fail) < 0) {
             rc = cli_usage_error(CMD, usage_text,
                                  "--fail %s: not one of the initial members",
                                  s.fail);
             goto out;
         }
-        if (s.init.n < 2) {
+        if (s.r.ms.n < 2) {
             rc = cli_usage_error(CMD, usage_text,
                                  "--fail needs at least two members");
             goto out;
         }
     }
-    /* The default history is the seeds' scenario, on the seeds' members;
-     * --fail alone shows only the initial membership and the failure. */
+    /* The default history plays the textbook case on the default
+     * members: add a fourth, remove one, add another. --fail alone shows
+     * only the initial membership and the failure. */
     if (ops == NULL && s.fail == NULL && default_members)
         ops = "+Server-D,-Server-B,+Server-E";
     if (ops != NULL && parse_ops(&s, ops) != 0)
@@ -903,7 +948,7 @@ usage:
     rc = CLI_EXIT_USAGE;
 out:
     ops_free(&s);
-    cli_members_free(&s.init);
+    cli_members_free(&s.r.ms);
     free(s.hash);
     for (size_t i = 0; i < s.nnames; i++)
         free(s.names[i]);

@@ -6,11 +6,14 @@
 #include "util.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "../src/conf.h"
 
 int
 cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
@@ -271,37 +274,199 @@ cli_members_parse(const char *cmd, const char *list, struct cli_members *ms)
     return 0;
 }
 
+static const char *
+ring_option_name(int opt)
+{
+    switch (opt) {
+    case 'm':
+        return "--members";
+    case 'a':
+        return "--algo";
+    case 'H':
+        return "--hash";
+    case 'p':
+        return "--points";
+    default:
+        return "--table-size";
+    }
+}
+
 int
-cli_ring_option(const char *cmd, int opt, const char *arg,
-                struct chash_config *cfg, struct cli_members *ms)
+cli_ring_option(const char *cmd, int opt, const char *arg, struct cli_ring *r)
 {
     int v;
 
     switch (opt) {
+    case CLI_OPT_CONFIG:
+        r->config = arg;
+        return 1;
+    case CLI_OPT_POOL:
+        r->pool = arg;
+        return 1;
     case 'm':
-        return cli_members_parse(cmd, arg, ms) == 0 ? 1 : -1;
+        if (cli_members_parse(cmd, arg, &r->ms) != 0)
+            return -1;
+        break;
     case 'a':
         if ((v = cli_parse_algo(cmd, arg)) < 0)
             return -1;
-        cfg->algo = v;
-        return 1;
+        r->cfg.algo = v;
+        break;
     case 'H':
         if ((v = cli_parse_hash(cmd, arg)) < 0)
             return -1;
-        cfg->hash = v;
-        return 1;
+        r->cfg.hash = v;
+        break;
     case 'p':
-        return cli_parse_u32(cmd, "--points", arg, 1, CHASH_MAX_MEMBER_POINTS,
-                             &cfg->points_per_weight) == 0
-                   ? 1
-                   : -1;
+        if (cli_parse_u32(cmd, "--points", arg, 1, CHASH_MAX_MEMBER_POINTS,
+                          &r->cfg.points_per_weight) != 0)
+            return -1;
+        r->points_given = true;
+        break;
     case 't':
-        return cli_parse_u32(cmd, "--table-size", arg, 1, UINT32_MAX,
-                             &cfg->table_size) == 0
-                   ? 1
-                   : -1;
+        if (cli_parse_u32(cmd, "--table-size", arg, 1, UINT32_MAX,
+                          &r->cfg.table_size) != 0)
+            return -1;
+        r->table_given = true;
+        break;
+    default:
+        return 0;
     }
-    return 0;
+    if (r->given == NULL)
+        r->given = ring_option_name(opt);
+    return 1;
+}
+
+/*
+ * --config: load <r>->config with the daemon's own loader and take pool
+ * <r>->pool's ring as chashd builds it: algorithm, hash, points and table
+ * from the pool, members from conf_pool_members() in file order. The
+ * loader has already checked that the ring builds.
+ */
+static int
+ring_from_config(const char *cmd, struct cli_ring *r)
+{
+    char err[1024]; /* conf.h: room for the longest message */
+    struct conf *conf = conf_load(r->config, err, sizeof(err));
+    const struct conf_pool *pool;
+    int rc = CLI_EXIT_FAIL;
+
+    if (conf == NULL) {
+        /* a bad config is bad input, as for `chashd -t`: status 2 */
+        cli_error(cmd, "%s", err);
+        return CLI_EXIT_USAGE;
+    }
+    pool = conf_pool_find(conf, r->pool);
+    if (pool == NULL) {
+        fprintf(stderr, "chash %s: %s has no pool '%s'; its pools are:", cmd,
+                r->config, r->pool);
+        for (size_t i = 0; i < conf->npools; i++)
+            fprintf(stderr, "%s %s", i ? "," : "", conf->pools[i].name);
+        fputc('\n', stderr);
+        rc = CLI_EXIT_USAGE;
+        goto out;
+    }
+    if (pool->distribution == CONF_DIST_RANDOM) {
+        cli_error(cmd,
+                  "pool '%s' uses distribution random: a key has no fixed "
+                  "owner",
+                  r->pool);
+        goto out;
+    }
+    if (pool->distribution >= CHASH_ALGO_COUNT) {
+        cli_error(cmd,
+                  "pool '%s' uses distribution %s (hash modulo the servers), "
+                  "which is not consistent hashing; chash works with "
+                  "libchash's algorithms only",
+                  r->pool, conf_dist_name(pool->distribution));
+        goto out;
+    }
+    r->cfg = pool->ring;
+    for (size_t i = 0; i < pool->nservers; i++) {
+        if (cli_members_add(&r->ms, pool->servers[i].name,
+                            pool->servers[i].weight) != 0) {
+            cli_error(cmd, "out of memory");
+            goto out;
+        }
+    }
+    /* twemproxy hashes only the tagged part of a key in its key-value
+     * modes; a tcp or http pool's key is the client address (or a header)
+     * and has no tag. */
+    if (pool->mode == CONF_MODE_REDIS || pool->mode == CONF_MODE_MEMCACHE)
+        memcpy(r->tag, pool->hash_tag, sizeof(r->tag));
+    r->balance_factor = pool->balance_factor;
+    rc = CLI_EXIT_OK;
+out:
+    conf_destroy(conf);
+    return rc;
+}
+
+int
+cli_ring_setup(const char *cmd, const char *usage, struct cli_ring *r,
+               bool need_members)
+{
+    if (r->config != NULL || r->pool != NULL) {
+        if (r->config == NULL || r->pool == NULL)
+            return cli_usage_error(cmd, usage,
+                                   "--config and --pool go together");
+        /* One source for the ring: a pool half from the file and half
+         * from the command line is a ring chashd never builds. */
+        if (r->given != NULL)
+            return cli_usage_error(
+                cmd, usage,
+                "%s cannot go with --config: the pool's members, algorithm, "
+                "hash, points and table size come from the file",
+                r->given);
+        return ring_from_config(cmd, r);
+    }
+    if (need_members && r->ms.n == 0)
+        return cli_usage_error(cmd, usage,
+                               "--members is required (or --config FILE "
+                               "--pool NAME)");
+    /* An option that changes nothing would let a user believe it did. */
+    if (r->points_given && r->cfg.algo != CHASH_ALGO_RING)
+        return cli_usage_error(
+            cmd, usage, "--points sets the points of --algo ring only; %s",
+            r->cfg.algo == CHASH_ALGO_KETAMA
+                ? "ketama gives each server 160 points times its share of "
+                  "the weight, as twemproxy does"
+            : r->cfg.algo == CHASH_ALGO_NGINX
+                ? "nginx gives 160 points per unit of weight, as nginx does"
+                : "this algorithm has no ring points");
+    if (r->table_given && r->cfg.algo != CHASH_ALGO_MAGLEV)
+        return cli_usage_error(cmd, usage,
+                               "--table-size goes with --algo maglev");
+    return CLI_EXIT_OK;
+}
+
+void
+cli_ring_describe(const struct chash_ring *ring, char *buf, size_t len)
+{
+    struct chash_config cfg;
+    int n;
+
+    chash_ring_config(ring, &cfg);
+    n = snprintf(buf, len, "algorithm %s, hash %s", chash_algo_name(cfg.algo),
+                 chash_hash_name(cfg.hash));
+    if (n < 0 || (size_t)n >= len)
+        return;
+    if (cfg.algo == CHASH_ALGO_RING)
+        snprintf(buf + n, len - (size_t)n, ", %" PRIu32 " points per weight",
+                 cfg.points_per_weight);
+    else if (cfg.algo == CHASH_ALGO_NGINX)
+        snprintf(buf + n, len - (size_t)n, ", 160 points per weight");
+    else if (cfg.algo == CHASH_ALGO_KETAMA)
+        snprintf(buf + n, len - (size_t)n,
+                 ", 160 points per server of average weight");
+    else if (cfg.algo == CHASH_ALGO_MAGLEV)
+        snprintf(buf + n, len - (size_t)n, ", table size %" PRIu32,
+                 cfg.table_size);
+}
+
+void
+cli_ring_deinit(struct cli_ring *r)
+{
+    cli_members_free(&r->ms);
 }
 
 int
@@ -319,6 +484,9 @@ cli_ring_create(const char *cmd, const struct chash_config *cfg,
               algo ? algo : "?", chash_strerror(rc),
               cfg->algo == CHASH_ALGO_JUMP && rc == -CHASH_EWEIGHT
                   ? " (jump takes weights 0 and 1 only)"
+              : cfg->algo == CHASH_ALGO_NGINX && rc == -CHASH_EHASH
+                  ? " (nginx always hashes keys with crc32a: leave --hash "
+                    "out)"
               : cfg->algo == CHASH_ALGO_MAGLEV && rc == -CHASH_ETABLE
                   ? " (give --table-size a prime above the member count)"
                   : "");

@@ -75,13 +75,59 @@ void cli_members_remove(struct cli_members *ms, size_t idx);
 int cli_members_copy(struct cli_members *dst, const struct cli_members *src);
 void cli_members_free(struct cli_members *ms);
 
-/* The ring options every ring-building subcommand takes, with the same
- * short codes in their getopt tables: 'm' --members, 'a' --algo, 'H'
- * --hash, 'p' --points, 't' --table-size. Returns 1 when <opt> was one of
- * them and is stored in <cfg>/<ms>, 0 when <opt> is not a ring option, -1
+/* getopt codes of --config and --pool, beyond any short option letter. */
+#define CLI_OPT_CONFIG 0x100
+#define CLI_OPT_POOL 0x101
+
+/*
+ * The ring a subcommand works on (sim, lookup, plot): given on the command
+ * line (--members, --algo, --hash, --points, --table-size) or taken from a
+ * pool of a chashd config (--config FILE --pool NAME), loaded with the
+ * daemon's own loader (src/conf.h) so the ring is the one chashd builds.
+ * Zero-initialise, feed every option to cli_ring_option(), then call
+ * cli_ring_setup() once; free with cli_ring_deinit().
+ */
+struct cli_ring {
+    struct chash_config cfg; /* algorithm, hash, points, table size */
+    struct cli_members ms;   /* the members, in the order given */
+    const char *config;      /* --config FILE (ref in argv), or NULL */
+    const char *pool;        /* --pool NAME (ref in argv), or NULL */
+    const char *given;       /* the first ring option given on the command
+                                line ("--members" ...), or NULL */
+    bool points_given;       /* --points was given */
+    bool table_given;        /* --table-size was given */
+    char tag[3];             /* the pool's hash_tag in redis and memcache
+                                modes (twemproxy's), else "" */
+    double balance_factor;   /* the pool's, 0 when off or no --config */
+};
+
+/* The ring options, with the same getopt codes in every subcommand: 'm'
+ * --members, 'a' --algo, 'H' --hash, 'p' --points, 't' --table-size,
+ * CLI_OPT_CONFIG --config, CLI_OPT_POOL --pool. Returns 1 when <opt> was
+ * one of them and is stored in <r>, 0 when <opt> is not a ring option, -1
  * after printing what is wrong with <arg>. */
 int cli_ring_option(const char *cmd, int opt, const char *arg,
-                    struct chash_config *cfg, struct cli_members *ms);
+                    struct cli_ring *r);
+
+/*
+ * After the options: refuse what does not go together (--config without
+ * --pool, a ring option beside --config, --points for an algorithm without
+ * ring points, --table-size for one without a table), then load the pool
+ * when --config was given. With <need_members> a missing --members is an
+ * error too. Returns CLI_EXIT_OK, CLI_EXIT_USAGE after printing what is
+ * wrong and <usage> (a bad config file is bad input too, as for `chashd
+ * -t`), or CLI_EXIT_FAIL after printing why the pool cannot be used (its
+ * distribution is not consistent hashing).
+ */
+int cli_ring_setup(const char *cmd, const char *usage, struct cli_ring *r,
+                   bool need_members);
+
+/* "algorithm ring, hash xxh3, 160 points per weight": how <ring> was
+ * built, its hash as the library uses it (nginx always hashes with
+ * crc32a) and its points where the algorithm has a per-weight count. */
+void cli_ring_describe(const struct chash_ring *ring, char *buf, size_t len);
+
+void cli_ring_deinit(struct cli_ring *r);
 
 /* Build a ring, printing chash_strerror() on failure (then returns the
  * negative library code). */

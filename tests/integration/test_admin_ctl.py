@@ -1,15 +1,19 @@
 # test_admin_ctl.py -- `chash ctl` end to end against a running chashd:
 # tables by default, --json for scripts, each change with its migration
-# report, API errors printed with exit 1, bad arguments exit 2 with usage.
+# report, API errors printed with exit 1, bad arguments exit 2 with usage;
+# the ctl examples of chash(1); `chash sim` and `chash plot --config`
+# checked against the rings chashd builds from the same file.
 # SPDX-License-Identifier: BSD-2-Clause
 import json
 import re
 import subprocess
+import xml.etree.ElementTree as ET
 
 import pytest
 
 from admin_util import CHASH, cluster  # noqa: F401 (fixture)
-from conftest import Backend, free_port
+from conftest import Backend, free_port, pool_yaml
+from test_cli import man_examples, run_example
 
 
 def ctl(c, *args, token=None, check=None):
@@ -119,8 +123,112 @@ def test_ctl_errors(cluster):
                  ["pools", "--weight", "3"], ["lookup", "web"],
                  ["lookup", "web", "k", "--replicas", "0"],
                  ["show", "web", "--dry-run"], ["--bogus", "pools"],
-                 ["--admin"]):
+                 ["--admin"], ["reweight", "web", "web-1"],
+                 ["reweight", "web", "web-1", "heavy"],
+                 ["reweight", "web", "web-1", "2", "--weight", "2"],
+                 ["state", "web"], ["state", "--reset"],
+                 ["state", "--reset", "web", "web-1", "x"],
+                 ["state", "--dry-run"], ["show", "web", "--reset"],
+                 ["remove", "web", "web-1", "--reset"]):
         p = ctl(c, *args, token="t0k")
         assert p.returncode == 2, (args, p.stdout, p.stderr)
         assert "usage: chash ctl" in p.stderr, args
     assert set(c.api.members("web")) == {"web-1", "web-2"}
+
+
+def test_ctl_reweight_is_weight(cluster):
+    c = cluster(3)
+    usage = ctl(c, "--help", check=0).stdout
+    assert re.search(r"^  reweight POOL NAME W \[--dry-run\]", usage, re.M)
+    # the same request, the same report, word for word
+    a = ctl(c, "weight", "web", "web-1", "3", "--dry-run", check=0).stdout
+    b = ctl(c, "reweight", "web", "web-1", "3", "--dry-run", check=0).stdout
+    assert a == b
+    assert a.startswith("dry run, nothing changed: pool web: weight of "
+                        "web-1 -> 3\n")
+    ja = json.loads(ctl(c, "--json", "weight", "web", "web-1", "3",
+                        "--dry-run", check=0).stdout)
+    jb = json.loads(ctl(c, "--json", "reweight", "web", "web-1", "3",
+                        "--dry-run", check=0).stdout)
+    assert ja == jb and ja["applied"] is False
+    assert c.api.members("web")["web-1"]["weight"] == 1
+    out = ctl(c, "reweight", "web", "web-2", "2", check=0).stdout
+    assert out.startswith("pool web: weight of web-2 -> 2\n")
+    flows = re.findall(r"^  (\S+)\s+-> (\S+)\s+[\d.]+%$", out, re.M)
+    assert flows and {f[1] for f in flows} == {"web-2"}
+    assert c.api.members("web")["web-2"]["weight"] == 2
+    # its errors are weight's
+    p = ctl(c, "reweight", "web", "nope", "2", check=1)
+    assert 'no member named "nope"' in p.stderr
+
+
+def ctl_examples(c, extra_addr):
+    """The `chash ctl` examples of chash(1) with the page's addresses
+    127.0.0.1:9001.. replaced by the cluster's members' (and :9004 by
+    <extra_addr>), in the page's order."""
+    addrs = {"127.0.0.1:900%d" % (i + 1): b.addr
+             for i, b in enumerate(c.backends)}
+    addrs["127.0.0.1:9004"] = extra_addr
+
+    def fix(text):
+        return re.sub(r"127\.0\.0\.1:900\d", lambda m: addrs[m.group(0)],
+                      text)
+    return [(fix(cmd), fix(out)) for cmd, out in man_examples()
+            if cmd.startswith("chash ctl")]
+
+
+def blanks_apart(text):
+    """Lines as words: addresses of another length shift the columns."""
+    return [line.split() for line in text.splitlines()]
+
+
+def run_ctl_examples(c, examples):
+    env = {"CHASH_ADMIN": "127.0.0.1:%d" % c.admin_port}
+    for cmd, expected in examples:
+        p = run_example(cmd, expected, c.tmp, env)
+        assert p.returncode == 0, (cmd, p.stderr)
+        assert blanks_apart(p.stdout) == blanks_apart(expected), \
+            "%s\n%s" % (cmd, p.stdout)
+
+
+def test_man_page_ctl_examples(cluster):
+    # the page's chashd: web-1..3 of weight 1 on the ring, a state file
+    c = cluster(3)
+    examples = ctl_examples(c, "127.0.0.1:%d" % free_port())
+    first_state = [i for i, (cmd, _) in enumerate(examples)
+                   if cmd.startswith("chash ctl state")][0]
+    # `ctl state` needs chashd's overrides: test_ctl_state.py runs those
+    assert first_state >= 4
+    run_ctl_examples(c, examples[:first_state])
+
+
+def test_sim_and_plot_config_build_chashds_rings(cluster):
+    c = cluster(3)
+    # a second pool of the same backends with weights 1, 3 and 2, another
+    # hash and fewer points, added to the running config by a reload
+    db = pool_yaml("db", free_port(),
+                   [(b, w) for b, w in zip(c.backends, (1, 3, 2))],
+                   distribution="ring", hash="murmur3", points_per_weight=40)
+    c.d.reload(c.text + db)
+    assert c.api.members("db")["web-2"]["weight"] == 3
+    conf = c.d.conf
+    for pool in ("web", "db"):
+        api = c.api.members(pool)
+        doc = json.loads(subprocess.run(
+            [CHASH, "sim", "--json", "--config", conf, "--pool", pool],
+            capture_output=True, text=True, timeout=60, check=True).stdout)
+        sim = {m["name"]: m for m in doc["steps"][0]["members"]}
+        assert set(sim) == set(api)
+        for name, m in sim.items():
+            assert m["weight"] == api[name]["weight"]
+            assert m["share"] == pytest.approx(api[name]["share"], abs=1e-9)
+        svg = subprocess.run(
+            [CHASH, "plot", "--config", conf, "--pool", pool],
+            capture_output=True, text=True, timeout=60, check=True).stdout
+        root = ET.fromstring(svg)
+        legend = {g.get("data-member"): float(g.get("data-share"))
+                  for g in root.iter("{http://www.w3.org/2000/svg}g")
+                  if g.get("class") == "legend-item"}
+        assert set(legend) == set(api)
+        for name, share in legend.items():
+            assert share == pytest.approx(api[name]["share"], abs=1e-6)

@@ -1,18 +1,23 @@
-# test_cli.py -- the chash command line as a user runs it: sim (the seeds'
-# scenario, reweights, failures, clients), lookup (arguments, stdin,
-# replicas, --config), plot (a valid SVG) and bench --json.
+# test_cli.py -- the chash command line as a user runs it: sim (the default
+# history, reweights, failures, clients, --config), lookup (arguments,
+# stdin, replicas, --config), plot (a valid SVG, --config), bench --json,
+# and the manual page chash(1): every option documented, every example
+# printing what the page says.
 # SPDX-License-Identifier: BSD-2-Clause
 import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
 
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("CHASH_BUILD", "/work/main/build")
 CHASH = os.path.join(BUILD, "chash")
+MAN = os.path.join(REPO, "doc", "chash.1")
 SVG = "{http://www.w3.org/2000/svg}"
 ALGOS = ["ring", "maglev", "rendezvous", "jump", "ketama", "nginx"]
 
@@ -81,11 +86,11 @@ def test_default_sim_moves_a_quarter_and_nothing_between_survivors():
 
 
 def test_sim_agrees_with_lookup_key_by_key():
+    # sim and lookup both default to chashd's 160 points per weight
     doc = sim_json()
-    before = lookup_map("Server-A,Server-B,Server-C", DATA_KEYS,
-                        "--points", "100")
-    after = lookup_map("Server-A,Server-B,Server-C,Server-D", DATA_KEYS,
-                       "--points", "100")
+    assert doc["points"] == 160
+    before = lookup_map("Server-A,Server-B,Server-C", DATA_KEYS)
+    after = lookup_map("Server-A,Server-B,Server-C,Server-D", DATA_KEYS)
     for st, owners in ((doc["steps"][0], before), (doc["steps"][1], after)):
         for m in st["members"]:
             assert m["keys"] == sum(1 for v in owners.values()
@@ -194,8 +199,7 @@ def test_sim_clients_changes_and_final_mapping():
             assert ch["from"] != ch["to"]
     final = {f["client"]: f["member"] for f in doc["final"]}
     assert len(final) == 60
-    want = lookup_map("Server-A,Server-C,Server-D,Server-E", list(final),
-                      "--points", "100")
+    want = lookup_map("Server-A,Server-C,Server-D,Server-E", list(final))
     assert final == want
     text = chash("sim", "--clients", "60").stdout
     lines = re.findall(r"^  client (\S+)\s+(\S+) -> (\S+)$", text, re.M)
@@ -217,6 +221,9 @@ def test_sim_clients_changes_and_final_mapping():
     (["--frob"], "--frob"),
     (["--points"], "needs a value"),
     (["extra"], "unexpected argument"),
+    (["--factor", "1.5"], "--factor goes with --fail"),
+    (["--clients", "5", "--key-prefix", "k"], "--key-prefix"),
+    (["--clients", "5", "--keys", "9"], "--clients and --keys"),
 ])
 def test_sim_bad_arguments(args, word):
     p = chash("sim", *args, check=False)
@@ -336,6 +343,194 @@ def test_lookup_config_hash_tag_and_bad_file(tmp_path):
     assert re.search(r"bad\.yml:\d+:", p.stderr), p.stderr
 
 
+def test_lookup_stdin_skips_empty_lines():
+    # a blank line between keys is not the empty key
+    out = chash("lookup", "--members", "a,b,c",
+                stdin="k1\n\nk2\r\n\r\n\nk3").stdout
+    assert [l.split("\t")[0] for l in out.splitlines()] == ["k1", "k2", "k3"]
+    assert out == chash("lookup", "--members", "a,b,c", "k1", "k2",
+                        "k3").stdout
+    assert chash("lookup", "--members", "a,b,c", stdin="\n\n").stdout == ""
+    # an empty key given as an argument is still looked up
+    out = chash("lookup", "--members", "a,b,c", "").stdout
+    assert len(out.splitlines()) == 1 and out.startswith("\t")
+
+
+# ---- --config for sim and plot ---------------------------------------
+
+WEB_YML = (
+    "global:\n  admin: off\n"
+    "web:\n  listen: 127.0.0.1:18080\n  mode: tcp\n"
+    "  distribution: ring\n  hash: murmur3\n  points_per_weight: 40\n"
+    "  balance_factor: 1.5\n"
+    "  servers:\n"
+    "    - 127.0.0.1:9001:1 web-1\n"
+    "    - 127.0.0.1:9002:3 web-2\n"
+    "    - { address: 127.0.0.1:9003, weight: 2, name: web-3 }\n"
+    "plain:\n  listen: 127.0.0.1:18081\n  mode: tcp\n"
+    "  servers:\n    - 127.0.0.1:9011:1 p-1\n    - 127.0.0.1:9012:1 p-2\n"
+    "mod:\n  listen: 127.0.0.1:18082\n  distribution: modula\n"
+    "  servers:\n    - 127.0.0.1:9021:1\n    - 127.0.0.1:9022:1\n")
+
+
+@pytest.fixture
+def web_yml(tmp_path):
+    path = tmp_path / "chashd.yml"
+    path.write_text(WEB_YML)
+    return str(path)
+
+
+def owners_by_config(conf, pool, keys):
+    out = chash("lookup", "--config", conf, "--pool", pool,
+                stdin="".join(k + "\n" for k in keys)).stdout
+    return {l.split("\t")[0]: l.split("\t")[1] for l in out.splitlines()}
+
+
+def test_sim_config_plays_the_pools_ring(web_yml):
+    doc = sim_json("--config", web_yml, "--pool", "web", "--keys", "3000",
+                   "--ops", "+web-4=2,-web-1")
+    assert (doc["config"], doc["pool"]) == (web_yml, "web")
+    assert (doc["algo"], doc["hash"], doc["points"]) == \
+        ("ring", "murmur3", 40)
+    init = doc["steps"][0]["members"]
+    assert [(m["name"], m["weight"]) for m in init] == \
+        [("web-1", 1), ("web-2", 3), ("web-3", 2)]
+    # the keys sit where `chash lookup --config` (chashd's ring) puts them
+    owners = owners_by_config(web_yml, "web",
+                              ["data_key_%d" % i for i in range(3000)])
+    for m in init:
+        assert m["keys"] == sum(1 for o in owners.values() if o == m["name"])
+    assert [st["op"] for st in doc["steps"]] == ["init", "+web-4=2", "-web-1"]
+    for st in doc["steps"][1:]:
+        assert st["moved_between_survivors"] == 0
+        assert st["exact_moved"] == pytest.approx(st["optimal"], abs=1e-9)
+    text = chash("sim", "--config", web_yml, "--pool", "web").stdout
+    assert text.startswith("chash sim: pool web of %s, algorithm ring, "
+                           "hash murmur3, 40 points per weight" % web_yml)
+    # with --config there is no default history: only the initial step
+    assert re.findall(r"^== (\S+):", text, re.M) == ["init"]
+
+
+def test_sim_config_fail_uses_the_pools_balance_factor(web_yml):
+    doc = sim_json("--config", web_yml, "--pool", "web", "--fail", "web-2")
+    assert doc["fail"]["factor"] == 1.5
+    assert [s["name"] for s in doc["fail"]["survivors"]] == ["web-1", "web-3"]
+    doc = sim_json("--config", web_yml, "--pool", "web", "--fail", "web-2",
+                   "--factor", "1.1")
+    assert doc["fail"]["factor"] == 1.1
+    # a pool without balance_factor: the default 1.25
+    doc = sim_json("--config", web_yml, "--pool", "plain", "--fail", "p-1")
+    assert doc["fail"]["factor"] == 1.25
+    p = chash("sim", "--config", web_yml, "--pool", "web", "--fail", "x",
+              check=False)
+    assert p.returncode == 2 and "--fail x" in p.stderr
+
+
+def test_sim_and_plot_config_hash_tag(tmp_path):
+    conf = tmp_path / "nutcracker.yml"
+    conf.write_text(
+        "beta:\n  listen: 127.0.0.1:22122\n  hash: fnv1a_64\n"
+        "  hash_tag: \"{}\"\n  distribution: ketama\n  redis: true\n"
+        "  servers:\n"
+        "   - 127.0.0.1:6380:1 server1\n   - 127.0.0.1:6381:1 server2\n"
+        "   - 127.0.0.1:6382:1 server3\n   - 127.0.0.1:6383:1 server4\n")
+    # every key shares the tag {user1}: one member gets them all, the one
+    # `chash lookup --config` names for the tag's content
+    owner = owners_by_config(str(conf), "beta", ["user1"])["user1"]
+    doc = sim_json("--config", str(conf), "--pool", "beta",
+                   "--key-prefix", "{user1}.", "--keys", "500")
+    keys = {m["name"]: m["keys"] for m in doc["steps"][0]["members"]}
+    assert keys[owner] == 500 and sum(keys.values()) == 500
+    root = parse_svg(chash("plot", "--config", str(conf), "--pool", "beta",
+                           "--loads", "--key-prefix", "{user1}.",
+                           "--keys", "500").stdout)
+    bars = {r.get("data-member"): int(r.get("data-keys"))
+            for r in root.iter(SVG + "rect") if r.get("class") == "bar"}
+    assert bars[owner] == 500
+    # without a tag in the keys they spread
+    doc = sim_json("--config", str(conf), "--pool", "beta", "--keys", "500")
+    assert all(m["keys"] > 0 for m in doc["steps"][0]["members"])
+
+
+def plot_parts(text):
+    """(arcs, legend) of a plot: the picture without its title."""
+    root = parse_svg(text)
+    arcs = [(p.get("data-member"), p.get("d")) for p in root.iter(SVG + "path")
+            if p.get("class") == "arc"]
+    legend = [(g.get("data-member"), g.get("data-weight"), g.get("data-share"))
+              for g in root.iter(SVG + "g") if g.get("class") == "legend-item"]
+    return arcs, legend
+
+
+def test_plot_config_draws_the_pools_ring(web_yml):
+    by_config = chash("plot", "--config", web_yml, "--pool", "web").stdout
+    by_hand = chash("plot", "--members", "web-1,web-2=3,web-3=2", "--hash",
+                    "murmur3", "--points", "40").stdout
+    assert plot_parts(by_config) == plot_parts(by_hand)
+    assert len(plot_parts(by_config)[0]) > 3
+    assert "chash plot: pool web, 3 members, algorithm ring, hash murmur3, " \
+        "40 points per weight" in by_config
+
+
+def test_sim_and_plot_default_to_160_points_like_chashd(web_yml):
+    # chashd builds a pool without points_per_weight with 160
+    doc = sim_json("--config", web_yml, "--pool", "plain")
+    assert doc["points"] == 160
+    assert sim_json()["points"] == 160
+    assert sim_json("--points", "160") == sim_json()
+    text = chash("plot", "--members", "a,b,c").stdout
+    assert "160 points per weight" in text
+    assert text == chash("plot", "--members", "a,b,c", "--points",
+                         "160").stdout
+    assert plot_parts(chash("plot", "--config", web_yml, "--pool",
+                            "plain").stdout) == \
+        plot_parts(chash("plot", "--members", "p-1,p-2").stdout)
+
+
+@pytest.mark.parametrize("cmd", ["sim", "plot", "lookup"])
+@pytest.mark.parametrize("opt", [["--members", "a,b"], ["--algo", "maglev"],
+                                 ["--hash", "md5"], ["--points", "10"],
+                                 ["--table-size", "7"]])
+def test_config_refuses_ring_options_beside_it(web_yml, cmd, opt):
+    p = chash(cmd, "--config", web_yml, "--pool", "web", *opt, "k",
+              check=False) if cmd == "lookup" else \
+        chash(cmd, "--config", web_yml, "--pool", "web", *opt, check=False)
+    assert p.returncode == 2, p.stderr
+    assert "%s cannot go with --config" % opt[0] in p.stderr
+    assert "usage: chash %s" % cmd in p.stderr and p.stdout == ""
+
+
+@pytest.mark.parametrize("cmd", ["sim", "plot", "lookup"])
+def test_config_errors(web_yml, tmp_path, cmd):
+    p = chash(cmd, "--config", web_yml, check=False)
+    assert p.returncode == 2 and "--config and --pool go together" in p.stderr
+    p = chash(cmd, "--pool", "web", check=False)
+    assert p.returncode == 2 and "--config and --pool go together" in p.stderr
+    p = chash(cmd, "--config", web_yml, "--pool", "api", check=False)
+    assert p.returncode == 2
+    assert "has no pool 'api'; its pools are: web, plain, mod" in p.stderr
+    p = chash(cmd, "--config", web_yml, "--pool", "mod", check=False)
+    assert p.returncode == 1 and "not consistent hashing" in p.stderr
+    bad = tmp_path / "bad.yml"
+    bad.write_text("web:\n  listen: 127.0.0.1:1\n  distribution: spiral\n"
+                   "  servers:\n    - 127.0.0.1:9001:1\n")
+    p = chash(cmd, "--config", str(bad), "--pool", "web", check=False)
+    assert p.returncode == 2 and re.search(r"bad\.yml:3:", p.stderr), \
+        p.stderr
+
+
+@pytest.mark.parametrize("cmd", ["sim", "plot", "lookup"])
+@pytest.mark.parametrize("args,word", [
+    (["--algo", "maglev", "--points", "40"], "--points sets the points"),
+    (["--algo", "ketama", "--points", "40"], "ketama gives each server"),
+    (["--points", "40", "--table-size", "7"], "--table-size goes with"),
+])
+def test_ring_options_that_change_nothing_are_refused(cmd, args, word):
+    p = chash(cmd, "--members", "a,b", *args, check=False)
+    assert p.returncode == 2 and word in p.stderr, p.stderr
+    assert p.stdout == ""
+
+
 # ---- plot ------------------------------------------------------------
 
 def parse_svg(text):
@@ -420,3 +615,138 @@ def test_bench_json_structure():
     assert "ns_per_lookup_dependent" not in res[0]
     p = chash("bench", "--algo", "spiral", check=False)
     assert p.returncode == 2 and "valid names are" in p.stderr
+
+
+# ---- the manual page -------------------------------------------------
+
+def man_text(line):
+    """A line of chash.1 as the reader sees it (the escapes it uses)."""
+    return re.sub(r"\\(-|e|&|\(mu)", lambda m: {
+        "-": "-", "e": "\\", "&": "", "(mu": "x"}[m.group(1)], line)
+
+
+def man_examples():
+    """[(command, expected output)] of the .EX blocks of EXAMPLES, in the
+    page's order: a line "$ CMD" is a command, the lines after it up to
+    the next "$ " are what it prints."""
+    with open(MAN) as f:
+        text = f.read().split("\n.SH EXAMPLES\n", 1)[1]
+    out = []
+    for block in re.findall(r"^\.EX\n(.*?)^\.EE$", text, re.M | re.S):
+        for line in block.split("\n")[:-1]:
+            line = man_text(line)
+            if line.startswith("$ "):
+                out.append([line[2:], []])
+            else:
+                assert out, "output before any command: %r" % line
+                out[-1][1].append(line)
+    return [(c, "".join(l + "\n" for l in o)) for c, o in out]
+
+
+def run_example(cmd, expected, cwd, env=None):
+    """Run one example as a user types it (chash from this build first in
+    PATH); "cat FILE" writes the file the page shows instead."""
+    m = re.fullmatch(r"cat (\S+)", cmd)
+    if m:
+        with open(os.path.join(cwd, m.group(1)), "w") as f:
+            f.write(expected)
+    e = dict(os.environ, **(env or {}))
+    e["PATH"] = BUILD + os.pathsep + e.get("PATH", "")
+    return subprocess.run(["bash", "-c", "set -o pipefail; " + cmd],
+                          cwd=cwd, env=e, capture_output=True, text=True,
+                          timeout=120)
+
+
+def masked(text):
+    """Numbers out, runs of blanks as one: what does not depend on time."""
+    return [re.sub(r"\d+(\.\d+)?", "#", line).split()
+            for line in text.splitlines()]
+
+
+def test_man_page_examples_print_what_the_page_says(tmp_path):
+    ran = []
+    for cmd, expected in man_examples():
+        if cmd.startswith("chash ctl"):
+            continue  # test_admin_ctl.py runs them against a real chashd
+        p = run_example(cmd, expected, str(tmp_path))
+        assert p.returncode == 0, (cmd, p.stderr)
+        if cmd.startswith("chash bench"):
+            # times differ from run to run; the rest must not
+            assert masked(p.stdout) == masked(expected), cmd
+        else:
+            assert p.stdout == expected, "%s\n%s" % (cmd, p.stdout)
+        m = re.search(r"--out (\S+)", cmd)
+        if m:
+            parse_svg((tmp_path / m.group(1)).read_text())
+        ran.append(cmd.split()[:2])
+    for what in (["chash", "sim"], ["chash", "lookup"], ["chash", "plot"],
+                 ["chash", "bench"], ["cat", "pool.yml"]):
+        assert what in ran, what
+
+
+def man_source():
+    with open(MAN) as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("cmd", ["sim", "lookup", "plot", "bench", "serve",
+                                 "ctl"])
+def test_man_page_documents_every_option(cmd):
+    man = man_text(man_source())
+    assert re.search(r"^\.SS chash %s$" % cmd, man, re.M)
+    usage = chash(cmd, "--help").stdout
+    options = set(re.findall(r"--[a-z][a-z-]*", usage))
+    assert options
+    for opt in options:
+        assert opt in man, "%s %s is not in chash(1)" % (cmd, opt)
+
+
+def test_man_page_documents_every_ctl_command():
+    usage = chash("ctl", "--help").stdout
+    commands = re.findall(r"^  ([a-z]+)\b", usage.split("commands:", 1)[1]
+                          .split("options:", 1)[0], re.M)
+    assert {"pools", "show", "add", "remove", "weight", "reweight", "drain",
+            "up", "maint", "lookup", "state"} == set(commands)
+    man = man_source()
+    ctl = man.split(".SS chash ctl", 1)[1].split(".SH ", 1)[0]
+    for c in commands:
+        assert re.search(r"^\.BI? %s\b" % c, ctl, re.M), c
+    assert "\\-\\-reset" in ctl and "\\-\\-dry\\-run" in ctl
+    for c in chash("--help").stdout.split("commands:")[1].split("\n\n")[0] \
+            .split("\n")[1:]:
+        assert ".SS chash %s" % c.split()[0] in man
+
+
+def test_man_page_documents_the_sim_json(web_yml):
+    man = man_text(man_source())
+    doc = sim_json("--clients", "20", "--fail", "Server-A",
+                   "--ops", "+Server-D")
+    config = sim_json("--config", web_yml, "--pool", "web", "--keys", "10")
+    keys = set(doc) | set(config)
+    for st in doc["steps"]:
+        keys |= set(st)
+        for m in st["members"]:
+            keys |= set(m)
+        for ch in st.get("changes", []):
+            keys |= set(ch)
+    keys |= set(doc["fail"]) | set(doc["fail"]["survivors"][0])
+    keys |= set(doc["final"][0])
+    for k in sorted(keys):
+        assert re.search(r"\b%s\b" % k, man), "sim --json's %s" % k
+
+
+def test_man_page_speaks_to_users():
+    man = man_text(man_source())
+    shown = "\n".join(l for l in man.splitlines() if not l.startswith('.\\"'))
+    for pattern in (r"(?<!-)\bseeds?\b", r"\bseed's\b", r"\bwaves?\b",
+                    r"\bissues?\b", r"#\d+", r"\bJava\b", r"\bTODO\b",
+                    r"\bFIXME\b"):
+        assert not re.search(pattern, shown, re.I), pattern
+
+
+@pytest.mark.skipif(shutil.which("groff") is None,
+                    reason="groff is not installed")
+def test_man_page_renders_without_warnings():
+    p = subprocess.run(["groff", "-man", "-t", "-ww", "-z", MAN],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
