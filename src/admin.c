@@ -47,6 +47,16 @@ struct admin_request {
     size_t len, cap;
     bool too_large;
     bool answered; /* a response was queued early (413) */
+    /* A membership change answers later (its report is computed on the
+     * builder thread): the connection is suspended meanwhile, and the
+     * answer kept here for the handler's next call. */
+    struct MHD_Connection *conn;
+    bool suspended;
+    bool ready;
+    unsigned ok_status; /* 201 for an applied add, else 200 */
+    unsigned status;
+    char *text; /* the answer (JSON), owned */
+    size_t textlen;
 };
 
 /* The admin server: one per process, control thread only. */
@@ -81,26 +91,37 @@ respond_buf(struct MHD_Connection *c, unsigned status, const char *ctype,
     return ret;
 }
 
+/* <j> (reference stolen) as the text of an answer, with a trailing
+ * newline so `curl` output ends cleanly; NULL when out of memory. */
+static char *
+json_text(json_t *j, size_t *len)
+{
+    char *text = json_dumps(j, ADMIN_JSON_FLAGS), *nt;
+
+    json_decref(j);
+    if (text == NULL)
+        return NULL;
+    *len = strlen(text);
+    nt = realloc(text, *len + 2);
+    if (nt == NULL) {
+        free(text);
+        return NULL;
+    }
+    nt[(*len)++] = '\n';
+    nt[*len] = '\0';
+    return nt;
+}
+
 /* Send <j> (reference stolen). */
 static enum MHD_Result
 respond_json(struct MHD_Connection *c, unsigned status, json_t *j)
 {
-    char *text = json_dumps(j, ADMIN_JSON_FLAGS);
     size_t len;
+    char *text = json_text(j, &len);
 
-    json_decref(j);
     if (text == NULL)
         return MHD_NO;
-    len = strlen(text);
-    /* A trailing newline so `curl` output ends cleanly. */
-    char *nt = realloc(text, len + 2);
-    if (nt == NULL) {
-        free(text);
-        return MHD_NO;
-    }
-    nt[len++] = '\n';
-    nt[len] = '\0';
-    return respond_buf(c, status, "application/json", nt, len);
+    return respond_buf(c, status, "application/json", text, len);
 }
 
 static enum MHD_Result __attribute__((format(printf, 3, 4)))
@@ -157,11 +178,9 @@ server_member(const struct server *s)
 }
 
 static json_t *
-member_json(const struct pool_snapshot *snap, const struct chash_ring *routing,
-            const struct server *s)
+member_json(const struct pool_snapshot *snap, const struct server *s)
 {
     struct stats_server_sum sum;
-    double rshare = 0;
     int st =
         atomic_load_explicit((_Atomic int *)&s->state, memory_order_relaxed);
 
@@ -187,27 +206,10 @@ member_json(const struct pool_snapshot *snap, const struct chash_ring *routing,
     /* "share" is where the member's keys belong (its ring); what it takes
      * of new connections now is "routing_share": 0 while draining, down
      * or ejected under failover, less while it ramps. */
-    for (size_t i = 0; routing != NULL && i < chash_ring_members(routing); i++)
-        if (strcmp(chash_ring_member_name(routing, i), s->name) == 0)
-            rshare = chash_ring_share(routing, i);
-    json_object_set_new(j, "routing_share", json_real(rshare));
+    json_object_set_new(j, "routing_share",
+                        json_real(pool_snapshot_routing_share(snap, s->name)));
     if (s->reason[0] != '\0')
         json_object_set_new(j, "reason", json_string(s->reason));
-    return j;
-}
-
-/* <s>'s JSON with its routing share (builds the routing view once). */
-static json_t *
-member_json_one(struct pool *p, const struct server *s)
-{
-    const struct pool_snapshot *snap = pool_snapshot(p);
-    bool built;
-    struct chash_ring *r =
-        pool_snapshot_routing_ring(snap, &p->cfg.ring, &built);
-    json_t *j = member_json(snap, r, s);
-
-    if (built)
-        chash_ring_destroy(r);
     return j;
 }
 
@@ -217,9 +219,7 @@ pool_json(struct pool *p, bool full)
     const struct pool_snapshot *snap = pool_snapshot(p);
     const struct conf_pool *cp = &p->cfg;
     struct stats_pool_sum ps;
-    struct chash_ring *routing;
     json_t *j, *members, *settings;
-    bool built = false;
     char sum[32] = "";
 
     if (snap != NULL && snap->ring != NULL)
@@ -264,14 +264,11 @@ pool_json(struct pool *p, bool full)
                                   "bytes_in", (json_int_t)ps.bytes_in,
                                   "bytes_out", (json_int_t)ps.bytes_out));
     members = json_array();
-    routing = full ? pool_snapshot_routing_ring(snap, &cp->ring, &built) : NULL;
     for (size_t i = 0; i < p->nservers; i++)
         if (server_member(p->servers[i]))
-            json_array_append_new(
-                members, full ? member_json(snap, routing, p->servers[i])
-                              : json_string(p->servers[i]->name));
-    if (built)
-        chash_ring_destroy(routing);
+            json_array_append_new(members,
+                                  full ? member_json(snap, p->servers[i])
+                                       : json_string(p->servers[i]->name));
     json_object_set_new(j, "members", members);
     return j;
 }
@@ -351,36 +348,68 @@ unknown_key(json_t *j, const char *const *allowed)
 
 /* ---- handlers ------------------------------------------------------------ */
 
-/* Answer a membership change: its report, or its refusal. */
+/* A membership change is done (maybe later, from the builder's
+ * completion): keep its answer and wake the suspended connection. */
+static void
+change_done(struct membership_result *res, void *arg)
+{
+    static const unsigned status[] = {
+        [MEMBERSHIP_EINVAL] = MHD_HTTP_BAD_REQUEST,
+        [MEMBERSHIP_ENOENT] = MHD_HTTP_NOT_FOUND,
+        [MEMBERSHIP_ECONFLICT] = MHD_HTTP_CONFLICT,
+        [MEMBERSHIP_ENOMEM] = MHD_HTTP_INTERNAL_SERVER_ERROR,
+    };
+    struct admin_request *rq = arg;
+
+    if (res->error != MEMBERSHIP_OK) {
+        rq->status = res->error > 0 && res->error <= MEMBERSHIP_ENOMEM
+                         ? status[res->error]
+                         : MHD_HTTP_INTERNAL_SERVER_ERROR;
+        text_utf8_scrub(res->message);
+        rq->text =
+            json_text(json_pack("{s:s}", "error", res->message), &rq->textlen);
+    } else {
+        rq->status = json_is_true(json_object_get(res->report, "applied"))
+                         ? rq->ok_status
+                         : MHD_HTTP_OK;
+        rq->text = json_text(json_incref(res->report), &rq->textlen);
+    }
+    rq->ready = true;
+    if (rq->suspended) {
+        rq->suspended = false;
+        MHD_resume_connection(rq->conn);
+        admin_run(); /* not from inside libmicrohttpd: a builder completion */
+    }
+}
+
+/* Queue the answer change_done() kept. */
+static enum MHD_Result
+respond_ready(struct MHD_Connection *c, struct admin_request *rq)
+{
+    char *text = rq->text;
+
+    rq->text = NULL;
+    rq->ready = false;
+    if (text == NULL)
+        return MHD_NO; /* out of memory: the connection is closed */
+    return respond_buf(c, rq->status, "application/json", text, rq->textlen);
+}
+
+/* Start membership change <mr>; answer now if it is refused at once,
+ * else suspend the connection until change_done(). */
 static enum MHD_Result
 respond_change(struct MHD_Connection *c, struct pool *p,
                const struct membership_request *mr, bool dry,
-               unsigned ok_status)
+               unsigned ok_status, struct admin_request *rq)
 {
-    struct membership_result res;
-    enum MHD_Result ret;
-
-    if (membership_change(p, mr, MEMBERSHIP_ADMIN, dry, &res) != 0) {
-        static const unsigned status[] = {
-            [MEMBERSHIP_EINVAL] = MHD_HTTP_BAD_REQUEST,
-            [MEMBERSHIP_ENOENT] = MHD_HTTP_NOT_FOUND,
-            [MEMBERSHIP_ECONFLICT] = MHD_HTTP_CONFLICT,
-            [MEMBERSHIP_ENOMEM] = MHD_HTTP_INTERNAL_SERVER_ERROR,
-        };
-        unsigned st = res.error > 0 && res.error <= MEMBERSHIP_ENOMEM
-                          ? status[res.error]
-                          : MHD_HTTP_INTERNAL_SERVER_ERROR;
-
-        membership_result_deinit(&res);
-        return respond_error(c, st, "%s", res.message);
-    }
-    ret = respond_json(c,
-                       json_is_true(json_object_get(res.report, "applied"))
-                           ? ok_status
-                           : MHD_HTTP_OK,
-                       json_incref(res.report));
-    membership_result_deinit(&res);
-    return ret;
+    rq->conn = c;
+    rq->ok_status = ok_status;
+    membership_change(p, mr, MEMBERSHIP_ADMIN, dry, change_done, rq);
+    if (rq->ready)
+        return respond_ready(c, rq);
+    rq->suspended = true;
+    MHD_suspend_connection(c);
+    return MHD_YES;
 }
 
 /*
@@ -407,8 +436,7 @@ weight_arg(struct MHD_Connection *c, const json_t *v,
 }
 
 static enum MHD_Result
-member_add(struct MHD_Connection *c, struct pool *p,
-           const struct admin_request *rq)
+member_add(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
 {
     static const char *const allowed[] = {"name", "address", "weight", NULL};
     struct membership_request mr = {.op = MEMBERSHIP_ADD};
@@ -451,7 +479,7 @@ member_add(struct MHD_Connection *c, struct pool *p,
     mr.name = jname ? json_string_value(jname) : NULL;
     mr.address = json_string_value(jaddr);
     ret = respond_change(c, p, &mr, query_flag(c, "dry_run") == 1,
-                         MHD_HTTP_CREATED);
+                         MHD_HTTP_CREATED, rq);
 out:
     json_decref(j);
     return ret;
@@ -459,7 +487,7 @@ out:
 
 static enum MHD_Result
 member_patch(struct MHD_Connection *c, struct pool *p, const char *name,
-             const struct admin_request *rq)
+             struct admin_request *rq)
 {
     static const char *const allowed[] = {"weight", "state", NULL};
     struct membership_request mr = {.op = MEMBERSHIP_UPDATE, .name = name};
@@ -495,7 +523,8 @@ member_patch(struct MHD_Connection *c, struct pool *p, const char *name,
             goto out;
         }
     }
-    ret = respond_change(c, p, &mr, query_flag(c, "dry_run") == 1, MHD_HTTP_OK);
+    ret = respond_change(c, p, &mr, query_flag(c, "dry_run") == 1, MHD_HTTP_OK,
+                         rq);
 out:
     json_decref(j);
     return ret;
@@ -578,9 +607,8 @@ pool_ring(struct MHD_Connection *c, struct pool *p)
         MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "segments");
     const struct pool_snapshot *snap = pool_snapshot(p);
     unsigned long segments = ADMIN_DEFAULT_SEGMENTS;
-    struct chash_ring *ring;
+    const struct chash_ring *ring;
     json_t *j, *shares;
-    bool built;
     char *end;
 
     if (ss != NULL) {
@@ -598,7 +626,7 @@ pool_ring(struct MHD_Connection *c, struct pool *p)
      * points on a failover ring, yet owns nothing of the arcs drawn (its
      * keys go to their next members; the arcs say which). */
     shares = json_object();
-    ring = pool_snapshot_routing_ring(snap, &p->cfg.ring, &built);
+    ring = pool_snapshot_routing(snap);
     if (ring != NULL) {
         json_object_set_new(j, "arcs", report_arcs(ring, segments));
         for (size_t i = 0; i < chash_ring_members(ring); i++)
@@ -607,8 +635,6 @@ pool_ring(struct MHD_Connection *c, struct pool *p)
     } else {
         json_object_set_new(j, "arcs", json_array());
     }
-    if (built)
-        chash_ring_destroy(ring);
     json_object_set_new(j, "shares", shares);
     return respond_json(c, MHD_HTTP_OK, j);
 }
@@ -717,7 +743,7 @@ member_path(const char *url, char *pool, size_t poollen)
 
 static enum MHD_Result
 route(struct MHD_Connection *c, const char *url, const char *method,
-      const struct admin_request *rq)
+      struct admin_request *rq)
 {
     char buf[2048];
     char *seg[6];
@@ -799,14 +825,14 @@ route(struct MHD_Connection *c, const char *url, const char *method,
                              "pool %s has no member named \"%s\"", p->name,
                              seg[4]);
     if (get)
-        return respond_json(c, MHD_HTTP_OK, member_json_one(p, s));
+        return respond_json(c, MHD_HTTP_OK, member_json(pool_snapshot(p), s));
     if (is(method, "PATCH"))
         return member_patch(c, p, s->name, rq);
     if (is(method, "DELETE")) {
         struct membership_request mr = {.op = MEMBERSHIP_REMOVE,
                                         .name = s->name};
         return respond_change(c, p, &mr, query_flag(c, "dry_run") == 1,
-                              MHD_HTTP_OK);
+                              MHD_HTTP_OK, rq);
     }
     return respond_405(c, method, url, "GET, PATCH, DELETE");
 }
@@ -878,6 +904,8 @@ on_request(void *cls, struct MHD_Connection *c, const char *url,
         *upload_size = 0;
         return MHD_YES;
     }
+    if (rq->ready) /* resumed: the membership change is done */
+        return respond_ready(c, rq);
     if (rq->answered)
         return MHD_YES;
     rq->answered = true;
@@ -904,6 +932,7 @@ on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)toe;
     if (rq != NULL) {
         free(rq->body);
+        free(rq->text);
         free(rq);
         *con_cls = NULL;
     }
@@ -951,7 +980,8 @@ admin_start(const struct conf *conf, char *err, size_t errlen)
 {
     const struct conf_addr *a = &conf->admin;
     int fd = -1, one = 1;
-    unsigned flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    unsigned flags =
+        MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
 
     if (mhd != NULL)
         return 0;

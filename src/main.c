@@ -17,6 +17,7 @@
 
 #include "chash/chash.h"
 #include "admin.h"
+#include "builder.h"
 #include "clock.h"
 #include "conf.h"
 #include "control.h"
@@ -131,6 +132,20 @@ pool_listen_stop(struct pool *p)
 
 /* ---- reload -------------------------------------------------------------- */
 
+static size_t reload_failed; /* pools a reload left as they were */
+
+static void
+reload_reported(void *arg)
+{
+    (void)arg;
+    if (reload_failed == 0)
+        log_info("reload: done, %zu pools", pool_count());
+    else
+        log_error("reload: applied with %zu pools left as they were, %zu "
+                  "pools",
+                  reload_failed, pool_count());
+}
+
 /*
  * Load the config again and apply it, or refuse it whole: a file that does
  * not load, a mode we cannot run or an address we cannot bind leaves the
@@ -226,7 +241,6 @@ reload(void)
             fds[i] = NULL;
         }
     }
-    membership_state_settle();
     admin_reconfigure(nc);
     if (nc->workers != conf->workers)
         log_warn("reload: workers %u -> %u needs a restart; still %u",
@@ -239,12 +253,10 @@ reload(void)
     /* A pool that could not be created or reconfigured (out of memory)
      * keeps running as before; the reload is not reported as a success. */
     metrics_note_reload(failed == 0);
-    if (failed == 0)
-        log_info("reload: done, %zu pools", pool_count());
-    else
-        log_error("reload: applied with %zu pools left as they were, %zu "
-                  "pools",
-                  failed, pool_count());
+    /* "reload: done" once the reload's migration reports are logged (they
+     * are computed on the builder thread). */
+    reload_failed = failed;
+    membership_state_settle(reload_reported, NULL);
     goto out;
 nomem:
     log_error("reload refused: out of memory");
@@ -455,7 +467,7 @@ main(int argc, char **argv)
     raise_nofile();
 
     if (control_init() < 0 || pool_global_init(conf->workers) < 0 ||
-        health_init() < 0 || membership_init() < 0) {
+        health_init() < 0 || membership_init() < 0 || builder_init() < 0) {
         log_error("cannot start: %s", strerror(errno));
         goto out;
     }
@@ -500,7 +512,7 @@ main(int argc, char **argv)
         }
         free(fds);
     }
-    membership_state_settle();
+    membership_state_settle(NULL, NULL);
     /* The admin API registers its own watch and tick with the loop. */
     if (admin_start(conf, err, sizeof(err)) < 0) {
         log_error("cannot start: %s", err);
@@ -526,6 +538,9 @@ main(int argc, char **argv)
     rc = control_run();
     log_info("chashd stopped");
 out:
+    /* Jobs first: a membership change waiting for one answers its
+     * suspended admin connection before the admin server stops. */
+    builder_deinit();
     admin_stop();
     worker_stop_all();
     health_deinit();

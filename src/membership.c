@@ -8,12 +8,14 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
+#include "builder.h"
 #include "conf.h"
 #include "control.h"
 #include "log.h"
@@ -262,96 +264,104 @@ traffic_note(const struct pool *p, const struct server *s)
 }
 
 /*
- * The report of an event between two snapshots, over their ROUTING views
- * (the members that take new keys, with their ramps): for <s> (NULL: the
- * whole pool). This is what "moved" means in every log line: the fraction
- * of the key space whose member for new connections changed -- now
- * (immediate), and once every ramp is done (moved). NULL when a side has
- * no member taking keys (the caller says so) or on failure.
- */
-static json_t *
-event_report(const struct pool *p, const struct pool_change *chg,
-             const char *member)
-{
-    struct chash_member *b = NULL, *a = NULL;
-    ssize_t nb, na;
-    json_t *rep = NULL;
-    char err[256];
-
-    if (chg == NULL || chg->from == NULL || chg->to == NULL ||
-        !pool_comparable(p))
-        return NULL;
-    nb = pool_snapshot_routing(chg->from, false, &b);
-    na = pool_snapshot_routing(chg->to, false, &a);
-    if (nb > 0 && na > 0)
-        rep = report_migration(&p->cfg.ring, b, (size_t)nb, a, (size_t)na,
-                               member, err, sizeof(err));
-    free(b);
-    free(a);
-    return rep;
-}
-
-/*
- * Log <s>'s (NULL: the pool's) event <what> with the figures of <rep> (may
- * be NULL: "not comparable"), as one line:
+ * One line per event, what "moved" means everywhere: the fraction of the
+ * key space whose member for NEW connections changed with the publication
+ * <chg> (the routing views of its two snapshots, from the builder), and
+ * <s>'s share of that view before and after. <eventual> (>= 0) adds what
+ * moves once every ramp is done, when it differs.
  *   pool web: member web-2 (127.0.0.1:9002) up -> down: 3 checks failed;
  *   share 0.331 -> 0.000000; moved 0.331 of the keys (v7)
  */
 static void
-event_log(const struct pool *p, const struct server *s, const char *what,
-          const json_t *rep, const struct pool_change *chg)
+event_log(const struct pool *p, const struct server *s, const char *name,
+          const char *what, const struct pool_change *chg, double eventual)
 {
-    const json_t *sh = json_object_get(rep, "member_share");
-    double moved = json_num(json_object_get(rep, "moved"), -1);
-    double now = json_num(json_object_get(rep, "immediate"), moved);
+    double now = chg != NULL && chg->to != NULL ? chg->to->moved : -1;
     unsigned long long v = chg && chg->to ? chg->to->version : 0;
     char mv[160];
 
-    if (rep == NULL)
+    if (now < 0)
         snprintf(mv, sizeof(mv),
-                 "moved: not comparable (no member takes "
-                 "new keys on one side, or the algorithm "
-                 "changed)");
-    else if (moved >= 0 && now >= 0 && moved - now > 1e-9)
+                 "moved: not comparable (the algorithm or "
+                 "hash changed)");
+    else if (eventual >= 0 && eventual - now > 1e-9)
         snprintf(mv, sizeof(mv), "moved %.6f of the keys, %.6f once ramped",
-                 now, moved);
+                 now, eventual);
     else
         snprintf(mv, sizeof(mv), "moved %.6f of the keys", now);
-    if (s != NULL)
+    if (name != NULL)
         log_info("pool %s: member %s (%s) %s%s%s; share %.6f -> %.6f; %s "
                  "(v%llu)%s",
-                 p->name, s->name, s->addr.text, what, s->reason[0] ? ": " : "",
-                 s->reason, json_num(json_object_get(sh, "before_now"), 0),
-                 json_num(json_object_get(sh, "after_now"), 0), mv, v,
-                 traffic_note(p, s));
+                 p->name, name, s ? s->addr.text : "-", what,
+                 s && s->reason[0] ? ": " : "", s ? s->reason : "",
+                 pool_snapshot_routing_share(chg ? chg->from : NULL, name),
+                 pool_snapshot_routing_share(chg ? chg->to : NULL, name), mv, v,
+                 s ? traffic_note(p, s) : "");
     else
         log_info("pool %s: %s; %s (v%llu)", p->name, what, mv, v);
 }
 
-/* An observed event of member <s> (health, ramp): log it and enter it. */
-static void
-event(struct pool *p, struct server *s, const char *op, const char *what,
-      const struct pool_change *chg)
-{
-    json_t *rep = event_report(p, chg, s->name);
+/* An observed event of a member (health, ramp), waiting for the
+ * publication that makes it live. */
+struct event {
+    struct server *s; /* (ref held) */
+    char op[32];
+    char what[160];
+};
 
-    event_log(p, s, what, rep, chg);
-    change_log(p->name, s->name, op, MEMBERSHIP_HEALTH, what, rep);
-    json_decref(rep);
+static void
+event_published(struct pool *p, const struct pool_change *chg, void *arg)
+{
+    struct event *ev = arg;
+
+    if (chg != NULL) {
+        double before = pool_snapshot_routing_share(chg->from, ev->s->name);
+        double after = pool_snapshot_routing_share(chg->to, ev->s->name);
+        json_t *rep =
+            json_pack("{s:f,s:f,s:f}", "moved", chg->to->moved, "optimal",
+                      fabs(after - before), "immediate", chg->to->moved);
+
+        event_log(p, ev->s, ev->s->name, ev->what, chg, -1);
+        change_log(p->name, ev->s->name, ev->op, MEMBERSHIP_HEALTH, ev->what,
+                   chg->to->moved >= 0 ? rep : NULL);
+        json_decref(rep);
+    }
+    server_unref(ev->s);
+    free(ev);
+}
+
+/* Log and enter <s>'s event once it is live. */
+static void
+event(struct pool *p, struct server *s, const char *op, const char *what)
+{
+    struct event *ev = calloc(1, sizeof(*ev));
+
+    if (ev == NULL) {
+        log_error("pool %s: member %s %s (out of memory: not reported)",
+                  p->name, s->name, what);
+        return;
+    }
+    server_ref(s);
+    ev->s = s;
+    snprintf(ev->op, sizeof(ev->op), "%s", op);
+    snprintf(ev->what, sizeof(ev->what), "%s", what);
+    if (pool_on_published(p, event_published, ev) != 0) {
+        server_unref(s);
+        free(ev);
+    }
 }
 
 void
 membership_health(struct server *s, int health, const char *reason)
 {
     struct pool *p = s->pool;
-    struct pool_change chg = {0};
     int old, now;
     char what[96];
 
     if (p == NULL)
         return;
     old = atomic_load(&s->state);
-    if (server_set_health(s, health, reason, &chg) != 1)
+    if (server_set_health(s, health, reason) != 1)
         return;
     now = atomic_load(&s->state);
     if (now == SERVER_UP && s->ramping)
@@ -360,15 +370,14 @@ membership_health(struct server *s, int health, const char *reason)
     else
         snprintf(what, sizeof(what), "%s -> %s", server_state_name(old),
                  server_state_name(now));
-    event(p, s, server_health_name(health), what, &chg);
+    event(p, s, server_health_name(health), what);
 }
 
 static void
-ramp_done(struct pool *p, struct server *s, const struct pool_change *chg,
-          void *arg)
+ramp_done(struct pool *p, struct server *s, void *arg)
 {
     (void)arg;
-    event(p, s, "ramp done", "ramp done", chg);
+    event(p, s, "ramp done", "ramp done");
 }
 
 static void
@@ -455,16 +464,184 @@ append(char *buf, size_t cap, size_t *len, const char *fmt, ...)
         *len = *len + (size_t)n < cap ? *len + (size_t)n : cap - 1;
 }
 
-/* Log and enter each pool whose ring membership the reload changed. */
+/* ---- reports on the builder thread --------------------------------------- */
+
+/*
+ * A migration report computed on the builder thread (report_migration
+ * builds four rings: seconds for millions of points). The member lists
+ * are the job's own copies (names duplicated): members may leave their
+ * pool meanwhile. <then> runs on the control thread and frees the job
+ * (report_job_free).
+ */
+struct report_job {
+    struct builder_job job;
+    struct chash_config cfg;
+    struct chash_member *before, *after;
+    size_t nb, na;
+    char *changed;  /* the member the report is about, or NULL */
+    json_t *report; /* the result, or NULL with <err> */
+    char err[256];
+    void (*then)(struct report_job *rj);
+};
+
+static void
+members_free(struct chash_member *m, size_t n)
+{
+    for (size_t i = 0; m != NULL && i < n; i++)
+        free((char *)m[i].name);
+    free(m);
+}
+
+/* A copy of <m>[0..<n>) with its names duplicated, or NULL. */
+static struct chash_member *
+members_copy(const struct chash_member *m, size_t n)
+{
+    struct chash_member *c = calloc(n ? n : 1, sizeof(*c));
+
+    for (size_t i = 0; c != NULL && i < n; i++) {
+        c[i] = m[i];
+        c[i].name = strdup(m[i].name);
+        if (c[i].name == NULL) {
+            members_free(c, i);
+            c = NULL;
+        }
+    }
+    return c;
+}
+
+static void
+report_job_free(struct report_job *rj)
+{
+    members_free(rj->before, rj->nb);
+    members_free(rj->after, rj->na);
+    free(rj->changed);
+    json_decref(rj->report);
+    free(rj);
+}
+
+static void
+report_work(struct builder_job *job)
+{
+    struct report_job *rj = (struct report_job *)job;
+
+    rj->report =
+        report_migration(&rj->cfg, rj->before, rj->nb, rj->after, rj->na,
+                         rj->changed, rj->err, sizeof(rj->err));
+}
+
+static void
+report_done(struct builder_job *job)
+{
+    struct report_job *rj = (struct report_job *)job;
+
+    if (job->cancelled && rj->report == NULL)
+        snprintf(rj->err, sizeof(rj->err), "chashd is stopping");
+    rj->then(rj);
+}
+
+/* Fill <rj>'s inputs: <cfg>, copies of both models, <changed>. 0 or -1
+ * (out of memory). */
+static int
+report_job_init(struct report_job *rj, const struct chash_config *cfg,
+                const struct chash_member *b, size_t nb,
+                const struct chash_member *a, size_t na, const char *changed)
+{
+    rj->job.work = report_work;
+    rj->job.done = report_done;
+    rj->cfg = *cfg;
+    rj->nb = nb;
+    rj->na = na;
+    rj->before = members_copy(b, nb);
+    rj->after = members_copy(a, na);
+    rj->changed = changed != NULL ? strdup(changed) : NULL;
+    if (rj->before == NULL || rj->after == NULL ||
+        (changed != NULL && rj->changed == NULL))
+        return -1;
+    return 0;
+}
+
+/* A job that only completes, in order after every job before it. */
+struct then_job {
+    struct builder_job job;
+    void (*then)(void *arg);
+    void *arg;
+};
+
+static void
+then_work(struct builder_job *job)
+{
+    (void)job;
+}
+
+static void
+then_done(struct builder_job *job)
+{
+    struct then_job *tj = (struct then_job *)job;
+
+    tj->then(tj->arg);
+    free(tj);
+}
+
+/* Call <then>(<arg>) once every job submitted so far has completed. */
+static void
+after_jobs(void (*then)(void *arg), void *arg)
+{
+    struct then_job *tj = calloc(1, sizeof(*tj));
+
+    if (tj == NULL) {
+        then(arg);
+        return;
+    }
+    tj->job.work = then_work;
+    tj->job.done = then_done;
+    tj->then = then;
+    tj->arg = arg;
+    builder_submit(&tj->job);
+}
+
+/* ---- reloads ------------------------------------------------------------- */
+
+/* The report of one pool's reload. */
+struct reload_report {
+    struct report_job rj; /* first: the job's address is ours */
+    char pool[128];
+    char detail[128]; /* "+web-4 -web-2 ~web-1" */
+    char what[128];   /* "reloaded: 3 members (+1 -1, 0 reweighted)" */
+};
+
+static void
+reload_reported(struct report_job *rj)
+{
+    struct reload_report *rr = (struct reload_report *)rj;
+    struct pool *p = pool_find(rr->pool);
+    const struct pool_snapshot *snap = p ? pool_snapshot(p) : NULL;
+    double moved = json_num(json_object_get(rj->report, "moved"), -1);
+
+    if (moved >= 0)
+        log_info("pool %s: %s; moved %.6f of the keys (optimal %.6f) "
+                 "(v%llu)",
+                 rr->pool, rr->what, moved,
+                 json_num(json_object_get(rj->report, "optimal"), -1),
+                 (unsigned long long)(snap ? snap->version : 0));
+    else
+        log_info("pool %s: %s; moved: not comparable (%s)", rr->pool, rr->what,
+                 rj->err[0] ? rj->err : "the algorithm or hash changed");
+    change_log(rr->pool, "*", "reload", MEMBERSHIP_RELOAD, rr->detail,
+               rj->report);
+    report_job_free(rj);
+}
+
+/* Report each pool whose ring membership the reload changed, from the
+ * builder thread (saved models against the pools now). */
 static void
 saved_compare(void)
 {
     for (size_t i = 0; i < nsaved; i++) {
         struct saved_model *sm = &saved[i];
         struct pool *p = pool_find(sm->pool ? sm->pool : "");
-        char detail[128] = "", err[256], what[160];
+        struct reload_report *rr;
+        char detail[128] = "";
         struct model md;
-        json_t *rep = NULL;
         size_t len = 0, added = 0, removed = 0, reweighted = 0;
 
         if (p == NULL || model_build(p, NULL, &md) != 0)
@@ -478,6 +655,7 @@ saved_compare(void)
                        o == NULL ? '+' : '~', md.m[k].name);
             added += o == NULL;
             reweighted += o != NULL && o->weight != md.m[k].weight;
+            md.m[k].ramp = 1.0;
         }
         for (size_t k = 0; k < sm->n; k++)
             if (model_find(md.m, md.n, sm->m[k].name) == NULL) {
@@ -485,23 +663,26 @@ saved_compare(void)
                        sm->m[k].name);
                 removed++;
             }
-        if (detail[0] != '\0' && pool_comparable(p) &&
-            memcmp(&sm->cfg, &p->cfg.ring, sizeof(sm->cfg)) == 0) {
-            for (size_t k = 0; k < md.n; k++)
-                md.m[k].ramp = 1.0;
-            rep = report_migration(&p->cfg.ring, sm->m, sm->n, md.m, md.n, NULL,
-                                   err, sizeof(err));
+        rr = detail[0] != '\0' ? calloc(1, sizeof(*rr)) : NULL;
+        if (rr == NULL) {
+            free(md.m);
+            continue;
         }
-        if (detail[0] != '\0') {
-            struct pool_change now = {.to = pool_snapshot(p)};
-
-            snprintf(what, sizeof(what),
-                     "reloaded: %zu members (+%zu -%zu, %zu reweighted)", md.n,
-                     added, removed, reweighted);
-            event_log(p, NULL, what, rep, &now);
-            change_log(p->name, "*", "reload", MEMBERSHIP_RELOAD, detail, rep);
+        snprintf(rr->pool, sizeof(rr->pool), "%s", p->name);
+        snprintf(rr->detail, sizeof(rr->detail), "%s", detail);
+        snprintf(rr->what, sizeof(rr->what),
+                 "reloaded: %zu members (+%zu -%zu, %zu reweighted)", md.n,
+                 added, removed, reweighted);
+        rr->rj.then = reload_reported;
+        if (report_job_init(&rr->rj, &p->cfg.ring, sm->m, sm->n, md.m, md.n,
+                            NULL) != 0 ||
+            !pool_comparable(p) ||
+            memcmp(&sm->cfg, &p->cfg.ring, sizeof(sm->cfg)) != 0) {
+            /* No report: log the reload without figures, now. */
+            reload_reported(&rr->rj);
+        } else {
+            builder_submit(&rr->rj.job);
         }
-        json_decref(rep);
         free(md.m);
     }
     saved_free();
@@ -581,7 +762,7 @@ membership_state_abandon(void)
 }
 
 void
-membership_state_settle(void)
+membership_state_settle(void (*then)(void *arg), void *arg)
 {
     bool committed = false;
 
@@ -594,9 +775,7 @@ membership_state_settle(void)
         pending_file = NULL;
         committed = true;
     }
-    if (state == NULL)
-        return;
-    for (size_t i = 0; i < pool_count(); i++) {
+    for (size_t i = 0; state != NULL && i < pool_count(); i++) {
         struct pool *p = pool_at(i);
 
         for (size_t k = 0; k < p->nservers; k++) {
@@ -604,13 +783,15 @@ membership_state_settle(void)
             int want = state_admin(state, p->name, s->name);
 
             if (server_member(s) && s->admin != want &&
-                pool_member_set_admin(p, s->name, want, NULL) != 0)
+                pool_member_set_admin(p, s->name, want) != 0)
                 log_warn("state: pool %s member %s: cannot set %s: %s", p->name,
                          s->name, state_admin_name(want), strerror(errno));
         }
     }
     if (committed)
         saved_compare();
+    if (then != NULL)
+        after_jobs(then, arg);
 }
 
 void
@@ -772,62 +953,51 @@ weight_check(const struct pool *p, uint32_t w, struct membership_result *res)
     return 0;
 }
 
-/* The report of <b> -> <a> for a change of <member>; NULL (refused, 409)
- * when the after side gives no ring. */
-static json_t *
-change_report(const struct pool *p, const struct model *b,
-              const struct model *a, const char *member,
-              struct membership_result *res)
-{
-    char err[256];
-    json_t *rep;
-
-    if (!pool_comparable(p)) {
-        /* modula/random: no ring, no exact report; say so. */
-        if (a->n == 0) {
-            refuse(res, MEMBERSHIP_ECONFLICT,
-                   "the change would leave pool %s with no member in the "
-                   "ring",
-                   p->name);
-            return NULL;
-        }
-        return json_pack("{s:n,s:n,s:[],s:n,s:b,s:s}", "moved", "optimal",
-                         "flows", "immediate", "exact", 0, "note",
-                         "this distribution is not consistent hashing: "
-                         "no migration report");
-    }
-    rep = report_migration(&p->cfg.ring, b->m, b->n, a->m, a->n, member, err,
-                           sizeof(err));
-    if (rep == NULL)
-        refuse(res, MEMBERSHIP_ECONFLICT, "pool %s: %s", p->name, err);
-    return rep;
-}
-
 /*
- * After an applied change: log it (over the routing views of the
- * snapshots, as every event is), enter it in the change log with the
- * report's figures, persist the state.
+ * A runtime change in progress. Checked at once on the control thread;
+ * its migration report computed on the builder thread; then applied,
+ * logged, persisted, and answered once the snapshot holding it is
+ * published (so a lookup right after the answer sees it).
  */
+struct pending {
+    struct report_job rj;         /* first: report_job_free frees the whole */
+    struct pool *p;               /* (ref held) */
+    struct membership_request rq; /* strings point into <name_arg> and
+                                     <address_arg> */
+    char *name_arg, *address_arg;
+    int source;
+    bool dry;
+    membership_done_fn *done;
+    void *arg;
+    struct membership_result res;
+    uint64_t placement; /* the pool's placement count when checked */
+    unsigned tries;
+    /* the plan */
+    struct conf_server cs; /* ADD: the member as parsed */
+    bool have_cs;
+    char name[TEXT_NAME_MAX + 1]; /* the member changed */
+    uint32_t weight;              /* UPDATE: the weight and admin wanted */
+    int admin;
+    bool nothing;     /* UPDATE: already so */
+    struct server *s; /* (ref held) once applied, for the log line */
+    char op[32], detail[160], what[192];
+};
+
+static void pending_check(struct pending *pc);
+
+/* Answer and free <pc>. */
 static void
-change_done(struct pool *p, struct server *s, const char *name, const char *op,
-            const char *what, const char *detail, int source,
-            const struct pool_change *chg, struct membership_result *res)
+pending_finish(struct pending *pc)
 {
-    json_t *ev = event_report(p, chg, name);
-    char warn[512];
-
-    if (s != NULL) {
-        event_log(p, s, what, ev, chg);
-    } else {
-        char line[320];
-
-        snprintf(line, sizeof(line), "member %s %s", name, what);
-        event_log(p, NULL, line, ev, chg);
-    }
-    json_decref(ev);
-    change_log(p->name, name, op, source, detail, res->report);
-    if (state_persist(p, warn, sizeof(warn)) != 0)
-        json_object_set_new(res->report, "warning", json_string(warn));
+    pc->done(&pc->res, pc->arg);
+    membership_result_deinit(&pc->res);
+    free(pc->name_arg);
+    free(pc->address_arg);
+    if (pc->have_cs)
+        conf_server_deinit(&pc->cs);
+    server_unref(pc->s);
+    pool_unref(pc->p);
+    report_job_free(&pc->rj);
 }
 
 static void
@@ -837,19 +1007,197 @@ report_flags(json_t *rep, bool dry_run, bool applied)
     json_object_set_new(rep, "applied", json_boolean(applied));
 }
 
-static int
-member_add(struct pool *p, const struct membership_request *rq, int source,
-           bool dry, struct membership_result *res)
+/* Its snapshot is live: log the change (over the routing views of the
+ * publication, as every event is) and answer. */
+static void
+applied_published(struct pool *p, const struct pool_change *chg, void *arg)
 {
-    struct conf_server cs = {0};
-    struct model b = {0}, a = {0};
-    struct pool_change chg = {0};
-    struct server *s;
-    uint32_t weight = rq->has_weight ? rq->weight : 1;
-    char line[1024], err[256], detail[128];
-    bool have_cs = false;
-    int rc = -1;
+    struct pending *pc = arg;
 
+    if (chg != NULL)
+        event_log(p, pc->s, pc->name, pc->what, chg,
+                  json_num(json_object_get(pc->res.report, "moved"), -1));
+    pending_finish(pc);
+}
+
+/* Apply the checked change. 0 or -1 (<pc>->res says why). */
+static int
+pending_apply(struct pending *pc)
+{
+    struct pool *p = pc->p;
+    struct server *s = pool_server_find(p, pc->name);
+    int old_state = s ? atomic_load(&s->state) : SERVER_REMOVED;
+    uint32_t old_weight = s ? s->weight : 0;
+    int old_admin = s ? s->admin : STATE_ADMIN_UP;
+    int rc = 0;
+
+    switch (pc->rq.op) {
+    case MEMBERSHIP_ADD:
+        rc = pool_member_add(p, &pc->cs);
+        s = pool_server_find(p, pc->name);
+        snprintf(pc->what, sizeof(pc->what), "added");
+        break;
+    case MEMBERSHIP_REMOVE:
+        if (s == NULL) {
+            errno = ENOENT;
+            rc = -1;
+            break;
+        }
+        snprintf(s->reason, sizeof(s->reason), "by the operator");
+        snprintf(pc->what, sizeof(pc->what), "removed");
+        server_ref(s); /* the pool drops its own: kept for the log line */
+        pc->s = s;
+        rc = pool_member_remove(p, pc->name);
+        s = NULL;
+        break;
+    case MEMBERSHIP_UPDATE:
+        if (s == NULL) {
+            errno = ENOENT;
+            rc = -1;
+            break;
+        }
+        if (pc->weight != old_weight)
+            rc = pool_member_set_weight(p, pc->name, pc->weight);
+        if (rc == 0 && pc->admin != old_admin)
+            rc = pool_member_set_admin(p, pc->name, pc->admin);
+        if (pc->admin != old_admin)
+            snprintf(pc->what, sizeof(pc->what), "%s -> %s%s%s",
+                     server_state_name(old_state),
+                     server_state_name(atomic_load(&s->state)),
+                     pc->weight != old_weight ? ", " : "",
+                     pc->weight != old_weight ? pc->detail : "");
+        else
+            snprintf(pc->what, sizeof(pc->what), "%s%s", pc->detail,
+                     s->ramping ? ", ramping" : "");
+        break;
+    }
+    if (rc != 0)
+        return refuse(&pc->res,
+                      errno == EEXIST   ? MEMBERSHIP_ECONFLICT
+                      : errno == ENOENT ? MEMBERSHIP_ENOENT
+                      : errno == EINVAL ? MEMBERSHIP_EINVAL
+                                        : MEMBERSHIP_ENOMEM,
+                      "pool %s: cannot change %s: %s", p->name, pc->name,
+                      strerror(errno));
+    if (s != NULL) {
+        server_ref(s);
+        pc->s = s;
+    }
+    return 0;
+}
+
+/* The report is computed (builder thread): check the world did not change
+ * meanwhile, apply, answer once published. */
+static void
+pending_reported(struct report_job *rj)
+{
+    struct pending *pc = (struct pending *)rj;
+    struct pool *p = pc->p;
+    char warn[512];
+
+    if (rj->report == NULL) {
+        refuse(&pc->res,
+               rj->job.cancelled ? MEMBERSHIP_ENOMEM : MEMBERSHIP_ECONFLICT,
+               "pool %s: %s", p->name, rj->err);
+        pending_finish(pc);
+        return;
+    }
+    if (p->removed) {
+        refuse(&pc->res, MEMBERSHIP_ECONFLICT,
+               "pool %s was removed (by a reload) meanwhile", p->name);
+        pending_finish(pc);
+        return;
+    }
+    if (p->placement != pc->placement) {
+        /* Another change (an API call, a reload) came in while the report
+         * was computed: check again against the pool as it is now. */
+        if (pc->tries++ < 5) {
+            pending_check(pc);
+            return;
+        }
+        refuse(&pc->res, MEMBERSHIP_ECONFLICT,
+               "pool %s keeps changing; nothing was changed, try again",
+               p->name);
+        pending_finish(pc);
+        return;
+    }
+    pc->res.report = rj->report;
+    rj->report = NULL;
+    if (pc->dry || pc->nothing) {
+        /* Asking for the state a member is already in changes nothing:
+         * a 200 that says so, not an error (PATCH is idempotent). */
+        report_flags(pc->res.report, pc->dry, false);
+        if (!pc->dry)
+            json_object_set_new(pc->res.report, "note",
+                                json_string("nothing to change"));
+        pending_finish(pc);
+        return;
+    }
+    if (pending_apply(pc) != 0) {
+        json_decref(pc->res.report);
+        pc->res.report = NULL;
+        pending_finish(pc);
+        return;
+    }
+    report_flags(pc->res.report, false, true);
+    change_log(p->name, pc->name, pc->op, pc->source, pc->detail,
+               pc->res.report);
+    if (state_persist(p, warn, sizeof(warn)) != 0)
+        json_object_set_new(pc->res.report, "warning", json_string(warn));
+    if (pool_on_published(p, applied_published, pc) != 0)
+        pending_finish(pc);
+}
+
+/* Submit the report of <b> -> <a> for <pc> (the models are copied). */
+static void
+pending_submit(struct pending *pc, const struct model *b, const struct model *a)
+{
+    struct pool *p = pc->p;
+    struct report_job *rj = &pc->rj;
+
+    members_free(rj->before, rj->nb);
+    members_free(rj->after, rj->na);
+    free(rj->changed);
+    rj->before = rj->after = NULL;
+    rj->changed = NULL;
+    if (!pool_comparable(p)) {
+        /* modula/random: no ring, no exact report; say so. */
+        if (a->n == 0) {
+            refuse(&pc->res, MEMBERSHIP_ECONFLICT,
+                   "the change would leave pool %s with no member in the "
+                   "ring",
+                   p->name);
+            pending_finish(pc);
+            return;
+        }
+        pc->placement = p->placement;
+        rj->report = json_pack("{s:n,s:n,s:[],s:n,s:b,s:s}", "moved", "optimal",
+                               "flows", "immediate", "exact", 0, "note",
+                               "this distribution is not consistent hashing: "
+                               "no migration report");
+        pending_reported(rj);
+        return;
+    }
+    if (report_job_init(rj, &p->cfg.ring, b->m, b->n, a->m, a->n, pc->name) !=
+        0) {
+        refuse(&pc->res, MEMBERSHIP_ENOMEM, "out of memory");
+        pending_finish(pc);
+        return;
+    }
+    pc->placement = p->placement;
+    builder_submit(&rj->job);
+}
+
+static int
+check_add(struct pending *pc, struct model *b, struct model *a)
+{
+    struct pool *p = pc->p;
+    const struct membership_request *rq = &pc->rq;
+    struct membership_result *res = &pc->res;
+    struct server *s;
+    char line[1024], err[256];
+
+    pc->weight = rq->has_weight ? rq->weight : 1;
     if (rq->address == NULL || rq->address[0] == '\0')
         return refuse(res, MEMBERSHIP_EINVAL,
                       "\"address\" must be a non-empty string (host:port, "
@@ -859,13 +1207,13 @@ member_add(struct pool *p, const struct membership_request *rq, int source,
                       "\"name\" must be a string of 1 to %d printable "
                       "characters without spaces or '/'",
                       TEXT_NAME_MAX);
-    if (weight_check(p, weight, res) != 0)
+    if (weight_check(p, pc->weight, res) != 0)
         return -1;
     if (strchr(rq->address, ' ') != NULL ||
         text_has_control(rq->address, strlen(rq->address)))
         return refuse(res, MEMBERSHIP_EINVAL,
-                      "bad \"address\" \"%s\": contains a space or a control "
-                      "character",
+                      "bad \"address\" \"%s\": contains a space or a "
+                      "control character",
                       rq->address);
     if (!address_has_port(rq->address))
         return refuse(res, MEMBERSHIP_EINVAL,
@@ -880,255 +1228,198 @@ member_add(struct pool *p, const struct membership_request *rq, int source,
                       "config (a resolver on the control thread would "
                       "stall health checks and this API)",
                       rq->address);
+    if (pc->have_cs) {
+        conf_server_deinit(&pc->cs);
+        pc->have_cs = false;
+    }
     /* Parse as a `servers:` entry so names and addresses follow the
      * config's rules exactly (twemproxy's default name included). */
-    snprintf(line, sizeof(line), "%s:%u%s%s", rq->address, weight,
+    snprintf(line, sizeof(line), "%s:%u%s%s", rq->address, pc->weight,
              rq->name ? " " : "", rq->name ? rq->name : "");
-    if (conf_parse_server(line, &cs, err, sizeof(err)) != 0)
+    if (conf_parse_server(line, &pc->cs, err, sizeof(err)) != 0)
         return refuse(res, MEMBERSHIP_EINVAL, "bad \"address\" \"%s\": %s",
                       rq->address, err);
-    have_cs = true;
-    if (!text_name_ok(cs.name)) {
-        refuse(res, MEMBERSHIP_EINVAL,
-               "member name \"%s\" is not valid here: give a \"name\"",
-               cs.name);
-        goto out;
-    }
-    s = pool_server_find(p, cs.name);
-    if (s != NULL && server_member(s)) {
-        refuse(res, MEMBERSHIP_ECONFLICT,
-               "pool %s already has a member named \"%s\"", p->name, cs.name);
-        goto out;
-    }
+    pc->have_cs = true;
+    if (!text_name_ok(pc->cs.name))
+        return refuse(res, MEMBERSHIP_EINVAL,
+                      "member name \"%s\" is not valid here: give a "
+                      "\"name\"",
+                      pc->cs.name);
+    snprintf(pc->name, sizeof(pc->name), "%s", pc->cs.name);
+    s = pool_server_find(p, pc->name);
+    if (s != NULL && server_member(s))
+        return refuse(res, MEMBERSHIP_ECONFLICT,
+                      "pool %s already has a member named \"%s\"", p->name,
+                      pc->name);
     for (size_t i = 0; i < p->nservers; i++) {
         s = p->servers[i];
-        if (server_member(s) && conf_addr_equal(&s->addr, &cs.addr)) {
-            refuse(res, MEMBERSHIP_ECONFLICT,
-                   "address %s is already member \"%s\" of pool %s",
-                   cs.addr.text, s->name, p->name);
-            goto out;
-        }
+        if (server_member(s) && conf_addr_equal(&s->addr, &pc->cs.addr))
+            return refuse(res, MEMBERSHIP_ECONFLICT,
+                          "address %s is already member \"%s\" of pool %s",
+                          pc->cs.addr.text, s->name, p->name);
     }
-    if (model_build(p, NULL, &b) != 0 || model_build(p, NULL, &a) != 0 ||
-        model_push(&a, cs.name, weight, entry_ramp(p)) != 0) {
-        refuse(res, MEMBERSHIP_ENOMEM, "out of memory");
-        goto out;
-    }
-    res->report = change_report(p, &b, &a, cs.name, res);
-    if (res->report == NULL)
-        goto out;
-    report_flags(res->report, dry, !dry);
-    if (dry) {
-        rc = 0;
-        goto out;
-    }
-    if (pool_member_add(p, &cs, &chg) != 0) {
-        refuse(res,
-               errno == EEXIST   ? MEMBERSHIP_ECONFLICT
-               : errno == EINVAL ? MEMBERSHIP_EINVAL
-                                 : MEMBERSHIP_ENOMEM,
-               "pool %s: cannot add %s: %s", p->name, cs.name, strerror(errno));
-        json_decref(res->report);
-        res->report = NULL;
-        goto out;
-    }
-    snprintf(detail, sizeof(detail), "%s weight %u", cs.addr.text, weight);
-    change_done(p, pool_server_find(p, cs.name), cs.name, "add", "added",
-                detail, source, &chg, res);
-    rc = 0;
-out:
-    free(b.m);
-    free(a.m);
-    if (have_cs)
-        conf_server_deinit(&cs);
-    return rc;
+    snprintf(pc->op, sizeof(pc->op), "add");
+    snprintf(pc->detail, sizeof(pc->detail), "%s weight %u", pc->cs.addr.text,
+             pc->weight);
+    if (model_build(p, NULL, b) != 0 || model_build(p, NULL, a) != 0 ||
+        model_push(a, pc->name, pc->weight, entry_ramp(p)) != 0)
+        return refuse(res, MEMBERSHIP_ENOMEM, "out of memory");
+    return 0;
 }
 
 static int
-member_remove(struct pool *p, const struct membership_request *rq, int source,
-              bool dry, struct membership_result *res)
+check_remove(struct pending *pc, struct model *b, struct model *a)
 {
-    struct server *s = rq->name ? pool_server_find(p, rq->name) : NULL;
-    struct model b = {0}, a = {0};
-    struct pool_change chg = {0};
-    char name[TEXT_NAME_MAX + 1], detail[128];
+    struct pool *p = pc->p;
+    const char *name = pc->rq.name;
+    struct server *s = name ? pool_server_find(p, name) : NULL;
     size_t members = 0;
-    int rc = -1;
 
     if (s == NULL || !server_member(s))
-        return refuse(res, MEMBERSHIP_ENOENT,
+        return refuse(&pc->res, MEMBERSHIP_ENOENT,
                       "pool %s has no member named \"%s\"", p->name,
-                      rq->name ? rq->name : "");
+                      name ? name : "");
     for (size_t i = 0; i < p->nservers; i++)
         members += server_member(p->servers[i]);
     if (members <= 1)
-        return refuse(res, MEMBERSHIP_ECONFLICT,
+        return refuse(&pc->res, MEMBERSHIP_ECONFLICT,
                       "cannot remove \"%s\": it is the last member of pool "
                       "%s",
                       s->name, p->name);
-    snprintf(name, sizeof(name), "%s", s->name);
-    if (model_build(p, NULL, &b) != 0 || model_build(p, name, &a) != 0) {
-        refuse(res, MEMBERSHIP_ENOMEM, "out of memory");
-        goto out;
-    }
-    res->report = change_report(p, &b, &a, name, res);
-    if (res->report == NULL)
-        goto out;
-    report_flags(res->report, dry, !dry);
-    if (dry) {
-        rc = 0;
-        goto out;
-    }
-    snprintf(detail, sizeof(detail), "%s weight %u", s->addr.text, s->weight);
-    /* <s> may be freed by the removal: it is kept for the log line. */
-    server_ref(s);
-    if (pool_member_remove(p, name, &chg) != 0) {
-        server_unref(s);
-        refuse(res, MEMBERSHIP_ENOMEM, "pool %s: cannot remove %s: %s", p->name,
-               name, strerror(errno));
-        json_decref(res->report);
-        res->report = NULL;
-        goto out;
-    }
-    snprintf(s->reason, sizeof(s->reason), "by the operator");
-    change_done(p, s, name, "remove", "removed", detail, source, &chg, res);
-    server_unref(s);
-    rc = 0;
-out:
-    free(b.m);
-    free(a.m);
-    return rc;
+    snprintf(pc->name, sizeof(pc->name), "%s", s->name);
+    snprintf(pc->op, sizeof(pc->op), "remove");
+    snprintf(pc->detail, sizeof(pc->detail), "%s weight %u", s->addr.text,
+             s->weight);
+    if (model_build(p, NULL, b) != 0 || model_build(p, pc->name, a) != 0)
+        return refuse(&pc->res, MEMBERSHIP_ENOMEM, "out of memory");
+    return 0;
 }
 
 static int
-member_update(struct pool *p, const struct membership_request *rq, int source,
-              bool dry, struct membership_result *res)
+check_update(struct pending *pc, struct model *b, struct model *a)
 {
+    struct pool *p = pc->p;
+    const struct membership_request *rq = &pc->rq;
     struct server *s = rq->name ? pool_server_find(p, rq->name) : NULL;
-    struct model b = {0}, a = {0};
-    struct pool_change c1 = {0}, c2 = {0};
-    uint32_t weight, old_weight;
-    int admin, old_state, old_admin;
-    char name[TEXT_NAME_MAX + 1], op[32] = "", detail[128] = "", what[160];
-    int rc = -1;
+    size_t l;
 
     if (s == NULL || !server_member(s))
-        return refuse(res, MEMBERSHIP_ENOENT,
+        return refuse(&pc->res, MEMBERSHIP_ENOENT,
                       "pool %s has no member named \"%s\"", p->name,
                       rq->name ? rq->name : "");
     if (!rq->has_weight && !rq->has_admin)
-        return refuse(res, MEMBERSHIP_EINVAL,
-                      "nothing to change: give \"weight\" and/or \"state\"");
-    weight = rq->has_weight ? rq->weight : s->weight;
-    admin = rq->has_admin ? rq->admin : s->admin;
-    if (weight_check(p, weight, res) != 0)
+        return refuse(&pc->res, MEMBERSHIP_EINVAL,
+                      "nothing to change: give \"weight\" and/or "
+                      "\"state\"");
+    pc->weight = rq->has_weight ? rq->weight : s->weight;
+    pc->admin = rq->has_admin ? rq->admin : s->admin;
+    if (weight_check(p, pc->weight, &pc->res) != 0)
         return -1;
-    if (admin < STATE_ADMIN_UP || admin > STATE_ADMIN_MAINT)
-        return refuse(res, MEMBERSHIP_EINVAL,
-                      "\"state\" must be \"up\", \"drain\" or \"maint\"");
-    snprintf(name, sizeof(name), "%s", s->name);
-    if (weight != s->weight) {
-        snprintf(op, sizeof(op), "weight");
-        snprintf(detail, sizeof(detail), "weight %u -> %u", s->weight, weight);
+    if (pc->admin < STATE_ADMIN_UP || pc->admin > STATE_ADMIN_MAINT)
+        return refuse(&pc->res, MEMBERSHIP_EINVAL,
+                      "\"state\" must be \"up\", \"drain\" or "
+                      "\"maint\"");
+    snprintf(pc->name, sizeof(pc->name), "%s", s->name);
+    pc->op[0] = pc->detail[0] = '\0';
+    if (pc->weight != s->weight) {
+        snprintf(pc->op, sizeof(pc->op), "weight");
+        snprintf(pc->detail, sizeof(pc->detail), "weight %u -> %u", s->weight,
+                 pc->weight);
     }
-    if (admin != s->admin) {
-        size_t l = strlen(op);
-
-        snprintf(op + l, sizeof(op) - l, "%s%s", l ? "+" : "",
-                 state_admin_name(admin));
-        l = strlen(detail);
-        snprintf(detail + l, sizeof(detail) - l, "%s%s -> %s", l ? ", " : "",
-                 state_admin_name(s->admin), state_admin_name(admin));
+    if (pc->admin != s->admin) {
+        l = strlen(pc->op);
+        snprintf(pc->op + l, sizeof(pc->op) - l, "%s%s", l ? "+" : "",
+                 state_admin_name(pc->admin));
+        l = strlen(pc->detail);
+        snprintf(pc->detail + l, sizeof(pc->detail) - l, "%s%s -> %s",
+                 l ? ", " : "", state_admin_name(s->admin),
+                 state_admin_name(pc->admin));
     }
-
+    pc->nothing = pc->op[0] == '\0';
     /* The model after: the member in the ring when its admin is up, at its
      * new weight; a member entering the ring starts its slow start, one
      * whose weight rises continues from what it owns. */
-    if (model_build(p, NULL, &b) != 0 || model_build(p, name, &a) != 0) {
-        refuse(res, MEMBERSHIP_ENOMEM, "out of memory");
-        goto out;
-    }
-    if (admin == STATE_ADMIN_UP) {
+    if (model_build(p, NULL, b) != 0 || model_build(p, pc->name, a) != 0)
+        return refuse(&pc->res, MEMBERSHIP_ENOMEM, "out of memory");
+    if (pc->admin == STATE_ADMIN_UP) {
         double ramp = entry_ramp(p);
 
         if (s->admin == STATE_ADMIN_UP) {
             double owned = (double)s->weight * s->ramp;
-            ramp = weight <= s->weight || entry_ramp(p) == 1.0
+            ramp = pc->weight <= s->weight || entry_ramp(p) == 1.0
                        ? s->ramp
-                       : owned / (double)weight;
+                       : owned / (double)pc->weight;
         }
-        if (model_push(&a, name, weight, ramp) != 0) {
-            refuse(res, MEMBERSHIP_ENOMEM, "out of memory");
-            goto out;
-        }
+        if (model_push(a, pc->name, pc->weight, ramp) != 0)
+            return refuse(&pc->res, MEMBERSHIP_ENOMEM, "out of memory");
     }
-    res->report = change_report(p, &b, &a, name, res);
-    if (res->report == NULL)
-        goto out;
-    if (dry || op[0] == '\0') {
-        /* Asking for the state a member is already in changes nothing:
-         * a 200 that says so, not an error (PATCH is idempotent). */
-        report_flags(res->report, dry, false);
-        if (!dry)
-            json_object_set_new(res->report, "note",
-                                json_string("nothing to change"));
-        rc = 0;
-        goto out;
-    }
-    report_flags(res->report, false, true);
-    old_state = atomic_load(&s->state);
-    old_admin = s->admin;
-    old_weight = s->weight;
-    if (weight != old_weight && pool_member_set_weight(p, name, weight, &c1)) {
-        refuse(res, MEMBERSHIP_ENOMEM,
-               "pool %s: cannot set the weight of %s: %s", p->name, name,
-               strerror(errno));
-        goto fail;
-    }
-    if (admin != old_admin && pool_member_set_admin(p, name, admin, &c2)) {
-        refuse(res, MEMBERSHIP_ENOMEM, "pool %s: cannot set %s to %s: %s",
-               p->name, name, state_admin_name(admin), strerror(errno));
-        goto fail;
-    }
-    /* One event from the first snapshot to the last. */
-    if (c1.to != NULL && c2.to != NULL)
-        c2.from = c1.from;
-    if (admin != old_admin)
-        snprintf(what, sizeof(what), "%s -> %s%s%s",
-                 server_state_name(old_state),
-                 server_state_name(atomic_load(&s->state)),
-                 weight != old_weight ? ", " : "",
-                 weight != old_weight ? detail : "");
-    else
-        snprintf(what, sizeof(what), "%s%s", detail,
-                 s->ramping ? ", ramping" : "");
-    change_done(p, s, name, op, what, detail, source, c2.to ? &c2 : &c1, res);
-    rc = 0;
-    goto out;
-fail:
-    json_decref(res->report);
-    res->report = NULL;
-out:
-    free(b.m);
-    free(a.m);
-    return rc;
+    return 0;
 }
 
-int
-membership_change(struct pool *p, const struct membership_request *rq,
-                  int source, bool dry_run, struct membership_result *res)
+/* Check <pc> against the pool as it is now; refuse, or submit its
+ * report. */
+static void
+pending_check(struct pending *pc)
 {
-    memset(res, 0, sizeof(*res));
-    switch (rq->op) {
+    struct model b = {0}, a = {0};
+    int rc;
+
+    memset(&pc->res, 0, sizeof(pc->res));
+    switch (pc->rq.op) {
     case MEMBERSHIP_ADD:
-        return member_add(p, rq, source, dry_run, res);
+        rc = check_add(pc, &b, &a);
+        break;
     case MEMBERSHIP_REMOVE:
-        return member_remove(p, rq, source, dry_run, res);
+        rc = check_remove(pc, &b, &a);
+        break;
     case MEMBERSHIP_UPDATE:
-        return member_update(p, rq, source, dry_run, res);
+        rc = check_update(pc, &b, &a);
+        break;
     default:
-        return refuse(res, MEMBERSHIP_EINVAL, "unknown membership change");
+        rc = refuse(&pc->res, MEMBERSHIP_EINVAL, "unknown membership change");
+        break;
     }
+    if (rc != 0)
+        pending_finish(pc);
+    else
+        pending_submit(pc, &b, &a);
+    free(b.m);
+    free(a.m);
+}
+
+void
+membership_change(struct pool *p, const struct membership_request *rq,
+                  int source, bool dry_run, membership_done_fn *done, void *arg)
+{
+    struct pending *pc = calloc(1, sizeof(*pc));
+
+    if (pc == NULL) {
+        struct membership_result res = {.error = MEMBERSHIP_ENOMEM};
+
+        snprintf(res.message, sizeof(res.message), "out of memory");
+        done(&res, arg);
+        return;
+    }
+    pc->rj.then = pending_reported;
+    pc->rj.job.work = report_work;
+    pc->rj.job.done = report_done;
+    pc->p = p;
+    pool_ref(p);
+    pc->rq = *rq;
+    pc->name_arg = rq->name ? strdup(rq->name) : NULL;
+    pc->address_arg = rq->address ? strdup(rq->address) : NULL;
+    pc->rq.name = pc->name_arg;
+    pc->rq.address = pc->address_arg;
+    pc->source = source;
+    pc->dry = dry_run;
+    pc->done = done;
+    pc->arg = arg;
+    if ((rq->name && !pc->name_arg) || (rq->address && !pc->address_arg)) {
+        refuse(&pc->res, MEMBERSHIP_ENOMEM, "out of memory");
+        pending_finish(pc);
+        return;
+    }
+    pending_check(pc);
 }
 
 void

@@ -79,14 +79,22 @@ struct membership_result {
 /* Register with the control loop (the ramp tick). 0 or -1. */
 int membership_init(void);
 
+/* Called once per membership_change(); <res> is valid during the call. */
+typedef void membership_done_fn(struct membership_result *res, void *arg);
+
 /*
  * Apply (or with <dry_run>, only report) <rq> on pool <p>. Everything is
- * checked before anything changes; a refused change changes nothing.
- * 0 with <res>->report, or -1 with <res>->error and <res>->message.
- * Free <res> with membership_result_deinit().
+ * checked before anything changes; a refused change changes nothing. The
+ * migration report is computed on the builder thread, so the answer
+ * comes later: <done>(<res>, <arg>) is called exactly once on the control
+ * thread -- before this returns for a refusal, else once the change is
+ * applied and the snapshot holding it published (a dry run: once the
+ * report is ready). <res>->error is MEMBERSHIP_OK with <res>->report, or
+ * says why with <res>->message.
  */
-int membership_change(struct pool *p, const struct membership_request *rq,
-                      int source, bool dry_run, struct membership_result *res);
+void membership_change(struct pool *p, const struct membership_request *rq,
+                       int source, bool dry_run, membership_done_fn *done,
+                       void *arg);
 void membership_result_deinit(struct membership_result *res);
 
 /* Health (health.c): <s> observed <health> (enum server_health) for
@@ -109,7 +117,9 @@ void membership_health(struct server *s, int health, const char *reason);
  * what the reload changed in the change log. 0, or -1 with <err>.
  */
 int membership_state_apply(struct conf *conf, char *err, size_t errlen);
-void membership_state_settle(void);
+/* <then>(<arg>) (may be NULL) runs once what the reload changed has been
+ * reported (its reports are computed on the builder thread). */
+void membership_state_settle(void (*then)(void *arg), void *arg);
 /* A reload refused after membership_state_apply(): drop the pending copy. */
 void membership_state_abandon(void);
 /* Free everything (at exit). */

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <string.h>
 
+#include "builder.h"
 #include "clock.h"
 #include "health.h"
 #include "invariant.h"
@@ -117,6 +118,7 @@ snapshot_free(struct pool_snapshot *snap)
     for (size_t i = 0; i < snap->n; i++)
         server_unref(snap->servers[i]);
     chash_ring_destroy(snap->ring);
+    chash_ring_destroy(snap->routing);
     free(snap->servers);
     free(snap->members);
     free(snap->states);
@@ -154,7 +156,7 @@ pool_reclaim(void)
         struct pool_snapshot *snap = *pp;
         INVARIANT(snap->retire_epoch != 0 &&
                   snap->retire_epoch <= atomic_load(&epoch));
-        if (snap->retire_epoch <= min) {
+        if (snap->retire_epoch <= min && snap->pins == 0) {
             *pp = snap->next_retired;
             snapshot_free(snap);
             INVARIANT(nretired > 0);
@@ -177,8 +179,7 @@ void
 server_ref(struct server *s)
 {
     /* Only a holder takes another reference: from 0, it is being freed. */
-    INVARIANT(atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed) >
-              0);
+    INVARIANT(atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed) > 0);
 }
 
 void
@@ -201,8 +202,7 @@ server_unref(struct server *s)
 void
 pool_ref(struct pool *p)
 {
-    INVARIANT(atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed) >
-              0);
+    INVARIANT(atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed) > 0);
 }
 
 void
@@ -400,112 +400,126 @@ server_in_ring(const struct pool *p, const struct server *s)
     return true;
 }
 
-/* Build a snapshot of <p> as the control thread sees it now. NULL with
- * errno on failure (ENOMEM, or EINVAL when libchash refuses). */
+/*
+ * A snapshot of <p>'s membership as the control thread sees it now,
+ * without its rings (snapshot_finish builds them, possibly on the builder
+ * thread): members in the ring with their weights, ramps and states, each
+ * referenced, and the settings. NULL with errno ENOMEM.
+ */
 static struct pool_snapshot *
-snapshot_build(struct pool *p, uint64_t version)
+snapshot_prepare(struct pool *p)
 {
     struct pool_snapshot *snap = calloc(1, sizeof(*snap));
-    struct chash_member *m = NULL;
-    int rc;
 
     if (snap == NULL)
         return NULL;
-    snap->version = version;
     settings_from_conf(&snap->set, &p->cfg);
+    snap->gen = p->gen;
+    snap->moved = -1;
     if (p->nservers > 0) {
-        m = calloc(p->nservers, sizeof(*m));
+        snap->members = calloc(p->nservers, sizeof(*snap->members));
         snap->servers = calloc(p->nservers, sizeof(*snap->servers));
         snap->states = calloc(p->nservers, sizeof(*snap->states));
-        if (m == NULL || snap->servers == NULL || snap->states == NULL)
-            goto fail;
+        if (snap->members == NULL || snap->servers == NULL ||
+            snap->states == NULL) {
+            snapshot_free(snap);
+            errno = ENOMEM;
+            return NULL;
+        }
     }
     for (size_t i = 0; i < p->nservers; i++) {
         struct server *s = p->servers[i];
         if (!server_in_ring(p, s))
             continue;
-        m[snap->n].name = s->name;
-        m[snap->n].weight = s->weight;
-        m[snap->n].ramp = s->ramp;
+        /* The name is the member's own, immutable, alive as long as the
+         * snapshot holds its reference: the builder may read it. */
+        snap->members[snap->n].name = s->name;
+        snap->members[snap->n].weight = s->weight;
+        snap->members[snap->n].ramp = s->ramp;
         snap->states[snap->n] =
             atomic_load_explicit(&s->state, memory_order_relaxed);
+        server_ref(s);
         snap->servers[snap->n++] = s;
     }
-    rc = snap->n > 0 ? chash_ring_create(&p->cfg.ring, m, snap->n, &snap->ring)
-                     : -CHASH_EEMPTY;
-    if (rc == -CHASH_EEMPTY) {
-        /* Nobody owns anything (no member, all weights 0, all ramps at
-         * 0): a valid state, new connections are refused. */
-        snap->ring = NULL;
-    } else if (rc < 0) {
-        log_error("pool %s: cannot build the ring: %s", p->name,
-                  chash_strerror(rc));
-        errno = rc == -CHASH_ENOMEM ? ENOMEM : EINVAL;
-        goto fail;
-    }
-    for (size_t i = 0; i < snap->n; i++) {
-        server_ref(snap->servers[i]);
-        if (snap->ring != NULL && server_usable(snap->servers[i]))
-            snap->usable_points += chash_ring_member_points(snap->ring, i);
-    }
-    /* The member list stays with the snapshot (names are the members',
-     * alive as long as the snapshot holds its references): reports
-     * compare two snapshots' routing views without the live servers. */
-    snap->members = m;
     return snap;
-fail:
-    free(m);
-    free(snap->servers);
-    free(snap->states);
-    free(snap);
-    return NULL;
 }
 
-ssize_t
-pool_snapshot_routing(const struct pool_snapshot *snap, bool full,
-                      struct chash_member **out)
+/*
+ * Build <snap>'s rings from its member list, and compare its routing view
+ * with <prev>'s (the snapshot it will replace; NULL for a pool's first).
+ * Touches only <snap>, <cfg> and the immutable <prev>: runs on the builder
+ * thread. 0, or a negative libchash error (the snapshot is not usable).
+ */
+static int
+snapshot_finish(struct pool_snapshot *snap, const struct chash_config *cfg,
+                const struct pool_snapshot *prev)
 {
-    struct chash_member *m;
-    size_t n = 0;
+    struct chash_member *m = NULL;
+    const struct chash_ring *was, *now;
+    size_t up = 0;
+    int rc;
 
-    *out = NULL;
-    if (snap == NULL || snap->n == 0)
-        return 0;
-    m = calloc(snap->n, sizeof(*m));
-    if (m == NULL)
-        return -1;
+    rc = snap->n > 0
+             ? chash_ring_create(cfg, snap->members, snap->n, &snap->ring)
+             : -CHASH_EEMPTY;
+    if (rc == -CHASH_EEMPTY)
+        snap->ring = NULL; /* nobody owns anything: new clients refused */
+    else if (rc < 0)
+        return rc;
     for (size_t i = 0; i < snap->n; i++) {
         if (snap->states[i] != SERVER_UP)
             continue;
-        m[n] = snap->members[i];
-        if (full)
-            m[n].ramp = 1.0;
-        n++;
+        up++;
+        if (snap->ring != NULL)
+            snap->usable_points += chash_ring_member_points(snap->ring, i);
     }
-    *out = m;
-    return (ssize_t)n;
+    /* The routing view: where new keys go, members that take none left
+     * out (a failover ring keeps their points; the data path skips
+     * them). Reports and the dashboard read it; workers never do. */
+    snap->routes = snap->ring != NULL && up > 0;
+    if (snap->routes && up < snap->n) {
+        m = calloc(up, sizeof(*m));
+        if (m == NULL)
+            return -CHASH_ENOMEM;
+        up = 0;
+        for (size_t i = 0; i < snap->n; i++)
+            if (snap->states[i] == SERVER_UP)
+                m[up++] = snap->members[i];
+        rc = chash_ring_create(cfg, m, up, &snap->routing);
+        free(m);
+        if (rc == -CHASH_EEMPTY)
+            snap->routes = false; /* the up members own nothing yet */
+        else if (rc < 0)
+            return rc;
+    }
+    was = prev != NULL ? pool_snapshot_routing(prev) : NULL;
+    now = pool_snapshot_routing(snap);
+    if (prev == NULL)
+        snap->moved = -1;
+    else if (was == NULL || now == NULL)
+        snap->moved = was == now ? 0 : 1;
+    else if (chash_ring_diff(was, now, &snap->moved) < 0)
+        snap->moved = -1; /* algorithm or hash changed by a reload */
+    return 0;
 }
 
-struct chash_ring *
-pool_snapshot_routing_ring(const struct pool_snapshot *snap,
-                           const struct chash_config *cfg, bool *built)
+const struct chash_ring *
+pool_snapshot_routing(const struct pool_snapshot *snap)
 {
-    struct chash_member *m;
-    struct chash_ring *ring = NULL;
-    ssize_t n;
-
-    *built = false;
-    if (snap == NULL || snap->ring == NULL)
+    if (snap == NULL || !snap->routes)
         return NULL;
-    n = pool_snapshot_routing(snap, false, &m);
-    if (n == (ssize_t)snap->n) {
-        free(m);
-        return snap->ring;
-    }
-    if (n > 0 && chash_ring_create(cfg, m, (size_t)n, &ring) == 0)
-        *built = true;
-    free(m);
-    return ring;
+    return snap->routing != NULL ? snap->routing : snap->ring;
+}
+
+double
+pool_snapshot_routing_share(const struct pool_snapshot *snap, const char *name)
+{
+    const struct chash_ring *r = pool_snapshot_routing(snap);
+
+    for (size_t i = 0; r != NULL && i < chash_ring_members(r); i++)
+        if (strcmp(chash_ring_member_name(r, i), name) == 0)
+            return chash_ring_share(r, i);
+    return 0.0;
 }
 
 /* The index of member <s> in <snap>'s ring, or -1 when it is not in it. */
@@ -534,24 +548,197 @@ pool_snapshot_points(const struct pool_snapshot *snap, const struct server *s)
     return i < 0 ? 0 : chash_ring_member_points(snap->ring, (size_t)i);
 }
 
-int
-pool_rebuild(struct pool *p, struct pool_change *chg)
+/* A waiter of pool_on_published(). */
+struct pool_waiter {
+    uint64_t gen; /* live once a snapshot holds this change count */
+    void (*cb)(struct pool *p, const struct pool_change *chg, void *arg);
+    void *arg;
+    struct pool_waiter *next;
+};
+
+/* Call the waiters whose changes <chg> made live (all of them, with
+ * <chg> NULL, when <all>). In registration order. */
+static void
+waiters_fire(struct pool *p, const struct pool_change *chg, bool all)
+{
+    struct pool_waiter **pp = &p->waiters, *ready = NULL, **tail = &ready;
+
+    while (*pp != NULL) {
+        struct pool_waiter *wt = *pp;
+        if (all || wt->gen <= chg->to->gen) {
+            *pp = wt->next;
+            wt->next = NULL;
+            *tail = wt;
+            tail = &wt->next;
+        } else {
+            pp = &wt->next;
+        }
+    }
+    /* Unlinked first: a callback may register new waiters. */
+    while (ready != NULL) {
+        struct pool_waiter *wt = ready;
+        ready = wt->next;
+        wt->cb(p, all ? NULL : chg, wt->arg);
+        free(wt);
+    }
+}
+
+/* Make <snap> (finished) the current snapshot of <p>. */
+static void
+snapshot_publish(struct pool *p, struct pool_snapshot *snap,
+                 struct pool_change *chg)
 {
     struct pool_snapshot *old = atomic_load(&p->snap);
-    struct pool_snapshot *snap;
 
-    snap = snapshot_build(p, old != NULL ? old->version + 1 : 1);
-    if (snap == NULL)
-        return -1;
+    snap->version = old != NULL ? old->version + 1 : 1;
     /* seq_cst, like the worker's load (pool_snapshot): the QSBR argument
      * in pool_reclaim needs this store and that load in the single total
      * order with the epoch and the workers' marks. */
     atomic_store(&p->snap, snap);
     snapshot_retire(old);
-    if (chg != NULL) {
-        chg->from = old;
-        chg->to = snap;
+    p->last.from = old;
+    p->last.to = snap;
+    if (chg != NULL)
+        *chg = p->last;
+    waiters_fire(p, &p->last, false);
+}
+
+int
+pool_rebuild(struct pool *p, struct pool_change *chg)
+{
+    struct pool_snapshot *snap = snapshot_prepare(p);
+    int rc;
+
+    /* Not beside a build in flight: it would publish over this one. */
+    INVARIANT(p->build == NULL || p->removed);
+    if (snap == NULL)
+        return -1;
+    rc = snapshot_finish(snap, &p->cfg.ring, atomic_load(&p->snap));
+    if (rc < 0) {
+        log_error("pool %s: cannot build the ring: %s", p->name,
+                  chash_strerror(rc));
+        snapshot_free(snap);
+        errno = rc == -CHASH_ENOMEM ? ENOMEM : EINVAL;
+        return -1;
     }
+    snapshot_publish(p, snap, chg);
+    return 0;
+}
+
+/* A snapshot being built on the builder thread. */
+struct pool_build {
+    struct builder_job job;
+    struct pool *p;             /* (ref held) */
+    struct pool_snapshot *snap; /* being built */
+    struct pool_snapshot *prev; /* the current one (pinned) */
+    struct chash_config cfg;
+    int rc;
+};
+
+static void build_start(struct pool *p);
+
+static void
+build_work(struct builder_job *job)
+{
+    struct pool_build *b = (struct pool_build *)job;
+
+    b->rc = snapshot_finish(b->snap, &b->cfg, b->prev);
+}
+
+static void
+build_done(struct builder_job *job)
+{
+    struct pool_build *b = (struct pool_build *)job;
+    struct pool *p = b->p;
+
+    if (b->prev != NULL) {
+        INVARIANT(b->prev->pins > 0);
+        b->prev->pins--;
+    }
+    INVARIANT(p->build == b);
+    p->build = NULL;
+    if (job->cancelled || p->removed) {
+        snapshot_free(b->snap);
+    } else if (b->rc < 0) {
+        log_error("pool %s: cannot build the ring: %s; the previous one "
+                  "stays",
+                  p->name, chash_strerror(b->rc));
+        snapshot_free(b->snap);
+        /* The changes it held are not live; they are not lost either:
+         * the next change builds from the whole membership again. */
+    } else {
+        snapshot_publish(p, b->snap, NULL);
+    }
+    if (p->dirty && !p->removed && !job->cancelled) {
+        p->dirty = false;
+        build_start(p);
+    }
+    free(b);
+    pool_unref(p);
+}
+
+static void
+build_start(struct pool *p)
+{
+    struct pool_build *b = calloc(1, sizeof(*b));
+
+    if (b == NULL || (b->snap = snapshot_prepare(p)) == NULL) {
+        free(b);
+        log_error("pool %s: out of memory building its snapshot", p->name);
+        p->dirty = true; /* tried again at the next change */
+        return;
+    }
+    b->job.work = build_work;
+    b->job.done = build_done;
+    b->p = p;
+    pool_ref(p);
+    b->cfg = p->cfg.ring;
+    b->prev = atomic_load(&p->snap);
+    if (b->prev != NULL)
+        b->prev->pins++;
+    p->build = b;
+    builder_submit(&b->job);
+}
+
+void
+pool_schedule(struct pool *p)
+{
+    p->gen++;
+    if (p->removed)
+        return;
+    if (p->build != NULL) {
+        p->dirty = true;
+        return;
+    }
+    build_start(p);
+}
+
+int
+pool_on_published(struct pool *p,
+                  void (*cb)(struct pool *p, const struct pool_change *chg,
+                             void *arg),
+                  void *arg)
+{
+    struct pool_snapshot *cur = atomic_load(&p->snap);
+    struct pool_waiter *wt, **pp;
+
+    if (p->removed) {
+        cb(p, NULL, arg);
+        return 0;
+    }
+    if (p->build == NULL && !p->dirty && cur != NULL && cur->gen == p->gen) {
+        cb(p, &p->last, arg);
+        return 0;
+    }
+    wt = calloc(1, sizeof(*wt));
+    if (wt == NULL)
+        return -1;
+    wt->gen = p->gen;
+    wt->cb = cb;
+    wt->arg = arg;
+    for (pp = &p->waiters; *pp != NULL; pp = &(*pp)->next)
+        ;
+    *pp = wt;
     return 0;
 }
 
@@ -648,6 +835,8 @@ pool_remove(struct pool *p)
     memmove(&pools[i], &pools[i + 1], (npools - i - 1) * sizeof(*pools));
     npools--;
     p->removed = true;
+    /* Whoever waits for a publication of this pool will not get one. */
+    waiters_fire(p, NULL, true);
     while (p->nservers > 0)
         pool_list_remove(p, p->nservers - 1);
     /* Connections still in their connect phase may look again: give them
@@ -787,22 +976,18 @@ pool_reconfigure(struct pool *p, const struct conf_pool *cp, char *err,
         for (size_t j = 0; j < p->nservers; j++)
             if (p->servers[j]->health == HEALTH_DOWN)
                 server_set_health(p->servers[j], HEALTH_UP,
-                                  "health checks turned off by reload", NULL);
+                                  "health checks turned off by reload");
     if (added > 0)
         p->next_ramp_ms = clock_ms();
-    if (pool_rebuild(p, NULL) < 0) {
-        snprintf(err, errlen, "pool %s: cannot rebuild the ring: %s", p->name,
-                 strerror(errno));
-        return -1;
-    }
+    p->placement++;
+    pool_schedule(p);
     return 0;
 }
 
 /* ---- runtime changes ----------------------------------------------------- */
 
 int
-pool_member_add(struct pool *p, const struct conf_server *cs,
-                struct pool_change *chg)
+pool_member_add(struct pool *p, const struct conf_server *cs)
 {
     struct server *s;
 
@@ -825,15 +1010,13 @@ pool_member_add(struct pool *p, const struct conf_server *cs,
     p->next_ramp_ms = clock_ms();
     snprintf(s->reason, sizeof(s->reason), "%s",
              s->ramping ? "slow start from 0" : "at full weight");
-    if (pool_rebuild(p, chg) < 0) {
-        pool_list_remove(p, p->nservers - 1);
-        return -1;
-    }
+    p->placement++;
+    pool_schedule(p);
     return 0;
 }
 
 int
-pool_member_remove(struct pool *p, const char *name, struct pool_change *chg)
+pool_member_remove(struct pool *p, const char *name)
 {
     long i = pool_server_index(p, name);
 
@@ -842,12 +1025,13 @@ pool_member_remove(struct pool *p, const char *name, struct pool_change *chg)
         return -1;
     }
     pool_list_remove(p, (size_t)i);
-    return pool_rebuild(p, chg);
+    p->placement++;
+    pool_schedule(p);
+    return 0;
 }
 
 int
-pool_member_set_weight(struct pool *p, const char *name, uint32_t weight,
-                       struct pool_change *chg)
+pool_member_set_weight(struct pool *p, const char *name, uint32_t weight)
 {
     struct server *s = pool_server_find(p, name);
 
@@ -858,12 +1042,13 @@ pool_member_set_weight(struct pool *p, const char *name, uint32_t weight,
     server_set_weight(p, s, weight);
     snprintf(s->reason, sizeof(s->reason), "%s",
              s->ramping ? "weight raised: ramping" : "by the operator");
-    return pool_rebuild(p, chg);
+    p->placement++;
+    pool_schedule(p);
+    return 0;
 }
 
 int
-pool_member_set_admin(struct pool *p, const char *name, int admin,
-                      struct pool_change *chg)
+pool_member_set_admin(struct pool *p, const char *name, int admin)
 {
     struct server *s = pool_server_find(p, name);
     int old;
@@ -886,12 +1071,13 @@ pool_member_set_admin(struct pool *p, const char *name, int admin,
     snprintf(s->reason, sizeof(s->reason), "by the operator");
     if (admin == STATE_ADMIN_MAINT)
         health_cancel(s);
-    return pool_rebuild(p, chg);
+    p->placement++;
+    pool_schedule(p);
+    return 0;
 }
 
 int
-server_set_health(struct server *s, int health, const char *reason,
-                  struct pool_change *chg)
+server_set_health(struct server *s, int health, const char *reason)
 {
     struct pool *p = s->pool;
     int now;
@@ -913,24 +1099,17 @@ server_set_health(struct server *s, int health, const char *reason,
     } else {
         s->ramp = 1;
     }
-    if (pool_rebuild(p, chg) < 0)
-        log_error("pool %s: member %s is %s but the ring could not be "
-                  "rebuilt: %s",
-                  p->name, s->name, server_health_name(health),
-                  strerror(errno));
+    pool_schedule(p);
     return 1;
 }
 
 void
 pool_tick(uint64_t now_ms,
-          void (*done)(struct pool *p, struct server *s,
-                       const struct pool_change *chg, void *arg),
-          void *arg)
+          void (*done)(struct pool *p, struct server *s, void *arg), void *arg)
 {
     for (size_t i = 0; i < npools; i++) {
         struct pool *p = pools[i];
         uint32_t window = p->cfg.slow_start_ms;
-        struct pool_change chg;
         bool any = false;
 
         if (now_ms < p->next_ramp_ms || p->next_ramp_ms == 0)
@@ -941,6 +1120,7 @@ pool_tick(uint64_t now_ms,
             double r;
             if (!s->ramping)
                 continue;
+            any = true;
             r = window > 0
                     ? s->ramp_from + (1.0 - s->ramp_from) *
                                          (double)(now_ms - s->ramp_start_ms) /
@@ -951,29 +1131,31 @@ pool_tick(uint64_t now_ms,
                 s->ramping = false;
                 snprintf(s->reason, sizeof(s->reason), "slow start over %ums",
                          window);
-                if (pool_rebuild(p, &chg) == 0 && done != NULL)
-                    done(p, s, &chg, arg);
+                pool_schedule(p);
+                if (done != NULL)
+                    done(p, s, arg);
                 continue;
             }
             /* Never backwards: a member whose weight was raised while it
              * ramped continues from what it owned. */
             if (r > s->ramp)
                 s->ramp = r;
-            any = true;
+            log_debug("pool %s: member %s ramp %.3f", p->name, s->name,
+                      s->ramp);
         }
         if (!any)
             continue;
-        /* Ramp steps are not state changes: debug lines only. */
-        if (pool_rebuild(p, &chg) == 0 && log_enabled(LOG_DEBUG))
-            for (size_t j = 0; j < p->nservers; j++)
-                if (p->servers[j]->ramping)
-                    log_debug("pool %s: member %s ramp %.3f, share %.6f "
-                              "(v%llu)",
-                              p->name, p->servers[j]->name, p->servers[j]->ramp,
-                              pool_snapshot_share(chg.to, p->servers[j]),
-                              (unsigned long long)chg.to->version);
-        /* At least 20 rebuilds per window: 25, not faster than 10ms. */
-        p->next_ramp_ms = now_ms + (window / 25 > 10 ? window / 25 : 10);
+        /* Ramp steps are not state changes: no log line above debug. A
+         * step that comes while the previous one is still being built is
+         * folded into the next build. */
+        pool_schedule(p);
+        /* At least 20 steps per window: 25, not faster than 10ms. */
+        for (size_t j = 0; j < p->nservers; j++)
+            if (p->servers[j]->ramping) {
+                p->next_ramp_ms =
+                    now_ms + (window / 25 > 10 ? window / 25 : 10);
+                break;
+            }
     }
 }
 

@@ -17,6 +17,16 @@
 
 struct proto;
 struct health_probe;
+struct pool_build;
+struct pool_waiter;
+struct pool_snapshot;
+
+/* Old and new snapshot of one publication, valid until the control
+ * loop's next pool_reclaim(). */
+struct pool_change {
+    const struct pool_snapshot *from;
+    const struct pool_snapshot *to;
+};
 
 /*
  * Threads. chashd has one control thread (the main thread: config load
@@ -126,6 +136,16 @@ struct pool_snapshot {
     uint64_t usable_points;       /* points of the UP members: W of the
                                      bounded-load cap */
     struct pool_settings set;
+    /* Control thread only; workers never read these. */
+    struct chash_ring *routing; /* the routing view (members taking new
+                                   keys) when it differs from <ring>; NULL
+                                   when it is <ring> or nothing routes */
+    bool routes;                /* some member takes new keys */
+    double moved;               /* fraction of the key space whose routing
+                                   member changed from the snapshot this
+                                   one replaced; -1 when not comparable */
+    uint64_t gen;               /* the pool's change count it holds */
+    unsigned pins;              /* builds reading it: not freed before */
     /* retirement */
     uint64_t retire_epoch;
     struct pool_snapshot *next_retired;
@@ -145,9 +165,16 @@ struct pool {
                                 NULL except cfg.name/listen.text (own) */
     struct server **servers; /* membership, config order */
     size_t nservers, capservers;
-    int *lfds;             /* [workers] listening sockets, -1 = none */
-    bool removed;          /* dropped by a reload */
-    uint64_t next_ramp_ms; /* next ramp rebuild while any member ramps */
+    int *lfds;                   /* [workers] listening sockets, -1 = none */
+    bool removed;                /* dropped by a reload */
+    uint64_t next_ramp_ms;       /* next ramp rebuild while any member ramps */
+    uint64_t gen;                /* changes made (pool_schedule calls) */
+    uint64_t placement;          /* membership changes (adds, removes,
+                                    weights, admin states, reloads) */
+    struct pool_build *build;    /* the build in flight, or NULL */
+    bool dirty;                  /* changed since that build began */
+    struct pool_waiter *waiters; /* pool_on_published, oldest first */
+    struct pool_change last;     /* the latest publication */
 };
 
 /* Start-up: <workers> stats slots per counter array and epoch slots. */
@@ -195,51 +222,65 @@ void server_unref(struct server *s);
 struct server *pool_server_find(const struct pool *p, const char *name);
 
 /*
+ * Publishing. Every change below marks the pool changed and schedules a
+ * rebuild of its snapshot on the builder thread (builder.h): a ring of
+ * millions of points takes a second to build, and the control thread must
+ * not stall health checks, ramps and the API for it. Changes made while a
+ * build runs are folded into the next build; snapshots are published in
+ * order. Workers see a change once its snapshot is published (health
+ * states, which pool_choose() reads live, at once).
+ */
+
+/* Mark <p> changed: a new snapshot will be built and published. */
+void pool_schedule(struct pool *p);
+
+/*
+ * Call <cb>(<p>, <chg>, <arg>) on the control thread once every change
+ * made to <p> so far is published (at once when it already is). <chg>
+ * describes the publication that made it live. If the pool is removed
+ * first, <cb> gets <chg> NULL. Returns 0, or -1 (ENOMEM: <cb> is not
+ * called).
+ */
+int pool_on_published(struct pool *p,
+                      void (*cb)(struct pool *p, const struct pool_change *chg,
+                                 void *arg),
+                      void *arg);
+
+/* Build and publish <p>'s snapshot here and now, on the control thread
+ * (start-up, pool removal, tests). 0 or -1. */
+int pool_rebuild(struct pool *p, struct pool_change *chg);
+
+/*
  * Runtime changes (membership.c calls them: it checks, reports and logs).
- * Each applies the change, rebuilds and publishes the snapshot, and fills
- * <chg> (may be NULL) with the old and new snapshots, valid until the
- * control loop's next pool_reclaim. Nothing is logged here. 0, or -1 with
- * errno: ENOENT (no such member), EEXIST (name or address taken), EINVAL
- * (bad argument), ENOMEM.
+ * Each applies the change and schedules its publication. Nothing is
+ * logged here. 0, or -1 with errno: ENOENT (no such member), EEXIST (name
+ * or address taken), EINVAL (bad argument), ENOMEM.
  *
  * A weight raised while the pool has a slow_start ramps from the old
  * weight to the new one over slow_start, like an added member: keys only
  * move onto the member, gradually. A lowered weight applies at once.
  */
-struct pool_change {
-    const struct pool_snapshot *from;
-    const struct pool_snapshot *to;
-};
-int pool_member_add(struct pool *p, const struct conf_server *cs,
-                    struct pool_change *chg);
-int pool_member_remove(struct pool *p, const char *name,
-                       struct pool_change *chg);
-int pool_member_set_weight(struct pool *p, const char *name, uint32_t weight,
-                           struct pool_change *chg);
+int pool_member_add(struct pool *p, const struct conf_server *cs);
+int pool_member_remove(struct pool *p, const char *name);
+int pool_member_set_weight(struct pool *p, const char *name, uint32_t weight);
 /* <admin>: enum state_admin (up, drain, maint). */
-int pool_member_set_admin(struct pool *p, const char *name, int admin,
-                          struct pool_change *chg);
+int pool_member_set_admin(struct pool *p, const char *name, int admin);
 
 /*
  * Health (membership_health() calls it): move <s> to <health> for
  * <reason>. Coming back up starts a slow-start ramp when the pool has one.
- * Publishes a new snapshot, described in <chg> (may be NULL). Returns 1
- * when the health changed, 0 when <s> already had it or left its pool.
+ * Returns 1 when the health changed (its publication is scheduled), 0
+ * when <s> already had it or left its pool.
  */
-int server_set_health(struct server *s, int health, const char *reason,
-                      struct pool_change *chg);
-
-/* Rebuild and publish <p>'s snapshot (<chg>: may be NULL). 0 or -1. */
-int pool_rebuild(struct pool *p, struct pool_change *chg);
+int server_set_health(struct server *s, int health, const char *reason);
 
 /*
  * Advance slow-start ramps of all pools at <now_ms> (control tick). For
- * each member whose ramp completes, <done>(<p>, <s>, <chg>, <arg>) is
- * called after the snapshot that holds it at full weight is published.
+ * each member whose ramp completes, <done>(<p>, <s>, <arg>) is called
+ * once the change is scheduled (pool_on_published tells when it is live).
  */
 void pool_tick(uint64_t now_ms,
-               void (*done)(struct pool *p, struct server *s,
-                            const struct pool_change *chg, void *arg),
+               void (*done)(struct pool *p, struct server *s, void *arg),
                void *arg);
 
 /* Usable for a new connection (any thread). */
@@ -279,25 +320,15 @@ pool_snapshot(struct pool *p)
     return atomic_load(&p->snap);
 }
 
-/*
- * The routing view of <snap>: the members that took new keys when it was
- * built (state up), with their weights and ramps, into <out> (names
- * borrowed from <snap>, free the array only). <full> gives every ramp as
- * 1. Control thread. Returns how many, or -1 (ENOMEM).
- */
-ssize_t pool_snapshot_routing(const struct pool_snapshot *snap, bool full,
-                              struct chash_member **out);
+/* The ring of <snap>'s routing view: where new connections go now (a
+ * draining, down or ejected member owns nothing of it; a ramping one its
+ * ramp). NULL when no member takes new keys. Control thread. */
+const struct chash_ring *
+pool_snapshot_routing(const struct pool_snapshot *snap);
 
-/*
- * The ring of <snap>'s routing view (the members taking new keys, at their
- * ramps): where new connections go now. <snap>'s own ring when every
- * member in it is up (*<built> false), else a new ring the caller
- * destroys (*<built> true); NULL when no member takes new keys (or out of
- * memory). Control thread.
- */
-struct chash_ring *pool_snapshot_routing_ring(const struct pool_snapshot *snap,
-                                              const struct chash_config *cfg,
-                                              bool *built);
+/* Member <name>'s share of <snap>'s routing view (0 when not in it). */
+double pool_snapshot_routing_share(const struct pool_snapshot *snap,
+                                   const char *name);
 
 /* The exact share and the points member <s> owns in <snap>'s ring; 0 when
  * <snap> is NULL, has no ring, or <s> is not in it. Any thread that holds

@@ -104,7 +104,7 @@ test_failover_takes_the_next_preference(void **state)
     size_t moved = 0;
 
     (void)state;
-    server_set_health(dead, HEALTH_DOWN, "test", NULL);
+    server_set_health(dead, HEALTH_DOWN, "test");
     snap = pool_snapshot(p);
     assert_int_equal(snap->n, 3); /* failover keeps the ring */
     for (int i = 0; i < NKEYS; i++) {
@@ -162,7 +162,7 @@ test_error_policy_refuses_when_the_owner_is_unusable(void **state)
     struct pool_snapshot *snap;
 
     (void)state;
-    server_set_health(dead, HEALTH_EJECTED, "test", NULL);
+    server_set_health(dead, HEALTH_EJECTED, "test");
     snap = pool_snapshot(p);
     assert_true(snap->set.balance_factor == 0); /* off with error */
     for (int i = 0; i < NKEYS; i++) {
@@ -194,7 +194,7 @@ test_remap_rebuilds_without_the_dead(void **state)
     for (size_t i = 0; i < before->n; i++)
         if (before->servers[i] == dead)
             share = chash_ring_share(ring, i);
-    server_set_health(dead, HEALTH_DOWN, "test", NULL);
+    server_set_health(dead, HEALTH_DOWN, "test");
     after = pool_snapshot(p);
     assert_int_equal(after->n, 2);
     for (size_t i = 0; i < after->n; i++)
@@ -203,7 +203,7 @@ test_remap_rebuilds_without_the_dead(void **state)
      * until the next reclaim */
     assert_int_equal(chash_ring_diff(before->ring, after->ring, &moved), 0);
     assert_true(fabs(moved - share) < 1e-9);
-    server_set_health(dead, HEALTH_UP, "test", NULL);
+    server_set_health(dead, HEALTH_UP, "test");
     assert_int_equal(pool_snapshot(p)->n, 3);
     drop_pool(p, c);
 }
@@ -340,7 +340,7 @@ test_slow_start_only_moves_keys_onto_the_new_member(void **state)
     (void)state;
     assert_int_equal(
         conf_parse_server("127.0.0.1:9004:1 web-4", &cs, err, sizeof(err)), 0);
-    assert_int_equal(pool_member_add(p, &cs, NULL), 0);
+    assert_int_equal(pool_member_add(p, &cs), 0);
     conf_server_deinit(&cs);
     fresh = pool_server_find(p, "web-4");
     assert_non_null(fresh);
