@@ -8,6 +8,8 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <inttypes.h>
 #include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -37,6 +39,14 @@
 /* Maglev table entries: Envoy's upper bound, so a typo cannot ask for a
  * gigabyte table at load. */
 #define MAX_TABLE_SIZE 5000011
+/* Default max_points: ten times a large pool (1000 members x 160 points
+ * is 160000), about 32 MB of ring at 16 bytes a point, built in well
+ * under a second. A weight typo ("30000" for "3") asks for far more and
+ * would stall every reload while the ring is built. */
+#define DEFAULT_MAX_POINTS 2000000
+/* A unit-less duration below this, on one of chashd's own keys, is most
+ * likely seconds written without the "s". */
+#define WARN_PLAIN_MS 1000
 
 const char conf_default_yaml[] =
     "# The embedded demo config (make run): three local backends behind a\n"
@@ -66,6 +76,9 @@ struct load {
     yaml_document_t *doc; /* the parsed document (ref) */
     char *err;            /* the caller's buffer (ref) */
     size_t errlen;
+    struct conf *conf;  /* being filled; gets the warnings (ref) */
+    int *warning_lines; /* line of each of conf->warnings, to keep
+                           them in file order (own) */
 };
 
 /*
@@ -73,6 +86,17 @@ struct load {
  * field at <offset> of the struct being filled, and the limits that
  * function checks. One table per kind of map (pool, global, health_check,
  * server); the "valid keys" lists in messages come from the same tables.
+ *
+ * <modes> says in which pool modes the key acts (MODE_BIT bits); a key
+ * given in a pool of another mode loads, with a warning that it has no
+ * effect there. It is what the daemon does TODAY: when a mode learns a
+ * key, widen that key's mask here, and the warning goes. Only pool keys
+ * have modes; 0 elsewhere.
+ *
+ * <twemproxy>: a key twemproxy defines, with twemproxy's meaning. Its
+ * durations are plain milliseconds (`timeout: 400`), so a unit-less value
+ * is read silently; on chashd's own keys a unit-less value under a second
+ * is read the same way, with a warning that it may have meant seconds.
  */
 struct conf_key {
     const char *name;
@@ -81,7 +105,18 @@ struct conf_key {
     size_t offset;
     uint32_t min, max;        /* numbers and durations */
     const char *const *names; /* enums: NULL-terminated, in enum order */
+    unsigned modes;           /* pool keys: where the key acts */
+    bool twemproxy;           /* twemproxy's key and units */
 };
+
+#define MODE_BIT(m) (1u << (m))
+#define M_TCP MODE_BIT(CONF_MODE_TCP)
+#define M_HTTP MODE_BIT(CONF_MODE_HTTP)
+#define M_REDIS MODE_BIT(CONF_MODE_REDIS)
+#define M_MEMCACHE MODE_BIT(CONF_MODE_MEMCACHE)
+#define M_ALL (M_TCP | M_HTTP | M_REDIS | M_MEMCACHE)
+#define M_STORE (M_REDIS | M_MEMCACHE) /* twemproxy's two protocols */
+#define M_CONN (M_TCP | M_HTTP)        /* keyed by the client connection */
 
 /* The server map form { address: .., weight: .., name: .. }. */
 struct server_spec {
@@ -114,6 +149,61 @@ fail(struct load *ld, const yaml_node_t *node, const char *fmt, ...)
         snprintf(ld->err, ld->errlen, "%s:%d: %s", ld->file, node_line(node),
                  msg);
     return -1;
+}
+
+/* The same for a line number known without a node (0 reads as 1). */
+static int __attribute__((format(printf, 3, 4)))
+fail_at(struct load *ld, int line, const char *fmt, ...)
+{
+    char msg[MSG_MAX];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (ld->err != NULL && ld->errlen > 0)
+        snprintf(ld->err, ld->errlen, "%s:%d: %s", ld->file,
+                 line > 0 ? line : 1, msg);
+    return -1;
+}
+
+/*
+ * Add "file:line: warning: message" to the conf's warnings, after those of
+ * earlier or equal lines, so they read in file order whatever the check
+ * that found them. 0, or -1 after an "out of memory" error: a warning that
+ * cannot be kept fails the load rather than vanish.
+ */
+static int __attribute__((format(printf, 3, 4)))
+warn_at(struct load *ld, int line, const char *fmt, ...)
+{
+    struct conf *conf = ld->conf;
+    size_t n = conf->nwarnings, at;
+    char msg[MSG_MAX], *text, **w;
+    int *wl;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (asprintf(&text, "%s:%d: warning: %s", ld->file, line, msg) < 0)
+        return fail_at(ld, line, "out of memory");
+    w = realloc(conf->warnings, (n + 1) * sizeof(*w));
+    if (w != NULL)
+        conf->warnings = w;
+    wl = w != NULL ? realloc(ld->warning_lines, (n + 1) * sizeof(*wl)) : NULL;
+    if (wl == NULL) {
+        free(text);
+        return fail_at(ld, line, "out of memory");
+    }
+    ld->warning_lines = wl;
+    for (at = n; at > 0 && wl[at - 1] > line; at--)
+        ;
+    memmove(&w[at + 1], &w[at], (n - at) * sizeof(*w));
+    memmove(&wl[at + 1], &wl[at], (n - at) * sizeof(*wl));
+    w[at] = text;
+    wl[at] = line;
+    conf->nwarnings++;
+    return 0;
 }
 
 static const char *
@@ -203,6 +293,22 @@ const char *
 conf_log_level_name(int log_level)
 {
     return enum_name(log_level_names, ARRAY_SIZE(log_level_names), log_level);
+}
+
+const char *
+conf_mode_source_name(int src)
+{
+    switch (src) {
+    case CONF_MODE_SRC_MODE:
+        return "set by 'mode:'";
+    case CONF_MODE_SRC_REDIS:
+        return "from twemproxy's 'redis:' key";
+    case CONF_MODE_SRC_DEFAULT:
+        return "the default: neither 'mode:' nor 'redis:' is given "
+               "(twemproxy's rule)";
+    default:
+        return NULL;
+    }
 }
 
 const char *
@@ -527,6 +633,182 @@ addr_is_loopback(const struct conf_addr *a)
 }
 
 /* ------------------------------------------------------------------ */
+/* Reaching chashd itself                                             */
+
+/* An IP address reduced for comparison: a v4-mapped IPv6 address is the
+ * IPv4 address it carries, as the kernel delivers it. */
+struct ip {
+    int family;          /* AF_INET or AF_INET6 */
+    unsigned char b[16]; /* 4 or 16 bytes, network order */
+    uint32_t scope;      /* IPv6 scope id */
+};
+
+static bool
+ip_of(const struct sockaddr *sa, struct ip *ip)
+{
+    memset(ip, 0, sizeof(*ip));
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)sa;
+        ip->family = AF_INET;
+        memcpy(ip->b, &in->sin_addr, 4);
+        return true;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const void *)sa;
+        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+            ip->family = AF_INET;
+            memcpy(ip->b, in6->sin6_addr.s6_addr + 12, 4);
+            return true;
+        }
+        ip->family = AF_INET6;
+        memcpy(ip->b, &in6->sin6_addr, 16);
+        ip->scope = in6->sin6_scope_id;
+        return true;
+    }
+    return false;
+}
+
+static size_t
+ip_len(const struct ip *ip)
+{
+    return ip->family == AF_INET ? 4 : 16;
+}
+
+static bool
+ip_any(const struct ip *ip)
+{
+    static const unsigned char zero[16];
+
+    return memcmp(ip->b, zero, ip_len(ip)) == 0;
+}
+
+static bool
+ip_loopback(const struct ip *ip)
+{
+    static const unsigned char one[16] = {[15] = 1};
+
+    if (ip->family == AF_INET)
+        return ip->b[0] == 127;
+    return memcmp(ip->b, one, 16) == 0;
+}
+
+/* The addresses of the local interfaces, read at most once per check
+ * and only when a wildcard listen address shares a member's port. */
+struct local {
+    struct ifaddrs *ifs;
+    bool read;
+};
+
+static void
+local_deinit(struct local *loc)
+{
+    if (loc->ifs != NULL)
+        freeifaddrs(loc->ifs);
+    loc->ifs = NULL;
+    loc->read = false;
+}
+
+/* Is <ip> an address of this host? Where getifaddrs fails only the
+ * loopback addresses are known to be local. */
+static bool
+ip_local(const struct ip *ip, struct local *loc)
+{
+    if (ip_loopback(ip))
+        return true;
+    if (!loc->read) {
+        loc->read = true;
+        if (getifaddrs(&loc->ifs) != 0)
+            loc->ifs = NULL;
+    }
+    for (const struct ifaddrs *i = loc->ifs; i != NULL; i = i->ifa_next) {
+        struct ip x;
+
+        if (i->ifa_addr == NULL || !ip_of(i->ifa_addr, &x))
+            continue;
+        if (x.family == ip->family && memcmp(x.b, ip->b, ip_len(ip)) == 0)
+            return true;
+    }
+    return false;
+}
+
+static bool
+reaches(const struct conf_addr *listen, const struct conf_addr *member,
+        struct local *loc)
+{
+    struct ip l, m;
+
+    if (listen->family == AF_UNSPEC || member->family == AF_UNSPEC)
+        return false;
+    if (listen->family == AF_UNIX || member->family == AF_UNIX)
+        return listen->family == member->family &&
+               conf_addr_equal(listen, member);
+    if (listen->port != member->port ||
+        !ip_of((const struct sockaddr *)&listen->sa, &l) ||
+        !ip_of((const struct sockaddr *)&member->sa, &m))
+        return false;
+    /* Linux connects 0.0.0.0 to 127.0.0.1 and [::] to [::1]. */
+    if (ip_any(&m)) {
+        memset(m.b, 0, sizeof(m.b));
+        if (m.family == AF_INET) {
+            m.b[0] = 127;
+            m.b[3] = 1;
+        } else {
+            m.b[15] = 1;
+        }
+    }
+    if (!ip_any(&l))
+        return l.family == m.family && memcmp(l.b, m.b, ip_len(&l)) == 0 &&
+               (l.family == AF_INET || l.scope == m.scope);
+    /* A wildcard: 0.0.0.0 takes IPv4 only; [::] takes both, as chashd
+     * leaves IPV6_V6ONLY at Linux's default (off). */
+    if (l.family == AF_INET && m.family != AF_INET)
+        return false;
+    return ip_local(&m, loc);
+}
+
+bool
+conf_addr_reaches(const struct conf_addr *listen,
+                  const struct conf_addr *member)
+{
+    struct local loc = {NULL, false};
+    bool r = reaches(listen, member, &loc);
+
+    local_deinit(&loc);
+    return r;
+}
+
+static const char *
+self_address(const struct conf *conf, const struct conf_addr *a, char *buf,
+             size_t len, struct local *loc)
+{
+    for (size_t i = 0; i < conf->npools; i++) {
+        const struct conf_pool *p = &conf->pools[i];
+
+        if (reaches(&p->listen, a, loc)) {
+            snprintf(buf, len, "the listen address of pool '%s' (%s)", p->name,
+                     p->listen.text);
+            return buf;
+        }
+    }
+    if (reaches(&conf->admin, a, loc)) {
+        snprintf(buf, len, "the admin address (%s)", conf->admin.text);
+        return buf;
+    }
+    return NULL;
+}
+
+const char *
+conf_self_address(const struct conf *conf, const struct conf_addr *a, char *buf,
+                  size_t len)
+{
+    struct local loc = {NULL, false};
+    const char *r = self_address(conf, a, buf, len, &loc);
+
+    local_deinit(&loc);
+    return r;
+}
+
+/* ------------------------------------------------------------------ */
 /* Servers                                                            */
 
 void
@@ -780,6 +1062,15 @@ set_ms(struct load *ld, const struct conf_key *key, yaml_node_t *node,
                     "and %ums",
                     key->name, v, key->min, key->max);
     *FIELD(base, key, uint32_t) = ms;
+    /* twemproxy's keys are plain milliseconds by definition; ours take
+     * units, and "slow_start: 30" is far more likely 30 s forgotten than
+     * a 30 ms ramp. Read as twemproxy would, but say so. */
+    if (!key->twemproxy && ms > 0 && ms < WARN_PLAIN_MS &&
+        v[strspn(v, "0123456789")] == '\0')
+        return warn_at(ld, node_line(node),
+                       "'%s: %s' has no unit and is read as %u "
+                       "milliseconds (write %ss for seconds)",
+                       key->name, v, ms, v);
     return 0;
 }
 
@@ -1009,13 +1300,15 @@ static int parse_map(struct load *ld, yaml_node_t *node,
 
 static const struct conf_key health_keys[] = {
     {"type", set_enum, offsetof(struct conf_health, type), 0, 0,
-     health_type_names},
+     health_type_names, 0, false},
     {"interval", set_ms, offsetof(struct conf_health, interval_ms), 10,
-     MAX_DURATION, NULL},
+     MAX_DURATION, NULL, 0, false},
     {"timeout", set_ms, offsetof(struct conf_health, timeout_ms), 1,
-     MAX_DURATION, NULL},
-    {"rise", set_u32, offsetof(struct conf_health, rise), 1, 1000, NULL},
-    {"fall", set_u32, offsetof(struct conf_health, fall), 1, 1000, NULL},
+     MAX_DURATION, NULL, 0, false},
+    {"rise", set_u32, offsetof(struct conf_health, rise), 1, 1000, NULL, 0,
+     false},
+    {"fall", set_u32, offsetof(struct conf_health, fall), 1, 1000, NULL, 0,
+     false},
 };
 
 /* `health_check: { type: tcp, ... }`, or `true` / `false` alone. */
@@ -1045,10 +1338,12 @@ set_health(struct load *ld, const struct conf_key *key, yaml_node_t *node,
 }
 
 static const struct conf_key server_keys[] = {
-    {"address", set_string, offsetof(struct server_spec, address), 0, 0, NULL},
+    {"address", set_string, offsetof(struct server_spec, address), 0, 0, NULL,
+     0, false},
     {"weight", set_u32, offsetof(struct server_spec, weight), 0, UINT32_MAX,
-     NULL},
-    {"name", set_string, offsetof(struct server_spec, name), 0, 0, NULL},
+     NULL, 0, false},
+    {"name", set_string, offsetof(struct server_spec, name), 0, 0, NULL, 0,
+     false},
 };
 
 static int
@@ -1188,6 +1483,7 @@ enum pool_key {
     PK_HASH_KEY,
     PK_POINTS_PER_WEIGHT,
     PK_TABLE_SIZE,
+    PK_MAX_POINTS,
     PK_BALANCE_FACTOR,
     PK_SLOW_START,
     PK_ON_FAILURE,
@@ -1199,55 +1495,80 @@ enum pool_key {
     PK_COUNT
 };
 
+/*
+ * The last two columns: the modes where the key acts today (see struct
+ * conf_key), and whether it is twemproxy's. The request-engine keys
+ * (hash_tag, timeout, server_connections, preconnect) act in the redis
+ * and memcache modes only; the redis_* keys and `command` in redis only.
+ * `redis` acts everywhere: it picks the mode when `mode:` is absent, and
+ * parse_pool refuses it when it disagrees with `mode:`. `hash_key` is
+ * refused, not warned about, outside tcp and http.
+ */
 static const struct conf_key pool_keys[] = {
-    [PK_LISTEN] = {"listen", set_listen, POOL(listen), 0, 0, NULL},
-    [PK_HASH] = {"hash", set_hash, POOL(ring.hash), 0, 0, NULL},
-    [PK_HASH_TAG] = {"hash_tag", set_hash_tag, POOL(hash_tag), 0, 0, NULL},
+    [PK_LISTEN] = {"listen", set_listen, POOL(listen), 0, 0, NULL, M_ALL, true},
+    [PK_HASH] = {"hash", set_hash, POOL(ring.hash), 0, 0, NULL, M_ALL, true},
+    [PK_HASH_TAG] = {"hash_tag", set_hash_tag, POOL(hash_tag), 0, 0, NULL,
+                     M_STORE, true},
     [PK_DISTRIBUTION] = {"distribution", set_distribution, POOL(distribution),
-                         0, 0, NULL},
-    [PK_TIMEOUT] = {"timeout", set_ms, POOL(timeout_ms), 0, MAX_DURATION, NULL},
-    [PK_BACKLOG] = {"backlog", set_u32, POOL(backlog), 1, 1000000, NULL},
-    [PK_PRECONNECT] = {"preconnect", set_bool, POOL(preconnect), 0, 0, NULL},
+                         0, 0, NULL, M_ALL, true},
+    [PK_TIMEOUT] = {"timeout", set_ms, POOL(timeout_ms), 0, MAX_DURATION, NULL,
+                    M_STORE, true},
+    [PK_BACKLOG] = {"backlog", set_u32, POOL(backlog), 1, 1000000, NULL, M_ALL,
+                    true},
+    [PK_PRECONNECT] = {"preconnect", set_bool, POOL(preconnect), 0, 0, NULL,
+                       M_STORE, true},
     [PK_CLIENT_CONNECTIONS] = {"client_connections", set_u32,
-                               POOL(client_connections), 0, 10000000, NULL},
-    [PK_REDIS] = {"redis", set_bool, POOL(redis), 0, 0, NULL},
-    [PK_REDIS_AUTH] = {"redis_auth", set_string, POOL(redis_auth), 0, 0, NULL},
-    [PK_REDIS_DB] = {"redis_db", set_int, POOL(redis_db), 0, 1000000, NULL},
+                               POOL(client_connections), 0, 10000000, NULL,
+                               M_ALL, true},
+    [PK_REDIS] = {"redis", set_bool, POOL(redis), 0, 0, NULL, M_ALL, true},
+    [PK_REDIS_AUTH] = {"redis_auth", set_string, POOL(redis_auth), 0, 0, NULL,
+                       M_REDIS, true},
+    [PK_REDIS_DB] = {"redis_db", set_int, POOL(redis_db), 0, 1000000, NULL,
+                     M_REDIS, true},
     [PK_SERVER_CONNECTIONS] = {"server_connections", set_u32,
-                               POOL(server_connections), 1, 10000, NULL},
+                               POOL(server_connections), 1, 10000, NULL,
+                               M_STORE, true},
     [PK_AUTO_EJECT_HOSTS] = {"auto_eject_hosts", set_bool,
-                             POOL(auto_eject_hosts), 0, 0, NULL},
+                             POOL(auto_eject_hosts), 0, 0, NULL, M_ALL, true},
     [PK_SERVER_RETRY_TIMEOUT] = {"server_retry_timeout", set_ms,
                                  POOL(server_retry_timeout_ms), 0, MAX_DURATION,
-                                 NULL},
+                                 NULL, M_ALL, true},
     [PK_SERVER_FAILURE_LIMIT] = {"server_failure_limit", set_u32,
-                                 POOL(server_failure_limit), 0, 1000000, NULL},
+                                 POOL(server_failure_limit), 0, 1000000, NULL,
+                                 M_ALL, true},
     [PK_TCPKEEPALIVE] = {"tcpkeepalive", set_bool, POOL(tcpkeepalive), 0, 0,
-                         NULL},
-    [PK_COMMAND] = {"command", set_commands, POOL(commands), 0, 0, NULL},
-    [PK_SERVERS] = {"servers", set_servers, POOL(servers), 0, 0, NULL},
-    [PK_MODE] = {"mode", set_enum, POOL(mode), 0, 0, mode_names},
-    [PK_HASH_KEY] = {"hash_key", set_enum, POOL(hash_key), 0, 0,
-                     hash_key_names},
+                         NULL, M_ALL, true},
+    [PK_COMMAND] = {"command", set_commands, POOL(commands), 0, 0, NULL,
+                    M_REDIS, true},
+    [PK_SERVERS] = {"servers", set_servers, POOL(servers), 0, 0, NULL, M_ALL,
+                    true},
+    [PK_MODE] = {"mode", set_enum, POOL(mode), 0, 0, mode_names, M_ALL, false},
+    [PK_HASH_KEY] = {"hash_key", set_enum, POOL(hash_key), 0, 0, hash_key_names,
+                     M_CONN, false},
     [PK_POINTS_PER_WEIGHT] = {"points_per_weight", set_u32,
                               POOL(ring.points_per_weight), 1,
-                              CHASH_MAX_MEMBER_POINTS, NULL},
+                              CHASH_MAX_MEMBER_POINTS, NULL, M_ALL, false},
     [PK_TABLE_SIZE] = {"table_size", set_u32, POOL(ring.table_size), 1,
-                       MAX_TABLE_SIZE, NULL},
+                       MAX_TABLE_SIZE, NULL, M_ALL, false},
+    [PK_MAX_POINTS] = {"max_points", set_u32, POOL(max_points), 1, UINT32_MAX,
+                       NULL, M_ALL, false},
     [PK_BALANCE_FACTOR] = {"balance_factor", set_balance_factor,
-                           POOL(balance_factor), 0, 0, NULL},
+                           POOL(balance_factor), 0, 0, NULL, M_ALL, false},
     [PK_SLOW_START] = {"slow_start", set_ms, POOL(slow_start_ms), 0,
-                       MAX_DURATION, NULL},
+                       MAX_DURATION, NULL, M_ALL, false},
     [PK_ON_FAILURE] = {"on_failure", set_enum, POOL(on_failure), 0, 0,
-                       on_failure_names},
-    [PK_RETRIES] = {"retries", set_u32, POOL(retries), 0, 100, NULL},
-    [PK_HEALTH_CHECK] = {"health_check", set_health, POOL(health), 0, 0, NULL},
+                       on_failure_names, M_ALL, false},
+    [PK_RETRIES] = {"retries", set_u32, POOL(retries), 0, 100, NULL, M_ALL,
+                    false},
+    [PK_HEALTH_CHECK] = {"health_check", set_health, POOL(health), 0, 0, NULL,
+                         M_ALL, false},
     [PK_CONNECT_TIMEOUT] = {"connect_timeout", set_ms, POOL(connect_timeout_ms),
-                            1, MAX_DURATION, NULL},
+                            1, MAX_DURATION, NULL, M_ALL, false},
     [PK_IDLE_TIMEOUT] = {"idle_timeout", set_ms, POOL(idle_timeout_ms), 0,
-                         MAX_DURATION, NULL},
+                         MAX_DURATION, NULL, M_ALL, false},
     [PK_SHUTDOWN_TIMEOUT] = {"shutdown_timeout", set_ms,
-                             POOL(shutdown_timeout_ms), 0, MAX_DURATION, NULL},
+                             POOL(shutdown_timeout_ms), 0, MAX_DURATION, NULL,
+                             M_ALL, false},
 };
 _Static_assert(ARRAY_SIZE(pool_keys) == PK_COUNT, "one entry per pool key");
 
@@ -1264,15 +1585,17 @@ enum global_key {
 };
 
 static const struct conf_key global_keys[] = {
-    [GK_ADMIN] = {"admin", set_admin, GLOBAL(admin), 0, 0, NULL},
+    [GK_ADMIN] = {"admin", set_admin, GLOBAL(admin), 0, 0, NULL, 0, false},
     [GK_ADMIN_TOKEN] = {"admin_token", set_string, GLOBAL(admin_token), 0, 0,
-                        NULL},
-    [GK_WORKERS] = {"workers", set_u32, GLOBAL(workers), 1, 1024, NULL},
+                        NULL, 0, false},
+    [GK_WORKERS] = {"workers", set_u32, GLOBAL(workers), 1, 1024, NULL, 0,
+                    false},
     [GK_LOG_LEVEL] = {"log_level", set_enum, GLOBAL(log_level), 0, 0,
-                      log_level_names},
-    [GK_PID_FILE] = {"pid_file", set_string, GLOBAL(pid_file), 0, 0, NULL},
-    [GK_STATE_FILE] = {"state_file", set_string, GLOBAL(state_file), 0, 0,
-                       NULL},
+                      log_level_names, 0, false},
+    [GK_PID_FILE] = {"pid_file", set_string, GLOBAL(pid_file), 0, 0, NULL, 0,
+                     false},
+    [GK_STATE_FILE] = {"state_file", set_string, GLOBAL(state_file), 0, 0, NULL,
+                       0, false},
 };
 _Static_assert(ARRAY_SIZE(global_keys) == GK_COUNT, "one entry per key");
 
@@ -1330,9 +1653,11 @@ parse_map(struct load *ld, yaml_node_t *node, const struct conf_key *table,
 /* ------------------------------------------------------------------ */
 /* Pools                                                              */
 
-static void
-pool_deinit(struct conf_pool *pool)
+void
+conf_pool_deinit(struct conf_pool *pool)
 {
+    if (pool == NULL)
+        return;
     free(pool->name);
     conf_addr_deinit(&pool->listen);
     free(pool->redis_auth);
@@ -1342,6 +1667,68 @@ pool_deinit(struct conf_pool *pool)
     for (size_t i = 0; i < pool->nservers; i++)
         conf_server_deinit(&pool->servers[i]);
     free(pool->servers);
+    memset(pool, 0, sizeof(*pool));
+}
+
+/* A copy of <s>, or NULL for NULL; *<ok> goes false when out of memory. */
+static char *
+dup_or_null(const char *s, bool *ok)
+{
+    char *d;
+
+    if (s == NULL)
+        return NULL;
+    d = strdup(s);
+    if (d == NULL)
+        *ok = false;
+    return d;
+}
+
+/*
+ * Field by field over a byte copy: after `*dst = *src` every pointer of
+ * <dst> still points into <src>, so each is replaced by a copy (or NULL)
+ * before anything can fail; conf_pool_deinit() then frees exactly what was
+ * copied, whatever failed, and never touches <src>.
+ */
+int
+conf_pool_copy(struct conf_pool *dst, const struct conf_pool *src)
+{
+    bool ok = true;
+
+    *dst = *src;
+    dst->name = dup_or_null(src->name, &ok);
+    dst->listen.text = dup_or_null(src->listen.text, &ok);
+    dst->redis_auth = dup_or_null(src->redis_auth, &ok);
+    dst->commands = NULL;
+    dst->ncommands = 0;
+    dst->servers = NULL;
+    dst->nservers = 0;
+    if (ok && src->ncommands > 0) {
+        dst->commands = calloc(src->ncommands, sizeof(*dst->commands));
+        ok = dst->commands != NULL;
+        for (size_t i = 0; ok && i < src->ncommands; i++) {
+            dst->commands[i] = dup_or_null(src->commands[i], &ok);
+            dst->ncommands = i + 1;
+        }
+    }
+    if (ok && src->nservers > 0) {
+        dst->servers = calloc(src->nservers, sizeof(*dst->servers));
+        ok = dst->servers != NULL;
+        for (size_t i = 0; ok && i < src->nservers; i++) {
+            struct conf_server *d = &dst->servers[i];
+
+            *d = src->servers[i];
+            d->name = dup_or_null(src->servers[i].name, &ok);
+            d->addr.text = dup_or_null(src->servers[i].addr.text, &ok);
+            dst->nservers = i + 1;
+        }
+    }
+    if (!ok) {
+        conf_pool_deinit(dst);
+        errno = ENOMEM;
+        return -1;
+    }
+    return 0;
 }
 
 /* Defaults that do not depend on the mode (twemproxy's, nc_conf.h). */
@@ -1353,6 +1740,7 @@ pool_init(struct conf_pool *pool)
     pool->backlog = 512;
     pool->ring.points_per_weight = CHASH_DEFAULT_POINTS;
     pool->ring.table_size = CHASH_DEFAULT_TABLE_SIZE;
+    pool->max_points = DEFAULT_MAX_POINTS;
     pool->health.interval_ms = 1000;
     pool->health.timeout_ms = 500;
     pool->health.rise = 2;
@@ -1421,9 +1809,115 @@ check_duplicates(struct load *ld, struct conf_pool *pool, yaml_node_t *node)
     return 0;
 }
 
+/*
+ * twemproxy's points for a server of <weight> among <nlive> servers of
+ * <total> weight (nc_ketama.c), every step rounded to binary32 as
+ * lib/ketama.c computes it for the ring itself. Written twice on purpose:
+ * libchash has no call that counts without building, and this count must
+ * not allocate. doc/internals/placement.md freezes the formula (changing
+ * it would move every twemproxy user's keys), and test_conf checks this
+ * copy against the points of built rings.
+ */
+static uint64_t
+ketama_server_points(uint32_t weight, uint64_t total, size_t nlive)
+{
+    volatile float pct, x;
+    volatile double d;
+    float f;
+
+    pct = (float)weight / (float)total;
+    x = pct * 160.0f;
+    x = x / 4.0f;
+    x = x * (float)nlive;
+    d = (double)x + 0.0000000001;
+    f = (float)d;
+    return (uint64_t)floorf(f) * 4;
+}
+
+static uint64_t
+cap_member(uint64_t points)
+{
+    return points > CHASH_MAX_MEMBER_POINTS ? CHASH_MAX_MEMBER_POINTS : points;
+}
+
+uint64_t
+conf_ring_points(int distribution, const struct chash_config *ring,
+                 const struct chash_member *members, size_t n)
+{
+    int algo = distribution < CHASH_ALGO_COUNT ? distribution : ring->algo;
+    uint32_t ppw = ring->points_per_weight ? ring->points_per_weight
+                                           : CHASH_DEFAULT_POINTS;
+    uint64_t total = 0, wsum = 0;
+    size_t nlive = 0;
+
+    switch (algo) {
+    case CHASH_ALGO_MAGLEV:
+        return ring->table_size ? ring->table_size : CHASH_DEFAULT_TABLE_SIZE;
+    case CHASH_ALGO_RENDEZVOUS:
+    case CHASH_ALGO_JUMP:
+        return n;
+    case CHASH_ALGO_KETAMA:
+        for (size_t i = 0; i < n; i++) {
+            wsum += members[i].weight;
+            nlive += members[i].weight > 0;
+        }
+        for (size_t i = 0; i < n; i++)
+            if (members[i].weight > 0)
+                total += cap_member(
+                    ketama_server_points(members[i].weight, wsum, nlive));
+        return total;
+    case CHASH_ALGO_NGINX:
+        ppw = 160; /* nginx's fixed 160 per unit of weight */
+        /* fall through */
+    default: /* CHASH_ALGO_RING */
+        for (size_t i = 0; i < n; i++)
+            total += cap_member((uint64_t)members[i].weight * ppw);
+        return total;
+    }
+}
+
+/* Refuse a ring over the pool's max_points, from its size alone. 0 or -1
+ * after a message pointing at what to change. */
+static int
+check_points(struct load *ld, const struct conf_pool *pool,
+             const struct chash_member *members, const int *lines)
+{
+    uint64_t need = conf_ring_points(pool->distribution, &pool->ring, members,
+                                     pool->nservers);
+    int line;
+
+    if (need <= pool->max_points)
+        return 0;
+    switch (pool->ring.algo) {
+    case CHASH_ALGO_MAGLEV:
+        line = lines[PK_TABLE_SIZE]   ? lines[PK_TABLE_SIZE]
+               : lines[PK_MAX_POINTS] ? lines[PK_MAX_POINTS]
+                                      : pool->line;
+        return fail_at(ld, line,
+                       "pool '%s': its table_size needs %" PRIu64
+                       " table entries, over max_points %u (lower "
+                       "table_size, or raise max_points)",
+                       pool->name, need, pool->max_points);
+    case CHASH_ALGO_RENDEZVOUS:
+    case CHASH_ALGO_JUMP:
+        return fail_at(ld, lines[PK_SERVERS],
+                       "pool '%s': its %" PRIu64 " servers are over "
+                       "max_points %u (raise max_points)",
+                       pool->name, need, pool->max_points);
+    default:
+        return fail_at(ld, lines[PK_SERVERS],
+                       "pool '%s': its servers need %" PRIu64 " ring "
+                       "points, over max_points %u (lower the weights or "
+                       "points_per_weight, or raise max_points)",
+                       pool->name, need, pool->max_points);
+    }
+}
+
 /* Build the pool's ring once so every limit of the algorithm (maglev table
  * size, jump weights, points per member, nothing owned) is a config error
- * with a line, not a daemon that fails later. */
+ * with a line, not a daemon that fails later. Its size is checked first,
+ * arithmetically: a weight typo must be refused at once, not after
+ * seconds of building a ring of hundreds of millions of points. */
 static int
 check_ring(struct load *ld, struct conf_pool *pool, yaml_node_t *name_node,
            const int *lines)
@@ -1443,6 +1937,10 @@ check_ring(struct load *ld, struct conf_pool *pool, yaml_node_t *name_node,
     for (size_t i = 0; i < pool->nservers; i++)
         if (members[i].weight > 0)
             rc = 0;
+    if (rc == 0 && check_points(ld, pool, members, lines) != 0) {
+        free(members);
+        return -1;
+    }
     if (rc == 0 && pool->distribution < CHASH_ALGO_COUNT) {
         rc = chash_ring_create(&pool->ring, members, pool->nservers, &ring);
         chash_ring_destroy(ring);
@@ -1488,6 +1986,22 @@ check_ring(struct load *ld, struct conf_pool *pool, yaml_node_t *name_node,
     }
 }
 
+/* Warn, with its line, for each key given that does nothing in the
+ * pool's mode (pool_keys' <modes>). */
+static int
+warn_no_effect(struct load *ld, const struct conf_pool *pool, const int *lines)
+{
+    for (size_t i = 0; i < PK_COUNT; i++) {
+        if (lines[i] == 0 || (pool_keys[i].modes & MODE_BIT(pool->mode)) != 0)
+            continue;
+        if (warn_at(ld, lines[i], "'%s' has no effect in pool '%s' (mode %s)",
+                    pool_keys[i].name, pool->name,
+                    conf_mode_name(pool->mode)) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int
 parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
            struct conf_pool *pool)
@@ -1511,9 +2025,25 @@ parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
         return -1;
 
     /* The mode follows twemproxy (redis: true -> redis, else memcache)
-     * unless `mode:` says otherwise; defaults then follow the mode. */
-    if (lines[PK_MODE] == 0)
+     * unless `mode:` says otherwise; defaults then follow the mode. Both
+     * given must agree: "mode: tcp" with "redis: true" is a file edited
+     * half-way, and either reading of it would surprise someone. */
+    if (lines[PK_MODE] != 0) {
+        pool->mode_source = CONF_MODE_SRC_MODE;
+        if (lines[PK_REDIS] != 0 &&
+            pool->redis != (pool->mode == CONF_MODE_REDIS))
+            return fail_at(ld, lines[PK_REDIS],
+                           "'redis: %s' disagrees with 'mode: %s' (line %d) "
+                           "in pool '%s': drop 'redis', or make them agree "
+                           "(redis: true is mode: redis)",
+                           pool->redis ? "true" : "false",
+                           conf_mode_name(pool->mode), lines[PK_MODE],
+                           pool->name);
+    } else {
         pool->mode = pool->redis ? CONF_MODE_REDIS : CONF_MODE_MEMCACHE;
+        pool->mode_source =
+            lines[PK_REDIS] != 0 ? CONF_MODE_SRC_REDIS : CONF_MODE_SRC_DEFAULT;
+    }
     twem = pool->mode == CONF_MODE_REDIS || pool->mode == CONF_MODE_MEMCACHE;
     if (lines[PK_DISTRIBUTION] == 0)
         pool->distribution = twem ? CHASH_ALGO_KETAMA : CHASH_ALGO_RING;
@@ -1539,6 +2069,8 @@ parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
         return fail(ld, name_node, "pool '%s' has no 'listen' address",
                     pool->name);
     pool->listen_line = lines[PK_LISTEN];
+    if (warn_no_effect(ld, pool, lines) != 0)
+        return -1;
     if (pool->nservers == 0)
         return fail(ld, name_node, "pool '%s' has no servers", pool->name);
     if (check_duplicates(ld, pool, name_node) != 0)
@@ -1552,6 +2084,33 @@ parse_global(struct load *ld, yaml_node_t *node, struct conf *conf, int *lines)
     if (node->type == YAML_SCALAR_NODE && node->data.scalar.length == 0)
         return 0; /* `global:` alone: all defaults */
     return parse_map(ld, node, global_keys, GK_COUNT, conf, "global", lines);
+}
+
+/* Refuse a server that is one of chashd's own listening sockets: every
+ * connection to it would come back to chashd, which would pick a server
+ * for it again, and so on until the file descriptors run out. */
+static int
+check_self(struct load *ld, const struct conf *conf)
+{
+    struct local loc = {NULL, false};
+    char what[400];
+    int rc = 0;
+
+    for (size_t i = 0; i < conf->npools && rc == 0; i++) {
+        const struct conf_pool *p = &conf->pools[i];
+
+        for (size_t j = 0; j < p->nservers && rc == 0; j++) {
+            const struct conf_server *s = &p->servers[j];
+
+            if (self_address(conf, &s->addr, what, sizeof(what), &loc) != NULL)
+                rc = fail_at(ld, s->line,
+                             "server '%s' (%s) is chashd's own address, "
+                             "%s: chashd would connect to itself",
+                             s->name, s->addr.text, what);
+        }
+    }
+    local_deinit(&loc);
+    return rc;
 }
 
 /* Checks across pools and the admin address, after all are parsed. */
@@ -1580,6 +2139,8 @@ check_listeners(struct load *ld, struct conf *conf, const int *glines)
             return -1;
         }
     }
+    if (check_self(ld, conf) != 0)
+        return -1;
     if (conf->admin.family != AF_UNSPEC && !addr_is_loopback(&conf->admin) &&
         (conf->admin_token == NULL || conf->admin_token[0] == '\0')) {
         snprintf(ld->err, ld->errlen,
@@ -1601,8 +2162,11 @@ conf_destroy(struct conf *conf)
     if (conf == NULL)
         return;
     for (size_t i = 0; i < conf->npools; i++)
-        pool_deinit(&conf->pools[i]);
+        conf_pool_deinit(&conf->pools[i]);
     free(conf->pools);
+    for (size_t i = 0; i < conf->nwarnings; i++)
+        free(conf->warnings[i]);
+    free(conf->warnings);
     free(conf->file);
     conf_addr_deinit(&conf->admin);
     free(conf->admin_token);
@@ -1740,7 +2304,8 @@ struct conf *
 conf_load_string(const char *name, const char *yaml, size_t len, char *err,
                  size_t errlen)
 {
-    struct load ld = {name != NULL ? name : "<string>", NULL, err, errlen};
+    struct load ld = {
+        name != NULL ? name : "<string>", NULL, err, errlen, NULL, NULL};
     yaml_parser_t parser;
     yaml_document_t doc, extra;
     struct conf *conf;
@@ -1754,6 +2319,7 @@ conf_load_string(const char *name, const char *yaml, size_t len, char *err,
         snprintf(err, errlen, "%s: out of memory", ld.file);
         return NULL;
     }
+    ld.conf = conf;
     conf->file = strdup(ld.file);
     conf->workers = online_cores();
     conf->log_level = CONF_LOG_INFO;
@@ -1790,6 +2356,7 @@ conf_load_string(const char *name, const char *yaml, size_t len, char *err,
     if (rc == 0)
         rc = load_document(&ld, conf);
     yaml_document_delete(&doc);
+    free(ld.warning_lines);
     if (rc != 0) {
         conf_destroy(conf);
         return NULL;

@@ -19,6 +19,13 @@ enum conf_mode {
     CONF_MODE_REDIS,
     CONF_MODE_MEMCACHE
 };
+/* Where a pool's mode came from, so `chashd -t` and the start-up log can
+ * say why a pool without `mode:` is memcache (twemproxy's rule). */
+enum conf_mode_source {
+    CONF_MODE_SRC_MODE,   /* `mode:` given */
+    CONF_MODE_SRC_REDIS,  /* `redis:` given, no `mode:` */
+    CONF_MODE_SRC_DEFAULT /* neither: twemproxy's rule, memcache */
+};
 enum conf_hash_key { CONF_HASH_KEY_SOURCE_IP, CONF_HASH_KEY_SOURCE_IP_PORT };
 enum conf_on_failure {
     CONF_ON_FAILURE_FAILOVER,
@@ -72,9 +79,13 @@ struct conf_pool {
                                  when not given */
     uint32_t backlog;         /* default 512 */
     int mode;                 /* enum conf_mode */
+    int mode_source;          /* enum conf_mode_source */
     int hash_key;             /* enum conf_hash_key, tcp and http modes */
     int distribution;         /* enum chash_algo or CONF_DIST_* */
     struct chash_config ring; /* algo, hash, points_per_weight, table_size */
+    uint32_t max_points;      /* most ring points (or maglev table entries,
+                                 or rendezvous/jump members) the ring may
+                                 hold at full weight; default 2000000 */
     char hash_tag[3];         /* twemproxy hash_tag, "" when unset */
     double balance_factor;    /* 0 = off; else >= 1 */
     uint32_t slow_start_ms;   /* 0 = off */
@@ -114,6 +125,9 @@ struct conf {
     char *state_file;
     struct conf_pool *pools;
     size_t npools;
+    char **warnings; /* "file:line: warning: ...", in line order: what
+                        loads but is likely not what was meant */
+    size_t nwarnings;
 };
 
 /*
@@ -121,8 +135,13 @@ struct conf {
  * "file:line: message" into <err> (of <errlen> bytes). Checks everything
  * that can be checked without binding sockets: keys, types, ranges,
  * addresses, duplicate names/addresses, listen ports used twice,
- * non-loopback admin without admin_token. Give <err> 1024 bytes: an
- * unknown-key message lists the valid keys.
+ * non-loopback admin without admin_token, `mode:` and `redis:` that
+ * disagree, a server that is chashd's own listen or admin address, a ring
+ * over max_points. Give <err> 1024 bytes: an unknown-key message lists the
+ * valid keys. A file that loads may still carry warnings in
+ * conf->warnings (a key with no effect in the pool's mode, a unit-less
+ * duration under a second on one of chashd's own keys): the caller prints
+ * them; they never stop a load.
  */
 struct conf *conf_load(const char *path, char *err, size_t errlen);
 
@@ -130,7 +149,21 @@ struct conf *conf_load(const char *path, char *err, size_t errlen);
 struct conf *conf_load_string(const char *name, const char *yaml, size_t len,
                               char *err, size_t errlen);
 
+/* Frees <conf>, its pools and its warnings. NULL is a no-op. */
 void conf_destroy(struct conf *conf);
+
+/*
+ * A deep copy of <src> into <dst>: every field, and a copy of everything
+ * <src> points to (name, listen.text, redis_auth, commands[], servers[]
+ * with their name and addr.text), so <dst> outlives the conf <src> came
+ * from. 0, or -1 with errno ENOMEM and *<dst> zeroed with nothing
+ * leaked. Free with conf_pool_deinit().
+ */
+int conf_pool_copy(struct conf_pool *dst, const struct conf_pool *src);
+
+/* Free what a loaded or copied <pool> owns and zero it; safe on a zeroed
+ * pool, and twice. */
+void conf_pool_deinit(struct conf_pool *pool);
 
 /* The pool named <name>, or NULL. */
 const struct conf_pool *conf_pool_find(const struct conf *conf,
@@ -164,6 +197,47 @@ void conf_server_deinit(struct conf_server *server);
  * path); the texts may differ ("127.0.0.1:80" and "127.000.0.1:80"). */
 bool conf_addr_equal(const struct conf_addr *a, const struct conf_addr *b);
 
+/*
+ * True when a connection to <member> would arrive at a socket listening
+ * on <listen>: the same socket (conf_addr_equal), the same unix path, or,
+ * for a wildcard <listen> (0.0.0.0:P, or [::]:P which Linux binds
+ * dual-stack), port P on a loopback address (127.0.0.0/8, ::1) or on an
+ * address of a local interface (getifaddrs). A wildcard <member> counts
+ * as loopback: Linux connects 0.0.0.0 and [::] to the local host. False
+ * when either is unset (AF_UNSPEC). Unix paths are compared as written.
+ */
+bool conf_addr_reaches(const struct conf_addr *listen,
+                       const struct conf_addr *member);
+
+/*
+ * Is <a> chashd itself, one of the sockets <conf> listens on (any pool's
+ * `listen`, or `global.admin`)? NULL when not; else <buf> (of <len>
+ * bytes) holding a phrase for messages: "the listen address of pool 'web'
+ * (0.0.0.0:8080)" or "the admin address (127.0.0.1:8404)". For runtime
+ * adds and reloads; conf_load refuses such a server already.
+ */
+const char *conf_self_address(const struct conf *conf,
+                              const struct conf_addr *a, char *buf, size_t len);
+
+/*
+ * The points (ring, ketama, nginx) or table entries (maglev) that
+ * chash_ring_create() would allocate for <members>[0..<n>) at ramp 1 with
+ * <ring> (ring->algo picks the algorithm), computed arithmetically without
+ * building anything:
+ *   ring     points_per_weight x weight, each member capped at
+ *            CHASH_MAX_MEMBER_POINTS (exact);
+ *   nginx    160 x weight, capped the same (a bound: nginx drops the few
+ *            points that fall on one another);
+ *   ketama   twemproxy's per-server formula (exact);
+ *   maglev   table_size, whatever the members;
+ *   rendezvous, jump   hold no points: <n>, the members.
+ * <distribution> is the pool's; for twemproxy's modula and random it
+ * counts the ring of ring->algo (ketama) chashd builds for their
+ * preference order. Ramps are ignored. Compare with conf_pool.max_points.
+ */
+uint64_t conf_ring_points(int distribution, const struct chash_config *ring,
+                          const struct chash_member *members, size_t n);
+
 /* True when a reload can keep <a>'s listening sockets for <b>: same
  * address, unix permissions and backlog. */
 bool conf_pool_same_listen(const struct conf_pool *a,
@@ -180,6 +254,12 @@ const char *conf_hash_key_name(int hash_key);
 const char *conf_on_failure_name(int on_failure);
 const char *conf_dist_name(int distribution);
 const char *conf_log_level_name(int log_level);
+
+/* A phrase for messages saying where a pool's mode came from (enum
+ * conf_mode_source): "set by 'mode:'", "from twemproxy's 'redis:' key",
+ * "the default: neither 'mode:' nor 'redis:' is given (twemproxy's
+ * rule)". NULL for an unknown value. */
+const char *conf_mode_source_name(int src);
 
 /* The embedded demo config `make run` uses. */
 extern const char conf_default_yaml[];

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -27,12 +28,15 @@
 
 /* One member in a pool's delta. For an added member every field is set;
  * for a changed one <address> is set only when it differs from the base
- * (a config member removed and re-added at another address). */
+ * (a config member removed and re-added at another address), and
+ * <weight> only when <has_weight>: every uint32 is a weight a config may
+ * give (rendezvous takes any), so no value of it can mean "unset". */
 struct state_entry {
     char *name;
     char *address; /* NULL: unchanged */
     uint32_t weight;
-    int admin; /* enum state_admin */
+    bool has_weight; /* false: the config's weight */
+    int admin;       /* enum state_admin */
 };
 
 /* A server as the config file wrote it. */
@@ -184,7 +188,7 @@ pool_get(struct state *st, const char *name)
 /* Append a copy of an entry to <*arr>. 0 or -1. */
 static int
 entry_push(struct state_entry **arr, size_t *n, const char *name,
-           const char *address, uint32_t weight, int admin)
+           const char *address, uint32_t weight, bool has_weight, int admin)
 {
     struct state_entry *na = realloc(*arr, (*n + 1) * sizeof(*na));
     struct state_entry *e;
@@ -196,6 +200,7 @@ entry_push(struct state_entry **arr, size_t *n, const char *name,
     e->name = strdup(name);
     e->address = address != NULL ? strdup(address) : NULL;
     e->weight = weight;
+    e->has_weight = has_weight;
     e->admin = admin;
     if (e->name == NULL || (address != NULL && e->address == NULL)) {
         entry_deinit(e);
@@ -282,10 +287,9 @@ parse_entry(json_t *j, bool full, struct state_entry *e, const char *where,
             return -1;
         }
     }
-    /* A changed entry without a weight keeps the config's: UINT32_MAX
-     * marks "unset" until state_apply resolves it. */
-    e->weight =
-        weight != NULL ? (uint32_t)json_integer_value(weight) : UINT32_MAX;
+    /* A changed entry without a weight keeps the config's. */
+    e->has_weight = weight != NULL;
+    e->weight = weight != NULL ? (uint32_t)json_integer_value(weight) : 0;
     e->name = strdup(json_string_value(name));
     if (address != NULL)
         e->address = strdup(json_string_value(address));
@@ -344,7 +348,7 @@ parse_pool(struct state *st, const char *pname, json_t *j, const char *file,
             return -1;
         }
         if (entry_push(&p->added, &p->nadded, e.name, e.address, e.weight,
-                       e.admin) != 0) {
+                       e.has_weight, e.admin) != 0) {
             entry_deinit(&e);
             seterr(err, errlen, "out of memory");
             return -1;
@@ -362,7 +366,7 @@ parse_pool(struct state *st, const char *pname, json_t *j, const char *file,
             return -1;
         }
         if (entry_push(&p->changed, &p->nchanged, e.name, e.address, e.weight,
-                       e.admin) != 0) {
+                       e.has_weight, e.admin) != 0) {
             entry_deinit(&e);
             seterr(err, errlen, "out of memory");
             return -1;
@@ -590,13 +594,13 @@ server_replace(struct conf_pool *cp, size_t idx, struct conf_server *ns)
     cp->servers[idx].line = line;
 }
 
-/* Apply one pool's delta to <cp>; collect the admin states it sets into
- * <admins> (parallel to cp->servers after the call). */
+/* Apply one pool's delta to <cp>, a pool of <conf>; collect the admin
+ * states it sets into <admins> (parallel to cp->servers after the call). */
 static int
-pool_apply(struct state_pool *p, struct conf_pool *cp, int **admins, char *warn,
-           size_t warnlen)
+pool_apply(struct state_pool *p, const struct conf *conf, struct conf_pool *cp,
+           int **admins, char *warn, size_t warnlen)
 {
-    char msg[256];
+    char msg[256], self[320];
 
     for (size_t i = 0; i < p->nremoved; i++) {
         long k = server_find(cp, p->removed[i]);
@@ -641,7 +645,7 @@ pool_apply(struct state_pool *p, struct conf_pool *cp, int **admins, char *warn,
                             cp->name, e->name);
                 continue;
             }
-            w = e->weight != UINT32_MAX ? e->weight : cp->servers[k].weight;
+            w = e->has_weight ? e->weight : cp->servers[k].weight;
             if (e->address == NULL || pass == 1) {
                 cp->servers[k].weight = w;
                 continue;
@@ -657,6 +661,14 @@ pool_apply(struct state_pool *p, struct conf_pool *cp, int **admins, char *warn,
                         "pool %s: member %s: address %s is "
                         "taken by another member",
                         cp->name, e->name, e->address);
+                conf_server_deinit(&ns);
+                continue;
+            }
+            if (conf_self_address(conf, &ns.addr, self, sizeof(self))) {
+                addwarn(warn, warnlen,
+                        "pool %s: member %s: address %s is now chashd's "
+                        "own, %s",
+                        cp->name, e->name, e->address, self);
                 conf_server_deinit(&ns);
                 continue;
             }
@@ -681,6 +693,16 @@ pool_apply(struct state_pool *p, struct conf_pool *cp, int **admins, char *warn,
                     "pool %s: added member %s: address %s is "
                     "now taken by a config member",
                     cp->name, e->name, e->address);
+            conf_server_deinit(&ns);
+            continue;
+        }
+        /* A listen address the config moved onto a member's: the member
+         * would be chashd connecting to itself. */
+        if (conf_self_address(conf, &ns.addr, self, sizeof(self))) {
+            addwarn(warn, warnlen,
+                    "pool %s: added member %s: address %s is now "
+                    "chashd's own, %s",
+                    cp->name, e->name, e->address, self);
             conf_server_deinit(&ns);
             continue;
         }
@@ -751,28 +773,45 @@ servers_free(struct conf_server *s, size_t n)
  * under an older config: a weight of 5 is fine for rendezvous and not for
  * jump, nor with a larger points_per_weight. Applied anyway, the pool
  * could not be built and the daemon refused to start on a valid config.
- * 0, or a -CHASH_E* code.
+ * The size comes first, from arithmetic (conf_ring_points), as at load:
+ * a delta that asks for more than max_points is refused before anything
+ * is built. 0; 1 when the pool gives no ring, with the reason in <why>;
+ * -1 (ENOMEM).
  */
 static int
-pool_ring_check(const struct conf_pool *cp)
+pool_ring_check(const struct conf_pool *cp, char *why, size_t whylen)
 {
     struct chash_member *m =
         calloc(cp->nservers ? cp->nservers : 1, sizeof(*m));
     struct chash_ring *ring = NULL;
     int rc = -CHASH_EEMPTY;
+    uint64_t need;
 
     if (m == NULL)
-        return -CHASH_ENOMEM;
+        return -1;
     conf_pool_members(cp, m);
     for (size_t i = 0; i < cp->nservers; i++)
         if (m[i].weight > 0)
             rc = 0;
+    need = conf_ring_points(cp->distribution, &cp->ring, m, cp->nservers);
+    if (rc == 0 && need > cp->max_points) {
+        free(m);
+        snprintf(why, whylen, "%llu ring points, over max_points %u",
+                 (unsigned long long)need, cp->max_points);
+        return 1;
+    }
     if (rc == 0 && cp->distribution < CHASH_ALGO_COUNT) {
         rc = chash_ring_create(&cp->ring, m, cp->nservers, &ring);
         chash_ring_destroy(ring);
     }
     free(m);
-    return rc;
+    if (rc == -CHASH_ENOMEM)
+        return -1;
+    if (rc != 0) {
+        snprintf(why, whylen, "%s", chash_strerror(rc));
+        return 1;
+    }
+    return 0;
 }
 
 int
@@ -805,6 +844,7 @@ state_apply(struct state *st, struct conf *conf, char *warn, size_t warnlen)
         struct state_pool *p = pool_get(st, cp->name);
         struct state_member *rm;
         int *admins = NULL;
+        char why[256];
         int rc;
 
         struct conf_server *orig;
@@ -815,11 +855,11 @@ state_apply(struct state *st, struct conf *conf, char *warn, size_t warnlen)
             errno = ENOMEM;
             return -1;
         }
-        if (pool_apply(p, cp, &admins, warn, warnlen) != 0) {
+        if (pool_apply(p, conf, cp, &admins, warn, warnlen) != 0) {
             servers_free(orig, norig);
             return -1;
         }
-        if ((rc = pool_ring_check(cp)) == -CHASH_ENOMEM) {
+        if ((rc = pool_ring_check(cp, why, sizeof(why))) < 0) {
             servers_free(orig, norig);
             free(admins);
             errno = ENOMEM;
@@ -831,7 +871,7 @@ state_apply(struct state *st, struct conf *conf, char *warn, size_t warnlen)
             addwarn(warn, warnlen,
                     "pool %s: its runtime changes do not fit the config "
                     "(%s); they are dropped",
-                    cp->name, chash_strerror(rc));
+                    cp->name, why);
             servers_free(cp->servers, cp->nservers);
             cp->servers = orig;
             cp->nservers = norig;
@@ -903,13 +943,13 @@ state_record(struct state *st, const char *pool,
                 b = &p->base[k];
         if (b == NULL)
             rc = entry_push(&nd.added, &nd.nadded, m->name, m->address,
-                            m->weight, m->admin);
+                            m->weight, true, m->admin);
         else if (b->weight != m->weight || m->admin != STATE_ADMIN_UP ||
                  strcmp(b->address, m->address) != 0)
             rc = entry_push(&nd.changed, &nd.nchanged, m->name,
                             strcmp(b->address, m->address) != 0 ? m->address
                                                                 : NULL,
-                            m->weight, m->admin);
+                            m->weight, true, m->admin);
         if (rc != 0)
             goto nomem;
     }
@@ -936,6 +976,203 @@ nomem:
     return -1;
 }
 
+/* ---- reporting and resetting ------------------------------------------ */
+
+/* A member as the config wrote it: from the base state_apply captured,
+ * else (not applied yet) from the config itself. NULL when absent. */
+struct written {
+    const char *address;
+    uint32_t weight;
+};
+
+static bool
+written_find(const struct state_pool *p, const struct conf_pool *cp,
+             const char *name, struct written *w)
+{
+    if (p->have_base) {
+        for (size_t k = 0; k < p->nbase; k++)
+            if (strcmp(p->base[k].name, name) == 0) {
+                w->address = p->base[k].address;
+                w->weight = p->base[k].weight;
+                return true;
+            }
+        return false;
+    }
+    for (size_t k = 0; k < cp->nservers; k++)
+        if (strcmp(cp->servers[k].name, name) == 0) {
+            w->address = cp->servers[k].addr.text;
+            w->weight = cp->servers[k].weight;
+            return true;
+        }
+    return false;
+}
+
+static const struct state_entry *
+entry_find(const struct state_entry *arr, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(arr[i].name, name) == 0)
+            return &arr[i];
+    return NULL;
+}
+
+/* Append {"pool", "member", "what", "config", "runtime"} to <out>; takes
+ * <config> and <runtime> (NULL: JSON null). 0, or -1 out of memory. */
+static int
+override_add(json_t *out, const char *pool, const char *member,
+             const char *what, json_t *config, json_t *runtime)
+{
+    json_t *o = json_object();
+    int rc = -1;
+
+    if (o != NULL && json_object_set_new(o, "pool", json_string(pool)) == 0 &&
+        json_object_set_new(o, "member", json_string(member)) == 0 &&
+        json_object_set_new(o, "what", json_string(what)) == 0 &&
+        json_object_set(o, "config", config ? config : json_null()) == 0 &&
+        json_object_set(o, "runtime", runtime ? runtime : json_null()) == 0 &&
+        json_array_append(out, o) == 0)
+        rc = 0;
+    json_decref(o);
+    json_decref(config);
+    json_decref(runtime);
+    return rc;
+}
+
+/* The overrides of the written member <name> (<w>) by entry <e>, in the
+ * order address, weight, state. */
+static int
+overrides_of(json_t *out, const char *pool, const char *name,
+             const struct written *w, const struct state_entry *e)
+{
+    int rc = 0;
+
+    if (e->address != NULL && strcmp(e->address, w->address) != 0)
+        rc |= override_add(out, pool, name, "address", json_string(w->address),
+                           json_string(e->address));
+    if (e->has_weight && e->weight != w->weight)
+        rc |= override_add(out, pool, name, "weight", json_integer(w->weight),
+                           json_integer(e->weight));
+    if (e->admin != STATE_ADMIN_UP)
+        rc |= override_add(out, pool, name, "state",
+                           json_string(state_admin_name(STATE_ADMIN_UP)),
+                           json_string(state_admin_name(e->admin)));
+    return rc;
+}
+
+json_t *
+state_overrides_json(const struct state *st, const struct conf *conf)
+{
+    json_t *out = json_array();
+    int rc = out != NULL ? 0 : -1;
+
+    for (size_t i = 0; i < conf->npools && rc == 0; i++) {
+        const struct conf_pool *cp = &conf->pools[i];
+        const struct state_pool *p = pool_find(st, cp->name);
+        struct written w;
+
+        if (p == NULL)
+            continue;
+        /* The members the config wrote, in its order... */
+        for (size_t k = 0;
+             k < (p->have_base ? p->nbase : cp->nservers) && rc == 0; k++) {
+            const char *name =
+                p->have_base ? p->base[k].name : cp->servers[k].name;
+            const struct state_entry *e;
+            bool removed = false;
+
+            written_find(p, cp, name, &w);
+            for (size_t r = 0; r < p->nremoved && !removed; r++)
+                removed = strcmp(p->removed[r], name) == 0;
+            if (removed) {
+                json_t *c = json_pack("{s:s, s:I}", "address", w.address,
+                                      "weight", (json_int_t)w.weight);
+                rc = override_add(out, cp->name, name, "removed", c, NULL);
+                continue;
+            }
+            e = entry_find(p->changed, p->nchanged, name);
+            if (e == NULL) /* added at run time, then written in the file */
+                e = entry_find(p->added, p->nadded, name);
+            if (e != NULL)
+                rc = overrides_of(out, cp->name, name, &w, e);
+        }
+        /* ...then the members only the runtime has. */
+        for (size_t k = 0; k < p->nadded && rc == 0; k++) {
+            const struct state_entry *e = &p->added[k];
+            json_t *r;
+
+            if (written_find(p, cp, e->name, &w))
+                continue;
+            r = json_pack("{s:s, s:I, s:s}", "address", e->address, "weight",
+                          (json_int_t)e->weight, "state",
+                          state_admin_name(e->admin));
+            rc = override_add(out, cp->name, e->name, "added", NULL, r);
+        }
+    }
+    if (rc != 0) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* Drop the entries of <arr> named <name>; how many. */
+static int
+entries_drop(struct state_entry *arr, size_t *n, const char *name)
+{
+    size_t kept = 0;
+    int dropped = 0;
+
+    for (size_t i = 0; i < *n; i++) {
+        if (strcmp(arr[i].name, name) == 0) {
+            entry_deinit(&arr[i]);
+            dropped++;
+            continue;
+        }
+        arr[kept++] = arr[i];
+    }
+    *n = kept;
+    return dropped;
+}
+
+static int
+names_drop(char **arr, size_t *n, const char *name)
+{
+    size_t kept = 0;
+    int dropped = 0;
+
+    for (size_t i = 0; i < *n; i++) {
+        if (strcmp(arr[i], name) == 0) {
+            free(arr[i]);
+            dropped++;
+            continue;
+        }
+        arr[kept++] = arr[i];
+    }
+    *n = kept;
+    return dropped;
+}
+
+int
+state_reset(struct state *st, const char *pool, const char *member)
+{
+    struct state_pool *p = pool != NULL ? pool_find(st, pool) : NULL;
+    int n;
+
+    if (p == NULL) {
+        errno = ENOENT;
+        return -1;
+    }
+    if (member == NULL) {
+        n = (int)(p->nadded + p->nchanged + p->nremoved);
+        pool_delta_clear(p);
+        return n;
+    }
+    n = entries_drop(p->added, &p->nadded, member);
+    n += entries_drop(p->changed, &p->nchanged, member);
+    n += names_drop(p->removed, &p->nremoved, member);
+    return n;
+}
+
 /* ---- saving ----------------------------------------------------------- */
 
 static json_t *
@@ -946,7 +1183,7 @@ entry_json(const struct state_entry *e, bool full)
     json_object_set_new(j, "name", json_string(e->name));
     if (e->address != NULL)
         json_object_set_new(j, "address", json_string(e->address));
-    if (full || e->weight != UINT32_MAX)
+    if (full || e->has_weight)
         json_object_set_new(j, "weight", json_integer(e->weight));
     json_object_set_new(j, "state", json_string(state_admin_name(e->admin)));
     return j;
@@ -1016,19 +1253,25 @@ state_save(const struct state *st, const char *path, char *err, size_t errlen)
         seterr(err, errlen, "%s: out of memory", path);
         return -1;
     }
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >=
-        (int)sizeof(tmp)) {
+    /* The temporary file gets a name nobody can guess, and mkostemp
+     * creates it with O_EXCL: no file or link that already exists is ever
+     * opened. A fixed name ("<path>.tmp.<pid>") opened with O_TRUNC let
+     * a local user plant a symlink there and have chashd, often root,
+     * truncate and overwrite any file. */
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp)) {
         errno = ENAMETOOLONG;
         seterr(err, errlen, "%s: path too long", path);
         goto out;
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
         seterr(err, errlen, "%s: %s", tmp, strerror(errno));
         goto out;
     }
-    if (write_all(fd, text, strlen(text)) != 0 || write_all(fd, "\n", 1) ||
-        fsync(fd) != 0) {
+    /* mkostemp's 0600; the state file is not secret (the admin API shows
+     * it) and operators read it. */
+    if (fchmod(fd, 0644) != 0 || write_all(fd, text, strlen(text)) != 0 ||
+        write_all(fd, "\n", 1) || fsync(fd) != 0) {
         saved = errno;
         seterr(err, errlen, "%s: %s", tmp, strerror(errno));
         close(fd);

@@ -61,10 +61,13 @@ int state_load_string(struct state *st, const char *name, const char *text,
  * (named and parsed exactly as `servers:` entries), weights overridden.
  * Captures <conf>'s servers, before the change, as the base of later
  * state_record() calls. Entries that no longer fit the config (a pool or
- * member the config dropped, an address now taken by a config server, a
- * removal that would leave a pool empty) are skipped, and one line per
- * skipped entry is written to <warn> (NULL: not reported), ';'-separated.
- * Returns 0, or -1 with errno ENOMEM.
+ * member the config dropped, an address now taken by a config server or
+ * now one of chashd's own listen/admin addresses, a removal that would
+ * leave a pool empty) are skipped, and a pool whose delta would give no
+ * ring (the algorithm's limits, or more than its max_points) keeps the
+ * config as written; one line per skipped entry is written to <warn>
+ * (NULL: not reported), ';'-separated. Returns 0, or -1 with errno
+ * ENOMEM.
  */
 int state_apply(struct state *st, struct conf *conf, char *warn,
                 size_t warnlen);
@@ -83,14 +86,47 @@ int state_record(struct state *st, const char *pool,
 
 /*
  * Write the delta to <path> atomically: a temporary file in the same
- * directory, fsync, rename over <path>, fsync of the directory. 0, or -1
- * with errno kept and "path: what failed" in <err>.
+ * directory with an unpredictable name (mkostemp: it never opens a file
+ * or link that exists), mode 0644, fsync, rename over <path>, fsync of
+ * the directory. 0, or -1 with errno kept and "path: what failed" in
+ * <err>.
  */
 int state_save(const struct state *st, const char *path, char *err,
                size_t errlen);
 
 /* The delta as the state file holds it (a new reference). */
 json_t *state_json(const struct state *st);
+
+/*
+ * Every override the delta makes to the config, for logs and GET
+ * /api/state: a new JSON array of
+ *   {"pool", "member", "what", "config", "runtime"}
+ * with <what> and the two values:
+ *   "added"    null                          {"address", "weight", "state"}
+ *   "removed"  {"address", "weight"}         null
+ *   "address"  the written address           the runtime's
+ *   "weight"   the written weight            the runtime's
+ *   "state"    "up"                          "drain" or "maint"
+ * one entry per overridden field, the config's members first, in its
+ * order, then the added ones. Call it AFTER state_apply(<st>, <conf>): it
+ * then reports exactly what applied (state_apply drops what no longer
+ * fits), against the servers as the file wrote them (the base state_apply
+ * captured), whatever <conf> became; <conf> gives the pools and their
+ * order. Before state_apply it compares the delta as loaded with <conf>'s
+ * servers, entries that will be skipped included. NULL when out of
+ * memory.
+ */
+json_t *state_overrides_json(const struct state *st, const struct conf *conf);
+
+/*
+ * Forget runtime changes: the whole delta of <pool> (<member> NULL), or
+ * every entry of <member> in it (added, removed or changed). Returns how
+ * many entries were dropped (0 when none), or -1 with errno ENOENT for a
+ * pool the state does not know. The caller puts the runtime membership
+ * back to the config and saves; a later state_record() against the same
+ * base starts from the config again.
+ */
+int state_reset(struct state *st, const char *pool, const char *member);
 
 /* "up", "drain", "maint"; and back (-1 for an unknown name). */
 const char *state_admin_name(int admin);

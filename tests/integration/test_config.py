@@ -87,6 +87,26 @@ ERRORS = [
     ("duplicate-key", POOL + "  servers: [127.0.0.1:9001]\n  mode: http\n",
      5, "duplicate key 'mode' in pool 'p' (first given at line 3)"),
     ("no-pools", "global:\n  workers: 2\n", 1, "no pools"),
+    ("mode-and-redis-disagree", POOL + "  redis: true\n"
+     "  servers: [127.0.0.1:9001]\n",
+     4, "'redis: true' disagrees with 'mode: tcp' (line 3) in pool 'p'"),
+    ("server-is-own-listen", POOL + "  servers:\n    - 127.0.0.1:9001:1 a\n"
+     "    - 127.0.0.1:7001:1 me\n",
+     6, "server 'me' (127.0.0.1:7001) is chashd's own address, the listen "
+     "address of pool 'p' (127.0.0.1:7001): chashd would connect to itself"),
+    ("server-reaches-wildcard", "p:\n  listen: 0.0.0.0:7001\n  mode: tcp\n"
+     "  servers:\n    - 127.0.0.5:7001:1 a\n",
+     5, "server 'a' (127.0.0.5:7001) is chashd's own address, the listen "
+     "address of pool 'p' (0.0.0.0:7001)"),
+    ("server-is-admin", POOL + "  servers:\n    - localhost:8404:1 a\n",
+     5, "server 'a' (localhost:8404) is chashd's own address, the admin "
+     "address (127.0.0.1:8404)"),
+    ("over-max-points", POOL + "  servers:\n"
+     "    - 127.0.0.1:9001:6000 a\n    - 127.0.0.1:9002:6000 b\n"
+     "    - 127.0.0.1:9003:6000 c\n",
+     4, "pool 'p': its servers need 2880000 ring points, over max_points "
+     "2000000 (lower the weights or points_per_weight, or raise "
+     "max_points)"),
 ]
 
 
@@ -99,6 +119,27 @@ def test_check_refuses_with_file_and_line(tmp_path, yaml, line, phrase):
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert f"{path}:{line}: " in r.stderr, r.stderr
     assert phrase in r.stderr, r.stderr
+
+
+@needs_chashd
+def test_check_refuses_a_huge_ring_before_building_it(tmp_path):
+    """Weights typed with extra zeros: 128 servers x 6000 x 160 points is
+    a ring of 122880000 points, seconds and about 2 GB to build. The size
+    is refused from arithmetic, so `chashd -t` answers at once (the wait
+    is bounded by run()'s timeout, not measured)."""
+    servers = "".join(f"    - 127.0.0.1:{10000 + i}:6000 m-{i}\n"
+                      for i in range(128))
+    path = write(tmp_path, POOL + "  servers:\n" + servers)
+    r = run([CHASHD, "-t", "-c", path])
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert (f"{path}:4: pool 'p': its servers need 122880000 ring points, "
+            "over max_points 2000000") in r.stderr, r.stderr
+    # and max_points lets an operator who means it go further
+    path = write(tmp_path, POOL + "  max_points: 3000000\n  servers:\n"
+                 "    - 127.0.0.1:9001:6000 a\n    - 127.0.0.1:9002:6000 b\n"
+                 "    - 127.0.0.1:9003:6000 c\n", "raised.yml")
+    r = run([CHASHD, "-t", "-c", path])
+    assert r.returncode == 0, r.stderr
 
 
 @needs_chashd

@@ -3,6 +3,10 @@
  * error class checking the exact "file:line:" and the message.
  * SPDX-License-Identifier: BSD-2-Clause
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -24,6 +29,31 @@
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 static char err[4096];
+
+/*
+ * Fault injection for conf_pool_copy's failure path: this strdup comes
+ * before libc's for every caller in this binary (the executable's symbols
+ * are searched first), and fails the <strdup_fail_at>-th call from now
+ * with ENOMEM; -1 never fails. Under ASan the leak checker then proves a
+ * failed copy leaks nothing.
+ */
+static int strdup_fail_at = -1;
+
+char *
+strdup(const char *s)
+{
+    size_t len = strlen(s) + 1;
+    char *d;
+
+    if (strdup_fail_at >= 0 && strdup_fail_at-- == 0) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    d = malloc(len);
+    if (d != NULL)
+        memcpy(d, s, len);
+    return d;
+}
 
 static struct conf *
 load(const char *yaml)
@@ -324,7 +354,7 @@ test_defaults_per_mode(void **state)
         "rd:\n  listen: 127.0.0.1:3\n  redis: true\n  servers: [127.0.0.1:2]\n"
         "tc:\n  listen: 127.0.0.1:4\n  mode: tcp\n  servers: [127.0.0.1:2]\n"
         "ht:\n  listen: 127.0.0.1:5\n  mode: http\n  servers: [127.0.0.1:2]\n"
-        "mw:\n  listen: 127.0.0.1:6\n  mode: memcache\n  redis: true\n"
+        "mw:\n  listen: 127.0.0.1:6\n  mode: memcache\n  redis: false\n"
         "  servers: [127.0.0.1:2]\n";
     struct conf *c = load(yaml);
     const struct conf_pool *p;
@@ -388,7 +418,7 @@ test_defaults_per_mode(void **state)
 
     p = conf_pool_find(c, "mw");
     assert_int_equal(p->mode, CONF_MODE_MEMCACHE);
-    assert_true(p->redis);
+    assert_false(p->redis);
     conf_destroy(c);
 }
 
@@ -421,13 +451,13 @@ test_our_keys(void **state)
         "  connect_timeout: 250ms\n"
         "  idle_timeout: 1h\n"
         "  shutdown_timeout: 0\n"
-        "  servers: [127.0.0.1:1]\n"
+        "  servers: [127.0.0.1:9]\n"
         "q:\n"
         "  listen: 127.0.0.1:7001\n"
         "  mode: tcp\n"
         "  on_failure: error\n"
         "  health_check: true\n"
-        "  servers: [127.0.0.1:1]\n";
+        "  servers: [127.0.0.1:9]\n";
     struct conf *c = load(yaml);
     const struct conf_pool *p;
 
@@ -677,9 +707,9 @@ static void
 test_unix_listen(void **state)
 {
     static const char yaml[] =
-        "a:\n  listen: /tmp/a.sock\n  servers: [127.0.0.1:1]\n"
-        "b:\n  listen: /tmp/b.sock 0600\n  servers: [127.0.0.1:1]\n"
-        "c:\n  listen: /tmp/c.sock:0660\n  servers: [127.0.0.1:1]\n";
+        "a:\n  listen: /tmp/a.sock\n  servers: [127.0.0.1:9]\n"
+        "b:\n  listen: /tmp/b.sock 0600\n  servers: [127.0.0.1:9]\n"
+        "c:\n  listen: /tmp/c.sock:0660\n  servers: [127.0.0.1:9]\n";
     struct conf *c = load(yaml);
 
     (void)state;
@@ -701,23 +731,23 @@ test_admin_forms(void **state)
 
     (void)state;
     c = load("global:\n  admin: off\np:\n  listen: 127.0.0.1:8404\n"
-             "  servers: [127.0.0.1:1]\n");
+             "  servers: [127.0.0.1:9]\n");
     assert_non_null(c);
     assert_int_equal(c->admin.family, AF_UNSPEC);
     assert_null(c->admin.text);
     conf_destroy(c);
     c = load("global:\n  admin: '[::1]:8405'\np:\n  listen: 127.0.0.1:1\n"
-             "  servers: [127.0.0.1:1]\n");
+             "  servers: [127.0.0.1:9]\n");
     assert_non_null(c);
     assert_int_equal(c->admin.family, AF_INET6);
     conf_destroy(c);
     c = load("global:\n  admin: /run/chashd-admin.sock\np:\n"
-             "  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n");
+             "  listen: 127.0.0.1:1\n  servers: [127.0.0.1:9]\n");
     assert_non_null(c);
     assert_int_equal(c->admin.family, AF_UNIX);
     conf_destroy(c);
     /* `global:` alone is all defaults */
-    c = load("global:\np:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n");
+    c = load("global:\np:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:9]\n");
     assert_non_null(c);
     conf_destroy(c);
 }
@@ -849,7 +879,7 @@ test_err_unknown_key(void **state)
 {
     (void)state;
     expect_error("web:\n  listen: 127.0.0.1:8080\n  mode: tcp\n"
-                 "  balance: 2\n  servers: [127.0.0.1:1]\n",
+                 "  balance: 2\n  servers: [127.0.0.1:9]\n",
                  4,
                  "unknown key 'balance' in pool 'web' (valid keys: "
                  "listen, hash, hash_tag");
@@ -996,23 +1026,23 @@ static void
 test_err_listen_twice(void **state)
 {
     (void)state;
-    expect_error("a:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:1]\n"
-                 "b:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:1]\n",
+    expect_error("a:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:9]\n"
+                 "b:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:9]\n",
                  5,
                  "pool 'b' listens on '127.0.0.1:7000', which pool 'a' "
                  "already uses (line 2)");
     /* a wildcard on the same port overlaps */
-    expect_error("a:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:1]\n"
-                 "b:\n  listen: '[::]:7000'\n  servers: [127.0.0.1:1]\n",
+    expect_error("a:\n  listen: 127.0.0.1:7000\n  servers: [127.0.0.1:9]\n"
+                 "b:\n  listen: '[::]:7000'\n  servers: [127.0.0.1:9]\n",
                  5, "pool 'b' listens on '[::]:7000'");
-    expect_error("a:\n  listen: /tmp/x.sock\n  servers: [127.0.0.1:1]\n"
-                 "b:\n  listen: /tmp/x.sock 0600\n  servers: [127.0.0.1:1]\n",
+    expect_error("a:\n  listen: /tmp/x.sock\n  servers: [127.0.0.1:9]\n"
+                 "b:\n  listen: /tmp/x.sock 0600\n  servers: [127.0.0.1:9]\n",
                  5, "which pool 'a' already uses");
     /* the admin address counts, the default one included */
-    expect_error("a:\n  listen: 127.0.0.1:8404\n  servers: [127.0.0.1:1]\n", 2,
+    expect_error("a:\n  listen: 127.0.0.1:8404\n  servers: [127.0.0.1:9]\n", 2,
                  "which is the admin address '127.0.0.1:8404'");
     expect_error("global:\n  admin: 127.0.0.1:9999\n"
-                 "a:\n  listen: 0.0.0.0:9999\n  servers: [127.0.0.1:1]\n",
+                 "a:\n  listen: 0.0.0.0:9999\n  servers: [127.0.0.1:9]\n",
                  4, "which is the admin address '127.0.0.1:9999'");
 }
 
@@ -1032,8 +1062,8 @@ static void
 test_err_no_listen(void **state)
 {
     (void)state;
-    expect_error("a:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n"
-                 "web:\n  servers: [127.0.0.1:1]\n",
+    expect_error("a:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:9]\n"
+                 "web:\n  servers: [127.0.0.1:9]\n",
                  4, "pool 'web' has no 'listen' address");
     expect_error("web:\n", 1, "pool 'web' is empty");
 }
@@ -1059,16 +1089,16 @@ test_err_admin_token(void **state)
 
     (void)state;
     expect_error("global:\n  workers: 1\n  admin: 0.0.0.0:8404\n"
-                 "p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n",
+                 "p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:9]\n",
                  3,
                  "admin address '0.0.0.0:8404' is not loopback: set "
                  "'admin_token'");
     c = load("global:\n  admin: 0.0.0.0:8404\n  admin_token: t0k3n\n"
-             "p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n");
+             "p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:9]\n");
     assert_non_null(c);
     conf_destroy(c);
     c = load("global:\n  admin: 127.9.9.9:8404\n"
-             "p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n");
+             "p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:9]\n");
     assert_non_null(c);
     conf_destroy(c);
 }
@@ -1078,13 +1108,13 @@ test_err_duplicate_key(void **state)
 {
     (void)state;
     expect_error("p:\n  listen: 127.0.0.1:1\n  hash: md5\n"
-                 "  servers: [127.0.0.1:1]\n  hash: crc32\n",
+                 "  servers: [127.0.0.1:9]\n  hash: crc32\n",
                  5,
                  "duplicate key 'hash' in pool 'p' (first given at line "
                  "3)");
-    expect_error("p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n"
-                 "q:\n  listen: 127.0.0.1:2\n  servers: [127.0.0.1:1]\n"
-                 "p:\n  listen: 127.0.0.1:3\n  servers: [127.0.0.1:1]\n",
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:9]\n"
+                 "q:\n  listen: 127.0.0.1:2\n  servers: [127.0.0.1:9]\n"
+                 "p:\n  listen: 127.0.0.1:3\n  servers: [127.0.0.1:9]\n",
                  7, "duplicate pool 'p' (first at line 1)");
     expect_error("global:\n  workers: 1\nglobal:\n  workers: 2\n", 3,
                  "duplicate 'global' (first at line 1)");
@@ -1094,7 +1124,7 @@ static void
 test_err_pool_name(void **state)
 {
     (void)state;
-    expect_error("p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n"
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:9]\n"
                  "my pool:\n  listen: 127.0.0.1:2\n",
                  4, "bad pool name 'my pool': use up to 64 letters, digits");
     expect_error("a/b:\n  listen: 127.0.0.1:2\n", 1, "bad pool name 'a/b'");
@@ -1106,7 +1136,7 @@ test_err_hash_key_in_store_mode(void **state)
 {
     (void)state;
     expect_error("p:\n  listen: 127.0.0.1:1\n  redis: true\n"
-                 "  hash_key: source_ip\n  servers: [127.0.0.1:1]\n",
+                 "  hash_key: source_ip\n  servers: [127.0.0.1:9]\n",
                  4,
                  "'hash_key' is for tcp and http pools; pool 'p' is "
                  "redis");
@@ -1169,9 +1199,852 @@ test_err_documents(void **state)
     expect_error("", 1, "the configuration is empty");
     expect_error("# only a comment\n", 1, "the configuration is empty");
     expect_error("global:\n  workers: 2\n", 1, "no pools");
-    expect_error("p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:1]\n"
+    expect_error("p:\n  listen: 127.0.0.1:1\n  servers: [127.0.0.1:9]\n"
                  "---\nq: 1\n",
                  5, "a second YAML document");
+}
+
+/* ---- deep copy ---- */
+
+/* Every pointer field of <b> is a distinct allocation equal to <a>'s. */
+static void
+assert_pool_copy_equal(const struct conf_pool *a, const struct conf_pool *b)
+{
+    assert_string_equal(b->name, a->name);
+    assert_ptr_not_equal(b->name, a->name);
+    assert_string_equal(b->listen.text, a->listen.text);
+    assert_ptr_not_equal(b->listen.text, a->listen.text);
+    assert_true(conf_addr_equal(&a->listen, &b->listen));
+    if (a->redis_auth != NULL) {
+        assert_string_equal(b->redis_auth, a->redis_auth);
+        assert_ptr_not_equal(b->redis_auth, a->redis_auth);
+    } else {
+        assert_null(b->redis_auth);
+    }
+    assert_int_equal(b->ncommands, a->ncommands);
+    for (size_t i = 0; i < a->ncommands; i++) {
+        assert_string_equal(b->commands[i], a->commands[i]);
+        assert_ptr_not_equal(b->commands[i], a->commands[i]);
+    }
+    assert_int_equal(b->nservers, a->nservers);
+    for (size_t i = 0; i < a->nservers; i++) {
+        assert_string_equal(b->servers[i].name, a->servers[i].name);
+        assert_ptr_not_equal(b->servers[i].name, a->servers[i].name);
+        assert_string_equal(b->servers[i].addr.text, a->servers[i].addr.text);
+        assert_ptr_not_equal(b->servers[i].addr.text, a->servers[i].addr.text);
+        assert_true(conf_addr_equal(&a->servers[i].addr, &b->servers[i].addr));
+        assert_int_equal(b->servers[i].weight, a->servers[i].weight);
+        assert_int_equal(b->servers[i].line, a->servers[i].line);
+    }
+    assert_true(conf_pool_same_ring(a, b));
+    assert_true(conf_pool_same_listen(a, b));
+}
+
+/* A copy outlives its conf: copy every pool of a nutcracker.yml (redis_auth,
+ * command lists, unix sockets), destroy the conf, and the copies still
+ * hold every value (under ASan a shared pointer is a use after free). */
+static void
+test_pool_copy(void **state)
+{
+    struct conf *c = load(nutcracker_yaml), *ref = load(nutcracker_yaml);
+    struct conf_pool copy[5], zero;
+
+    (void)state;
+    assert_non_null(c);
+    assert_non_null(ref);
+    assert_int_equal(c->npools, 5);
+    for (size_t i = 0; i < c->npools; i++)
+        assert_int_equal(conf_pool_copy(&copy[i], &c->pools[i]), 0);
+    conf_destroy(c);
+    for (size_t i = 0; i < ref->npools; i++) {
+        assert_pool_copy_equal(&ref->pools[i], &copy[i]);
+        assert_int_equal(copy[i].mode, ref->pools[i].mode);
+        assert_int_equal(copy[i].mode_source, ref->pools[i].mode_source);
+        assert_int_equal(copy[i].max_points, ref->pools[i].max_points);
+        assert_int_equal(copy[i].timeout_ms, ref->pools[i].timeout_ms);
+        assert_int_equal(copy[i].listen_perm, ref->pools[i].listen_perm);
+        assert_int_equal(copy[i].redis_db, ref->pools[i].redis_db);
+        assert_string_equal(copy[i].hash_tag, ref->pools[i].hash_tag);
+    }
+    assert_string_equal(copy[1].redis_auth, "hunter2");
+    assert_string_equal(copy[4].commands[1], "redis_module_mset 2");
+    for (size_t i = 0; i < 5; i++) {
+        conf_pool_deinit(&copy[i]);
+        assert_null(copy[i].name);
+        assert_int_equal(copy[i].nservers, 0);
+        conf_pool_deinit(&copy[i]); /* twice is harmless */
+    }
+    memset(&zero, 0, sizeof(zero));
+    conf_pool_deinit(&zero);
+    conf_pool_deinit(NULL);
+    conf_destroy(ref);
+}
+
+/* Out of memory at every strdup a copy makes, in turn: -1 with ENOMEM,
+ * the destination zeroed, nothing leaked (ASan's leak check), the source
+ * untouched; then the copy that no longer fails is whole. */
+static void
+test_pool_copy_out_of_memory(void **state)
+{
+    struct conf *c = load(nutcracker_yaml);
+    const struct conf_pool *src;
+    struct conf_pool dst, zero;
+    int at, rc;
+
+    (void)state;
+    assert_non_null(c);
+    src = conf_pool_find(c, "beta"); /* redis_auth, named servers */
+    memset(&zero, 0, sizeof(zero));
+    for (at = 0; at < 100; at++) {
+        memset(&dst, 0xa5, sizeof(dst));
+        errno = 0;
+        strdup_fail_at = at;
+        rc = conf_pool_copy(&dst, src);
+        strdup_fail_at = -1;
+        if (rc == 0)
+            break;
+        assert_int_equal(rc, -1);
+        assert_int_equal(errno, ENOMEM);
+        assert_memory_equal(&dst, &zero, sizeof(dst));
+    }
+    /* name, listen, redis_auth and 2 per server: every one was failed */
+    assert_int_equal(at, 3 + 2 * (int)src->nservers);
+    assert_pool_copy_equal(src, &dst);
+    conf_pool_deinit(&dst);
+
+    src = conf_pool_find(c, "omega"); /* commands */
+    for (at = 0; at < 100; at++) {
+        strdup_fail_at = at;
+        rc = conf_pool_copy(&dst, src);
+        strdup_fail_at = -1;
+        if (rc == 0)
+            break;
+        assert_memory_equal(&dst, &zero, sizeof(dst));
+    }
+    assert_int_equal(at, 2 + (int)src->ncommands + 2 * (int)src->nservers);
+    assert_pool_copy_equal(src, &dst);
+    conf_pool_deinit(&dst);
+    conf_destroy(c);
+}
+
+/* ---- where the mode came from ---- */
+
+static void
+test_mode_source(void **state)
+{
+    static const char yaml[] =
+        "m:\n  listen: 127.0.0.1:7001\n  mode: http\n  servers: [127.0.0.1:9]\n"
+        "r:\n  listen: 127.0.0.1:7002\n  redis: true\n  servers: "
+        "[127.0.0.1:9]\n"
+        "f:\n  listen: 127.0.0.1:7003\n  redis: false\n"
+        "  servers: [127.0.0.1:9]\n"
+        "d:\n  listen: 127.0.0.1:7004\n  servers: [127.0.0.1:9]\n"
+        "a:\n  listen: 127.0.0.1:7005\n  mode: redis\n  redis: true\n"
+        "  servers: [127.0.0.1:9]\n"
+        "t:\n  listen: 127.0.0.1:7006\n  mode: tcp\n  redis: false\n"
+        "  servers: [127.0.0.1:9]\n";
+    static const struct {
+        const char *pool;
+        int mode, src;
+    } want[] = {
+        {"m", CONF_MODE_HTTP, CONF_MODE_SRC_MODE},
+        {"r", CONF_MODE_REDIS, CONF_MODE_SRC_REDIS},
+        {"f", CONF_MODE_MEMCACHE, CONF_MODE_SRC_REDIS},
+        {"d", CONF_MODE_MEMCACHE, CONF_MODE_SRC_DEFAULT},
+        {"a", CONF_MODE_REDIS, CONF_MODE_SRC_MODE},
+        {"t", CONF_MODE_TCP, CONF_MODE_SRC_MODE},
+    };
+    struct conf *c = load(yaml);
+
+    (void)state;
+    assert_non_null(c);
+    assert_int_equal(c->nwarnings, 0);
+    for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
+        const struct conf_pool *p = conf_pool_find(c, want[i].pool);
+        assert_int_equal(p->mode, want[i].mode);
+        assert_int_equal(p->mode_source, want[i].src);
+    }
+    conf_destroy(c);
+    assert_string_equal(conf_mode_source_name(CONF_MODE_SRC_MODE),
+                        "set by 'mode:'");
+    assert_string_equal(conf_mode_source_name(CONF_MODE_SRC_REDIS),
+                        "from twemproxy's 'redis:' key");
+    assert_string_equal(conf_mode_source_name(CONF_MODE_SRC_DEFAULT),
+                        "the default: neither 'mode:' nor 'redis:' is given "
+                        "(twemproxy's rule)");
+    assert_null(conf_mode_source_name(3));
+    assert_null(conf_mode_source_name(-1));
+}
+
+/* `mode:` and `redis:` that disagree are refused at the `redis:` line,
+ * whichever comes first in the file. */
+static void
+test_err_mode_and_redis_disagree(void **state)
+{
+    (void)state;
+    expect_error("p:\n  listen: 127.0.0.1:1\n  mode: tcp\n  redis: true\n"
+                 "  servers: [127.0.0.1:9]\n",
+                 4,
+                 "'redis: true' disagrees with 'mode: tcp' (line 3) in pool "
+                 "'p': drop 'redis', or make them agree (redis: true is "
+                 "mode: redis)");
+    expect_error("p:\n  redis: false\n  listen: 127.0.0.1:1\n  mode: redis\n"
+                 "  servers: [127.0.0.1:9]\n",
+                 2, "'redis: false' disagrees with 'mode: redis' (line 4)");
+    expect_error("p:\n  listen: 127.0.0.1:1\n  mode: memcache\n"
+                 "  redis: yes\n  servers: [127.0.0.1:9]\n",
+                 4, "'redis: true' disagrees with 'mode: memcache'");
+}
+
+/* ---- warnings ---- */
+
+/* Load <yaml>; its warnings must be exactly <want> (NULL-terminated), in
+ * order. */
+static void
+expect_warnings(const char *yaml, const char *const *want)
+{
+    struct conf *c = load(yaml);
+    size_t n = 0;
+
+    assert_non_null(c);
+    while (want[n] != NULL)
+        n++;
+    for (size_t i = 0; i < c->nwarnings || i < n; i++) {
+        const char *got = i < c->nwarnings ? c->warnings[i] : "(none)";
+        const char *exp = i < n ? want[i] : "(none)";
+        if (strcmp(got, exp) != 0)
+            fail_msg("warning %zu:\ngot   \"%s\"\nwant  \"%s\"", i, got, exp);
+    }
+    conf_destroy(c);
+}
+
+static void
+test_warn_unitless_durations(void **state)
+{
+    static const char ours[] =
+        "p:\n"
+        "  listen: 127.0.0.1:7001\n"
+        "  mode: tcp\n"
+        "  slow_start: 30\n"
+        "  connect_timeout: 999\n"
+        "  idle_timeout: 1000\n"
+        "  shutdown_timeout: 0\n"
+        "  health_check: { interval: 100, timeout: 50 }\n"
+        "  servers: [127.0.0.1:9]\n";
+    static const char *const ours_want[] = {
+        "t.yml:4: warning: 'slow_start: 30' has no unit and is read as 30 "
+        "milliseconds (write 30s for seconds)",
+        "t.yml:5: warning: 'connect_timeout: 999' has no unit and is read as "
+        "999 milliseconds (write 999s for seconds)",
+        "t.yml:8: warning: 'interval: 100' has no unit and is read as 100 "
+        "milliseconds (write 100s for seconds)",
+        "t.yml:8: warning: 'timeout: 50' has no unit and is read as 50 "
+        "milliseconds (write 50s for seconds)",
+        NULL};
+    /* with units, or twemproxy's own keys in plain ms: silent */
+    static const char silent[] =
+        "p:\n"
+        "  listen: 127.0.0.1:7001\n"
+        "  redis: true\n"
+        "  timeout: 400\n"
+        "  server_retry_timeout: 30\n"
+        "  slow_start: 30s\n"
+        "  connect_timeout: 250ms\n"
+        "  health_check: { interval: 1s, timeout: 0.5s }\n"
+        "  servers: [127.0.0.1:9]\n";
+    static const char *const none[] = {NULL};
+    struct conf *c;
+
+    (void)state;
+    expect_warnings(ours, ours_want);
+    expect_warnings(silent, none);
+    /* read as milliseconds all the same, as twemproxy reads its keys */
+    c = load(ours);
+    assert_int_equal(c->pools[0].slow_start_ms, 30);
+    assert_int_equal(c->pools[0].health.interval_ms, 100);
+    conf_destroy(c);
+}
+
+/* Each key that does nothing in its pool's mode, at its line; `redis:
+ * false` agrees with mode tcp (line 12) and hash_tag acts in a memcache
+ * pool (line 16): no warning for those. */
+static void
+test_warn_keys_without_effect(void **state)
+{
+    static const char yaml[] = "web:\n"                       /* 1 */
+                               "  listen: 127.0.0.1:7001\n"   /* 2 */
+                               "  mode: tcp\n"                /* 3 */
+                               "  redis_auth: secret\n"       /* 4 */
+                               "  hash_tag: \"{}\"\n"         /* 5 */
+                               "  timeout: 5000\n"            /* 6 */
+                               "  servers: [127.0.0.1:9]\n"   /* 7 */
+                               "  server_connections: 2\n"    /* 8 */
+                               "  preconnect: true\n"         /* 9 */
+                               "  redis_db: 1\n"              /* 10 */
+                               "  command: [foo]\n"           /* 11 */
+                               "  redis: false\n"             /* 12 */
+                               "cache:\n"                     /* 13 */
+                               "  listen: 127.0.0.1:7002\n"   /* 14 */
+                               "  redis_db: 2\n"              /* 15 */
+                               "  hash_tag: \"{}\"\n"         /* 16 */
+                               "  servers: [127.0.0.1:9]\n"   /* 17 */
+                               "  slow_start: 5\n"            /* 18 */
+                               "api:\n"                       /* 19 */
+                               "  listen: 127.0.0.1:7003\n"   /* 20 */
+                               "  mode: http\n"               /* 21 */
+                               "  hash_key: source_ip_port\n" /* 22 */
+                               "  timeout: 100\n"             /* 23 */
+                               "  servers: [127.0.0.1:9]\n"   /* 24 */
+                               "rd:\n"                        /* 25 */
+                               "  listen: 127.0.0.1:7004\n"   /* 26 */
+                               "  redis: true\n"              /* 27 */
+                               "  redis_auth: s\n"            /* 28 */
+                               "  redis_db: 3\n"              /* 29 */
+                               "  command: [foo]\n"           /* 30 */
+                               "  timeout: 10\n"              /* 31 */
+                               "  server_connections: 2\n"    /* 32 */
+                               "  servers: [127.0.0.1:9]\n";  /* 33 */
+    static const char *const want[] = {
+        "t.yml:4: warning: 'redis_auth' has no effect in pool 'web' "
+        "(mode tcp)",
+        "t.yml:5: warning: 'hash_tag' has no effect in pool 'web' (mode tcp)",
+        "t.yml:6: warning: 'timeout' has no effect in pool 'web' (mode tcp)",
+        "t.yml:8: warning: 'server_connections' has no effect in pool 'web' "
+        "(mode tcp)",
+        "t.yml:9: warning: 'preconnect' has no effect in pool 'web' "
+        "(mode tcp)",
+        "t.yml:10: warning: 'redis_db' has no effect in pool 'web' "
+        "(mode tcp)",
+        "t.yml:11: warning: 'command' has no effect in pool 'web' (mode tcp)",
+        "t.yml:15: warning: 'redis_db' has no effect in pool 'cache' "
+        "(mode memcache)",
+        "t.yml:18: warning: 'slow_start: 5' has no unit and is read as 5 "
+        "milliseconds (write 5s for seconds)",
+        "t.yml:23: warning: 'timeout' has no effect in pool 'api' "
+        "(mode http)",
+        NULL};
+
+    (void)state;
+    expect_warnings(yaml, want);
+}
+
+/* The configs users start from carry no warning. DESIGN.md's example has
+ * one: `timeout` is twemproxy's request timeout, and acts in no tcp pool
+ * today. */
+static void
+test_no_warnings_in_shipped_configs(void **state)
+{
+    static const char *const files[] = {"conf/chashd.yml",
+                                        "conf/nutcracker.yml"};
+    static const char *const design_want[] = {
+        "t.yml:19: warning: 'timeout' has no effect in pool 'web' (mode tcp)",
+        NULL};
+    static const char *const none[] = {NULL};
+    struct conf *c;
+
+    (void)state;
+    expect_warnings(conf_default_yaml, none);
+    expect_warnings(nutcracker_yaml, none);
+    expect_warnings(design_yaml, design_want);
+    for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+        c = conf_load(files[i], err, sizeof(err));
+        if (c == NULL)
+            fail_msg("%s", err);
+        for (size_t k = 0; k < c->nwarnings; k++)
+            print_message("%s\n", c->warnings[k]);
+        assert_int_equal(c->nwarnings, 0);
+        conf_destroy(c);
+    }
+}
+
+/* ---- a member that is chashd itself ---- */
+
+static void
+addr(const char *text, struct conf_addr *a)
+{
+    char msg[256];
+
+    if (conf_parse_addr(text, a, msg, sizeof(msg)) != 0)
+        fail_msg("%s: %s", text, msg);
+}
+
+static bool
+reaches(const char *listen, const char *member)
+{
+    struct conf_addr l, m;
+    bool r;
+
+    addr(listen, &l);
+    addr(member, &m);
+    r = conf_addr_reaches(&l, &m);
+    conf_addr_deinit(&l);
+    conf_addr_deinit(&m);
+    return r;
+}
+
+/* A non-loopback address of this host, written "a.b.c.d" or "[v6]", of
+ * <family>; false when the host has none. */
+static bool
+local_address(int family, char *buf, size_t len)
+{
+    struct ifaddrs *ifs, *i;
+    bool found = false;
+
+    if (getifaddrs(&ifs) != 0)
+        return false;
+    for (i = ifs; i != NULL && !found; i = i->ifa_next) {
+        char host[INET6_ADDRSTRLEN];
+
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != family)
+            continue;
+        if (family == AF_INET) {
+            const struct sockaddr_in *in = (const void *)i->ifa_addr;
+            if ((ntohl(in->sin_addr.s_addr) >> 24) == 127)
+                continue;
+            inet_ntop(AF_INET, &in->sin_addr, buf, (socklen_t)len);
+            found = true;
+        } else {
+            const struct sockaddr_in6 *in6 = (const void *)i->ifa_addr;
+            if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) ||
+                IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr))
+                continue;
+            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+            snprintf(buf, len, "[%s]", host);
+            found = true;
+        }
+    }
+    freeifaddrs(ifs);
+    return found;
+}
+
+static void
+test_addr_reaches(void **state)
+{
+    char local4[64], local6[80], l[128], m[128];
+
+    (void)state;
+    /* the same socket, however written */
+    assert_true(reaches("127.0.0.1:8080", "localhost:8080"));
+    assert_true(reaches("[::1]:8080", "[::1]:8080"));
+    assert_true(reaches("127.0.0.1:8080", "[::ffff:127.0.0.1]:8080"));
+    assert_false(reaches("127.0.0.1:8080", "127.0.0.1:8081"));
+    assert_false(reaches("127.0.0.1:8080", "127.0.0.2:8080"));
+    assert_false(reaches("[::1]:8080", "127.0.0.1:8080"));
+    /* a wildcard listen: loopback and local addresses on its port */
+    assert_true(reaches("0.0.0.0:8080", "127.0.0.1:8080"));
+    assert_true(reaches("0.0.0.0:8080", "127.9.9.9:8080"));
+    assert_false(reaches("0.0.0.0:8080", "127.0.0.1:8081"));
+    assert_false(reaches("0.0.0.0:8080", "[::1]:8080")); /* IPv4 only */
+    assert_true(reaches("[::]:8080", "[::1]:8080"));
+    assert_true(reaches("[::]:8080", "127.0.0.1:8080")); /* dual-stack */
+    assert_false(reaches("0.0.0.0:8080", "198.51.100.7:8080"));
+    assert_false(reaches("[::]:8080", "[2001:db8::7]:8080"));
+    /* a wildcard member: Linux connects it to the loopback address */
+    assert_true(reaches("127.0.0.1:8080", "0.0.0.0:8080"));
+    assert_true(reaches("0.0.0.0:8080", "0.0.0.0:8080"));
+    assert_true(reaches("[::1]:8080", "[::]:8080"));
+    /* unix sockets: the same path */
+    assert_true(reaches("/tmp/chashd.sock", "/tmp/chashd.sock"));
+    assert_false(reaches("/tmp/chashd.sock", "/tmp/other.sock"));
+    assert_false(reaches("127.0.0.1:8080", "/tmp/chashd.sock"));
+    if (local_address(AF_INET, local4, sizeof(local4))) {
+        snprintf(m, sizeof(m), "%s:8080", local4);
+        assert_true(reaches("0.0.0.0:8080", m));
+        assert_true(reaches("[::]:8080", m));
+        assert_false(reaches("127.0.0.1:8080", m));
+        snprintf(l, sizeof(l), "%s:8080", local4);
+        assert_true(reaches(l, m));
+    } else {
+        print_message("no non-loopback IPv4 address: not checked\n");
+    }
+    if (local_address(AF_INET6, local6, sizeof(local6))) {
+        snprintf(m, sizeof(m), "%s:8080", local6);
+        assert_true(reaches("[::]:8080", m));
+        assert_false(reaches("0.0.0.0:8080", m));
+    } else {
+        print_message("no non-loopback IPv6 address: not checked\n");
+    }
+    {
+        struct conf_addr unset = {0}, a;
+        addr("127.0.0.1:8080", &a);
+        assert_false(conf_addr_reaches(&unset, &a));
+        assert_false(conf_addr_reaches(&a, &unset));
+        conf_addr_deinit(&a);
+    }
+}
+
+/*
+ * The kernel is the judge: listen on <listen> (its port replaced by a
+ * free one), connect to <member> on that port, and say whether the
+ * connection arrived. -1 when <listen> cannot be bound here.
+ */
+static int
+kernel_reaches(const char *listen_host, const char *member_host)
+{
+    struct sockaddr_storage ls, ms;
+    socklen_t llen, mlen;
+    int lfd, cfd, rc, yes = 1;
+    uint16_t port;
+
+    memset(&ls, 0, sizeof(ls));
+    memset(&ms, 0, sizeof(ms));
+    if (inet_pton(AF_INET, listen_host,
+                  &((struct sockaddr_in *)&ls)->sin_addr) == 1) {
+        ls.ss_family = AF_INET;
+        llen = sizeof(struct sockaddr_in);
+    } else {
+        assert_int_equal(inet_pton(AF_INET6, listen_host,
+                                   &((struct sockaddr_in6 *)&ls)->sin6_addr),
+                         1);
+        ls.ss_family = AF_INET6;
+        llen = sizeof(struct sockaddr_in6);
+    }
+    lfd = socket(ls.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(lfd >= 0);
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (bind(lfd, (struct sockaddr *)&ls, llen) != 0 || listen(lfd, 8) != 0) {
+        close(lfd);
+        return -1;
+    }
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&ls, &llen), 0);
+    port = ls.ss_family == AF_INET ? ((struct sockaddr_in *)&ls)->sin_port
+                                   : ((struct sockaddr_in6 *)&ls)->sin6_port;
+    if (inet_pton(AF_INET, member_host,
+                  &((struct sockaddr_in *)&ms)->sin_addr) == 1) {
+        ms.ss_family = AF_INET;
+        ((struct sockaddr_in *)&ms)->sin_port = port;
+        mlen = sizeof(struct sockaddr_in);
+    } else {
+        assert_int_equal(inet_pton(AF_INET6, member_host,
+                                   &((struct sockaddr_in6 *)&ms)->sin6_addr),
+                         1);
+        ms.ss_family = AF_INET6;
+        ((struct sockaddr_in6 *)&ms)->sin6_port = port;
+        mlen = sizeof(struct sockaddr_in6);
+    }
+    cfd = socket(ms.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(cfd >= 0);
+    /* loopback and local addresses answer at once: refused or accepted */
+    rc = connect(cfd, (struct sockaddr *)&ms, mlen) == 0;
+    close(cfd);
+    close(lfd);
+    return rc;
+}
+
+/* conf_addr_reaches agrees with the kernel on every pair of these,
+ * whatever the host's interfaces. */
+static void
+test_addr_reaches_agrees_with_kernel(void **state)
+{
+    char local4[64] = "", local6[80] = "";
+    const char *hosts[12];
+    size_t n = 0, compared = 0, connected = 0;
+    char lt[128], mt[128];
+
+    (void)state;
+    hosts[n++] = "127.0.0.1";
+    hosts[n++] = "127.0.0.2";
+    hosts[n++] = "0.0.0.0";
+    hosts[n++] = "::1";
+    hosts[n++] = "::";
+    hosts[n++] = "::ffff:127.0.0.1";
+    if (local_address(AF_INET, local4, sizeof(local4)))
+        hosts[n++] = local4;
+    if (local_address(AF_INET6, local6, sizeof(local6))) {
+        /* strip the brackets for inet_pton */
+        memmove(local6, local6 + 1, strlen(local6));
+        local6[strlen(local6) - 1] = '\0';
+        hosts[n++] = local6;
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < n; j++) {
+            struct conf_addr l, m;
+            int k = kernel_reaches(hosts[i], hosts[j]);
+            bool ours;
+
+            if (k < 0)
+                continue;
+            compared++;
+            connected += k == 1;
+            /* the same port on both sides is all that matters here */
+            snprintf(lt, sizeof(lt),
+                     strchr(hosts[i], ':') ? "[%s]:8080" : "%s:8080", hosts[i]);
+            snprintf(mt, sizeof(mt),
+                     strchr(hosts[j], ':') ? "[%s]:8080" : "%s:8080", hosts[j]);
+            addr(lt, &l);
+            addr(mt, &m);
+            ours = conf_addr_reaches(&l, &m);
+            conf_addr_deinit(&l);
+            conf_addr_deinit(&m);
+            if (ours != (k == 1))
+                fail_msg("listen %s, member %s: kernel %s, "
+                         "conf_addr_reaches %s",
+                         lt, mt, k ? "connects" : "refuses",
+                         ours ? "true" : "false");
+        }
+    }
+    /* every listen host binds on Linux with loopback, and both answers
+     * occur (6 x 6 pairs at least) */
+    assert_true(compared >= 36);
+    assert_true(connected > 0 && connected < compared);
+    print_message("%zu pairs, %zu connected\n", compared, connected);
+}
+
+static void
+test_self_address(void **state)
+{
+    static const char yaml[] = "global:\n  admin: 127.0.0.1:8404\n"
+                               "web:\n  listen: 0.0.0.0:8080\n  mode: tcp\n"
+                               "  servers: [127.0.0.1:9001]\n"
+                               "sock:\n  listen: /tmp/chash-self.sock\n"
+                               "  servers: [127.0.0.1:9002]\n";
+    struct conf *c = load(yaml);
+    struct conf_addr a;
+    char buf[256];
+
+    (void)state;
+    assert_non_null(c);
+    addr("127.0.0.1:8080", &a);
+    assert_ptr_equal(conf_self_address(c, &a, buf, sizeof(buf)), buf);
+    assert_string_equal(buf, "the listen address of pool 'web' (0.0.0.0:8080)");
+    conf_addr_deinit(&a);
+    addr("localhost:8404", &a);
+    assert_non_null(conf_self_address(c, &a, buf, sizeof(buf)));
+    assert_string_equal(buf, "the admin address (127.0.0.1:8404)");
+    conf_addr_deinit(&a);
+    addr("/tmp/chash-self.sock", &a);
+    assert_non_null(conf_self_address(c, &a, buf, sizeof(buf)));
+    assert_string_equal(
+        buf, "the listen address of pool 'sock' (/tmp/chash-self.sock)");
+    conf_addr_deinit(&a);
+    addr("127.0.0.1:9001", &a);
+    assert_null(conf_self_address(c, &a, buf, sizeof(buf)));
+    conf_addr_deinit(&a);
+    addr("[::1]:8080", &a); /* 0.0.0.0 takes no IPv6 */
+    assert_null(conf_self_address(c, &a, buf, sizeof(buf)));
+    conf_addr_deinit(&a);
+    conf_destroy(c);
+}
+
+static void
+test_err_self_address(void **state)
+{
+    (void)state;
+    expect_error("web:\n  listen: 127.0.0.1:8080\n  mode: tcp\n  servers:\n"
+                 "    - 127.0.0.1:9001:1 web-1\n"
+                 "    - 127.0.0.1:8080:1 web-9\n",
+                 6,
+                 "server 'web-9' (127.0.0.1:8080) is chashd's own address, "
+                 "the listen address of pool 'web' (127.0.0.1:8080): chashd "
+                 "would connect to itself");
+    /* a wildcard listen is reached through loopback */
+    expect_error("web:\n  listen: 0.0.0.0:8080\n  mode: tcp\n  servers:\n"
+                 "    - 127.0.0.2:8080:1 web-2\n",
+                 5, "server 'web-2' (127.0.0.2:8080) is chashd's own address");
+    expect_error("web:\n  listen: '[::]:8080'\n  mode: tcp\n  servers:\n"
+                 "    - localhost:8080:1 web-2\n",
+                 5, "the listen address of pool 'web' ([::]:8080)");
+    /* another pool's listen, and the default admin address */
+    expect_error("a:\n  listen: 127.0.0.1:7001\n  mode: tcp\n"
+                 "  servers: [127.0.0.1:9]\n"
+                 "b:\n  listen: 127.0.0.1:7002\n  mode: tcp\n  servers:\n"
+                 "    - 127.0.0.1:9\n    - 127.0.0.1:7001 loop\n",
+                 10,
+                 "server 'loop' (127.0.0.1:7001) is chashd's own address, "
+                 "the listen address of pool 'a'");
+    expect_error("a:\n  listen: 127.0.0.1:7001\n  mode: tcp\n"
+                 "  servers: [127.0.0.1:8404]\n",
+                 4,
+                 "is chashd's own address, the admin address "
+                 "(127.0.0.1:8404)");
+    expect_error("a:\n  listen: /tmp/chash-a.sock\n  servers:\n"
+                 "    - /tmp/chash-a.sock:1 me\n",
+                 4, "server 'me' (/tmp/chash-a.sock) is chashd's own");
+}
+
+/* ---- ring size ---- */
+
+/* conf_ring_points is what chash_ring_create allocates: checked against
+ * the points of built rings over many memberships (exactly, but for
+ * nginx's dropped duplicates). */
+static void
+test_ring_points_match_built_rings(void **state)
+{
+    static const int algos[] = {CHASH_ALGO_RING, CHASH_ALGO_KETAMA,
+                                CHASH_ALGO_NGINX, CHASH_ALGO_MAGLEV};
+    struct chash_member m[64];
+    char names[64][16];
+    uint32_t seed = 12345;
+
+    (void)state;
+    for (size_t i = 0; i < 64; i++) {
+        snprintf(names[i], sizeof(names[i]), "10.0.0.%zu:11211", i);
+        m[i].name = names[i];
+        m[i].ramp = 1.0;
+    }
+    for (int round = 0; round < 200; round++) {
+        size_t n;
+        bool live = false;
+
+        seed = seed * 1103515245u + 12345u;
+        n = 1 + (seed >> 16) % 64;
+        for (size_t i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            m[i].weight = (seed >> 16) % 7; /* 0..6, 0 owns nothing */
+            if (round % 5 == 0 && i == 0)
+                m[i].weight = 977;
+            live |= m[i].weight > 0;
+        }
+        if (!live)
+            m[0].weight = 1;
+        for (size_t a = 0; a < ARRAY_SIZE(algos); a++) {
+            struct chash_config cfg = {0};
+            struct chash_ring *ring = NULL;
+            uint64_t built, got;
+
+            cfg.algo = algos[a];
+            cfg.points_per_weight = 1 + (uint32_t)round * 5;
+            cfg.table_size = round % 2 ? 65537 : 257;
+            assert_int_equal(chash_ring_create(&cfg, m, n, &ring), 0);
+            built = chash_ring_points(ring);
+            got = conf_ring_points(algos[a], &cfg, m, n);
+            /* nginx drops points that fall on one another, as nginx
+             * does (about P^2 / 2^33 of them): the count is a bound */
+            if (algos[a] == CHASH_ALGO_NGINX
+                    ? got < built || got - built > got / 1000 + 8
+                    : got != built)
+                fail_msg("%s, %zu members, round %d: %llu points, "
+                         "conf_ring_points says %llu",
+                         chash_algo_name(algos[a]), n, round,
+                         (unsigned long long)built, (unsigned long long)got);
+            chash_ring_destroy(ring);
+        }
+    }
+}
+
+static void
+test_ring_points_by_algorithm(void **state)
+{
+    struct chash_member m[3] = {{"a", 3, 0.5}, {"b", 10000, 0}, {"c", 0, 1}};
+    struct chash_config cfg = {0};
+
+    (void)state;
+    /* ring: weight x points_per_weight, a member capped at the library's
+     * per-member limit; ramps do not count */
+    cfg.algo = CHASH_ALGO_RING;
+    assert_int_equal(conf_ring_points(CHASH_ALGO_RING, &cfg, m, 3),
+                     3 * 160 + CHASH_MAX_MEMBER_POINTS);
+    cfg.points_per_weight = 10;
+    assert_int_equal(conf_ring_points(CHASH_ALGO_RING, &cfg, m, 3),
+                     30 + 100000);
+    /* nginx: 160 per unit of weight, whatever points_per_weight says */
+    cfg.algo = CHASH_ALGO_NGINX;
+    assert_int_equal(conf_ring_points(CHASH_ALGO_NGINX, &cfg, m, 3),
+                     3 * 160 + CHASH_MAX_MEMBER_POINTS);
+    /* maglev: the table; rendezvous and jump: the members */
+    cfg.algo = CHASH_ALGO_MAGLEV;
+    assert_int_equal(conf_ring_points(CHASH_ALGO_MAGLEV, &cfg, m, 3), 65537);
+    cfg.table_size = 5000011;
+    assert_int_equal(conf_ring_points(CHASH_ALGO_MAGLEV, &cfg, m, 3), 5000011);
+    cfg.algo = CHASH_ALGO_RENDEZVOUS;
+    assert_int_equal(conf_ring_points(CHASH_ALGO_RENDEZVOUS, &cfg, m, 3), 3);
+    cfg.algo = CHASH_ALGO_JUMP;
+    assert_int_equal(conf_ring_points(CHASH_ALGO_JUMP, &cfg, m, 3), 3);
+    /* twemproxy's modula counts the ketama ring chashd builds for it: two
+     * live servers of 160 points each (weights 3 and 10000: 0 and 316) */
+    cfg.algo = CHASH_ALGO_KETAMA;
+    assert_int_equal(conf_ring_points(CONF_DIST_MODULA, &cfg, m, 3),
+                     conf_ring_points(CHASH_ALGO_KETAMA, &cfg, m, 3));
+    assert_int_equal(conf_ring_points(CHASH_ALGO_KETAMA, &cfg, m, 3), 316);
+}
+
+static void
+test_max_points(void **state)
+{
+    static const char heavy[] = "web:\n"
+                                "  listen: 127.0.0.1:7001\n"
+                                "  mode: tcp\n"
+                                "%s"
+                                "  servers:\n"
+                                "    - 127.0.0.1:9001:6000 web-1\n"
+                                "    - 127.0.0.1:9002:6000 web-2\n"
+                                "    - 127.0.0.1:9003:6000 web-3\n"
+                                "    - 127.0.0.1:9004:1 web-4\n";
+    char yaml[1024];
+    struct conf *c;
+
+    (void)state;
+    /* 3 x 6000 x 160 + 160: each member under the library's limit */
+    snprintf(yaml, sizeof(yaml), heavy, "");
+    expect_error(yaml, 4,
+                 "pool 'web': its servers need 2880160 ring points, over "
+                 "max_points 2000000 (lower the weights or points_per_weight, "
+                 "or raise max_points)");
+    snprintf(yaml, sizeof(yaml), heavy, "  points_per_weight: 100\n");
+    c = load(yaml);
+    assert_non_null(c);
+    assert_int_equal(c->pools[0].max_points, 2000000);
+    conf_destroy(c);
+    snprintf(yaml, sizeof(yaml), heavy, "  max_points: 3000000\n");
+    c = load(yaml);
+    assert_non_null(c);
+    assert_int_equal(c->pools[0].max_points, 3000000);
+    conf_destroy(c);
+    snprintf(yaml, sizeof(yaml), heavy, "  max_points: 100\n");
+    expect_error(yaml, 5,
+                 "its servers need 2880160 ring points, over "
+                 "max_points 100");
+    /* maglev: the table, at the line of table_size */
+    expect_error("p:\n  listen: 127.0.0.1:7001\n  mode: tcp\n"
+                 "  distribution: maglev\n  table_size: 5000011\n"
+                 "  servers: [127.0.0.1:9]\n",
+                 5,
+                 "pool 'p': its table_size needs 5000011 table entries, over "
+                 "max_points 2000000 (lower table_size, or raise "
+                 "max_points)");
+    expect_error("p:\n  listen: 127.0.0.1:7001\n  mode: tcp\n"
+                 "  distribution: maglev\n  max_points: 1000\n"
+                 "  servers: [127.0.0.1:9]\n",
+                 5, "needs 65537 table entries, over max_points 1000");
+    /* rendezvous: its members */
+    expect_error("p:\n  listen: 127.0.0.1:7001\n  mode: tcp\n"
+                 "  distribution: rendezvous\n  max_points: 2\n"
+                 "  servers: [127.0.0.1:9, 127.0.0.1:10, 127.0.0.1:11]\n",
+                 6,
+                 "pool 'p': its 3 servers are over max_points 2 (raise "
+                 "max_points)");
+    expect_error("p:\n  listen: 127.0.0.1:7001\n  max_points: 0\n", 3,
+                 "'max_points' is out of range: 0 is not between 1 and "
+                 "4294967295");
+    /* twemproxy pools: ketama holds about 160 a server, whatever the
+     * weights (nutcracker.yml's omega weighs 100000) */
+    c = load(nutcracker_yaml);
+    assert_non_null(c);
+    conf_destroy(c);
+}
+
+/* So heavy a pool that building its ring would take seconds and about
+ * 2 GB (128 members x 6000 x 160 = 122880000 points): refused from the
+ * arithmetic, before the ring is built. */
+static void
+test_max_points_refused_before_building(void **state)
+{
+    char *yaml = malloc(16384);
+    size_t used;
+
+    (void)state;
+    assert_non_null(yaml);
+    used = (size_t)snprintf(yaml, 16384,
+                            "big:\n  listen: 127.0.0.1:7001\n  mode: tcp\n"
+                            "  servers:\n");
+    for (int i = 0; i < 128; i++)
+        used +=
+            (size_t)snprintf(yaml + used, 16384 - used,
+                             "    - 127.0.0.1:%d:6000 m-%d\n", 10000 + i, i);
+    expect_error(yaml, 4,
+                 "pool 'big': its servers need 122880000 ring points, over "
+                 "max_points 2000000");
+    free(yaml);
 }
 
 int
@@ -1215,6 +2088,21 @@ main(void)
         cmocka_unit_test(test_err_ring_limits),
         cmocka_unit_test(test_err_bad_values),
         cmocka_unit_test(test_err_documents),
+        cmocka_unit_test(test_pool_copy),
+        cmocka_unit_test(test_pool_copy_out_of_memory),
+        cmocka_unit_test(test_mode_source),
+        cmocka_unit_test(test_err_mode_and_redis_disagree),
+        cmocka_unit_test(test_warn_unitless_durations),
+        cmocka_unit_test(test_warn_keys_without_effect),
+        cmocka_unit_test(test_no_warnings_in_shipped_configs),
+        cmocka_unit_test(test_addr_reaches),
+        cmocka_unit_test(test_addr_reaches_agrees_with_kernel),
+        cmocka_unit_test(test_self_address),
+        cmocka_unit_test(test_err_self_address),
+        cmocka_unit_test(test_ring_points_match_built_rings),
+        cmocka_unit_test(test_ring_points_by_algorithm),
+        cmocka_unit_test(test_max_points),
+        cmocka_unit_test(test_max_points_refused_before_building),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

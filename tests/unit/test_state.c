@@ -4,6 +4,7 @@
  * atomic save that round-trips.
  * SPDX-License-Identifier: BSD-2-Clause
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -18,6 +20,8 @@
 
 #include "conf.h"
 #include "state.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 static const char yaml[] = "web:\n"
                            "  listen: 127.0.0.1:18080\n"
@@ -390,6 +394,310 @@ test_a_delta_that_no_longer_fits_the_ring_is_dropped(void **unused)
     conf_destroy(c);
 }
 
+/* 4294967295 is a weight like any other (rendezvous takes every uint32):
+ * a changed entry carrying it is applied and written back, not taken for
+ * "no weight given". */
+static void
+test_weight_uint32_max_is_applied(void **unused)
+{
+    static const char rz[] = "web:\n"
+                             "  listen: 127.0.0.1:18080\n"
+                             "  mode: tcp\n"
+                             "  distribution: rendezvous\n"
+                             "  servers:\n"
+                             "    - 127.0.0.1:9001:1 web-1\n"
+                             "    - 127.0.0.1:9002:1 web-2\n";
+    struct conf *c = load_conf(rz);
+    struct state *st = state_create();
+    char err[256], warn[512], *text;
+    json_t *j;
+
+    (void)unused;
+    assert_int_equal(
+        state_load_string(st, "s.json",
+                          "{\"version\": 1, \"pools\": {\"web\": {\"changed\": "
+                          "[{\"name\": \"web-1\", \"weight\": 4294967295},"
+                          " {\"name\": \"web-2\", \"state\": \"drain\"}]}}}",
+                          err, sizeof(err)),
+        0);
+    assert_int_equal(state_apply(st, c, warn, sizeof(warn)), 0);
+    assert_string_equal(warn, "");
+    assert_int_equal(server(c, "web-1")->weight, UINT32_MAX);
+    /* no weight given: the config's */
+    assert_int_equal(server(c, "web-2")->weight, 1);
+    j = state_json(st);
+    text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(
+        text, "{\"pools\":{\"web\":{\"added\":[],\"changed\":[{\"name\":"
+              "\"web-1\",\"state\":\"up\",\"weight\":4294967295},{\"name\":"
+              "\"web-2\",\"state\":\"drain\",\"weight\":1}],\"removed\":[]}},"
+              "\"version\":1}");
+    free(text);
+    json_decref(j);
+    state_destroy(st);
+    conf_destroy(c);
+}
+
+/* Names an attacker could plant a link at: the old fixed temporary name
+ * ("<path>.tmp.<pid>", entry 0) and the usual variants. */
+static const char *const planted[] = {".tmp.", ".tmp", ".tmp.0", ".tmp.1",
+                                      "~",     ".new", ".swp"};
+
+static void
+planted_name(char *buf, size_t len, const char *path, size_t i)
+{
+    if (i == 0)
+        snprintf(buf, len, "%s%s%ld", path, planted[i], (long)getpid());
+    else
+        snprintf(buf, len, "%s%s", path, planted[i]);
+}
+
+static void
+test_save_never_follows_a_planted_link(void **unused)
+{
+    char dir[] = "/tmp/chash-state-XXXXXX", path[256], victim[256];
+    char link[300], buf[64], err[256], warn[256];
+    struct conf *c = load_conf(yaml);
+    struct state *st = state_create(), *st2 = state_create();
+    struct state_member m[2] = {
+        {"web-1", "127.0.0.1:9001", 4, STATE_ADMIN_DRAIN},
+        {"web-2", "127.0.0.1:9002", 1, STATE_ADMIN_UP},
+    };
+    struct stat sb;
+    ssize_t got;
+    FILE *f;
+
+    (void)unused;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/state.json", dir);
+    snprintf(victim, sizeof(victim), "%s/victim", dir);
+    f = fopen(victim, "w");
+    assert_non_null(f);
+    fputs("precious\n", f);
+    fclose(f);
+    for (size_t i = 0; i < ARRAY_SIZE(planted); i++) {
+        planted_name(link, sizeof(link), path, i);
+        assert_int_equal(symlink(victim, link), 0);
+    }
+    assert_int_equal(state_apply(st, c, warn, sizeof(warn)), 0);
+    assert_int_equal(state_record(st, "web", m, 2), 0);
+    assert_int_equal(state_save(st, path, err, sizeof(err)), 0);
+
+    /* the victim is untouched... */
+    f = fopen(victim, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(buf, sizeof(buf), f));
+    fclose(f);
+    assert_string_equal(buf, "precious\n");
+    /* ...every link is still there, pointing where it did... */
+    for (size_t i = 0; i < ARRAY_SIZE(planted); i++) {
+        char to[300];
+
+        planted_name(link, sizeof(link), path, i);
+        got = readlink(link, to, sizeof(to) - 1);
+        assert_true(got > 0);
+        to[got] = '\0';
+        assert_string_equal(to, victim);
+        unlink(link);
+    }
+    /* ...and the state is a regular file of mode 0644 that loads */
+    assert_int_equal(lstat(path, &sb), 0);
+    assert_true(S_ISREG(sb.st_mode));
+    assert_int_equal(sb.st_mode & 07777, 0644);
+    assert_int_equal(state_load(st2, path, err, sizeof(err)), 0);
+    assert_int_equal(state_admin(st2, "web", "web-1"), STATE_ADMIN_DRAIN);
+    /* and no temporary file is left behind */
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(unlink(victim), 0);
+    assert_int_equal(rmdir(dir), 0);
+    state_destroy(st);
+    state_destroy(st2);
+    conf_destroy(c);
+}
+
+static char *
+dump(json_t *j)
+{
+    char *text;
+
+    assert_non_null(j);
+    text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(j);
+    return text;
+}
+
+static const char delta[] =
+    "{\"version\": 1, \"pools\": {\"web\": {"
+    "\"added\": [{\"name\": \"web-4\", \"address\": \"127.0.0.1:9004\","
+    " \"weight\": 2, \"state\": \"maint\"}],"
+    "\"removed\": [\"web-1\"],"
+    "\"changed\": [{\"name\": \"web-2\", \"weight\": 5, \"state\": \"drain\"},"
+    "              {\"name\": \"web-3\", \"address\": \"127.0.0.1:9013\"},"
+    "              {\"name\": \"web-8\", \"weight\": 3}]}}}";
+
+static void
+test_overrides_json(void **unused)
+{
+    struct conf *c = load_conf(yaml);
+    struct state *st = state_create();
+    char err[256], warn[512], *text;
+
+    (void)unused;
+    assert_int_equal(state_load_string(st, "s.json", delta, err, sizeof(err)),
+                     0);
+    /* before state_apply: the delta as loaded, web-8 included (it is no
+     * longer in the config, and state_apply will skip it: it is not an
+     * override of anything, so it is not listed either way) */
+    text = dump(state_overrides_json(st, c));
+    assert_string_equal(
+        text,
+        "[{\"config\":{\"address\":\"127.0.0.1:9001\",\"weight\":1},"
+        "\"member\":\"web-1\",\"pool\":\"web\",\"runtime\":null,"
+        "\"what\":\"removed\"},"
+        "{\"config\":1,\"member\":\"web-2\",\"pool\":\"web\",\"runtime\":5,"
+        "\"what\":\"weight\"},"
+        "{\"config\":\"up\",\"member\":\"web-2\",\"pool\":\"web\","
+        "\"runtime\":\"drain\",\"what\":\"state\"},"
+        "{\"config\":\"127.0.0.1:9003\",\"member\":\"web-3\",\"pool\":\"web\","
+        "\"runtime\":\"127.0.0.1:9013\",\"what\":\"address\"},"
+        "{\"config\":null,\"member\":\"web-4\",\"pool\":\"web\","
+        "\"runtime\":{\"address\":\"127.0.0.1:9004\",\"state\":\"maint\","
+        "\"weight\":2},\"what\":\"added\"}]");
+    free(text);
+    /* after: the same, measured against the servers as written although
+     * <c> now holds the runtime's */
+    assert_int_equal(state_apply(st, c, warn, sizeof(warn)), 0);
+    assert_non_null(strstr(warn, "changed member web-8 is no longer"));
+    assert_string_equal(server(c, "web-3")->addr.text, "127.0.0.1:9013");
+    text = dump(state_overrides_json(st, c));
+    assert_non_null(strstr(text, "{\"config\":\"127.0.0.1:9003\",\"member\":"
+                                 "\"web-3\",\"pool\":\"web\",\"runtime\":"
+                                 "\"127.0.0.1:9013\",\"what\":\"address\"}"));
+    assert_non_null(strstr(text, "\"what\":\"removed\""));
+    assert_non_null(strstr(text, "\"what\":\"added\""));
+    assert_null(strstr(text, "web-8"));
+    free(text);
+    /* a pool without changes: nothing */
+    assert_int_equal(state_reset(st, "web", NULL), 4);
+    text = dump(state_overrides_json(st, c));
+    assert_string_equal(text, "[]");
+    free(text);
+    state_destroy(st);
+    conf_destroy(c);
+}
+
+static void
+test_reset(void **unused)
+{
+    struct conf *c = load_conf(yaml);
+    struct state *st = state_create();
+    char err[256], warn[512], *text;
+
+    (void)unused;
+    assert_int_equal(state_load_string(st, "s.json", delta, err, sizeof(err)),
+                     0);
+    assert_int_equal(state_apply(st, c, warn, sizeof(warn)), 0);
+    /* web-1 removed, web-2 and web-3 changed, web-4 added (web-8 skipped) */
+    assert_int_equal(state_reset(st, "web", "web-2"), 1);
+    assert_int_equal(state_admin(st, "web", "web-2"), STATE_ADMIN_UP);
+    assert_int_equal(state_reset(st, "web", "web-2"), 0);
+    assert_int_equal(state_reset(st, "web", "nobody"), 0);
+    assert_int_equal(state_reset(st, "web", "web-1"), 1);
+    assert_int_equal(state_reset(st, "web", "web-4"), 1);
+    text = dump(state_json(st));
+    assert_string_equal(
+        text, "{\"pools\":{\"web\":{\"added\":[],\"changed\":[{\"address\":"
+              "\"127.0.0.1:9013\",\"name\":\"web-3\",\"state\":\"up\","
+              "\"weight\":1}],\"removed\":[]}},\"version\":1}");
+    free(text);
+    errno = 0;
+    assert_int_equal(state_reset(st, "nope", NULL), -1);
+    assert_int_equal(errno, ENOENT);
+    assert_int_equal(state_reset(st, "nope", "web-3"), -1);
+    assert_int_equal(state_reset(st, "web", NULL), 1);
+    assert_int_equal(state_reset(st, "web", NULL), 0);
+    text = dump(state_json(st));
+    assert_string_equal(text, "{\"pools\":{},\"version\":1}");
+    free(text);
+    state_destroy(st);
+    conf_destroy(c);
+}
+
+/* A runtime member the config has since made one of chashd's own
+ * addresses is skipped: chashd would connect to itself. */
+static void
+test_apply_skips_a_member_that_is_chashd_itself(void **unused)
+{
+    static const char moved[] = "web:\n"
+                                "  listen: 127.0.0.1:9004\n"
+                                "  mode: tcp\n"
+                                "  servers:\n"
+                                "    - 127.0.0.1:9001:1 web-1\n"
+                                "    - 127.0.0.1:9002:1 web-2\n"
+                                "    - 127.0.0.1:9003:1 web-3\n";
+    struct conf *c = load_conf(moved);
+    struct state *st = state_create();
+    char err[256], warn[1024];
+
+    (void)unused;
+    assert_int_equal(
+        state_load_string(
+            st, "s.json",
+            "{\"version\": 1, \"pools\": {\"web\": {"
+            "\"added\": [{\"name\": \"web-4\", \"address\": \"127.0.0.1:9004\","
+            " \"weight\": 1}],"
+            "\"changed\": [{\"name\": \"web-3\", \"address\": "
+            "\"localhost:8404\"}]}}}",
+            err, sizeof(err)),
+        0);
+    assert_int_equal(state_apply(st, c, warn, sizeof(warn)), 0);
+    if (strstr(warn, "pool web: added member web-4: address 127.0.0.1:9004 "
+                     "is now chashd's own, the listen address of pool 'web' "
+                     "(127.0.0.1:9004)") == NULL ||
+        strstr(warn,
+               "pool web: member web-3: address localhost:8404 is now "
+               "chashd's own, the admin address (127.0.0.1:8404)") == NULL)
+        fail_msg("warning: '%s'", warn);
+    assert_null(server(c, "web-4"));
+    assert_string_equal(server(c, "web-3")->addr.text, "127.0.0.1:9003");
+    state_destroy(st);
+    conf_destroy(c);
+}
+
+/* A delta that would take the ring over the pool's max_points is
+ * dropped, like one that breaks the algorithm's limits. */
+static void
+test_a_delta_over_max_points_is_dropped(void **unused)
+{
+    static const char small[] = "web:\n"
+                                "  listen: 127.0.0.1:18080\n"
+                                "  mode: tcp\n"
+                                "  max_points: 1000\n"
+                                "  servers:\n"
+                                "    - 127.0.0.1:9001:1 web-1\n"
+                                "    - 127.0.0.1:9002:1 web-2\n"
+                                "    - 127.0.0.1:9003:1 web-3\n";
+    struct conf *c = load_conf(small);
+    struct state *st = state_create();
+    char err[256], warn[1024];
+
+    (void)unused;
+    assert_int_equal(
+        state_load_string(st, "s.json",
+                          "{\"version\": 1, \"pools\": {\"web\": {\"changed\": "
+                          "[{\"name\": \"web-1\", \"weight\": 5}]}}}",
+                          err, sizeof(err)),
+        0);
+    assert_int_equal(state_apply(st, c, warn, sizeof(warn)), 0);
+    if (strstr(warn, "pool web: its runtime changes do not fit the config "
+                     "(1120 ring points, over max_points 1000); they are "
+                     "dropped") == NULL)
+        fail_msg("warning: '%s'", warn);
+    assert_int_equal(server(c, "web-1")->weight, 1);
+    state_destroy(st);
+    conf_destroy(c);
+}
+
 int
 main(void)
 {
@@ -402,6 +710,12 @@ main(void)
         cmocka_unit_test(test_save_and_load_round_trip),
         cmocka_unit_test(test_heavy_config_member_round_trips),
         cmocka_unit_test(test_a_delta_that_no_longer_fits_the_ring_is_dropped),
+        cmocka_unit_test(test_weight_uint32_max_is_applied),
+        cmocka_unit_test(test_save_never_follows_a_planted_link),
+        cmocka_unit_test(test_overrides_json),
+        cmocka_unit_test(test_reset),
+        cmocka_unit_test(test_apply_skips_a_member_that_is_chashd_itself),
+        cmocka_unit_test(test_a_delta_over_max_points_is_dropped),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
