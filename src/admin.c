@@ -741,6 +741,55 @@ member_path(const char *url, char *pool, size_t poollen)
     return pe + sizeof(mid) - 1;
 }
 
+/*
+ * DELETE /api/state/pools/<pool>[/members/<name>]: drop the runtime
+ * overrides the state file keeps, back to the config. NULL when <url> is
+ * not such a path; else the answer.
+ */
+static bool
+state_reset_route(struct MHD_Connection *c, const char *url, const char *method,
+                  struct admin_request *rq, enum MHD_Result *ret)
+{
+    static const char pre[] = "/api/state/pools/", mid[] = "/members/";
+    struct membership_request mr = {.op = MEMBERSHIP_RESET};
+    const char *ps = url + sizeof(pre) - 1, *pe;
+    char pool[256];
+    struct pool *p;
+    int dry;
+
+    if (strncmp(url, pre, sizeof(pre) - 1) != 0 || *ps == '\0')
+        return false;
+    pe = strchr(ps, '/');
+    if (pe == NULL)
+        pe = ps + strlen(ps);
+    else if (strncmp(pe, mid, sizeof(mid) - 1) != 0 ||
+             pe[sizeof(mid) - 1] == '\0')
+        return false;
+    if ((size_t)(pe - ps) >= sizeof(pool))
+        return false;
+    snprintf(pool, sizeof(pool), "%.*s", (int)(pe - ps), ps);
+    if (*pe != '\0')
+        mr.name = pe + sizeof(mid) - 1;
+    if (!is(method, "DELETE")) {
+        *ret = respond_405(c, method, url, "DELETE");
+        return true;
+    }
+    if ((dry = query_flag(c, "dry_run")) < 0) {
+        *ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
+                             "\"dry_run\" must be 1, true, yes, on or 0, "
+                             "false, no, off (nothing was changed)");
+        return true;
+    }
+    p = pool_find(pool);
+    if (p == NULL) {
+        *ret =
+            respond_error(c, MHD_HTTP_NOT_FOUND, "no pool named \"%s\"", pool);
+        return true;
+    }
+    *ret = respond_change(c, p, &mr, dry == 1, MHD_HTTP_OK, rq);
+    return true;
+}
+
 static enum MHD_Result
 route(struct MHD_Connection *c, const char *url, const char *method,
       struct admin_request *rq)
@@ -754,6 +803,12 @@ route(struct MHD_Connection *c, const char *url, const char *method,
     char pname[256];
     const char *mname = member_path(url, pname, sizeof(pname));
 
+    {
+        enum MHD_Result ret;
+
+        if (state_reset_route(c, url, method, rq, &ret))
+            return ret;
+    }
     if (mname != NULL) {
         n = 5;
         seg[0] = (char *)"api";

@@ -70,6 +70,10 @@ static char *pending_file;        /* its state_file */
 static bool state_loaded;         /* the file was read (first load) */
 static char *state_file;          /* NULL: changes are not persisted */
 static struct saved_model *saved; /* before a reload */
+/* The config the pools run (borrowed from main, which keeps it until the
+ * next reload settles), and the one a reload is applying. */
+static const struct conf *running_conf;
+static const struct conf *pending_conf;
 static size_t nsaved;
 
 /* ---- the model of a pool's placement ------------------------------------ */
@@ -706,6 +710,73 @@ state_copy(const struct state *st)
     return cp;
 }
 
+/* The text of an override's value ("3", "drain", "127.0.0.1:9004 weight
+ * 2") into <buf>. */
+static void
+override_value(const json_t *v, char *buf, size_t len)
+{
+    const char *a = json_string_value(json_object_get(v, "address"));
+
+    if (json_is_integer(v))
+        snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+    else if (json_is_string(v))
+        snprintf(buf, len, "%s", json_string_value(v));
+    else if (json_is_object(v))
+        snprintf(buf, len, "%s weight %lld", a ? a : "?",
+                 (long long)json_integer_value(json_object_get(v, "weight")));
+    else
+        snprintf(buf, len, "-");
+}
+
+/*
+ * Say, one line per member, where the state file overrides what <conf>
+ * writes: an operator who edits a weight in the file and reloads must not
+ * wonder why it did not take (`chash ctl state --reset` drops them).
+ */
+static void
+overrides_log(const struct state *st, const struct conf *conf)
+{
+    json_t *all = state_overrides_json(st, conf);
+    size_t i = 0;
+
+    while (all != NULL && i < json_array_size(all)) {
+        const json_t *first = json_array_get(all, i);
+        const char *pool = json_string_value(json_object_get(first, "pool"));
+        const char *member =
+            json_string_value(json_object_get(first, "member"));
+        char line[1024] = "", cv[300], rv[300];
+        size_t len = 0;
+
+        /* the entries of one member are consecutive */
+        for (; i < json_array_size(all); i++) {
+            const json_t *e = json_array_get(all, i);
+            const char *what = json_string_value(json_object_get(e, "what"));
+
+            if (strcmp(json_string_value(json_object_get(e, "pool")), pool) ||
+                strcmp(json_string_value(json_object_get(e, "member")), member))
+                break;
+            override_value(json_object_get(e, "config"), cv, sizeof(cv));
+            override_value(json_object_get(e, "runtime"), rv, sizeof(rv));
+            if (strcmp(what, "added") == 0)
+                append(line, sizeof(line), &len,
+                       "%sadded at run time (%s), not in the config",
+                       len ? "; " : "", rv);
+            else if (strcmp(what, "removed") == 0)
+                append(line, sizeof(line), &len,
+                       "%sremoved at run time, the config has it (%s)",
+                       len ? "; " : "", cv);
+            else
+                append(line, sizeof(line), &len,
+                       "%s%s %s in the config, %s at run time", len ? "; " : "",
+                       what, cv, rv);
+        }
+        log_warn("pool %s: member %s: the state file overrides the config: "
+                 "%s (chash ctl state --reset %s %s drops it)",
+                 pool, member, line, pool, member);
+    }
+    json_decref(all);
+}
+
 /*
  * The delta is applied to a COPY of the state (<pending>), committed by
  * membership_state_settle() once the pools run the new config: a reload
@@ -743,8 +814,10 @@ membership_state_apply(struct conf *conf, char *err, size_t errlen)
     if (warn[0] != '\0')
         log_warn("state %s: %s",
                  conf->state_file ? conf->state_file : "(memory)", warn);
+    overrides_log(next, conf);
     state_destroy(pending);
     pending = next;
+    pending_conf = conf;
     saved_take();
     free(pending_file);
     pending_file = conf->state_file ? strdup(conf->state_file) : NULL;
@@ -756,6 +829,7 @@ membership_state_abandon(void)
 {
     state_destroy(pending);
     pending = NULL;
+    pending_conf = NULL;
     free(pending_file);
     pending_file = NULL;
     saved_free();
@@ -773,6 +847,8 @@ membership_state_settle(void (*then)(void *arg), void *arg)
         free(state_file);
         state_file = pending_file;
         pending_file = NULL;
+        running_conf = pending_conf;
+        pending_conf = NULL;
         committed = true;
     }
     for (size_t i = 0; state != NULL && i < pool_count(); i++) {
@@ -818,6 +894,10 @@ membership_state_json(void)
 
     json_object_set_new(j, "file",
                         state_file ? json_string(state_file) : json_null());
+    json_object_set_new(j, "overrides",
+                        state && running_conf
+                            ? state_overrides_json(state, running_conf)
+                            : json_array());
     return j;
 }
 
@@ -978,12 +1058,16 @@ struct pending {
     char name[TEXT_NAME_MAX + 1]; /* the member changed */
     uint32_t weight;              /* UPDATE: the weight and admin wanted */
     int admin;
-    bool nothing;     /* UPDATE: already so */
-    struct server *s; /* (ref held) once applied, for the log line */
+    bool nothing;      /* UPDATE: already so */
+    json_t *overrides; /* RESET: the entries dropped (owned) */
+    struct server *s;  /* (ref held) once applied, for the log line */
     char op[32], detail[160], what[192];
 };
 
 static void pending_check(struct pending *pc);
+static int reset_apply(struct pending *pc);
+static int points_check(const struct pool *p, const char *name, uint32_t weight,
+                        struct membership_result *res);
 
 /* Answer and free <pc>. */
 static void
@@ -995,6 +1079,7 @@ pending_finish(struct pending *pc)
     free(pc->address_arg);
     if (pc->have_cs)
         conf_server_deinit(&pc->cs);
+    json_decref(pc->overrides);
     server_unref(pc->s);
     pool_unref(pc->p);
     report_job_free(&pc->rj);
@@ -1049,6 +1134,12 @@ pending_apply(struct pending *pc)
         pc->s = s;
         rc = pool_member_remove(p, pc->name);
         s = NULL;
+        break;
+    case MEMBERSHIP_RESET:
+        rc = reset_apply(pc);
+        snprintf(pc->what, sizeof(pc->what), "runtime overrides dropped (%zu)",
+                 json_array_size(pc->overrides));
+        s = pc->rq.name ? pool_server_find(p, pc->rq.name) : NULL;
         break;
     case MEMBERSHIP_UPDATE:
         if (s == NULL) {
@@ -1123,6 +1214,10 @@ pending_reported(struct report_job *rj)
     }
     pc->res.report = rj->report;
     rj->report = NULL;
+    if (pc->overrides != NULL)
+        json_object_set_new(
+            pc->res.report, "dropped",
+            json_integer((json_int_t)json_array_size(pc->overrides)));
     if (pc->dry || pc->nothing) {
         /* Asking for the state a member is already in changes nothing:
          * a 200 that says so, not an error (PATCH is idempotent). */
@@ -1140,6 +1235,10 @@ pending_reported(struct report_job *rj)
         return;
     }
     report_flags(pc->res.report, false, true);
+    if (pc->overrides != NULL)
+        json_object_set_new(
+            pc->res.report, "dropped",
+            json_integer((json_int_t)json_array_size(pc->overrides)));
     change_log(p->name, pc->name, pc->op, pc->source, pc->detail,
                pc->res.report);
     if (state_persist(p, warn, sizeof(warn)) != 0)
@@ -1195,7 +1294,7 @@ check_add(struct pending *pc, struct model *b, struct model *a)
     const struct membership_request *rq = &pc->rq;
     struct membership_result *res = &pc->res;
     struct server *s;
-    char line[1024], err[256];
+    char line[1024], err[256], self[256];
 
     pc->weight = rq->has_weight ? rq->weight : 1;
     if (rq->address == NULL || rq->address[0] == '\0')
@@ -1258,6 +1357,14 @@ check_add(struct pending *pc, struct model *b, struct model *a)
                           "address %s is already member \"%s\" of pool %s",
                           pc->cs.addr.text, s->name, p->name);
     }
+    if (running_conf != NULL && conf_self_address(running_conf, &pc->cs.addr,
+                                                  self, sizeof(self)) != NULL)
+        return refuse(res, MEMBERSHIP_EINVAL,
+                      "address %s is chashd's own, %s: chashd would connect "
+                      "to itself",
+                      pc->cs.addr.text, self);
+    if (points_check(p, pc->name, pc->weight, res) != 0)
+        return -1;
     snprintf(pc->op, sizeof(pc->op), "add");
     snprintf(pc->detail, sizeof(pc->detail), "%s weight %u", pc->cs.addr.text,
              pc->weight);
@@ -1319,6 +1426,9 @@ check_update(struct pending *pc, struct model *b, struct model *a)
         return refuse(&pc->res, MEMBERSHIP_EINVAL,
                       "\"state\" must be \"up\", \"drain\" or "
                       "\"maint\"");
+    if (pc->weight > s->weight &&
+        points_check(p, s->name, pc->weight, &pc->res) != 0)
+        return -1;
     snprintf(pc->name, sizeof(pc->name), "%s", s->name);
     pc->op[0] = pc->detail[0] = '\0';
     if (pc->weight != s->weight) {
@@ -1356,6 +1466,235 @@ check_update(struct pending *pc, struct model *b, struct model *a)
     return 0;
 }
 
+/*
+ * Whether <p> with member <name> at <weight> (added when not a member)
+ * stays within its max_points: a runtime change must not build a ring the
+ * config would refuse (seconds of building, hundreds of megabytes). All
+ * members count at full weight, drained ones too (they keep their points
+ * on a failover ring). 0 or -1 (<res>).
+ */
+static int
+points_check(const struct pool *p, const char *name, uint32_t weight,
+             struct membership_result *res)
+{
+    struct chash_member *m = calloc(p->nservers + 1, sizeof(*m));
+    size_t n = 0;
+    bool found = false;
+    uint64_t points;
+
+    if (m == NULL)
+        return refuse(res, MEMBERSHIP_ENOMEM, "out of memory");
+    for (size_t i = 0; i < p->nservers; i++) {
+        const struct server *s = p->servers[i];
+
+        if (!server_member(s) || s->admin == STATE_ADMIN_MAINT)
+            continue;
+        m[n].name = s->name;
+        m[n].weight = s->weight;
+        m[n].ramp = 1;
+        if (strcmp(s->name, name) == 0) {
+            m[n].weight = weight;
+            found = true;
+        }
+        n++;
+    }
+    if (!found) {
+        m[n].name = name;
+        m[n].weight = weight;
+        m[n].ramp = 1;
+        n++;
+    }
+    points = conf_ring_points(p->cfg.distribution, &p->cfg.ring, m, n);
+    free(m);
+    if (points > p->cfg.max_points)
+        return refuse(res, MEMBERSHIP_ECONFLICT,
+                      "pool %s would need %llu ring points, over its "
+                      "max_points %u (lower the weight, or raise max_points "
+                      "in the config)",
+                      p->name, (unsigned long long)points, p->cfg.max_points);
+    return 0;
+}
+
+/* The overrides of <p> (member <name>, NULL: all) the state file keeps,
+ * as a new array (empty when none), or NULL when out of memory. */
+static json_t *
+overrides_of(const struct pool *p, const char *name)
+{
+    json_t *all, *mine = json_array();
+    size_t i;
+    json_t *e;
+
+    if (state == NULL || running_conf == NULL)
+        return mine;
+    all = state_overrides_json(state, running_conf);
+    if (all == NULL) {
+        json_decref(mine);
+        return NULL;
+    }
+    json_array_foreach(all, i, e)
+    {
+        if (strcmp(json_string_value(json_object_get(e, "pool")), p->name))
+            continue;
+        if (name != NULL &&
+            strcmp(json_string_value(json_object_get(e, "member")), name))
+            continue;
+        json_array_append(mine, e);
+    }
+    json_decref(all);
+    return mine;
+}
+
+/* The override of <what> for <member> in <ov>, or NULL. */
+static const json_t *
+override_find(const json_t *ov, const char *member, const char *what)
+{
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(ov, i, e)
+    {
+        if (strcmp(json_string_value(json_object_get(e, "member")), member) ==
+                0 &&
+            strcmp(json_string_value(json_object_get(e, "what")), what) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/*
+ * RESET: back to the config for member rq.name (NULL: the whole pool):
+ * the members added at run time leave, those removed come back, weights,
+ * states and addresses return to what the config writes.
+ */
+static int
+check_reset(struct pending *pc, struct model *b, struct model *a)
+{
+    struct pool *p = pc->p;
+    const char *name = pc->rq.name;
+    size_t i;
+    json_t *e;
+
+    json_decref(pc->overrides);
+    pc->overrides = overrides_of(p, name);
+    if (pc->overrides == NULL)
+        return refuse(&pc->res, MEMBERSHIP_ENOMEM, "out of memory");
+    if (json_array_size(pc->overrides) == 0) {
+        if (name != NULL)
+            return refuse(&pc->res, MEMBERSHIP_ENOENT,
+                          "pool %s: member \"%s\" has no runtime override",
+                          p->name, name);
+        return refuse(&pc->res, MEMBERSHIP_ENOENT,
+                      "pool %s has no runtime override", p->name);
+    }
+    snprintf(pc->name, sizeof(pc->name), "%s", name ? name : "*");
+    snprintf(pc->op, sizeof(pc->op), "reset");
+    snprintf(pc->detail, sizeof(pc->detail), "%zu override%s dropped",
+             json_array_size(pc->overrides),
+             json_array_size(pc->overrides) == 1 ? "" : "s");
+    if (model_build(p, NULL, b) != 0)
+        return refuse(&pc->res, MEMBERSHIP_ENOMEM, "out of memory");
+    /* The placement after: every member as the config writes it. */
+    memset(a, 0, sizeof(*a));
+    for (i = 0; i < p->nservers; i++) {
+        const struct server *s = p->servers[i];
+        const json_t *w = override_find(pc->overrides, s->name, "weight");
+        bool up = s->admin == STATE_ADMIN_UP ||
+                  override_find(pc->overrides, s->name, "state") != NULL;
+
+        if (!server_member(s) ||
+            override_find(pc->overrides, s->name, "added") != NULL || !up)
+            continue;
+        if (model_push(
+                a, s->name,
+                w ? (uint32_t)json_integer_value(json_object_get(w, "config"))
+                  : s->weight,
+                s->admin == STATE_ADMIN_UP ? s->ramp : entry_ramp(p)))
+            return refuse(&pc->res, MEMBERSHIP_ENOMEM, "out of memory");
+    }
+    json_array_foreach(pc->overrides, i, e)
+    {
+        const json_t *cfg = json_object_get(e, "config");
+
+        if (strcmp(json_string_value(json_object_get(e, "what")), "removed"))
+            continue;
+        if (model_push(
+                a, json_string_value(json_object_get(e, "member")),
+                (uint32_t)json_integer_value(json_object_get(cfg, "weight")),
+                entry_ramp(p)) != 0)
+            return refuse(&pc->res, MEMBERSHIP_ENOMEM, "out of memory");
+    }
+    if (a->n == 0)
+        return refuse(&pc->res, MEMBERSHIP_ECONFLICT,
+                      "pool %s would have no member in the ring", p->name);
+    return 0;
+}
+
+/* Add <name> at <address> with <weight> as a `servers:` line would. */
+static int
+member_add_line(struct pool *p, const char *name, const char *address,
+                uint32_t weight)
+{
+    struct conf_server cs = {0};
+    char line[1024], err[256];
+    int rc;
+
+    snprintf(line, sizeof(line), "%s:%u %s", address, weight, name);
+    if (conf_parse_server(line, &cs, err, sizeof(err)) != 0) {
+        log_error("pool %s: cannot put back %s at %s: %s", p->name, name,
+                  address, err);
+        errno = EINVAL;
+        return -1;
+    }
+    rc = pool_member_add(p, &cs);
+    conf_server_deinit(&cs);
+    return rc;
+}
+
+/* Apply a checked RESET: members first, then weights, then states. */
+static int
+reset_apply(struct pending *pc)
+{
+    struct pool *p = pc->p;
+    size_t i;
+    json_t *e;
+
+    for (int pass = 0; pass < 3; pass++) {
+        json_array_foreach(pc->overrides, i, e)
+        {
+            const char *member =
+                json_string_value(json_object_get(e, "member"));
+            const char *what = json_string_value(json_object_get(e, "what"));
+            const json_t *cfg = json_object_get(e, "config");
+            struct server *s = pool_server_find(p, member);
+            int rc = 0;
+
+            if (pass == 0 && strcmp(what, "added") == 0) {
+                rc = pool_member_remove(p, member);
+            } else if (pass == 0 && strcmp(what, "removed") == 0) {
+                rc = member_add_line(
+                    p, member,
+                    json_string_value(json_object_get(cfg, "address")),
+                    (uint32_t)json_integer_value(
+                        json_object_get(cfg, "weight")));
+            } else if (pass == 0 && strcmp(what, "address") == 0 && s) {
+                uint32_t w = s->weight;
+
+                rc = pool_member_remove(p, member);
+                if (rc == 0)
+                    rc = member_add_line(p, member, json_string_value(cfg), w);
+            } else if (pass == 1 && strcmp(what, "weight") == 0 && s) {
+                rc = pool_member_set_weight(p, member,
+                                            (uint32_t)json_integer_value(cfg));
+            } else if (pass == 2 && strcmp(what, "state") == 0 && s) {
+                rc = pool_member_set_admin(p, member, STATE_ADMIN_UP);
+            }
+            if (rc != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
 /* Check <pc> against the pool as it is now; refuse, or submit its
  * report. */
 static void
@@ -1374,6 +1713,9 @@ pending_check(struct pending *pc)
         break;
     case MEMBERSHIP_UPDATE:
         rc = check_update(pc, &b, &a);
+        break;
+    case MEMBERSHIP_RESET:
+        rc = check_reset(pc, &b, &a);
         break;
     default:
         rc = refuse(&pc->res, MEMBERSHIP_EINVAL, "unknown membership change");

@@ -224,8 +224,8 @@ pool_unref(struct pool *p)
     free(p->servers);
     free(p->lfds);
     free(p->stats);
-    free(p->cfg.name);
-    conf_addr_deinit(&p->cfg.listen);
+    free(p->name);
+    conf_pool_deinit(&p->cfg);
     free(p);
 }
 
@@ -759,38 +759,24 @@ pool_register(struct pool *p)
     return 0;
 }
 
-static void
-cfg_copy(struct conf_pool *dst, const struct conf_pool *cp, char *name,
-         const struct conf_addr *listen)
-{
-    *dst = *cp;
-    dst->name = name;
-    dst->listen = *listen;
-    dst->servers = NULL;
-    dst->nservers = 0;
-    dst->redis_auth = NULL;
-    dst->commands = NULL;
-    dst->ncommands = 0;
-}
-
 int
 pool_create(const struct conf_pool *cp, bool boot, struct pool **out, char *err,
             size_t errlen)
 {
     struct pool *p = calloc(1, sizeof(*p));
-    struct conf_addr listen;
-    char *name;
 
     if (p == NULL)
         goto nomem;
-    name = strdup(cp->name);
-    if (name == NULL || addr_copy(&listen, &cp->listen) < 0) {
-        free(name);
+    /* The pool owns a deep copy of its settings (every twemproxy field
+     * included): nothing it holds points into a config that a reload
+     * frees. Its name is a string of its own, never replaced: workers
+     * read it for log lines without synchronising. */
+    p->name = strdup(cp->name);
+    if (p->name == NULL || conf_pool_copy(&p->cfg, cp) < 0) {
+        free(p->name);
         free(p);
         goto nomem;
     }
-    cfg_copy(&p->cfg, cp, name, &listen);
-    p->name = p->cfg.name;
     atomic_init(&p->refs, 1);
     p->stats = slots_alloc(sizeof(struct stats_pool));
     p->lfds = malloc(sizeof(int) * (nworkers ? nworkers : 1));
@@ -925,19 +911,19 @@ int
 pool_reconfigure(struct pool *p, const struct conf_pool *cp, char *err,
                  size_t errlen)
 {
-    struct conf_addr listen;
+    struct conf_pool copy;
     size_t added = 0;
 
     /* Settings first: new members ramp according to the new slow_start.
-     * The name stays the very same string: workers read p->name (log
-     * lines) without synchronising with us, and the reload matched this
-     * pool by that name, so there is nothing to replace. */
-    if (addr_copy(&listen, &cp->listen) < 0) {
+     * p->name stays the very same string: workers read it (log lines)
+     * without synchronising with us, and the reload matched this pool by
+     * that name, so there is nothing to replace. */
+    if (conf_pool_copy(&copy, cp) < 0) {
         snprintf(err, errlen, "pool %s: out of memory", cp->name);
         return -1;
     }
-    conf_addr_deinit(&p->cfg.listen);
-    cfg_copy(&p->cfg, cp, p->name, &listen);
+    conf_pool_deinit(&p->cfg);
+    p->cfg = copy;
 
     /* Members gone, or moved to another address (removed, then added). */
     for (size_t i = p->nservers; i-- > 0;) {

@@ -161,8 +161,8 @@ struct pool {
     struct stats_pool *stats;             /* [workers] slots, stats.h */
 
     /* Control thread only. */
-    struct conf_pool cfg;    /* settings as loaded; pointer fields are
-                                NULL except cfg.name/listen.text (own) */
+    struct conf_pool cfg;    /* settings as loaded: a deep copy, every
+                                twemproxy field included */
     struct server **servers; /* membership, config order */
     size_t nservers, capservers;
     int *lfds;                   /* [workers] listening sockets, -1 = none */
