@@ -4,9 +4,15 @@
 #   make                      build/libchash.{a,so}, build/chash, build/chashd
 #   make test                 unit tests (cmocka) and integration tests (pytest)
 #   make test SANITIZE=address,undefined   the same, built in build/sanitize
-#   make run                  the demo on the embedded default config
+#   make run                  the demo (chashd --demo, three local backends)
+#   make install [PREFIX=/usr/local] [DESTDIR=]   and make uninstall
 #   make bench | fuzz         benchmarks against peers | libFuzzer targets
 #   WERROR=1                  warnings are errors
+#
+# CFLAGS, CPPFLAGS and LDFLAGS are the user's (default CFLAGS: -O2 -g):
+# `make CFLAGS=-O0` changes the optimisation and nothing else. What the
+# build itself needs (C11, warnings, dependency files, hidden visibility,
+# PIC, the sanitizers) lives in CHASH_* variables that always apply.
 
 CC       ?= cc
 SANITIZE ?=
@@ -29,12 +35,28 @@ ifneq ($(WERROR),)
 WARN += -Werror
 endif
 
-CPPFLAGS += -Iinclude -D_GNU_SOURCE
-CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -fPIC -fvisibility=hidden -MMD -MP $(WARN) $(SANFLAGS)
-LDFLAGS  += $(SANFLAGS)
+CFLAGS         ?= -O2 -g
+CHASH_CPPFLAGS := -Iinclude -D_GNU_SOURCE
+CHASH_CFLAGS   := -std=c11 -fPIC -fvisibility=hidden -MMD -MP $(WARN) \
+                  $(SANFLAGS)
+CHASH_LDFLAGS  := $(SANFLAGS)
 LIBDEPS  := -lxxhash -lmd -lz -lm
 DLIBS    := -lyaml -ljansson -lmicrohttpd -lpthread
+
+# Install layout. The config and the unit's -c follow SYSCONFDIR; chashd
+# with no -c reads /etc/chashd/chashd.yml.
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     ?= $(PREFIX)/bin
+SBINDIR    ?= $(PREFIX)/sbin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR     ?= $(PREFIX)/share/man
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+INSTALL    ?= install
+VERSION := $(shell sed -n 's/^\#define CHASH_VERSION_STRING "\(.*\)"/\1/p' \
+                       include/chash/chash.h)
 
 LIB_SRC   := $(wildcard lib/*.c)
 LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
@@ -42,43 +64,64 @@ CLI_SRC   := $(wildcard cli/*.c)
 CLI_OBJ   := $(CLI_SRC:%.c=$(B)/%.o)
 D_SRC     := $(wildcard src/*.c src/proto/*.c)
 D_OBJ     := $(D_SRC:%.c=$(B)/%.o)
-D_MAIN    := $(B)/src/main.o
-D_LIBOBJ  := $(filter-out $(D_MAIN),$(D_OBJ))
 # chash uses exactly one piece of the daemon: the config loader.
-CLI_DOBJ  := $(filter $(B)/src/conf.o $(B)/src/addr.o,$(D_OBJ))
+CLI_DOBJ  := $(B)/src/conf.o
+
+# Unit tests: tests/unit/test_X.c becomes $(B)/tests/test_X and links
+# libchash plus the daemon modules listed in UT_MODS_test_X (paths under
+# src/ without .o), never the whole daemon: a test links what it tests,
+# and a link error names a dependency nobody listed. A test of libchash
+# alone needs no line. To give a test one more module (say src/io.c),
+# append it to its line:
+#     UT_MODS_test_pool += io
+# and a new test tests/unit/test_Y.c needs only its own UT_MODS_test_Y.
+# (pool reaches membership through health: a health transition is a
+# membership event.)
+UT_MODS_test_report    := report
+UT_MODS_test_conf      := conf
+UT_MODS_test_log       := log
+UT_MODS_test_pool      := pool conf log health control invariant builder \
+                          membership report state text proto/proto proto/tcp
+UT_MODS_test_state     := state conf
+UT_MODS_test_tcp       := proto/proto proto/tcp conf
 UT_SRC    := $(wildcard tests/unit/test_*.c)
+UT_OBJ    := $(UT_SRC:%.c=$(B)/%.o)
 UT_BIN    := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)
 
-TARGETS := $(B)/libchash.a $(B)/libchash.so $(B)/chash
-ifneq ($(wildcard src/main.c),)
-TARGETS += $(B)/chashd
-endif
+TARGETS := $(B)/libchash.a $(B)/libchash.so $(B)/chash $(B)/chashd
 
-.PHONY: all test unit integration run bench fuzz clean deps format
+.PHONY: all test unit integration run bench fuzz clean deps format \
+        install uninstall
 all: $(TARGETS)
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CHASH_CPPFLAGS) $(CPPFLAGS) $(CHASH_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+# Unit tests see the library's and the daemon's internal headers.
+$(UT_OBJ): CHASH_CPPFLAGS += -Ilib -Isrc
 
 $(B)/libchash.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
 $(B)/libchash.so: $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libchash.so.0 $(LDFLAGS) -o $@ $^ $(LIBDEPS)
+	$(CC) -shared -Wl,-soname,libchash.so.0 $(CHASH_LDFLAGS) $(LDFLAGS) \
+	    -o $@ $^ $(LIBDEPS)
 	ln -sf libchash.so $(B)/libchash.so.0
 
 $(B)/chash: $(CLI_OBJ) $(CLI_DOBJ) $(B)/libchash.a
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(CLI_DOBJ) $(B)/libchash.a $(LIBDEPS) $(DLIBS)
+	$(CC) $(CHASH_LDFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(CLI_DOBJ) \
+	    $(B)/libchash.a $(LIBDEPS) $(DLIBS)
 
 $(B)/chashd: $(D_OBJ) $(B)/libchash.a
-	$(CC) $(LDFLAGS) -o $@ $(D_OBJ) $(B)/libchash.a $(LIBDEPS) $(DLIBS)
+	$(CC) $(CHASH_LDFLAGS) $(LDFLAGS) -o $@ $(D_OBJ) $(B)/libchash.a \
+	    $(LIBDEPS) $(DLIBS)
 
-# Unit tests link the library and the daemon's modules (all but main).
-$(B)/tests/%: tests/unit/%.c $(B)/libchash.a $(D_LIBOBJ)
-	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Ilib -Isrc $(CFLAGS) $(LDFLAGS) -o $@ $< $(D_LIBOBJ) \
+.SECONDEXPANSION:
+$(UT_BIN): $(B)/tests/%: $(B)/tests/unit/%.o \
+    $$(addprefix $(B)/src/,$$(addsuffix .o,$$(UT_MODS_$$*))) $(B)/libchash.a
+	$(CC) $(CHASH_LDFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) \
 	    $(B)/libchash.a $(LIBDEPS) $(DLIBS) -lcmocka
 
 deps:
@@ -110,10 +153,63 @@ bench: deps
 fuzz: deps
 	@scripts/fuzz
 
+# ---- install ---------------------------------------------------------------
+#
+# The shared library is installed as libchash.so.VERSION with the soname
+# link libchash.so.0 and the development link libchash.so. An existing
+# $(SYSCONFDIR)/chashd/chashd.yml is the operator's: install never
+# overwrites it and uninstall removes it only while it is still the
+# shipped example. The unit's ExecStart and -c are rewritten for SBINDIR
+# and SYSCONFDIR. Packagers run ldconfig and `systemctl daemon-reload`.
+
+D := $(DESTDIR)
+install: all
+	$(INSTALL) -d $(D)$(BINDIR) $(D)$(SBINDIR) $(D)$(LIBDIR) \
+	    $(D)$(INCLUDEDIR)/chash $(D)$(MANDIR)/man1 $(D)$(MANDIR)/man8 \
+	    $(D)$(SYSCONFDIR)/chashd $(D)$(UNITDIR)
+	$(INSTALL) -m 755 $(B)/chash $(D)$(BINDIR)/chash
+	$(INSTALL) -m 755 $(B)/chashd $(D)$(SBINDIR)/chashd
+	$(INSTALL) -m 644 $(B)/libchash.a $(D)$(LIBDIR)/libchash.a
+	$(INSTALL) -m 755 $(B)/libchash.so $(D)$(LIBDIR)/libchash.so.$(VERSION)
+	ln -sf libchash.so.$(VERSION) $(D)$(LIBDIR)/libchash.so.0
+	ln -sf libchash.so.0 $(D)$(LIBDIR)/libchash.so
+	$(INSTALL) -m 644 include/chash/chash.h $(D)$(INCLUDEDIR)/chash/chash.h
+	$(INSTALL) -m 644 doc/chash.1 $(D)$(MANDIR)/man1/chash.1
+	$(INSTALL) -m 644 doc/chashd.8 $(D)$(MANDIR)/man8/chashd.8
+	sed -e 's|/usr/local/sbin/chashd|$(SBINDIR)/chashd|' \
+	    -e 's|/etc/chashd/|$(SYSCONFDIR)/chashd/|' dist/chashd.service \
+	    > $(D)$(UNITDIR)/chashd.service.tmp
+	chmod 644 $(D)$(UNITDIR)/chashd.service.tmp
+	mv -f $(D)$(UNITDIR)/chashd.service.tmp $(D)$(UNITDIR)/chashd.service
+	@if [ -e $(D)$(SYSCONFDIR)/chashd/chashd.yml ]; then \
+	    echo "install: keeping $(D)$(SYSCONFDIR)/chashd/chashd.yml"; \
+	else \
+	    echo "$(INSTALL) -m 644 conf/chashd.yml" \
+	         "$(D)$(SYSCONFDIR)/chashd/chashd.yml"; \
+	    $(INSTALL) -m 644 conf/chashd.yml \
+	        $(D)$(SYSCONFDIR)/chashd/chashd.yml; \
+	fi
+
+uninstall:
+	rm -f $(D)$(BINDIR)/chash $(D)$(SBINDIR)/chashd \
+	    $(D)$(LIBDIR)/libchash.a $(D)$(LIBDIR)/libchash.so \
+	    $(D)$(LIBDIR)/libchash.so.0 $(D)$(LIBDIR)/libchash.so.$(VERSION) \
+	    $(D)$(INCLUDEDIR)/chash/chash.h $(D)$(MANDIR)/man1/chash.1 \
+	    $(D)$(MANDIR)/man8/chashd.8 $(D)$(UNITDIR)/chashd.service
+	rmdir $(D)$(INCLUDEDIR)/chash 2>/dev/null || true
+	@c=$(D)$(SYSCONFDIR)/chashd/chashd.yml; \
+	if [ -e $$c ] && cmp -s $$c conf/chashd.yml; then \
+	    echo "rm -f $$c"; rm -f $$c; \
+	    rmdir $(D)$(SYSCONFDIR)/chashd 2>/dev/null || true; \
+	elif [ -e $$c ]; then \
+	    echo "uninstall: keeping $$c (changed since install)"; \
+	fi
+
 format:
-	clang-format -i include/chash/*.h lib/*.[ch] cli/*.[ch] src/*.[ch] tests/unit/*.c
+	clang-format -i include/chash/*.h lib/*.[ch] cli/*.[ch] src/*.[ch] \
+	    src/proto/*.[ch] tests/unit/*.c tests/fuzz/*.c
 
 clean:
-	rm -rf build
+	rm -rf $(BUILD)
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(D_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(D_OBJ:.o=.d) $(UT_OBJ:.o=.d)

@@ -1,6 +1,6 @@
 /* log.c -- chashd's log. Each line is formatted into a local buffer and
- * written with a single write(2) on an O_APPEND descriptor, which keeps
- * concurrent lines whole without a lock.
+ * written with a single write(2) on an O_APPEND descriptor (or handed to
+ * syslog(3) whole), which keeps concurrent lines whole without a lock.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "log.h"
@@ -16,12 +16,34 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
+/* <syslog.h> #defines LOG_INFO and LOG_DEBUG, our level names too: keep
+ * its priorities under other names and drop its macros, so that below
+ * LOG_INFO and LOG_DEBUG mean enum log_level again. */
+#include <syslog.h>
+static const int syslog_priority[] = {LOG_ERR, LOG_WARNING, LOG_INFO,
+                                      LOG_DEBUG};
+#undef LOG_INFO
+#undef LOG_DEBUG
+
+/* The message as formatted, and the line around it once escaped (a byte
+ * of the message takes at most 6 in JSON: \u00XX). */
+#define LOG_MSG_MAX 2048
+#define LOG_LINE_MAX (LOG_MSG_MAX * 6 + 128)
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
+               "struct log_limit needs lock-free 64-bit atomics");
+
 static _Atomic int log_fd = STDERR_FILENO;
 static _Atomic int log_level = LOG_INFO;
+static int log_format = LOG_FORMAT_TEXT; /* set before threads start */
+static bool log_syslog;                  /* set before threads start */
 static char *log_path;
 static int log_prev_fd = -1; /* the file before the last reopen */
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
+static const char *const format_names[] = {"text", "json"};
 
 int
 log_open(const char *path)
@@ -39,6 +61,15 @@ log_open(const char *path)
     log_path = strdup(path);
     atomic_store(&log_fd, fd);
     return 0;
+}
+
+void
+log_open_syslog(const char *ident)
+{
+    /* LOG_NDELAY connects to /dev/log now, before anything can make it
+     * harder (a full descriptor table, a sandbox). */
+    openlog(ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+    log_syslog = true;
 }
 
 int
@@ -73,6 +104,24 @@ log_close(void)
     log_prev_fd = -1;
     free(log_path);
     log_path = NULL;
+    if (log_syslog)
+        closelog();
+    log_syslog = false;
+}
+
+void
+log_set_format(int format)
+{
+    log_format = format == LOG_FORMAT_JSON ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT;
+}
+
+int
+log_format_from_name(const char *name)
+{
+    for (int i = LOG_FORMAT_TEXT; i <= LOG_FORMAT_JSON; i++)
+        if (strcmp(name, format_names[i]) == 0)
+            return i;
+    return -1;
 }
 
 void
@@ -116,33 +165,280 @@ log_level_from_name(const char *name)
     return -1;
 }
 
+/* ---- escaping ------------------------------------------------------------ */
+
+/* A line being built in a caller's buffer; <len> never passes <cap>, and
+ * an escape that does not fit whole is left out with all that follows. */
+struct line {
+    char *buf;
+    size_t len;
+    size_t cap;
+    bool full;
+};
+
+static void
+put(struct line *l, const char *s, size_t n)
+{
+    if (l->full || n > l->cap - l->len) {
+        l->full = true;
+        return;
+    }
+    memcpy(l->buf + l->len, s, n);
+    l->len += n;
+}
+
+static void
+puts_(struct line *l, const char *s)
+{
+    put(l, s, strlen(s));
+}
+
+/*
+ * Length of the well-formed UTF-8 sequence at <s> (of <n> bytes left), or
+ * 0 when the bytes there are not one: a stray continuation byte, a
+ * truncated sequence, an overlong form, a surrogate or a code point above
+ * U+10FFFF (RFC 3629, table 3-7 of the Unicode standard).
+ */
+static size_t
+utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t len;
+
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf)
+        len = 2;
+    else if (s[0] >= 0xe0 && s[0] <= 0xef)
+        len = 3;
+    else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+        len = 4;
+    else
+        return 0;
+    if (len > n)
+        return 0;
+    /* The second byte's range excludes overlongs (e0, f0), surrogates
+     * (ed) and code points past U+10FFFF (f4). */
+    if (s[0] == 0xe0)
+        lo = 0xa0;
+    else if (s[0] == 0xed)
+        hi = 0x9f;
+    else if (s[0] == 0xf0)
+        lo = 0x90;
+    else if (s[0] == 0xf4)
+        hi = 0x8f;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return len;
+}
+
+/*
+ * Append <msg> (<n> bytes) as the inside of a JSON string: '"', '\' and
+ * every control character escaped (DEL too, so a terminal shows it), the
+ * line and paragraph separators U+2028/9 escaped (valid JSON, but they
+ * end a line in JavaScript), and each byte that is not part of a
+ * well-formed UTF-8 sequence replaced by \ufffd: a JSON text must be
+ * UTF-8 (RFC 8259), and \u00XX would name a different character.
+ */
+static void
+put_json(struct line *l, const char *msg, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)msg;
+    char esc[8];
+
+    for (size_t i = 0; i < n && !l->full;) {
+        size_t k = utf8_len(s + i, n - i);
+
+        if (k == 0) {
+            puts_(l, "\\ufffd");
+            i++;
+            continue;
+        }
+        if (k == 3 && s[i] == 0xe2 && s[i + 1] == 0x80 &&
+            (s[i + 2] == 0xa8 || s[i + 2] == 0xa9)) {
+            puts_(l, s[i + 2] == 0xa8 ? "\\u2028" : "\\u2029");
+        } else if (k > 1) {
+            put(l, msg + i, k);
+        } else if (s[i] == '"' || s[i] == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)s[i];
+            put(l, esc, 2);
+        } else if (s[i] == '\n') {
+            puts_(l, "\\n");
+        } else if (s[i] == '\r') {
+            puts_(l, "\\r");
+        } else if (s[i] == '\t') {
+            puts_(l, "\\t");
+        } else if (s[i] < 0x20 || s[i] == 0x7f) {
+            snprintf(esc, sizeof(esc), "\\u%04x", s[i]);
+            puts_(l, esc);
+        } else {
+            put(l, msg + i, 1);
+        }
+        i += k;
+    }
+}
+
+/* Append <msg> for a text line: control characters as \n, \r, \t or
+ * \xNN, so a message can never end its line early or forge the next
+ * one; every other byte as it is. */
+static void
+put_text(struct line *l, const char *msg, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)msg;
+    char esc[8];
+
+    for (size_t i = 0; i < n && !l->full; i++) {
+        if (s[i] >= 0x20 && s[i] != 0x7f) {
+            put(l, msg + i, 1);
+        } else if (s[i] == '\n') {
+            puts_(l, "\\n");
+        } else if (s[i] == '\r') {
+            puts_(l, "\\r");
+        } else if (s[i] == '\t') {
+            puts_(l, "\\t");
+        } else {
+            snprintf(esc, sizeof(esc), "\\x%02x", s[i]);
+            puts_(l, esc);
+        }
+    }
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+static void
+log_vwrite(int level, const char *fmt, va_list ap)
+{
+    char msg[LOG_MSG_MAX], stamp[64], line[LOG_LINE_MAX];
+    /* The last 3 bytes are kept for the JSON tail and the newline. */
+    struct line l = {.buf = line, .cap = sizeof(line) - 3};
+    struct timespec ts;
+    struct tm tm;
+    size_t mlen;
+    int n;
+
+    n = vsnprintf(msg, sizeof(msg), fmt, ap);
+    mlen = n < 0 ? 0 : (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    n = (int)strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(stamp + n, sizeof(stamp) - (size_t)n, ".%03ldZ",
+             ts.tv_nsec / 1000000);
+
+    if (log_format == LOG_FORMAT_JSON) {
+        puts_(&l, "{\"time\":\"");
+        puts_(&l, stamp);
+        puts_(&l, "\",\"level\":\"");
+        puts_(&l, level_names[level]);
+        puts_(&l, "\",\"msg\":\"");
+        put_json(&l, msg, mlen);
+        /* A cut message still closes its object. */
+        l.full = false;
+        l.cap = sizeof(line);
+        puts_(&l, "\"}");
+    } else {
+        if (!log_syslog) {
+            puts_(&l, stamp);
+            puts_(&l, " [");
+            puts_(&l, level_names[level]);
+            puts_(&l, "] ");
+        }
+        put_text(&l, msg, mlen);
+        l.cap = sizeof(line);
+    }
+    if (log_syslog) {
+        syslog(syslog_priority[level], "%.*s", (int)l.len, line);
+        return;
+    }
+    l.full = false;
+    put(&l, "\n", 1);
+    /* A failed log write has nowhere to be reported. */
+    if (write(atomic_load(&log_fd), line, l.len) < 0)
+        return;
+}
+
 void
 log_write(int level, const char *fmt, ...)
 {
-    char line[2048];
-    struct timespec ts;
-    struct tm tm;
     va_list ap;
-    size_t len;
-    int n, saved = errno;
+    int saved = errno;
 
-    if (!log_enabled(level))
+    if (level < LOG_ERROR || level > LOG_DEBUG || !log_enabled(level))
         return;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    len = strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
-    n = snprintf(line + len, sizeof(line) - len, ".%03ldZ [%s] ",
-                 ts.tv_nsec / 1000000, log_level_name(level));
-    len += n > 0 ? (size_t)n : 0;
     va_start(ap, fmt);
-    n = vsnprintf(line + len, sizeof(line) - len - 1, fmt, ap);
+    log_vwrite(level, fmt, ap);
     va_end(ap);
-    if (n > 0)
-        len += (size_t)n < sizeof(line) - len - 1 ? (size_t)n
-                                                  : sizeof(line) - len - 2;
-    line[len++] = '\n';
-    /* A failed log write has nowhere to be reported. */
-    if (write(atomic_load(&log_fd), line, len) < 0)
-        errno = saved;
+    errno = saved;
+}
+
+/* ---- rate limiting ------------------------------------------------------- */
+
+static void
+log_vlimited(struct log_limit *rl, uint64_t now_ms, int level, const char *fmt,
+             va_list ap)
+{
+    uint64_t second = (now_ms / 1000) & 0xffffffffu;
+    uint64_t w = atomic_load_explicit(&rl->window, memory_order_relaxed);
+    uint64_t next, dropped = 0;
+
+    /* One CAS moves <window> either to the next line of this second or
+     * to the first line of a new one; the thread whose CAS opens a new
+     * second is the one that reports what the previous ones dropped. */
+    for (;;) {
+        bool opens = (w >> 32) != second;
+
+        if (!opens && (w & 0xffffffffu) >= rl->burst) {
+            atomic_fetch_add_explicit(&rl->suppressed, 1, memory_order_relaxed);
+            return;
+        }
+        if (opens && rl->burst == 0) {
+            atomic_fetch_add_explicit(&rl->suppressed, 1, memory_order_relaxed);
+            return;
+        }
+        next = opens ? second << 32 | 1 : w + 1;
+        if (atomic_compare_exchange_weak_explicit(&rl->window, &w, next,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            if (opens)
+                dropped = atomic_exchange_explicit(&rl->suppressed, 0,
+                                                   memory_order_relaxed);
+            break;
+        }
+    }
+    if (dropped > 0)
+        log_write(level, "(%llu similar messages suppressed)",
+                  (unsigned long long)dropped);
+    log_vwrite(level, fmt, ap);
+}
+
+void
+log_limited_at(struct log_limit *rl, uint64_t now_ms, int level,
+               const char *fmt, ...)
+{
+    va_list ap;
+    int saved = errno;
+
+    if (level < LOG_ERROR || level > LOG_DEBUG || !log_enabled(level))
+        return;
+    va_start(ap, fmt);
+    log_vlimited(rl, now_ms, level, fmt, ap);
+    va_end(ap);
+    errno = saved;
+}
+
+void
+log_limited(struct log_limit *rl, int level, const char *fmt, ...)
+{
+    va_list ap;
+    int saved = errno;
+
+    if (level < LOG_ERROR || level > LOG_DEBUG || !log_enabled(level))
+        return;
+    va_start(ap, fmt);
+    log_vlimited(rl, clock_coarse_ms(), level, fmt, ap);
+    va_end(ap);
     errno = saved;
 }

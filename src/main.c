@@ -3,6 +3,7 @@
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "chash/chash.h"
@@ -25,29 +27,44 @@
 #include "log.h"
 #include "membership.h"
 #include "metrics.h"
+#include "notify.h"
 #include "pool.h"
 #include "proto/proto.h"
 #include "worker.h"
 
 #define ERRLEN 1024
 
+/* The config chashd reads without -c (and the one the unit passes). */
+#ifndef CHASHD_CONF_PATH
+#define CHASHD_CONF_PATH "/etc/chashd/chashd.yml"
+#endif
+
 static const char usage[] =
-    "usage: chashd [-c FILE] [-t] [--pid-file FILE] [--log FILE]\n"
+    "usage: chashd [-c FILE | --demo] [-t] [--pid-file FILE]\n"
+    "              [--log stderr|syslog|FILE] [--log-format text|json]\n"
     "              [--log-level LEVEL] [--version] [--help]\n"
-    "  -c, --config FILE   the config (default: the embedded demo config)\n"
-    "  -t, --test          check the config and exit (0 OK, 2 with the error)\n"
-    "      --pid-file FILE write the process id to FILE\n"
-    "      --log FILE      log to FILE instead of stderr (SIGUSR1 reopens)\n"
+    "  -c, --config FILE   the config (default: " CHASHD_CONF_PATH ")\n"
+    "      --demo          run the embedded demo config instead (make run)\n"
+    "  -t, --test          check the config as a start would and exit\n"
+    "                      (0 OK, 2 with the error)\n"
+    "      --pid-file FILE write the process id to FILE (overrides\n"
+    "                      global.pid_file)\n"
+    "      --log DEST      stderr (default), syslog (facility daemon) or a\n"
+    "                      FILE, which SIGUSR1 reopens (./syslog for a file\n"
+    "                      of that name)\n"
+    "      --log-format F  text (default) or json, one object per line\n"
     "      --log-level L   error, warn, info or debug (overrides the config)\n"
     "  -V, --version       print the version\n"
     "  -h, --help          this text\n"
-    "signals: SIGHUP reloads the config, SIGTERM/SIGINT drain and stop.\n";
+    "signals: SIGHUP reloads the config, SIGTERM/SIGINT drain and stop,\n"
+    "SIGUSR1 reopens the log file.\n";
 
 /* What the process runs on. */
 static struct conf *conf;      /* the running config */
-static const char *conf_path;  /* NULL: the embedded config */
+static const char *conf_path;  /* NULL: the embedded demo config */
 static int cli_log_level = -1; /* --log-level, -1 when not given */
-static const char *pid_file;
+static char *pid_file;         /* our copy: the config may be reloaded */
+static bool pid_file_cli;      /* --pid-file given */
 static struct control_watch sigwatch = {.fd = -1};
 static bool draining;
 static uint64_t drain_deadline_ms;
@@ -61,34 +78,67 @@ load(char *err, size_t errlen)
                             strlen(conf_default_yaml), err, errlen);
 }
 
-/* What chashd can run today; conf_load accepts more (wave 2). */
+/*
+ * What chashd can run today; conf_load accepts more (wave 2). The one
+ * check `chashd -t`, the start and every reload make, so -t refuses
+ * exactly what a start would. 0, or -1 with "file:line: message" in <err>.
+ */
 static int
 check_supported(const struct conf *c, char *err, size_t errlen)
 {
     for (size_t i = 0; i < c->npools; i++) {
         const struct conf_pool *cp = &c->pools[i];
         if (proto_find(cp->mode) == NULL) {
-            snprintf(err, errlen, "pool '%s': mode %s is not supported yet",
-                     cp->name, conf_mode_name(cp->mode));
+            snprintf(err, errlen,
+                     "%s:%d: pool '%s': mode %s is not supported yet", c->file,
+                     cp->line, cp->name, conf_mode_name(cp->mode));
             return -1;
         }
         if (cp->distribution >= CHASH_ALGO_COUNT) {
             snprintf(err, errlen,
-                     "pool '%s': distribution %s is not supported by chashd "
-                     "yet (use a consistent one: ring, maglev, rendezvous, "
-                     "jump, ketama, nginx)",
-                     cp->name, conf_dist_name(cp->distribution));
+                     "%s:%d: pool '%s': distribution %s is not supported by "
+                     "chashd yet (use a consistent one: ring, maglev, "
+                     "rendezvous, jump, ketama, nginx)",
+                     c->file, cp->line, cp->name,
+                     conf_dist_name(cp->distribution));
             return -1;
         }
         if (cp->listen.family == AF_UNIX) {
             snprintf(err, errlen,
-                     "pool '%s': listen on a unix socket is not supported in "
-                     "mode tcp (the key is the client's IP address)",
-                     cp->name);
+                     "%s:%d: pool '%s': listen on a unix socket is not "
+                     "supported in mode tcp (the key is the client's IP "
+                     "address)",
+                     c->file, cp->listen_line, cp->name);
             return -1;
         }
     }
     return 0;
+}
+
+/*
+ * Create the directory holding <path> when it is missing: mode 0755, one
+ * level (its own parent must exist), so the shipped /run/chashd/chashd.pid
+ * and /var/lib/chashd/state.json work on a fresh machine. 0, or -1 with
+ * errno.
+ */
+static int
+make_parent_dir(const char *path)
+{
+    char *dir = strdup(path), *slash;
+    int rc = 0, saved;
+
+    if (dir == NULL)
+        return -1;
+    slash = strrchr(dir, '/');
+    if (slash != NULL && slash != dir) {
+        *slash = '\0';
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+            rc = -1;
+    }
+    saved = errno;
+    free(dir);
+    errno = saved;
+    return rc;
 }
 
 static void
@@ -151,7 +201,7 @@ reload_reported(void *arg)
  * not load, a mode we cannot run or an address we cannot bind leaves the
  * running config untouched. Established connections are never touched.
  */
-static void
+static int
 reload(void)
 {
     char err[ERRLEN];
@@ -159,6 +209,7 @@ reload(void)
     unsigned nw = worker_count();
     int **fds = NULL;
     size_t i, failed = 0;
+    int rc = -1;
 
     log_info("reload: loading %s", conf_path ? conf_path : "<embedded>");
     if (nc == NULL || check_supported(nc, err, sizeof(err)) < 0 ||
@@ -166,7 +217,7 @@ reload(void)
         log_error("reload refused, the running config stays: %s", err);
         metrics_note_reload(false);
         conf_destroy(nc);
-        return;
+        return -1;
     }
     /* Bind every new or moved listener first: a bind failure refuses the
      * reload before anything has changed. */
@@ -245,6 +296,15 @@ reload(void)
     if (nc->workers != conf->workers)
         log_warn("reload: workers %u -> %u needs a restart; still %u",
                  conf->workers, nc->workers, nw);
+    if (!pid_file_cli &&
+        strcmp(nc->pid_file ? nc->pid_file : "", pid_file ? pid_file : "") != 0)
+        log_warn("reload: pid_file %s -> %s needs a restart; still %s",
+                 pid_file ? pid_file : "(none)",
+                 nc->pid_file ? nc->pid_file : "(none)",
+                 pid_file ? pid_file : "(none)");
+    if (nc->state_file != NULL && make_parent_dir(nc->state_file) < 0)
+        log_warn("reload: cannot create the directory of state_file %s: %s",
+                 nc->state_file, strerror(errno));
     if (cli_log_level < 0)
         log_set_level(nc->log_level);
     conf_destroy(conf);
@@ -253,6 +313,7 @@ reload(void)
     /* A pool that could not be created or reconfigured (out of memory)
      * keeps running as before; the reload is not reported as a success. */
     metrics_note_reload(failed == 0);
+    rc = failed == 0 ? 0 : -1;
     /* "reload: done" once the reload's migration reports are logged (they
      * are computed on the builder thread). */
     reload_failed = failed;
@@ -273,6 +334,7 @@ out:
         free(fds);
     }
     conf_destroy(nc);
+    return rc;
 }
 
 /* ---- signals and ticks --------------------------------------------------- */
@@ -292,15 +354,30 @@ static void
 signal_cb(struct control_watch *w, uint32_t events)
 {
     struct signalfd_siginfo si;
+    int rc;
 
     (void)events;
     while (read(w->fd, &si, sizeof(si)) == sizeof(si)) {
         switch (si.ssi_signo) {
         case SIGHUP:
-            if (draining)
+            if (draining) {
                 log_warn("SIGHUP ignored: stopping");
+                break;
+            }
+            if (notify_reloading("reloading the config") < 0)
+                log_warn("cannot notify the service manager: %s",
+                         strerror(errno));
+            if (reload() == 0)
+                rc = notify_send("READY=1", "serving %zu pools; reloaded",
+                                 pool_count());
             else
-                reload();
+                rc = notify_send("READY=1",
+                                 "serving %zu pools; the last reload was "
+                                 "refused or partial (see the log)",
+                                 pool_count());
+            if (rc < 0)
+                log_warn("cannot notify the service manager: %s",
+                         strerror(errno));
             break;
         case SIGUSR1:
             if (log_reopen() < 0)
@@ -322,6 +399,10 @@ signal_cb(struct control_watch *w, uint32_t events)
                      si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT",
                      (unsigned long long)worker_connections(),
                      max_shutdown_timeout());
+            if (notify_send("STOPPING=1", "draining %llu connections",
+                            (unsigned long long)worker_connections()) < 0)
+                log_warn("cannot notify the service manager: %s",
+                         strerror(errno));
             break;
         }
     }
@@ -345,15 +426,67 @@ main_tick(uint64_t now, void *arg)
     }
 }
 
+/*
+ * Write our process id to <path> without trusting what is there: the
+ * number goes into a new file with an unpredictable name in the same
+ * directory (mkostemp: O_EXCL, never through a link), which is then
+ * renamed over <path>. A symlink planted at <path> is replaced, its target
+ * untouched; whoever reads <path> sees the old file or the whole new one.
+ * A missing parent directory is created (one level). 0, or -1 with errno.
+ */
 static int
 write_pid_file(const char *path)
 {
-    FILE *f = fopen(path, "w");
+    char *tmp = NULL, line[32];
+    int fd, n, saved;
 
-    if (f == NULL)
+    if (make_parent_dir(path) < 0 || asprintf(&tmp, "%s.XXXXXX", path) < 0)
         return -1;
-    fprintf(f, "%ld\n", (long)getpid());
-    return fclose(f);
+    fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        saved = errno;
+        free(tmp);
+        errno = saved;
+        return -1;
+    }
+    n = snprintf(line, sizeof(line), "%ld\n", (long)getpid());
+    errno = EIO; /* what a short write leaves */
+    if (fchmod(fd, 0644) < 0 || write(fd, line, (size_t)n) != n) {
+        saved = errno;
+        close(fd);
+        errno = saved;
+        goto fail;
+    }
+    if (close(fd) < 0 || rename(tmp, path) < 0)
+        goto fail;
+    free(tmp);
+    return 0;
+fail:
+    saved = errno;
+    unlink(tmp);
+    free(tmp);
+    errno = saved;
+    return -1;
+}
+
+/* Remove <path> at exit if it still holds our pid: a pid file another
+ * chashd wrote since (a second instance, an operator) is not ours. */
+static void
+remove_pid_file(const char *path)
+{
+    char line[32];
+    ssize_t n;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+    if (fd < 0)
+        return;
+    n = read(fd, line, sizeof(line) - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    line[n] = '\0';
+    if (strtol(line, NULL, 10) == (long)getpid())
+        unlink(path);
 }
 
 /* ---- main ---------------------------------------------------------------- */
@@ -381,17 +514,19 @@ main(int argc, char **argv)
         {"config", required_argument, NULL, 'c'},
         {"test", no_argument, NULL, 't'},
         {"pid-file", required_argument, NULL, 'p'},
+        {"demo", no_argument, NULL, 'D'},
         {"log", required_argument, NULL, 'l'},
+        {"log-format", required_argument, NULL, 'F'},
         {"log-level", required_argument, NULL, 'L'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *log_file = NULL;
+    const char *log_file = NULL, *cli_pid_file = NULL;
     char err[ERRLEN];
-    bool test = false;
+    bool test = false, demo = false;
     sigset_t mask;
-    int c, rc = 1;
+    int c, log_format = LOG_FORMAT_TEXT, rc = 1;
 
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":c:tVh", opts, NULL)) != -1) {
@@ -402,11 +537,23 @@ main(int argc, char **argv)
         case 't':
             test = true;
             break;
+        case 'D':
+            demo = true;
+            break;
         case 'p':
-            pid_file = optarg;
+            cli_pid_file = optarg;
             break;
         case 'l':
+            if (optarg[0] == '\0')
+                return usage_error("--log: expected stderr, syslog or a "
+                                   "file");
             log_file = optarg;
+            break;
+        case 'F':
+            log_format = log_format_from_name(optarg);
+            if (log_format < 0)
+                return usage_error("--log-format '%s': expected text or json",
+                                   optarg);
             break;
         case 'L':
             cli_log_level = log_level_from_name(optarg);
@@ -430,10 +577,28 @@ main(int argc, char **argv)
     }
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
+    if (demo && conf_path != NULL)
+        return usage_error("-c and --demo exclude each other");
+    /* The demo runs only when asked: a missing config is an error, not a
+     * daemon quietly proxying 127.0.0.1:8080 to ports nobody chose. */
+    if (!demo && conf_path == NULL)
+        conf_path = CHASHD_CONF_PATH;
 
     conf = load(err, sizeof(err));
     if (conf == NULL) {
         fprintf(stderr, "%s\n", err);
+        if (strcmp(conf_path ? conf_path : "", CHASHD_CONF_PATH) == 0 &&
+            access(CHASHD_CONF_PATH, F_OK) < 0)
+            fprintf(stderr,
+                    "chashd: no config at %s: give one with -c FILE, "
+                    "or run the demo with --demo\n",
+                    CHASHD_CONF_PATH);
+        return 2;
+    }
+    /* -t refuses what a start refuses, with the same message. */
+    if (check_supported(conf, err, sizeof(err)) < 0) {
+        fprintf(stderr, "%s\n", err);
+        conf_destroy(conf);
         return 2;
     }
     if (test) {
@@ -441,18 +606,33 @@ main(int argc, char **argv)
         conf_destroy(conf);
         return 0;
     }
-    if (check_supported(conf, err, sizeof(err)) < 0) {
-        fprintf(stderr, "chashd: %s\n", err);
-        conf_destroy(conf);
-        return 2;
-    }
-    if (log_open(log_file) < 0) {
+    log_set_format(log_format);
+    if (log_file != NULL && strcmp(log_file, "syslog") == 0) {
+        log_open_syslog("chashd");
+    } else if (log_file != NULL && strcmp(log_file, "stderr") == 0) {
+        log_open(NULL);
+    } else if (log_open(log_file) < 0) {
         fprintf(stderr, "chashd: cannot open log %s: %s\n", log_file,
                 strerror(errno));
         conf_destroy(conf);
         return 1;
     }
     log_set_level(cli_log_level >= 0 ? cli_log_level : conf->log_level);
+    if (notify_init() < 0)
+        log_warn("NOTIFY_SOCKET '%s' is not a unix socket path or "
+                 "@abstract name: the service manager is not notified",
+                 getenv("NOTIFY_SOCKET"));
+    /* Ours, not the config's: a reload frees the config it points into. */
+    pid_file_cli = cli_pid_file != NULL;
+    if (cli_pid_file != NULL || conf->pid_file != NULL) {
+        pid_file = strdup(cli_pid_file ? cli_pid_file : conf->pid_file);
+        if (pid_file == NULL) {
+            log_error("cannot start: %s", strerror(errno));
+            conf_destroy(conf);
+            log_close();
+            return 1;
+        }
+    }
     metrics_init();
 
     /* Signals arrive through a signalfd in the control loop; the workers
@@ -471,6 +651,12 @@ main(int argc, char **argv)
         log_error("cannot start: %s", strerror(errno));
         goto out;
     }
+    /* state.c reports a state file it cannot write (and catches up once
+     * it can): a directory we cannot create is worth a warning, not a
+     * refusal to serve. */
+    if (conf->state_file != NULL && make_parent_dir(conf->state_file) < 0)
+        log_warn("cannot create the directory of state_file %s: %s",
+                 conf->state_file, strerror(errno));
     if (membership_state_apply(conf, err, sizeof(err)) < 0) {
         log_error("cannot start: %s", err);
         rc = 2;
@@ -525,16 +711,20 @@ main(int argc, char **argv)
         log_error("cannot start: %s", strerror(errno));
         goto out;
     }
-    if (pid_file == NULL)
-        pid_file = conf->pid_file;
     if (pid_file != NULL && write_pid_file(pid_file) < 0) {
         log_error("cannot write pid file %s: %s", pid_file, strerror(errno));
+        free(pid_file);
         pid_file = NULL;
         goto out;
     }
     log_info("chashd %s started: %u workers, %zu pools, config %s",
              CHASH_VERSION_STRING, worker_count(), pool_count(),
              conf_path ? conf_path : "<embedded>");
+    /* Every listener and the admin API are up: the manager may start
+     * what depends on us. */
+    if (notify_send("READY=1", "serving %zu pools on %u workers", pool_count(),
+                    worker_count()) < 0)
+        log_warn("cannot notify the service manager: %s", strerror(errno));
     rc = control_run();
     log_info("chashd stopped");
 out:
@@ -550,7 +740,9 @@ out:
         close(sigwatch.fd);
     control_deinit();
     if (pid_file != NULL)
-        unlink(pid_file);
+        remove_pid_file(pid_file);
+    free(pid_file);
+    notify_deinit();
     conf_destroy(conf);
     log_close();
     return rc;

@@ -53,8 +53,10 @@ def test_reload_refuses_a_mode_it_cannot_run(backends, chashd):
     d = chashd(GLOBAL + pool_yaml("web", port, bs), port)
     d.reload(GLOBAL + pool_yaml("web", port, bs).replace(
         "mode: tcp", "mode: memcache"))
-    assert re.search(r"reload refused, the running config stays: pool "
-                     r"'web': mode memcache is not supported yet", d.log())
+    # the same check and message as `chashd -t` and a start: file:line
+    assert re.search(r"reload refused, the running config stays: "
+                     + re.escape(d.conf) + r":4: pool 'web': mode memcache "
+                     r"is not supported yet", d.log()), d.log()
     assert fetch(port) == "web-1"
 
 
