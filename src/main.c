@@ -89,9 +89,16 @@ check_supported(const struct conf *c, char *err, size_t errlen)
     for (size_t i = 0; i < c->npools; i++) {
         const struct conf_pool *cp = &c->pools[i];
         if (proto_find(cp->mode) == NULL) {
+            /* A pool that is memcache by default (no `mode:`, no
+             * `redis:`) says so: it was likely meant to be tcp. */
             snprintf(err, errlen,
-                     "%s:%d: pool '%s': mode %s is not supported yet", c->file,
-                     cp->line, cp->name, conf_mode_name(cp->mode));
+                     "%s:%d: pool '%s': mode %s is not supported yet%s%s%s",
+                     c->file, cp->line, cp->name, conf_mode_name(cp->mode),
+                     cp->mode_source == CONF_MODE_SRC_DEFAULT ? " (" : "",
+                     cp->mode_source == CONF_MODE_SRC_DEFAULT
+                         ? conf_mode_source_name(cp->mode_source)
+                         : "",
+                     cp->mode_source == CONF_MODE_SRC_DEFAULT ? ")" : "");
             return -1;
         }
         if (cp->distribution >= CHASH_ALGO_COUNT) {
@@ -197,23 +204,23 @@ reload_reported(void *arg)
 }
 
 /*
- * Load the config again and apply it, or refuse it whole: a file that does
- * not load, a mode we cannot run or an address we cannot bind leaves the
- * running config untouched. Established connections are never touched.
+ * Apply config <nc> (loaded by a reload), or refuse it whole: a file that
+ * did not load (NULL, <err> says why), a mode we cannot run or an address
+ * we cannot bind leaves the running config untouched. Established
+ * connections are never touched. Takes <nc>. 0 or -1.
  */
 static int
-reload(void)
+reload_apply(struct conf *nc, char *err)
 {
-    char err[ERRLEN];
-    struct conf *nc = load(err, sizeof(err));
     unsigned nw = worker_count();
     int **fds = NULL;
     size_t i, failed = 0;
     int rc = -1;
 
-    log_info("reload: loading %s", conf_path ? conf_path : "<embedded>");
-    if (nc == NULL || check_supported(nc, err, sizeof(err)) < 0 ||
-        membership_state_apply(nc, err, sizeof(err)) < 0) {
+    for (i = 0; nc != NULL && i < nc->nwarnings; i++)
+        log_warn("reload: %s", nc->warnings[i]);
+    if (nc == NULL || check_supported(nc, err, ERRLEN) < 0 ||
+        membership_state_apply(nc, err, ERRLEN) < 0) {
         log_error("reload refused, the running config stays: %s", err);
         metrics_note_reload(false);
         conf_destroy(nc);
@@ -232,8 +239,8 @@ reload(void)
         fds[i] = malloc(sizeof(int) * nw);
         if (fds[i] == NULL)
             goto nomem;
-        if (listener_open(&cp->listen, cp->backlog, fds[i], nw, err,
-                          sizeof(err)) < 0) {
+        if (listener_open(&cp->listen, cp->backlog, fds[i], nw, err, ERRLEN) <
+            0) {
             free(fds[i]);
             fds[i] = NULL;
             log_error("reload refused, the running config stays: pool %s: "
@@ -260,7 +267,7 @@ reload(void)
             /* A new pool has no traffic to protect: full weight at once,
              * like at start-up (ramping every member from 0 would only
              * refuse its first clients). */
-            if (pool_create(cp, true, &p, err, sizeof(err)) < 0) {
+            if (pool_create(cp, true, &p, err, ERRLEN) < 0) {
                 /* Only out of memory gets here, after the sockets were
                  * bound: close them now (the cleanup below skips a
                  * reload that went ahead), so no client connects to a
@@ -281,7 +288,7 @@ reload(void)
                          p->cfg.listen.text, cp->listen.text);
                 pool_listen_stop(p);
             }
-            if (pool_reconfigure(p, cp, err, sizeof(err)) < 0) {
+            if (pool_reconfigure(p, cp, err, ERRLEN) < 0) {
                 log_error("reload: %s", err);
                 failed++;
             }
@@ -337,6 +344,85 @@ out:
     return rc;
 }
 
+/*
+ * A reload loads the file on the builder thread: reading it, resolving
+ * its host names (getaddrinfo can block for seconds when a resolver is
+ * down) and checking its rings (seconds for millions of points) must not
+ * stall health checks, ramps and the admin API. It is applied on the
+ * control thread once loaded. A SIGHUP during a reload runs one more.
+ */
+struct reload_job {
+    struct builder_job job;
+    struct conf *nc;
+    char err[ERRLEN];
+};
+
+static bool reloading;    /* a reload job is in flight */
+static bool reload_again; /* SIGHUP came meanwhile */
+
+static void reload_start(void);
+
+static void
+reload_work(struct builder_job *job)
+{
+    struct reload_job *rj = (struct reload_job *)job;
+
+    rj->nc = load(rj->err, sizeof(rj->err));
+}
+
+static void
+reload_loaded(struct builder_job *job)
+{
+    struct reload_job *rj = (struct reload_job *)job;
+    int rc;
+
+    reloading = false;
+    if (job->cancelled || draining) {
+        conf_destroy(rj->nc); /* stopping: not applied */
+        free(rj);
+        return;
+    }
+    if (reload_apply(rj->nc, rj->err) == 0)
+        rc =
+            notify_send("READY=1", "serving %zu pools; reloaded", pool_count());
+    else
+        rc = notify_send("READY=1",
+                         "serving %zu pools; the last reload was "
+                         "refused or partial (see the log)",
+                         pool_count());
+    if (rc < 0)
+        log_warn("cannot notify the service manager: %s", strerror(errno));
+    free(rj);
+    if (reload_again) {
+        reload_again = false;
+        reload_start();
+    }
+}
+
+static void
+reload_start(void)
+{
+    struct reload_job *rj;
+
+    if (reloading) {
+        reload_again = true;
+        return;
+    }
+    rj = calloc(1, sizeof(*rj));
+    if (rj == NULL) {
+        log_error("reload refused: out of memory");
+        metrics_note_reload(false);
+        return;
+    }
+    if (notify_reloading("reloading the config") < 0)
+        log_warn("cannot notify the service manager: %s", strerror(errno));
+    log_info("reload: loading %s", conf_path ? conf_path : "<embedded>");
+    rj->job.work = reload_work;
+    rj->job.done = reload_loaded;
+    reloading = true;
+    builder_submit(&rj->job);
+}
+
 /* ---- signals and ticks --------------------------------------------------- */
 
 static uint32_t
@@ -354,7 +440,6 @@ static void
 signal_cb(struct control_watch *w, uint32_t events)
 {
     struct signalfd_siginfo si;
-    int rc;
 
     (void)events;
     while (read(w->fd, &si, sizeof(si)) == sizeof(si)) {
@@ -364,20 +449,7 @@ signal_cb(struct control_watch *w, uint32_t events)
                 log_warn("SIGHUP ignored: stopping");
                 break;
             }
-            if (notify_reloading("reloading the config") < 0)
-                log_warn("cannot notify the service manager: %s",
-                         strerror(errno));
-            if (reload() == 0)
-                rc = notify_send("READY=1", "serving %zu pools; reloaded",
-                                 pool_count());
-            else
-                rc = notify_send("READY=1",
-                                 "serving %zu pools; the last reload was "
-                                 "refused or partial (see the log)",
-                                 pool_count());
-            if (rc < 0)
-                log_warn("cannot notify the service manager: %s",
-                         strerror(errno));
+            reload_start();
             break;
         case SIGUSR1:
             if (log_reopen() < 0)
@@ -602,6 +674,19 @@ main(int argc, char **argv)
         return 2;
     }
     if (test) {
+        /* What a start would run, pool by pool, and where each pool's mode
+         * came from: a tcp pool written without `mode:` is a memcache
+         * proxy by twemproxy's rule, and should not be a surprise. */
+        for (size_t i = 0; i < conf->nwarnings; i++)
+            fprintf(stderr, "%s\n", conf->warnings[i]);
+        for (size_t i = 0; i < conf->npools; i++) {
+            const struct conf_pool *cp = &conf->pools[i];
+            printf("pool %s: mode %s (%s), listen %s, %zu servers, %s/%s\n",
+                   cp->name, conf_mode_name(cp->mode),
+                   conf_mode_source_name(cp->mode_source), cp->listen.text,
+                   cp->nservers, conf_dist_name(cp->distribution),
+                   chash_hash_name(cp->ring.hash));
+        }
         printf("%s: configuration OK\n", conf_path ? conf_path : "<embedded>");
         conf_destroy(conf);
         return 0;
@@ -691,10 +776,11 @@ main(int argc, char **argv)
                 goto out;
             }
             pool_listen_start(p, fds + i * conf->workers);
-            log_info("pool %s: listening on %s, mode %s, %zu members, "
+            log_info("pool %s: listening on %s, mode %s (%s), %zu members, "
                      "on_failure %s",
                      p->name, p->cfg.listen.text, conf_mode_name(p->cfg.mode),
-                     p->nservers, conf_on_failure_name(p->cfg.on_failure));
+                     conf_mode_source_name(p->cfg.mode_source), p->nservers,
+                     conf_on_failure_name(p->cfg.on_failure));
         }
         free(fds);
     }

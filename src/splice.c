@@ -78,9 +78,10 @@ member_failed(struct worker *w, struct splice *c, const char *why)
     stats_add(&s->stats[w->id].early_closes, 1);
     fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
     health_passive_failure(c->pool, fails);
-    log_debug("pool %s: member %s (%s) %s before its first byte (%u in a "
-              "row)",
-              c->pool->name, s->name, s->addr.text, why, fails);
+    log_info_limited(10,
+                     "pool %s: member %s (%s) %s before its first byte (%u "
+                     "failures in a row)",
+                     c->pool->name, s->name, s->addr.text, why, fails);
 }
 
 /* Close the pair; it is freed after this loop iteration. */
@@ -162,8 +163,9 @@ connect_failed(struct worker *w, struct splice *c, bool timeout, int err)
         stats_add(&s->stats[w->id].connect_timeouts, 1);
     fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
     health_passive_failure(c->pool, fails);
-    log_debug("pool %s: connect to %s (%s) failed: %s", c->pool->name, s->name,
-              s->addr.text, timeout ? "timed out" : strerror(err));
+    log_info_limited(10, "pool %s: connect to %s (%s) failed: %s",
+                     c->pool->name, s->name, s->addr.text,
+                     timeout ? "timed out" : strerror(err));
     if (c->attempts <= SPLICE_TRIED_MAX)
         c->tried[c->attempts - 1] = s->id;
     io_side_close(&c->backend);
@@ -190,14 +192,23 @@ connect_next(struct worker *w, struct splice *c)
 
         if (c->attempts > snap->set.retries) {
             stats_add(&st->no_member, 1);
+            log_info_limited(10,
+                             "pool %s: client refused: %u connects failed "
+                             "(retries: %u)",
+                             c->pool->name, c->attempts, snap->set.retries);
             goto refuse;
         }
         s = pool_choose(c->pool, snap, c->hash, c->tried, ntried, &decision);
         if (!c->decided || s == NULL)
             count_decision(st, decision);
         c->decided = true;
-        if (s == NULL)
+        if (s == NULL) {
+            log_info_limited(10, "pool %s: client refused: %s", c->pool->name,
+                             decision == POOL_REFUSED_ERROR
+                                 ? "its member is not up (on_failure: error)"
+                                 : "no member can take it");
             goto refuse;
+        }
         c->attempts++;
         server_ref(s);
         c->server = s;
@@ -481,6 +492,10 @@ splice_accept(struct worker *w, struct listener *l, int fd,
         active >= snap->set.client_connections) {
         atomic_fetch_sub_explicit(&p->active, 1, memory_order_relaxed);
         stats_add(&st->refused_limit, 1);
+        log_info_limited(10,
+                         "pool %s: client refused: client_connections %u "
+                         "reached",
+                         p->name, snap->set.client_connections);
         close(fd);
         return;
     }

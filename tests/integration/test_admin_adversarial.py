@@ -157,7 +157,8 @@ def test_a_state_file_that_cannot_be_written_is_reported(chashd, backends,
     the whole delta, this one included."""
     bs = backends(3)
     port, aport = free_port(), free_port()
-    sdir = os.path.join(str(tmp_path), "later")
+    # two levels missing: chashd creates only the last one at start
+    sdir = os.path.join(str(tmp_path), "later", "state")
     state_file = os.path.join(sdir, "state.json")
     chashd(admin_global(aport, state_file) + pool_yaml("web", port, bs), port)
     wait_for(lambda: can_connect(aport), what="admin API")
@@ -170,7 +171,7 @@ def test_a_state_file_that_cannot_be_written_is_reported(chashd, backends,
     assert api.get("/api/state")[1]["pools"]["web"]["changed"][0]["weight"] \
         == 4
     assert not os.path.exists(state_file)
-    os.mkdir(sdir)
+    os.makedirs(sdir)
     st, j, _ = api.call("PATCH", "/api/pools/web/members/web-2",
                         {"state": "drain"})
     assert st == 200 and "warning" not in j

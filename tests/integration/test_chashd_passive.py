@@ -6,6 +6,7 @@
 import os
 import re
 import signal
+import time
 import subprocess
 import sys
 
@@ -130,3 +131,26 @@ def test_a_second_chashd_on_the_same_address_refuses_to_start(backends,
     assert p.returncode != 0
     assert re.search(r"cannot listen on 127\.0\.0\.1:%d: another process "
                      r"already listens there" % port, p.stderr), p.stderr
+
+
+def test_connect_failures_are_logged_at_info_and_rate_limited(backends,
+                                                              chashd):
+    bs = backends(2)
+    port = free_port()
+    d = chashd(GLOBAL + pool_yaml("web", port, bs, on_failure="failover",
+                                  auto_eject_hosts="false", retries=1),
+               port, args=("--log-level", "info"))
+    clients = [client_ip(i) for i in range(200)]
+    prefs = lookup_config(d.conf, "web", clients)
+    victims = [c for c in clients if prefs[c][0] == "web-1"]
+    assert len(victims) > 40
+    bs[0].stop()
+    for c in victims:
+        assert fetch(port, c) == "web-2"     # failed over, served
+    time.sleep(1.1)                            # the next second...
+    assert fetch(port, victims[0]) == "web-2"  # ...says what it held back
+    log = d.log()
+    lines = re.findall(r"\[info\] pool web: connect to web-1 \S+ failed", log)
+    # every failure is not a line: at most 10 a second
+    assert 1 <= len(lines) < len(victims), len(lines)
+    assert re.search(r"\(\d+ similar messages suppressed\)", log), log

@@ -47,10 +47,17 @@ def test_source_ip_port_key(backends, chashd):
 
 
 def test_check_embedded_config():
-    p = subprocess.run([CHASHD, "-t"], capture_output=True, text=True,
-                       timeout=10)
+    # the embedded config runs only when asked (no -c reads
+    # /etc/chashd/chashd.yml)
+    p = subprocess.run([CHASHD, "-t", "--demo"], capture_output=True,
+                       text=True, timeout=10)
     assert p.returncode == 0
-    assert p.stdout.strip() == "<embedded>: configuration OK"
+    # one line per pool says what a start would run, and where its mode
+    # came from; the last says the file is fine
+    lines = p.stdout.strip().splitlines()
+    assert lines[-1] == "<embedded>: configuration OK"
+    assert lines[:-1] == ["pool web: mode tcp (set by 'mode:'), listen "
+                          "127.0.0.1:8080, 3 servers, ring/xxh3"]
 
 
 def test_pid_file_and_log_file(tmp_path, backends, chashd):
@@ -108,7 +115,8 @@ def test_check_config_ok_and_errors(tmp_path, backends):
     p = subprocess.run([CHASHD, "-t", "-c", str(good)], capture_output=True,
                        text=True, timeout=10)
     assert p.returncode == 0
-    assert p.stdout.strip() == "%s: configuration OK" % good
+    assert p.stdout.strip().splitlines()[-1] == \
+        "%s: configuration OK" % good
     bad = tmp_path / "bad.yml"
     bad.write_text(GLOBAL + "web:\n  listen: 127.0.0.1:1\n  mode: tcp\n"
                    "  balance_factor: lots\n  servers:\n"
@@ -125,14 +133,13 @@ def test_unsupported_mode_is_refused_at_start(tmp_path):
     conf = tmp_path / "redis.yml"
     conf.write_text(GLOBAL + "alpha:\n  listen: 127.0.0.1:%d\n  mode: redis\n"
                     "  servers:\n    - 127.0.0.1:6379:1 r1\n" % free_port())
-    # -t only loads the file: a redis pool is a valid config.
-    p = subprocess.run([CHASHD, "-t", "-c", str(conf)], capture_output=True,
-                       text=True, timeout=10)
-    assert p.returncode == 0, p.stderr
-    p = subprocess.run([CHASHD, "-c", str(conf)], capture_output=True,
-                       text=True, timeout=10)
-    assert p.returncode == 2
-    assert "pool 'alpha': mode redis is not supported yet" in p.stderr
+    # -t refuses what a start refuses, with the same file:line message
+    want = "%s:4: pool 'alpha': mode redis is not supported yet" % conf
+    for args in (["-t", "-c", str(conf)], ["-c", str(conf)]):
+        p = subprocess.run([CHASHD, *args], capture_output=True, text=True,
+                           timeout=10)
+        assert p.returncode == 2, (args, p.stderr)
+        assert want in p.stderr, p.stderr
 
 
 def test_bad_arguments_print_usage():

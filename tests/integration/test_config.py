@@ -6,6 +6,7 @@ SPDX-License-Identifier: BSD-2-Clause
 """
 import os
 import pathlib
+import re
 import shutil
 import socket
 import subprocess
@@ -151,12 +152,25 @@ def test_check_missing_file(tmp_path):
 
 
 @needs_chashd
-@pytest.mark.parametrize("name", ["chashd.yml", "nutcracker.yml"])
-def test_check_accepts_shipped_examples(name):
-    path = ROOT / "conf" / name
+def test_check_accepts_the_annotated_example():
+    """conf/chashd.yml starts as shipped: `chashd -t` accepts it whole."""
+    path = ROOT / "conf" / "chashd.yml"
     r = run([CHASHD, "-t", "-c", path])
     assert r.returncode == 0, r.stderr
     assert str(path) in r.stdout + r.stderr
+
+
+@needs_chashd
+def test_check_refuses_what_cannot_run_yet():
+    """nutcracker.yml loads whole (the loader takes it), and `chashd -t`
+    refuses, as a start does, what chashd cannot run yet (its redis
+    pools), naming the first such pool with file:line."""
+    path = ROOT / "conf" / "nutcracker.yml"
+    r = run([CHASHD, "-t", "-c", path])
+    assert r.returncode == 2, r.stdout
+    assert re.fullmatch(re.escape(str(path)) + r":\d+: pool '\w+': mode "
+                        r"(http|redis|memcache) is not supported yet\n",
+                        r.stderr), r.stderr
 
 
 @needs_chashd
@@ -352,5 +366,30 @@ beta:
         assert len(owners) == 1
 
     if CHASHD.exists():
+        # chashd loads the file but cannot run redis pools yet (wave 2)
         r = run([CHASHD, "-t", "-c", conf])
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 2
+        assert "pool 'alpha': mode redis is not supported yet" in r.stderr
+
+
+@needs_chashd
+def test_check_names_each_pools_mode_and_where_it_came_from(tmp_path):
+    """A pool written without `mode:` and without `redis:` is a memcache
+    pool (twemproxy's rule): `chashd -t` says so for every pool, with the
+    reason, before refusing what it cannot run yet."""
+    conf = tmp_path / "m.yml"
+    conf.write_text("web:\n  listen: 127.0.0.1:1\n  mode: tcp\n"
+                    "  servers:\n    - 127.0.0.1:2:1 a\n")
+    r = run([CHASHD, "-t", "-c", conf])
+    assert r.returncode == 0, r.stderr
+    assert "pool web: mode tcp (set by 'mode:')" in r.stdout
+    conf.write_text("cache:\n  listen: 127.0.0.1:1\n"
+                    "  servers:\n    - 127.0.0.1:2:1 a\n")
+    r = run([CHASH, "lookup", "--config", conf, "--pool", "cache", "k"])
+    assert r.returncode == 0, r.stderr
+    r = run([CHASHD, "-t", "-c", conf])
+    # memcache is not served yet: refused with the line, and the mode's
+    # source is part of the refusal
+    assert r.returncode == 2
+    assert "pool 'cache': mode memcache is not supported yet" in r.stderr
+    assert "the default" in r.stderr, r.stderr
