@@ -13,9 +13,12 @@
 #include "internal.h"
 
 static const char *const algo_names[CHASH_ALGO_COUNT] = {
-    [CHASH_ALGO_RING] = "ring",       [CHASH_ALGO_MAGLEV] = "maglev",
-    [CHASH_ALGO_RENDEZVOUS] = "rendezvous", [CHASH_ALGO_JUMP] = "jump",
-    [CHASH_ALGO_KETAMA] = "ketama",   [CHASH_ALGO_NGINX] = "nginx",
+    [CHASH_ALGO_RING] = "ring",
+    [CHASH_ALGO_MAGLEV] = "maglev",
+    [CHASH_ALGO_RENDEZVOUS] = "rendezvous",
+    [CHASH_ALGO_JUMP] = "jump",
+    [CHASH_ALGO_KETAMA] = "ketama",
+    [CHASH_ALGO_NGINX] = "nginx",
 };
 
 static const struct chash__ops *const algo_ops[CHASH_ALGO_COUNT] = {
@@ -68,8 +71,8 @@ chash_algo_from_name(const char *name)
  * between threads creating rings, so this is a small bottom-up merge sort
  * using <tmp> (n entries) as scratch. */
 void
-chash__sort_members(const struct chash_ring *r, uint32_t *order,
-                    uint32_t *tmp, size_t n, chash__member_cmp cmp)
+chash__sort_members(const struct chash_ring *r, uint32_t *order, uint32_t *tmp,
+                    size_t n, chash__member_cmp cmp)
 {
     uint32_t *src = order, *dst = tmp;
 
@@ -181,6 +184,58 @@ check_config(const struct chash_config *in, struct chash_config *cfg)
     if (cfg->table_size == 0)
         cfg->table_size = CHASH_DEFAULT_TABLE_SIZE;
     return 0;
+}
+
+/* A member over CHASH_MAX_MEMBER_POINTS is refused by create (EWEIGHT):
+ * counted at the cap, so a caller's size check does not hide that error
+ * behind its own. */
+static uint64_t
+cap_points(uint64_t points)
+{
+    return points > CHASH_MAX_MEMBER_POINTS ? CHASH_MAX_MEMBER_POINTS : points;
+}
+
+/* nginx places 160 points per unit of weight (nginx.c). */
+#define NGINX_POINTS_PER_WEIGHT 160
+
+uint64_t
+chash_ring_points_needed(const struct chash_config *cfg_in,
+                         const struct chash_member *members, size_t n)
+{
+    struct chash_config cfg;
+    uint64_t total = 0, wsum = 0, ppw;
+    size_t nlive = 0;
+
+    if (check_config(cfg_in, &cfg) != 0 || (members == NULL && n > 0))
+        return 0;
+    switch (cfg.algo) {
+    case CHASH_ALGO_MAGLEV:
+        return cfg.table_size;
+    case CHASH_ALGO_RENDEZVOUS:
+    case CHASH_ALGO_JUMP:
+        return n; /* no points: O(n) state */
+    case CHASH_ALGO_KETAMA:
+        for (size_t i = 0; i < n; i++) {
+            wsum += members[i].weight;
+            nlive += members[i].weight > 0;
+        }
+        if (wsum > UINT32_MAX)
+            return UINT64_MAX; /* create refuses it (EWEIGHT) */
+        for (size_t i = 0; i < n; i++)
+            if (members[i].weight > 0)
+                total += cap_points(chash__ketama_points(
+                    members[i].weight, (uint32_t)wsum, (uint32_t)nlive));
+        return total;
+    case CHASH_ALGO_NGINX:
+        ppw = NGINX_POINTS_PER_WEIGHT;
+        break;
+    default:
+        ppw = cfg.points_per_weight;
+        break;
+    }
+    for (size_t i = 0; i < n; i++)
+        total += cap_points((uint64_t)members[i].weight * ppw);
+    return total;
 }
 
 int
@@ -296,8 +351,8 @@ chash_ring_lookup(const struct chash_ring *r, uint64_t hash)
 {
     /* Continuum algorithms take the fast path: no indirect call. */
     if (r->cont.npoints > 0)
-        return r->cont.owner[chash__continuum_find(&r->cont,
-                                                   hash << r->pos_shift)];
+        return r->cont
+            .owner[chash__continuum_find(&r->cont, hash << r->pos_shift)];
     return r->ops->lookup(r, hash);
 }
 
@@ -323,8 +378,8 @@ chash_ring_lookup_batch(const struct chash_ring *r, const uint64_t *hashes,
     }
     for (size_t i = 0; i < n; i++) {
         if (i + ahead_index < n)
-            __builtin_prefetch(&c->index[(hashes[i + ahead_index] << ps) >>
-                                         c->shift]);
+            __builtin_prefetch(
+                &c->index[(hashes[i + ahead_index] << ps) >> c->shift]);
         if (i + ahead_point < n) {
             size_t p = c->index[(hashes[i + ahead_point] << ps) >> c->shift];
             __builtin_prefetch(&c->pos[p]);
@@ -345,8 +400,8 @@ chash_ring_lookup_n(const struct chash_ring *r, uint64_t hash, size_t *out,
     return r->ops->lookup_n(r, hash, out, n);
 }
 
-/* Walk the continuum clockwise from the position of <hash>, collecting distinct owners.
- * Distinctness is checked against what was taken so far: n is small in
+/* Walk the continuum clockwise from the position of <hash>, collecting distinct
+ * owners. Distinctness is checked against what was taken so far: n is small in
  * every use (replicas, failover), and the walk ends after one lap. */
 size_t
 chash__continuum_lookup_n(const struct chash_ring *r, uint64_t hash,
@@ -595,8 +650,8 @@ chash_ring_memory(const struct chash_ring *r)
 {
     size_t bytes = sizeof(*r) + chash__continuum_memory(&r->cont);
 
-    bytes += r->nmembers * (sizeof(*r->members) + sizeof(*r->by_name) +
-                            sizeof(*r->share));
+    bytes += r->nmembers *
+             (sizeof(*r->members) + sizeof(*r->by_name) + sizeof(*r->share));
     for (size_t m = 0; m < r->nmembers; m++)
         bytes += r->members[m].namelen + 1;
     if (r->cfg.algo == CHASH_ALGO_MAGLEV)

@@ -30,11 +30,11 @@ struct chash_ring;
  * point at most.
  */
 struct chash__continuum {
-    uint64_t *pos;    /* sorted point positions */
-    uint32_t *owner;  /* owner[i]: member index of point i */
-    uint32_t *index;  /* bucket -> first point at or after it */
+    uint64_t *pos;   /* sorted point positions */
+    uint32_t *owner; /* owner[i]: member index of point i */
+    uint32_t *index; /* bucket -> first point at or after it */
     size_t npoints;
-    unsigned shift;   /* 64 - bits; bucket = pos >> shift */
+    unsigned shift; /* 64 - bits; bucket = pos >> shift */
 };
 
 /* A point before sorting: the builder fills these. <tie> orders equal
@@ -111,11 +111,11 @@ struct chash__ops {
 };
 
 struct chash__member {
-    char *name;        /* owned copy */
+    char *name; /* owned copy */
     size_t namelen;
     uint32_t weight;
     double ramp;
-    size_t points;     /* points (or entries) owned after weight and ramp */
+    size_t points; /* points (or entries) owned after weight and ramp */
 };
 
 /*
@@ -125,18 +125,18 @@ struct chash__member {
  * order that does not depend on the array (history independence).
  */
 struct chash_ring {
-    struct chash_config cfg;       /* with defaults filled in */
+    struct chash_config cfg; /* with defaults filled in */
     const struct chash__ops *ops;
     struct chash__member *members;
     size_t nmembers;
-    uint32_t *by_name;             /* member indexes sorted by name */
-    double *share;                 /* exact share per member */
-    size_t nowners;                /* members owning something */
-    uint64_t total_points;         /* sum of members[].points */
-    struct chash__continuum cont;  /* ring, ketama, nginx */
-    unsigned pos_shift;            /* continuum position = hash << this
-                                      (32 for the 32-bit ketama, nginx) */
-    void *algo;                    /* maglev, rendezvous, jump state */
+    uint32_t *by_name;            /* member indexes sorted by name */
+    double *share;                /* exact share per member */
+    size_t nowners;               /* members owning something */
+    uint64_t total_points;        /* sum of members[].points */
+    struct chash__continuum cont; /* ring, ketama, nginx */
+    unsigned pos_shift;           /* continuum position = hash << this
+                                     (32 for the 32-bit ketama, nginx) */
+    void *algo;                   /* maglev, rendezvous, jump state */
     uint64_t checksum;
 };
 
@@ -147,6 +147,11 @@ typedef int (*chash__member_cmp)(const struct chash__member *a,
                                  const struct chash__member *b);
 void chash__sort_members(const struct chash_ring *r, uint32_t *order,
                          uint32_t *tmp, size_t n, chash__member_cmp cmp);
+
+/* twemproxy's points for a server of <weight> among <nlive> live servers
+ * of <total> weight (ketama.c; chash_ring_points_needed counts with it). */
+uint32_t chash__ketama_points(uint32_t weight, uint32_t total,
+                              uint32_t nlive) CHASH__HIDDEN;
 
 /* Algorithm operation tables, one per file. */
 extern const struct chash__ops chash__ring_ops CHASH__HIDDEN;

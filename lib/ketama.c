@@ -67,8 +67,8 @@ tw_name_cmp(const struct chash__member *a, const struct chash__member *b)
  * contract a multiply and an add into an FMA: each step is rounded to
  * binary32 exactly as twemproxy's x86-64 build rounds it.
  */
-static uint32_t
-ketama_points(uint32_t weight, uint32_t total, uint32_t nlive)
+uint32_t
+chash__ketama_points(uint32_t weight, uint32_t total, uint32_t nlive)
 {
     volatile float pct, x;
     volatile double d;
@@ -127,7 +127,7 @@ ketama_build(struct chash_ring *r)
         uint32_t m = order[k2];
         struct chash__member *mem = &r->members[m];
         uint32_t pps =
-            ketama_points(mem->weight, (uint32_t)wsum, (uint32_t)nlive);
+            chash__ketama_points(mem->weight, (uint32_t)wsum, (uint32_t)nlive);
         size_t kept;
         if (pps > CHASH_MAX_MEMBER_POINTS)
             goto out;

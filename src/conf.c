@@ -134,37 +134,44 @@ node_line(const yaml_node_t *node)
     return node != NULL ? (int)node->start_mark.line + 1 : 1;
 }
 
-/* Write "file:line: message" for <node> (line 1 when NULL); returns -1 so
- * parsers can `return fail(...)`. */
-static int __attribute__((format(printf, 3, 4)))
-fail(struct load *ld, const yaml_node_t *node, const char *fmt, ...)
+/* Write "file:<line>: message" into the caller's buffer (0 reads as 1);
+ * returns -1 so parsers can `return fail(...)`. */
+static int __attribute__((format(printf, 3, 0)))
+vfail_at(struct load *ld, int line, const char *fmt, va_list ap)
 {
     char msg[MSG_MAX];
-    va_list ap;
 
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (ld->err != NULL && ld->errlen > 0)
-        snprintf(ld->err, ld->errlen, "%s:%d: %s", ld->file, node_line(node),
-                 msg);
-    return -1;
-}
-
-/* The same for a line number known without a node (0 reads as 1). */
-static int __attribute__((format(printf, 3, 4)))
-fail_at(struct load *ld, int line, const char *fmt, ...)
-{
-    char msg[MSG_MAX];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     if (ld->err != NULL && ld->errlen > 0)
         snprintf(ld->err, ld->errlen, "%s:%d: %s", ld->file,
                  line > 0 ? line : 1, msg);
     return -1;
+}
+
+/* The message for <node> (line 1 when NULL). */
+static int __attribute__((format(printf, 3, 4)))
+fail(struct load *ld, const yaml_node_t *node, const char *fmt, ...)
+{
+    va_list ap;
+    int rc;
+
+    va_start(ap, fmt);
+    rc = vfail_at(ld, node_line(node), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* The same for a line number known without a node. */
+static int __attribute__((format(printf, 3, 4)))
+fail_at(struct load *ld, int line, const char *fmt, ...)
+{
+    va_list ap;
+    int rc;
+
+    va_start(ap, fmt);
+    rc = vfail_at(ld, line, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 /*
@@ -1809,71 +1816,15 @@ check_duplicates(struct load *ld, struct conf_pool *pool, yaml_node_t *node)
     return 0;
 }
 
-/*
- * twemproxy's points for a server of <weight> among <nlive> servers of
- * <total> weight (nc_ketama.c), every step rounded to binary32 as
- * lib/ketama.c computes it for the ring itself. Written twice on purpose:
- * libchash has no call that counts without building, and this count must
- * not allocate. doc/internals/placement.md freezes the formula (changing
- * it would move every twemproxy user's keys), and test_conf checks this
- * copy against the points of built rings.
- */
-static uint64_t
-ketama_server_points(uint32_t weight, uint64_t total, size_t nlive)
-{
-    volatile float pct, x;
-    volatile double d;
-    float f;
-
-    pct = (float)weight / (float)total;
-    x = pct * 160.0f;
-    x = x / 4.0f;
-    x = x * (float)nlive;
-    d = (double)x + 0.0000000001;
-    f = (float)d;
-    return (uint64_t)floorf(f) * 4;
-}
-
-static uint64_t
-cap_member(uint64_t points)
-{
-    return points > CHASH_MAX_MEMBER_POINTS ? CHASH_MAX_MEMBER_POINTS : points;
-}
-
 uint64_t
 conf_ring_points(int distribution, const struct chash_config *ring,
                  const struct chash_member *members, size_t n)
 {
-    int algo = distribution < CHASH_ALGO_COUNT ? distribution : ring->algo;
-    uint32_t ppw = ring->points_per_weight ? ring->points_per_weight
-                                           : CHASH_DEFAULT_POINTS;
-    uint64_t total = 0, wsum = 0;
-    size_t nlive = 0;
+    struct chash_config cfg = *ring;
 
-    switch (algo) {
-    case CHASH_ALGO_MAGLEV:
-        return ring->table_size ? ring->table_size : CHASH_DEFAULT_TABLE_SIZE;
-    case CHASH_ALGO_RENDEZVOUS:
-    case CHASH_ALGO_JUMP:
-        return n;
-    case CHASH_ALGO_KETAMA:
-        for (size_t i = 0; i < n; i++) {
-            wsum += members[i].weight;
-            nlive += members[i].weight > 0;
-        }
-        for (size_t i = 0; i < n; i++)
-            if (members[i].weight > 0)
-                total += cap_member(
-                    ketama_server_points(members[i].weight, wsum, nlive));
-        return total;
-    case CHASH_ALGO_NGINX:
-        ppw = 160; /* nginx's fixed 160 per unit of weight */
-        /* fall through */
-    default: /* CHASH_ALGO_RING */
-        for (size_t i = 0; i < n; i++)
-            total += cap_member((uint64_t)members[i].weight * ppw);
-        return total;
-    }
+    /* modula and random build twemproxy's ketama continuum */
+    cfg.algo = distribution < CHASH_ALGO_COUNT ? distribution : ring->algo;
+    return chash_ring_points_needed(&cfg, members, n);
 }
 
 /* Refuse a ring over the pool's max_points, from its size alone. 0 or -1

@@ -51,8 +51,8 @@ enum chash_error {
 
 /* Algorithms. The names in comments are the config and CLI names. */
 enum chash_algo {
-    CHASH_ALGO_RING = 0,   /* "ring": weighted ring, xxh3 placement, O(1) index */
-    CHASH_ALGO_MAGLEV,     /* "maglev": Eisenbud et al. lookup table */
+    CHASH_ALGO_RING = 0, /* "ring": weighted ring, xxh3 placement, O(1) index */
+    CHASH_ALGO_MAGLEV,   /* "maglev": Eisenbud et al. lookup table */
     CHASH_ALGO_RENDEZVOUS, /* "rendezvous": weighted highest random weight */
     CHASH_ALGO_JUMP,       /* "jump": Lamping-Veach, array order is identity */
     CHASH_ALGO_KETAMA,     /* "ketama": twemproxy/libmemcached continuum */
@@ -67,23 +67,23 @@ enum chash_algo {
  * every key as nutcracker does. chash_hash_bits() tells the width.
  */
 enum chash_hash {
-    CHASH_HASH_XXH3 = 0,       /* "xxh3": XXH3-64, seed 0 (default) */
-    CHASH_HASH_MURMUR3,        /* "murmur3": MurmurHash3 x64_128, seed 0, h1^h2 */
-    CHASH_HASH_MURMUR3_32,     /* "murmur3_32": MurmurHash3 x86_32, seed 0 (32) */
-    CHASH_HASH_FNV1A_64,       /* "fnv1a64": true 64-bit FNV-1a */
-    CHASH_HASH_MD5,            /* "md5": first 4 digest bytes, LE (32) */
-    CHASH_HASH_CRC32,          /* "crc32a": standard CRC-32, zlib (32) */
+    CHASH_HASH_XXH3 = 0,   /* "xxh3": XXH3-64, seed 0 (default) */
+    CHASH_HASH_MURMUR3,    /* "murmur3": MurmurHash3 x64_128, seed 0, h1^h2 */
+    CHASH_HASH_MURMUR3_32, /* "murmur3_32": MurmurHash3 x86_32, seed 0 (32) */
+    CHASH_HASH_FNV1A_64,   /* "fnv1a64": true 64-bit FNV-1a */
+    CHASH_HASH_MD5,        /* "md5": first 4 digest bytes, LE (32) */
+    CHASH_HASH_CRC32,      /* "crc32a": standard CRC-32, zlib (32) */
     /* twemproxy / libmemcached (libhashkit) functions, all (32) */
-    CHASH_HASH_ONE_AT_A_TIME,  /* "one_at_a_time" */
-    CHASH_HASH_CRC16,          /* "crc16": XMODEM table, not masked */
-    CHASH_HASH_CRC32_15,       /* "crc32": 15-bit Cache::Memcached value */
-    CHASH_HASH_FNV1_64,        /* "fnv1_64": low 32 bits */
-    CHASH_HASH_FNV1A_64_TW,    /* "fnv1a_64": twemproxy's, 32-bit arithmetic */
-    CHASH_HASH_FNV1_32,        /* "fnv1_32" */
-    CHASH_HASH_FNV1A_32,       /* "fnv1a_32" */
-    CHASH_HASH_HSIEH,          /* "hsieh": SuperFastHash, initial 0 */
-    CHASH_HASH_MURMUR,         /* "murmur": MurmurHash2-32, seed 0xdeadbeef*len */
-    CHASH_HASH_JENKINS,        /* "jenkins": lookup3 hashlittle, initval 13 */
+    CHASH_HASH_ONE_AT_A_TIME, /* "one_at_a_time" */
+    CHASH_HASH_CRC16,         /* "crc16": XMODEM table, not masked */
+    CHASH_HASH_CRC32_15,      /* "crc32": 15-bit Cache::Memcached value */
+    CHASH_HASH_FNV1_64,       /* "fnv1_64": low 32 bits */
+    CHASH_HASH_FNV1A_64_TW,   /* "fnv1a_64": twemproxy's, 32-bit arithmetic */
+    CHASH_HASH_FNV1_32,       /* "fnv1_32" */
+    CHASH_HASH_FNV1A_32,      /* "fnv1a_32" */
+    CHASH_HASH_HSIEH,         /* "hsieh": SuperFastHash, initial 0 */
+    CHASH_HASH_MURMUR,  /* "murmur": MurmurHash2-32, seed 0xdeadbeef*len */
+    CHASH_HASH_JENKINS, /* "jenkins": lookup3 hashlittle, initval 13 */
     CHASH_HASH_COUNT
 };
 
@@ -126,8 +126,8 @@ struct chash_ring;
  * array order; lookups return indexes into the array given here.
  */
 CHASH_EXTERN int chash_ring_create(const struct chash_config *cfg,
-                                   const struct chash_member *members,
-                                   size_t n, struct chash_ring **out);
+                                   const struct chash_member *members, size_t n,
+                                   struct chash_ring **out);
 
 /* Free <ring>; NULL is accepted. After the call <ring> is invalid. */
 CHASH_EXTERN void chash_ring_destroy(struct chash_ring *ring);
@@ -247,6 +247,19 @@ CHASH_EXTERN void chash_ring_config(const struct chash_ring *ring,
  */
 CHASH_EXTERN size_t chash_key_tag(const void *key, size_t len, const char *tag,
                                   size_t *off);
+
+/*
+ * How many points (ring, ketama, nginx) or table entries (maglev)
+ * chash_ring_create() would build for <members>[0..<n>) at full ramp,
+ * counted without building (a caller bounds a ring's size before paying
+ * for it). Rendezvous and jump hold no points: <n>. Exact for ring, ketama
+ * and maglev; an upper bound for nginx, which drops colliding points. A
+ * member over CHASH_MAX_MEMBER_POINTS (which create refuses) counts at
+ * that cap. 0 for an invalid <cfg>. Pure; cannot fail.
+ */
+CHASH_EXTERN uint64_t
+chash_ring_points_needed(const struct chash_config *cfg,
+                         const struct chash_member *members, size_t n);
 
 /* Hash functions by id: chash_hash() returns 0 for an unknown id. */
 CHASH_EXTERN uint64_t chash_hash(int hash, const void *key, size_t len);

@@ -1113,6 +1113,52 @@ test_errors(void **state)
     chash_ring_destroy(r2);
 }
 
+/* The count taken without building is what create builds: exact for ring,
+ * ketama and maglev, never below it for nginx (which drops collisions). */
+static void
+test_points_needed(void **state)
+{
+    static const int kinds[] = {CHASH_ALGO_RING,       CHASH_ALGO_KETAMA,
+                                CHASH_ALGO_NGINX,      CHASH_ALGO_MAGLEV,
+                                CHASH_ALGO_RENDEZVOUS, CHASH_ALGO_JUMP};
+    char names[40][24];
+    struct chash_member m[40];
+
+    (void)state;
+    for (size_t i = 0; i < 40; i++) {
+        snprintf(names[i], sizeof(names[i]), "10.0.0.%zu:11211", i);
+        m[i].name = names[i];
+        m[i].weight = (uint32_t)(1 + i % 5);
+        m[i].ramp = 1;
+    }
+    for (size_t a = 0; a < sizeof(kinds) / sizeof(kinds[0]); a++) {
+        struct chash_config cfg = {.algo = kinds[a], .table_size = 5003};
+        struct chash_ring *r;
+        uint64_t need;
+
+        if (kinds[a] == CHASH_ALGO_KETAMA)
+            cfg.hash = CHASH_HASH_MD5;
+        if (kinds[a] == CHASH_ALGO_JUMP)
+            for (size_t i = 0; i < 40; i++)
+                m[i].weight = 1;
+        need = chash_ring_points_needed(&cfg, m, 40);
+        assert_int_equal(chash_ring_create(&cfg, m, 40, &r), 0);
+        if (kinds[a] == CHASH_ALGO_NGINX)
+            assert_true(need >= chash_ring_points(r));
+        else if (kinds[a] == CHASH_ALGO_RENDEZVOUS ||
+                 kinds[a] == CHASH_ALGO_JUMP)
+            assert_int_equal(need, 40);
+        else
+            assert_int_equal(need, chash_ring_points(r));
+        chash_ring_destroy(r);
+    }
+    /* an invalid config counts nothing */
+    {
+        struct chash_config bad = {.algo = 99};
+        assert_int_equal(chash_ring_points_needed(&bad, m, 40), 0);
+    }
+}
+
 int
 main(void)
 {
@@ -1137,6 +1183,7 @@ main(void)
         cmocka_unit_test(test_ties),
         cmocka_unit_test(test_nginx_ties),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_points_needed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
