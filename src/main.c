@@ -703,6 +703,8 @@ main(int argc, char **argv)
         return 1;
     }
     log_set_level(cli_log_level >= 0 ? cli_log_level : conf->log_level);
+    for (size_t i = 0; i < conf->nwarnings; i++)
+        log_warn("%s", conf->warnings[i]);
     if (notify_init() < 0)
         log_warn("NOTIFY_SOCKET '%s' is not a unix socket path or "
                  "@abstract name: the service manager is not notified",

@@ -393,3 +393,26 @@ def test_check_names_each_pools_mode_and_where_it_came_from(tmp_path):
     assert r.returncode == 2
     assert "pool 'cache': mode memcache is not supported yet" in r.stderr
     assert "the default" in r.stderr, r.stderr
+
+
+@needs_chashd
+def test_check_prints_warnings_with_their_lines(tmp_path):
+    """A plain number for a key that is not twemproxy's is read as
+    milliseconds, and a key that does nothing in a pool's mode is said so:
+    `chashd -t` accepts the file and prints both, with their lines."""
+    conf = tmp_path / "w.yml"
+    conf.write_text("web:\n"                       # 1
+                    "  listen: 127.0.0.1:1\n"       # 2
+                    "  mode: tcp\n"                 # 3
+                    "  slow_start: 30\n"            # 4
+                    "  redis_auth: secret\n"        # 5
+                    "  servers:\n"
+                    "    - 127.0.0.1:2:1 a\n")
+    r = run([CHASHD, "-t", "-c", conf])
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"%s:4: warning: 'slow_start: 30' has no unit and is "
+                     r"read as 30 milliseconds" % re.escape(str(conf)),
+                     r.stderr), r.stderr
+    assert re.search(r"%s:5: warning: 'redis_auth' has no effect in pool "
+                     r"'web' \(mode tcp\)" % re.escape(str(conf)),
+                     r.stderr), r.stderr
