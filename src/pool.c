@@ -665,7 +665,9 @@ build_done(struct builder_job *job)
                   p->name, chash_strerror(b->rc));
         snapshot_free(b->snap);
         /* The changes it held are not live; they are not lost either:
-         * the next change builds from the whole membership again. */
+         * the next change builds from the whole membership again. Who
+         * waits for them is told now rather than left waiting. */
+        waiters_fire(p, NULL, true);
     } else {
         snapshot_publish(p, b->snap, NULL);
     }

@@ -238,7 +238,7 @@ void pool_schedule(struct pool *p);
  * Call <cb>(<p>, <chg>, <arg>) on the control thread once every change
  * made to <p> so far is published (at once when it already is). <chg>
  * describes the publication that made it live. If the pool is removed
- * first, <cb> gets <chg> NULL. Returns 0, or -1 (ENOMEM: <cb> is not
+ * first, or the build fails (out of memory), <cb> gets <chg> NULL. Returns 0, or -1 (ENOMEM: <cb> is not
  * called).
  */
 int pool_on_published(struct pool *p,
