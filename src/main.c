@@ -147,6 +147,7 @@ reload(void)
 
     log_info("reload: loading %s", conf_path ? conf_path : "<embedded>");
     if (nc == NULL || check_supported(nc, err, sizeof(err)) < 0 ||
+        admin_reload_check(nc, err, sizeof(err)) < 0 ||
         membership_state_apply(nc, err, sizeof(err)) < 0) {
         log_error("reload refused, the running config stays: %s", err);
         metrics_note_reload(false);
