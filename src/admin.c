@@ -2,7 +2,8 @@
  * and members as JSON, runtime membership changes answered with their
  * migration report, lookups, ring arcs, the state file, the change log,
  * /metrics and the dashboard page. Every bad request gets a 4xx and a
- * JSON {"error": ...} naming the problem, and changes nothing.
+ * JSON {"error": ...} naming the problem, and changes nothing. chashd owns
+ * the listening socket and hands accepted connections to libmicrohttpd.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "admin.h"
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -25,6 +27,7 @@
 #include <microhttpd.h>
 
 #include "report.h"
+#include "clock.h"
 #include "conf.h"
 #include "control.h"
 #include "dashboard.h"
@@ -40,13 +43,19 @@
 #define ADMIN_MAX_SEGMENTS 65536
 #define ADMIN_DEFAULT_SEGMENTS 1024
 #define ADMIN_JSON_FLAGS (JSON_INDENT(2) | JSON_REAL_PRECISION(12))
+#define ADMIN_MAX_CONNECTIONS 64
+#define ADMIN_ACCEPT_BATCH 16     /* accepts per wake-up, the rest next turn */
+#define ADMIN_ACCEPT_PAUSE_MS 100 /* as the workers' listeners */
 
-/* Per request: the body collected over the upload calls. */
+/* Per request, from its request line (on_uri) to its end (on_completed). */
 struct admin_request {
-    char *body;
+    char *body; /* collected over the upload calls */
     size_t len, cap;
+    int control; /* a control byte the URL decodes to, or -1 */
+    bool control_in_query;
+    bool admitted; /* admit() ran: the header checks are done */
     bool too_large;
-    bool answered; /* a response was queued early (413) */
+    bool answered; /* a response was queued before the body was read */
     /* A membership change answers later (its report is computed on the
      * builder thread): the connection is suspended meanwhile, and the
      * answer kept here for the handler's next call. */
@@ -59,11 +68,24 @@ struct admin_request {
     size_t textlen;
 };
 
-/* The admin server: one per process, control thread only. */
+/*
+ * The admin server: one per process, control thread only. The token is in
+ * force for as long as the listener is bound: a listener that is not on
+ * loopback always has one (conf refuses such a config without it at
+ * start-up, admin_reload_check at a reload, admin_reconfigure keeps it).
+ */
 static struct MHD_Daemon *mhd;
-static char *token;                /* NULL: no authentication */
-static char *address;              /* as written, for messages */
-static struct control_watch watch; /* libmicrohttpd's epoll fd */
+static char *token;                   /* NULL: no authentication */
+static char *address;                 /* as written, for messages */
+static char *host;                    /* its host part: "127.0.0.1", "[::1]" */
+static bool loopback;                 /* bound to loopback or a unix socket */
+static int family;                    /* of the bound address */
+static int listen_fd = -1;            /* ours: we accept, MHD serves */
+static struct control_watch listener; /* listen_fd */
+static bool listening;                /* listener is in the control loop */
+static uint64_t resume_ms;            /* paused: watch it again then, or 0 */
+static uint64_t starved_ms;           /* out of descriptors since, or 0 */
+static struct control_watch watch;    /* libmicrohttpd's epoll fd */
 static bool watching;
 static bool tick_added;
 
@@ -684,6 +706,62 @@ serve_dashboard(struct MHD_Connection *c)
 
 /* ---- routing ------------------------------------------------------------- */
 
+static bool
+is(const char *a, const char *b)
+{
+    return strcmp(a, b) == 0;
+}
+
+static const char *
+header(struct MHD_Connection *c, const char *name)
+{
+    return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+}
+
+/* A media type is application/json, parameters aside ("; charset=utf-8"). */
+static bool
+json_media_type(const char *ct)
+{
+    static const char mt[] = "application/json";
+
+    if (ct == NULL)
+        return false;
+    ct += strspn(ct, " \t");
+    if (strncasecmp(ct, mt, sizeof(mt) - 1) != 0)
+        return false;
+    ct += sizeof(mt) - 1;
+    ct += strspn(ct, " \t");
+    return *ct == '\0' || *ct == ';';
+}
+
+/*
+ * CSRF: a web page may send a POST with a text/plain, form-urlencoded or
+ * multipart body to any origin without asking the server first (a no-cors
+ * fetch, a form), and a JSON text fits in a text/plain body. So a change
+ * (POST, PATCH) and any request with a body must say application/json,
+ * which a page can send to another origin only after a CORS preflight
+ * that chashd never grants. A DELETE without a body needs no type: a
+ * browser cannot send a DELETE to another origin without that preflight
+ * either, and `curl -X DELETE` and `chash ctl remove` send none. False
+ * with the 415 queued in *<ret>.
+ */
+static bool
+json_content(struct MHD_Connection *c, const char *method,
+             const struct admin_request *rq, enum MHD_Result *ret)
+{
+    const char *ct = header(c, MHD_HTTP_HEADER_CONTENT_TYPE);
+
+    if (json_media_type(ct) || (!is(method, "POST") && !is(method, "PATCH") &&
+                                rq->len == 0 && !rq->too_large))
+        return true;
+    *ret = respond_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                         "Content-Type must be application/json (%s%s%s); "
+                         "nothing was changed",
+                         ct != NULL ? "got \"" : "none was sent",
+                         ct != NULL ? ct : "", ct != NULL ? "\"" : "");
+    return false;
+}
+
 /* Split <url> into at most <max> segments (modifies a copy in <buf>).
  * Returns how many, or -1 when there are too many or an empty one (a
  * doubled or trailing slash beyond the root). */
@@ -711,12 +789,6 @@ split_path(const char *url, char *buf, size_t buflen, char **seg, int max)
         p = slash ? slash + 1 : NULL;
     }
     return n;
-}
-
-static bool
-is(const char *a, const char *b)
-{
-    return strcmp(a, b) == 0;
 }
 
 /*
@@ -802,13 +874,10 @@ route(struct MHD_Connection *c, const char *url, const char *method,
     struct server *s;
     char pname[256];
     const char *mname = member_path(url, pname, sizeof(pname));
+    enum MHD_Result ret;
 
-    {
-        enum MHD_Result ret;
-
-        if (state_reset_route(c, url, method, rq, &ret))
-            return ret;
-    }
+    if (state_reset_route(c, url, method, rq, &ret))
+        return ret;
     if (mname != NULL) {
         n = 5;
         seg[0] = (char *)"api";
@@ -857,7 +926,8 @@ route(struct MHD_Connection *c, const char *url, const char *method,
                              "false, no, off (nothing was changed)");
     if (n == 4) {
         if (is(method, "POST"))
-            return member_add(c, p, rq);
+            return json_content(c, method, rq, &ret) ? member_add(c, p, rq)
+                                                     : ret;
         if (get) {
             json_t *pj = pool_json(p, true);
             json_t *m = json_incref(json_object_get(pj, "members"));
@@ -881,6 +951,9 @@ route(struct MHD_Connection *c, const char *url, const char *method,
                              seg[4]);
     if (get)
         return respond_json(c, MHD_HTTP_OK, member_json(pool_snapshot(p), s));
+    if ((is(method, "PATCH") || is(method, "DELETE")) &&
+        !json_content(c, method, rq, &ret))
+        return ret;
     if (is(method, "PATCH"))
         return member_patch(c, p, s->name, rq);
     if (is(method, "DELETE")) {
@@ -911,6 +984,140 @@ token_ok(const char *given)
     return diff == 0 && gl == tl;
 }
 
+/*
+ * The host of an authority "<host>[:<port>]" ("127.0.0.1:8404", "[::1]",
+ * "localhost:9000"): its length, or 0 when <s> is not such an authority
+ * (a space, a path, text after "]", a port that is not digits).
+ */
+static size_t
+authority_host(const char *s)
+{
+    size_t n;
+
+    if (s[0] == '[') {
+        const char *e = strchr(s, ']');
+
+        if (e == NULL)
+            return 0;
+        n = (size_t)(e - s) + 1;
+    } else {
+        n = strcspn(s, ":");
+    }
+    for (size_t i = 0; i < n; i++)
+        if (s[i] <= ' ' || s[i] > '~' || strchr("/?#@\\", s[i]) != NULL)
+            return 0;
+    if (n == 0 || s[n] == '\0')
+        return n;
+    if (s[n] != ':' || s[n + 1] == '\0' ||
+        strspn(s + n + 1, "0123456789") != strlen(s + n + 1))
+        return 0;
+    return n;
+}
+
+/*
+ * DNS rebinding: a name the attacker owns resolves to 127.0.0.1 once its
+ * page is loaded, and the page reads and changes the API as its own
+ * origin, which no Origin check can tell. The name it uses is in Host.
+ * Without a token (only on loopback, see above) the Host must name this
+ * API: the admin address as written, localhost, 127.0.0.1 or [::1], on
+ * any port (the port is not the attacker's to choose the name by, and an
+ * ssh tunnel from another port is how loopback APIs are reached). With a
+ * token the token authenticates: a browser never adds a Bearer header by
+ * itself, and a non-loopback API is reached through names chashd cannot
+ * know. A unix socket is out of a browser's reach. A missing or empty
+ * Host (HTTP/1.0, health checkers) is no browser's either.
+ */
+static bool
+host_ok(const char *h)
+{
+    static const char *const names[] = {"localhost", "127.0.0.1", "[::1]"};
+    size_t n;
+
+    if (token != NULL || family == AF_UNIX || h == NULL || h[0] == '\0')
+        return true;
+    n = authority_host(h);
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strlen(names[i]) == n && strncasecmp(h, names[i], n) == 0)
+            return true;
+    return host != NULL && strlen(host) == n && strncasecmp(h, host, n) == 0;
+}
+
+/*
+ * The checks a request passes once its headers are in, before its body is
+ * read or its route looked at; the first that fails answers it (and
+ * marks <rq> answered, its body is then discarded):
+ *   421 a Host that does not name this API (host_ok);
+ *   403 an Origin that is not the API's own: "http://" and the Host. A
+ *       browser sends Origin with every POST, PATCH and DELETE, and with
+ *       a cross-origin fetch; the dashboard's own GETs carry none or its
+ *       own. "null" (sandboxed frames, file:) is foreign too;
+ *   401 no token, or a wrong one, when one is set (GET / aside: the page
+ *       holds no data and a browser cannot send a header on navigation);
+ *   400 a URL that decodes to a control byte (text_url_control);
+ *   413 an announced body over ADMIN_MAX_BODY.
+ * The Content-Type of a change is checked with its route (json_content),
+ * so that a method a path does not take is still a 405.
+ */
+static enum MHD_Result
+admit(struct MHD_Connection *c, const char *url, struct admin_request *rq)
+{
+    const char *h = header(c, MHD_HTTP_HEADER_HOST);
+    const char *origin = header(c, MHD_HTTP_HEADER_ORIGIN);
+    const char *cl = header(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    unsigned long long announced = cl != NULL ? strtoull(cl, NULL, 10) : 0;
+
+    rq->admitted = true;
+    rq->answered = true; /* unless every check passes */
+    if (!host_ok(h))
+        return respond_error(c, MHD_HTTP_MISDIRECTED_REQUEST,
+                             "Host \"%s\" does not name this admin API (%s, "
+                             "localhost, 127.0.0.1 or [::1]); refused "
+                             "against DNS rebinding",
+                             h, address);
+    if (origin != NULL &&
+        (h == NULL || strncasecmp(origin, "http://", 7) != 0 ||
+         strcasecmp(origin + 7, h) != 0))
+        return respond_error(c, MHD_HTTP_FORBIDDEN,
+                             "cross-origin request refused: Origin \"%s\" is "
+                             "not this API's own (http://%s)",
+                             origin, h != NULL ? h : address);
+    if (token != NULL && !is(url, "/") &&
+        !token_ok(header(c, MHD_HTTP_HEADER_AUTHORIZATION)))
+        return respond_error(c, MHD_HTTP_UNAUTHORIZED,
+                             "missing or wrong token: send \"Authorization: "
+                             "Bearer <admin_token>\"");
+    if (rq->control >= 0)
+        return respond_error(c, MHD_HTTP_BAD_REQUEST,
+                             "the URL decodes to a control byte (%%%02X) in "
+                             "its %s: names, keys and values cannot hold "
+                             "bytes 0x00-0x1F or 0x7F (nothing was changed)",
+                             (unsigned)rq->control,
+                             rq->control_in_query ? "query" : "path");
+    if (announced > ADMIN_MAX_BODY)
+        return respond_error(c, MHD_HTTP_CONTENT_TOO_LARGE,
+                             "request body over %d bytes", ADMIN_MAX_BODY);
+    rq->answered = false;
+    return MHD_YES;
+}
+
+/* A request line came in: its state, with what the raw URL holds that
+ * the decoded one can no longer show (libmicrohttpd hands the handler a
+ * C string). NULL when out of memory: on_request then drops the
+ * connection. */
+static void *
+on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    struct admin_request *rq = calloc(1, sizeof(*rq));
+
+    (void)cls;
+    (void)c;
+    if (rq != NULL)
+        rq->control = text_url_control(uri, &rq->control_in_query);
+    return rq;
+}
+
 static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *c, const char *url,
            const char *method, const char *version, const char *upload,
@@ -920,23 +1127,10 @@ on_request(void *cls, struct MHD_Connection *c, const char *url,
 
     (void)cls;
     (void)version;
-    if (rq == NULL) {
-        const char *cl;
-
-        rq = calloc(1, sizeof(*rq));
-        if (rq == NULL)
-            return MHD_NO;
-        *con_cls = rq;
-        /* Refuse an announced oversized body before reading it. */
-        cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                         MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl != NULL && strtoull(cl, NULL, 10) > ADMIN_MAX_BODY) {
-            rq->answered = true;
-            return respond_error(c, MHD_HTTP_CONTENT_TOO_LARGE,
-                                 "request body over %d bytes", ADMIN_MAX_BODY);
-        }
-        return MHD_YES;
-    }
+    if (rq == NULL)
+        return MHD_NO;
+    if (!rq->admitted)
+        return admit(c, url, rq);
     if (*upload_size > 0) {
         if (!rq->answered && !rq->too_large) {
             if (rq->len + *upload_size > ADMIN_MAX_BODY) {
@@ -964,12 +1158,6 @@ on_request(void *cls, struct MHD_Connection *c, const char *url,
     if (rq->answered)
         return MHD_YES;
     rq->answered = true;
-    if (token != NULL && !is(url, "/") &&
-        !token_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                              MHD_HTTP_HEADER_AUTHORIZATION)))
-        return respond_error(c, MHD_HTTP_UNAUTHORIZED,
-                             "missing or wrong token: send \"Authorization: "
-                             "Bearer <admin_token>\"");
     if (rq->too_large)
         return respond_error(c, MHD_HTTP_CONTENT_TOO_LARGE,
                              "request body over %d bytes", ADMIN_MAX_BODY);
@@ -1016,83 +1204,204 @@ on_ready(struct control_watch *w, uint32_t events)
     admin_run();
 }
 
+/*
+ * Stop accepting for ADMIN_ACCEPT_PAUSE_MS; on_tick watches the listener
+ * again then. Clients wait in the backlog meanwhile. <why>: the accept
+ * error that found no descriptor (logged once per episode), or NULL for
+ * the connection limit.
+ */
+static void
+listener_pause(const char *why)
+{
+    uint64_t now = clock_ms();
+
+    if (listening)
+        control_watch_del(&listener);
+    listening = false;
+    resume_ms = now + ADMIN_ACCEPT_PAUSE_MS;
+    if (why != NULL && starved_ms == 0) {
+        starved_ms = now;
+        log_warn("admin: accept: %s; pausing new admin connections for "
+                 "%d ms at a time until descriptors free up",
+                 why, ADMIN_ACCEPT_PAUSE_MS);
+    }
+}
+
+static unsigned
+connections(void)
+{
+    const union MHD_DaemonInfo *info =
+        MHD_get_daemon_info(mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+
+    return info != NULL ? info->num_connections : 0;
+}
+
+/*
+ * The listener is readable: accept, and hand each connection to
+ * libmicrohttpd. chashd accepts rather than libmicrohttpd because of what
+ * happens when descriptors run out: accept() fails with EMFILE, the
+ * connection stays in the backlog and the listener stays readable, and
+ * libmicrohttpd (0.9.75, with no connection open) tries again at once,
+ * forever: the control thread spun at 100% and health checks, ramps and
+ * reloads starved. Here the listener leaves the loop for 100 ms instead,
+ * as the workers' listeners do. At the connection limit it pauses the
+ * same way (libmicrohttpd would close the connection).
+ */
+static void
+on_accept(struct control_watch *w, uint32_t events)
+{
+    (void)w;
+    (void)events;
+    for (int i = 0; i < ADMIN_ACCEPT_BATCH; i++) {
+        struct sockaddr_storage peer;
+        socklen_t peerlen = sizeof(peer);
+        int fd;
+
+        if (connections() >= ADMIN_MAX_CONNECTIONS) {
+            listener_pause(NULL);
+            break;
+        }
+        fd = accept4(listen_fd, (struct sockaddr *)&peer, &peerlen,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
+                continue; /* that connection is gone; the next one */
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                errno == ENOMEM)
+                listener_pause(strerror(errno));
+            else if (errno != EAGAIN && errno != EWOULDBLOCK)
+                log_error("admin: accept: %s", strerror(errno));
+            break;
+        }
+        if (starved_ms != 0) {
+            log_info("admin: accepting again after %llu ms without "
+                     "descriptors",
+                     (unsigned long long)(clock_ms() - starved_ms));
+            starved_ms = 0;
+        }
+        /* It takes the descriptor, and closes it on failure. */
+        if (MHD_add_connection(mhd, fd, (struct sockaddr *)&peer, peerlen) !=
+            MHD_YES)
+            log_debug("admin: connection dropped: %s", strerror(errno));
+    }
+    admin_run();
+}
+
 /* Connection timeouts need MHD_run() even when nothing is readable; every
- * 100 ms is plenty for a 10 s timeout. */
+ * 100 ms is plenty for a 10 s timeout. A paused listener is watched again
+ * once its pause is over. */
 static void
 on_tick(uint64_t now_ms, void *arg)
 {
     static uint64_t last;
 
     (void)arg;
+    if (mhd == NULL)
+        return;
+    if (!listening && resume_ms != 0 && now_ms >= resume_ms) {
+        resume_ms = 0;
+        if (control_watch_add(&listener, EPOLLIN) == 0)
+            listening = true;
+        else
+            resume_ms = now_ms + ADMIN_ACCEPT_PAUSE_MS;
+    }
     if (now_ms - last >= 100) {
         last = now_ms;
         admin_run();
     }
 }
 
+/* A copy of <conf>'s token, NULL when it has none; -1 when out of memory. */
+static int
+token_copy(const struct conf *conf, char **out)
+{
+    *out = NULL;
+    if (conf->admin_token == NULL || conf->admin_token[0] == '\0')
+        return 0;
+    *out = strdup(conf->admin_token);
+    return *out != NULL ? 0 : -1;
+}
+
 int
 admin_start(const struct conf *conf, char *err, size_t errlen)
 {
     const struct conf_addr *a = &conf->admin;
-    int fd = -1, one = 1;
-    unsigned flags =
-        MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+    size_t hl;
+    int one = 1;
 
     if (mhd != NULL)
         return 0;
     if (a->family == AF_UNSPEC)
         return 0;
-    fd = socket(a->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
+    /* Before anything listens: without its token, a non-loopback API
+     * would be open to anyone. */
+    if (token_copy(conf, &token) < 0 || (address = strdup(a->text)) == NULL) {
+        snprintf(err, errlen, "admin %s: out of memory", a->text);
+        goto fail;
+    }
+    hl = a->family != AF_UNIX ? authority_host(a->text) : 0;
+    if (hl > 0 && (host = strndup(a->text, hl)) == NULL) {
+        snprintf(err, errlen, "admin %s: out of memory", a->text);
+        goto fail;
+    }
+    loopback = conf_addr_is_loopback(a);
+    family = a->family;
+    listen_fd =
+        socket(a->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listen_fd < 0) {
         snprintf(err, errlen, "admin %s: socket: %s", a->text, strerror(errno));
-        return -1;
+        goto fail;
     }
     if (a->family != AF_UNIX)
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     else
         unlink(((const struct sockaddr_un *)&a->sa)->sun_path);
-    if (bind(fd, (const struct sockaddr *)&a->sa, a->salen) != 0 ||
-        listen(fd, 64) != 0) {
+    if (bind(listen_fd, (const struct sockaddr *)&a->sa, a->salen) != 0 ||
+        listen(listen_fd, 64) != 0) {
         snprintf(err, errlen, "admin %s: %s", a->text, strerror(errno));
-        close(fd);
-        return -1;
+        goto fail;
     }
-    if (a->family == AF_INET6)
-        flags |= MHD_USE_IPv6;
+    /* No listening socket of its own: on_accept hands it connections.
+     * The logger goes first, or libmicrohttpd prints the options' own
+     * messages to stderr. */
     mhd = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+        MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG |
+            MHD_ALLOW_SUSPEND_RESUME,
+        0, NULL, NULL, on_request, NULL, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+        NULL, MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_log, NULL, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)ADMIN_MAX_CONNECTIONS,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
     if (mhd == NULL) {
         snprintf(err, errlen, "admin %s: cannot start the HTTP server",
                  a->text);
-        close(fd);
-        return -1;
+        goto fail;
     }
     watch.fd = admin_fd();
     watch.cb = on_ready;
-    if (watch.fd < 0 || control_watch_add(&watch, EPOLLIN) != 0 ||
+    listener.fd = listen_fd;
+    listener.cb = on_accept;
+    if (watch.fd < 0 || control_watch_add(&watch, EPOLLIN) != 0) {
+        snprintf(err, errlen, "admin %s: cannot watch the HTTP server: %s",
+                 a->text, strerror(errno));
+        goto fail;
+    }
+    watching = true;
+    if (control_watch_add(&listener, EPOLLIN) != 0 ||
         (!tick_added && control_tick_add(on_tick, NULL) != 0)) {
         snprintf(err, errlen, "admin %s: cannot watch the HTTP server: %s",
                  a->text, strerror(errno));
-        MHD_stop_daemon(mhd);
-        mhd = NULL;
-        return -1;
+        goto fail;
     }
-    watching = true;
+    listening = true;
     tick_added = true;
     metrics_init();
-    free(token);
-    token = conf->admin_token && conf->admin_token[0]
-                ? strdup(conf->admin_token)
-                : NULL;
-    free(address);
-    address = strdup(a->text);
     log_info("admin API, metrics and dashboard on http://%s/%s", a->text,
              token ? " (token required)" : "");
     return 0;
+fail:
+    admin_stop();
+    return -1;
 }
 
 void
@@ -1101,13 +1410,22 @@ admin_stop(void)
     if (watching)
         control_watch_del(&watch);
     watching = false;
+    if (listening)
+        control_watch_del(&listener);
+    listening = false;
+    resume_ms = starved_ms = 0;
     if (mhd != NULL)
-        MHD_stop_daemon(mhd); /* closes the listening socket too */
+        MHD_stop_daemon(mhd); /* closes every admin connection */
     mhd = NULL;
+    if (listen_fd >= 0)
+        close(listen_fd);
+    listen_fd = -1;
     free(token);
     token = NULL;
     free(address);
     address = NULL;
+    free(host);
+    host = NULL;
 }
 
 int
@@ -1128,9 +1446,28 @@ admin_run(void)
         MHD_run(mhd);
 }
 
+int
+admin_reload_check(const struct conf *next, char *err, size_t errlen)
+{
+    if (mhd == NULL || loopback ||
+        (next->admin_token != NULL && next->admin_token[0] != '\0'))
+        return 0;
+    snprintf(err, errlen,
+             "the admin API stays on %s until a restart, which is not "
+             "loopback, and the new config has no 'admin_token'%s: keep the "
+             "token until chashd restarts",
+             address,
+             next->admin.family == AF_UNSPEC ? " ('admin: off' is applied "
+                                               "only at a restart)"
+                                             : "");
+    return -1;
+}
+
 void
 admin_reconfigure(const struct conf *conf)
 {
+    char *next;
+
     if (mhd == NULL)
         return;
     if (conf->admin.text == NULL || address == NULL ||
@@ -1138,8 +1475,26 @@ admin_reconfigure(const struct conf *conf)
         log_warn("admin: the admin address changed to %s; it takes effect "
                  "at the next restart",
                  conf->admin.text ? conf->admin.text : "off");
+    if (token_copy(conf, &next) < 0) {
+        log_error("admin: out of memory: the admin token stays as it was");
+        return;
+    }
+    /* admin_reload_check refused such a config; never open a bound
+     * non-loopback listener, whoever calls. */
+    if (next == NULL && !loopback) {
+        log_error("admin: the API on %s is not loopback: its token stays "
+                  "until a restart",
+                  address);
+        return;
+    }
+    if (token != NULL && next == NULL)
+        log_warn("admin: the token is removed: the API on %s answers "
+                 "without one",
+                 address);
+    else if (token == NULL && next != NULL)
+        log_info("admin: the API on %s requires a token from now on", address);
+    else if (token != NULL && strcmp(token, next) != 0)
+        log_info("admin: the token changed");
     free(token);
-    token = conf->admin_token && conf->admin_token[0]
-                ? strdup(conf->admin_token)
-                : NULL;
+    token = next;
 }

@@ -38,8 +38,19 @@ int admin_fd(void);
  * out idle connections). */
 void admin_run(void);
 
-/* A reload: take the new token. The listen address is kept (a change is
- * logged; it needs a restart). */
+/*
+ * Before a reload changes anything: 0 when <next> can run with the admin
+ * listener that is bound now, or -1 with why in <err>. The listen address
+ * changes only at a restart, so the old listener stays; its token must
+ * stay in force with it. A listener that is not loopback (0.0.0.0, a
+ * public address) refuses a <next> without `admin_token`, whatever
+ * address or `admin: off` it names; a loopback one takes it (as a start
+ * on that config would). A token changed to another is fine.
+ */
+int admin_reload_check(const struct conf *next, char *err, size_t errlen);
+
+/* A reload (after admin_reload_check): take the new token. The listen
+ * address is kept (a change is logged; it needs a restart). */
 void admin_reconfigure(const struct conf *conf);
 
 #endif /* CHASHD_ADMIN_H */

@@ -621,8 +621,8 @@ addr_conflict(const struct conf_addr *a, const struct conf_addr *b)
     return conf_addr_equal(a, b) || addr_is_wildcard(a) || addr_is_wildcard(b);
 }
 
-static bool
-addr_is_loopback(const struct conf_addr *a)
+bool
+conf_addr_is_loopback(const struct conf_addr *a)
 {
     if (a->family == AF_UNIX)
         return true;
@@ -2092,7 +2092,8 @@ check_listeners(struct load *ld, struct conf *conf, const int *glines)
     }
     if (check_self(ld, conf) != 0)
         return -1;
-    if (conf->admin.family != AF_UNSPEC && !addr_is_loopback(&conf->admin) &&
+    if (conf->admin.family != AF_UNSPEC &&
+        !conf_addr_is_loopback(&conf->admin) &&
         (conf->admin_token == NULL || conf->admin_token[0] == '\0')) {
         snprintf(ld->err, ld->errlen,
                  "%s:%d: admin address '%s' is not "

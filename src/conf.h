@@ -238,6 +238,10 @@ const char *conf_self_address(const struct conf *conf,
 uint64_t conf_ring_points(int distribution, const struct chash_config *ring,
                           const struct chash_member *members, size_t n);
 
+/* True when <a> is reachable from this host only: 127.0.0.0/8, ::1, a
+ * v4-mapped 127.0.0.0/8, or a unix socket (the admin_token rule). */
+bool conf_addr_is_loopback(const struct conf_addr *a);
+
 /* True when a reload can keep <a>'s listening sockets for <b>: same
  * address, unix permissions and backlog. */
 bool conf_pool_same_listen(const struct conf_pool *a,

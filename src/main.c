@@ -220,6 +220,7 @@ reload_apply(struct conf *nc, char *err)
     for (i = 0; nc != NULL && i < nc->nwarnings; i++)
         log_warn("reload: %s", nc->warnings[i]);
     if (nc == NULL || check_supported(nc, err, ERRLEN) < 0 ||
+        admin_reload_check(nc, err, ERRLEN) < 0 ||
         membership_state_apply(nc, err, ERRLEN) < 0) {
         log_error("reload refused, the running config stays: %s", err);
         metrics_note_reload(false);

@@ -66,3 +66,40 @@ text_has_control(const char *s, size_t len)
             return true;
     return false;
 }
+
+static int
+hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int
+text_url_control(const char *url, bool *in_query)
+{
+    bool query = false;
+
+    for (const char *p = url; *p != '\0'; p++) {
+        char b = *p;
+
+        if (b == '?')
+            query = true;
+        /* "%4" or "%zz" is no escape: a decoder leaves it as it is (so
+         * does libmicrohttpd's), and so does this scan. */
+        if (b == '%' && hex_digit(p[1]) >= 0 && hex_digit(p[2]) >= 0) {
+            b = (char)(hex_digit(p[1]) << 4 | hex_digit(p[2]));
+            p += 2;
+        }
+        if (text_has_control(&b, 1)) {
+            if (in_query != NULL)
+                *in_query = query;
+            return (unsigned char)b;
+        }
+    }
+    return -1;
+}

@@ -29,4 +29,14 @@ bool text_name_ok(const char *s);
  * or a NUL. */
 bool text_has_control(const char *s, size_t len);
 
+/*
+ * The first control byte (as text_has_control) that <url>, the target of
+ * a request line as sent, holds raw or percent-encoded ("%00", "%0a",
+ * "%7F"): its value, or -1 when there is none. *<in_query> (may be NULL)
+ * says whether it sits after the '?'. An HTTP server decodes the URL into
+ * C strings: "members/web-1%00junk" reached the handler as "web-1", and a
+ * "%0a" in a name would end up in the log and the state file.
+ */
+int text_url_control(const char *url, bool *in_query);
+
 #endif /* CHASHD_TEXT_H */

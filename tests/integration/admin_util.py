@@ -91,7 +91,11 @@ class Api:
             h["Authorization"] = "Bearer " + tok
         if body is not None and not isinstance(body, (bytes, str)):
             body = json.dumps(body)
+        # a body is JSON unless the test says otherwise (a header given as
+        # None is left out: a request without a Content-Type)
+        if body is not None:
             h.setdefault("Content-Type", "application/json")
+        h = {k: v for k, v in h.items() if v is not None}
         c = http.client.HTTPConnection(self.host, self.port, timeout=10)
         try:
             c.request(method, path, body=body, headers=h)
@@ -198,10 +202,12 @@ def chromium_args(profile):
             "--user-data-dir=" + profile, "--virtual-time-budget=5000"]
 
 
-def dump_dom(url, timeout=60):
-    """The DOM of <url> after its scripts ran (a real browser)."""
+def dump_dom(url, timeout=60, extra=()):
+    """The DOM of <url> after its scripts ran (a real browser); <extra>:
+    more Chromium switches."""
     with tempfile.TemporaryDirectory(prefix="chash-chromium-") as prof:
-        p = subprocess.run(chromium_args(prof) + ["--dump-dom", url],
+        p = subprocess.run(chromium_args(prof) + list(extra) +
+                           ["--dump-dom", url],
                            capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, p.stderr[-2000:]
     return p.stdout

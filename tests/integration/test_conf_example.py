@@ -163,7 +163,7 @@ def test_starts_as_shipped_and_stops_on_sigterm(tmp_path, runtime_dirs):
         # it is the daemon those ports belong to
         assert pid_file.read_text().strip() == str(proc.pid)
         with socket.create_connection(("127.0.0.1", 8404), timeout=5) as s:
-            s.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            s.sendall(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1:8404\r\n\r\n")
             head = s.recv(64)
         assert head.startswith(b"HTTP/1.1 200") or \
             head.startswith(b"HTTP/1.0 200"), head
