@@ -79,9 +79,9 @@ load(char *err, size_t errlen)
 }
 
 /*
- * What chashd can run today; conf_load accepts more (wave 2). The one
- * check `chashd -t`, the start and every reload make, so -t refuses
- * exactly what a start would. 0, or -1 with "file:line: message" in <err>.
+ * What chashd can run today; conf_load accepts more (the modes still to
+ * come). The one check `chashd -t`, the start and every reload make, so
+ * -t refuses exactly what a start would. 0, or -1 with "file:line: message" in <err>.
  */
 static int
 check_supported(const struct conf *c, char *err, size_t errlen)
