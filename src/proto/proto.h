@@ -48,9 +48,16 @@ enum proto_request_flag {
     PROTO_REQ_NOREPLY = 1u << 5, /* the member sends no reply (noreply, q) */
     PROTO_REQ_QUIT = 1u << 6,    /* close after the replies before it */
     PROTO_REQ_FANOUT = 1u << 7,  /* every member (flush_all, with leave) */
-    PROTO_REQ_REFUSED = 1u << 8  /* understood but not served: answer the
+    PROTO_REQ_REFUSED = 1u << 8, /* understood but not served: answer the
                                     error in <err> and keep the connection */
+    PROTO_REQ_INLINE = 1u << 9   /* an inline (telnet) request: <args> point
+                                    into <scratch>, where the parser wrote it
+                                    re-encoded in the protocol's own form */
 };
+
+/* The smallest value a parser streams instead of waiting for it whole:
+ * smaller ones are simply parsed once they are all in the buffer. */
+#define PROTO_STREAM_MIN (16 * 1024)
 
 /*
  * One parsed request. The caller provides <keys> (<keycap> entries) and
@@ -62,21 +69,36 @@ enum proto_request_flag {
 struct proto_request {
     size_t head;             /* bytes of the command and its keys */
     uint64_t body;           /* bytes that follow verbatim (a value) */
-    int command;             /* the mode's command index */
+    int command;             /* the mode's command index, -1: unknown */
     unsigned flags;          /* enum proto_request_flag */
     struct proto_span *keys; /* (caller's) the routing keys, in order */
     size_t keycap;           /* entries in <keys> */
     size_t nkeys;            /* keys found (may exceed keycap: PROTO_KEYS) */
+    struct proto_span *args; /* (caller's) every argument, the command
+                                name first; a streamed last argument's span
+                                starts at <head> with its declared length */
+    size_t argcap;           /* entries in <args> */
+    size_t nargs;            /* arguments found (> argcap: PROTO_KEYS) */
+    char *scratch;           /* (caller's) room for an inline request's
+                                re-encoding (PROTO_REQ_INLINE) */
+    size_t scratchcap;
+    size_t scratchlen;       /* bytes of it used */
+    uint64_t max;            /* the largest request accepted (bytes); more
+                                is PROTO_FATAL ("too large") */
     const char *err;         /* a static reason for PROTO_INVALID,
                                 PROTO_FATAL and PROTO_REQ_REFUSED */
 };
 
-/* One parsed reply: <len> bytes, and whether it is an error reply (which
- * counts toward a member's failures for some protocols: -OOM, -LOADING). */
+/* One parsed reply: <len> bytes parsed (the whole reply, or the head of a
+ * large value), <body> bytes that follow verbatim (0 unless the parser
+ * streams the value), whether it is an error reply, and whether the error
+ * says the member cannot serve at all (-LOADING, -OOM, -BUSY: counted
+ * toward its failures, as twemproxy does). */
 struct proto_reply {
     uint64_t len;
+    uint64_t body;
     bool error;
-    bool member_failure; /* the member says it cannot serve */
+    bool member_failure;
 };
 
 /* Kinds of error replies chashd writes in place of a member's reply. */
