@@ -84,6 +84,7 @@ UT_MODS_test_pool      := pool conf log health control invariant builder \
                           membership report state text proto/proto proto/tcp
 UT_MODS_test_state     := state conf
 UT_MODS_test_tcp       := proto/proto proto/tcp conf
+UT_MODS_test_redis     := proto/redis
 UT_SRC    := $(wildcard tests/unit/test_*.c)
 UT_OBJ    := $(UT_SRC:%.c=$(B)/%.o)
 UT_BIN    := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)

@@ -1,0 +1,177 @@
+/* fuzz_redis_request.c -- libFuzzer driver for the redis mode's request
+ * parser: any bytes are a client's pipeline. Each request must end in a
+ * whole parse whose spans lie in the buffer (or the scratch), a refusal
+ * with a reason, a wait for more bytes, or a "Protocol error" -- never a
+ * crash, a read past the end, or a loop. A prefix of a parsed request
+ * must wait, and the arrays must be enough once grown as asked.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/proto.h"
+#include "proto/redis.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define CAP 8 /* small, so that PROTO_KEYS and growth are exercised */
+
+struct arrays {
+    struct proto_span *args, *keys;
+    char *scratch;
+    size_t argcap, keycap, scratchcap;
+};
+
+static void
+grow(struct arrays *a, const struct proto_request *rq)
+{
+    if (rq->nkeys > rq->nargs)
+        abort(); /* the contract: nkeys never exceeds nargs */
+    if (rq->nargs > a->argcap) {
+        a->argcap = rq->nargs;
+        a->args = realloc(a->args, a->argcap * sizeof(*a->args));
+    }
+    if (rq->nkeys > a->keycap) {
+        a->keycap = rq->nkeys;
+        a->keys = realloc(a->keys, a->keycap * sizeof(*a->keys));
+    }
+    if (rq->scratchlen > a->scratchcap) {
+        a->scratchcap = rq->scratchlen;
+        a->scratch = realloc(a->scratch, a->scratchcap);
+    }
+    if (a->args == NULL || a->keys == NULL || a->scratch == NULL)
+        abort();
+}
+
+static int
+parse(const char *buf, size_t len, struct arrays *a, struct proto_request *rq,
+      uint64_t max)
+{
+    int st, rounds = 0;
+
+    for (;;) {
+        memset(rq, 0, sizeof(*rq));
+        rq->args = a->args;
+        rq->argcap = a->argcap;
+        rq->keys = a->keys;
+        rq->keycap = a->keycap;
+        rq->scratch = a->scratch;
+        rq->scratchcap = a->scratchcap;
+        rq->max = max;
+        st = proto_redis.parse_request(buf, len, rq);
+        if (st != PROTO_KEYS)
+            return st;
+        /* the args first, then the keys: two rounds at most */
+        if (++rounds > 2)
+            abort();
+        grow(a, rq);
+    }
+}
+
+static void
+check_span(struct proto_span s, size_t limit)
+{
+    if (s.off > limit || s.len > limit - s.off)
+        abort();
+}
+
+static void
+check_ok(const char *buf, size_t len, const struct proto_request *rq)
+{
+    size_t limit, i, j, nargs = rq->nargs;
+    const char *base;
+
+    if (rq->head == 0 || rq->head > len)
+        abort();
+    if (rq->flags & PROTO_REQ_REFUSED) {
+        if (rq->err == NULL || rq->nkeys != 0)
+            abort();
+        return;
+    }
+    if (rq->err != NULL || rq->nargs > rq->argcap || rq->nkeys > rq->keycap)
+        abort();
+    if (rq->flags & PROTO_REQ_INLINE) {
+        base = rq->scratch;
+        limit = rq->scratchlen;
+        if (rq->body != 0 || limit > rq->scratchcap)
+            abort();
+    } else {
+        base = buf;
+        limit = rq->head;
+    }
+    if (rq->body != 0) {
+        /* a streamed last argument starts at head, with its CRLF after */
+        struct proto_span last = rq->args[nargs - 1];
+
+        if (nargs < 2 || last.off != rq->head || last.len + 2 != rq->body ||
+            last.len < PROTO_STREAM_MIN)
+            abort();
+        nargs--;
+    }
+    for (i = 0; i < nargs; i++)
+        check_span(rq->args[i], limit);
+    /* every key is one of the arguments, never the command name */
+    for (i = 0; i < rq->nkeys; i++) {
+        for (j = 1; j < nargs; j++)
+            if (rq->keys[i].off == rq->args[j].off &&
+                rq->keys[i].len == rq->args[j].len)
+                break;
+        if (j == nargs)
+            abort();
+    }
+    if (rq->nargs > 0 && rq->command >= 0 &&
+        redis_command_find(base + rq->args[0].off, rq->args[0].len) !=
+            rq->command)
+        abort();
+    if (rq->nkeys > 1 && !(rq->flags & (PROTO_REQ_SAME | PROTO_REQ_SPLIT)))
+        abort();
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *buf = (const char *)data;
+    struct arrays a = {0};
+    struct proto_request rq, again;
+    size_t pos = 0;
+    int st, n = 0;
+    /* the size limit comes from the input too: some runs hit it */
+    uint64_t max = size > 0 && (data[0] & 1) ? 4096 : 0;
+
+    a.argcap = a.keycap = CAP;
+    a.scratchcap = 64;
+    a.args = malloc(a.argcap * sizeof(*a.args));
+    a.keys = malloc(a.keycap * sizeof(*a.keys));
+    a.scratch = malloc(a.scratchcap);
+    if (a.args == NULL || a.keys == NULL || a.scratch == NULL)
+        abort();
+    while (pos < size && n++ < 1000) {
+        st = parse(buf + pos, size - pos, &a, &rq, max);
+        if (st == PROTO_AGAIN)
+            break;
+        if (st == PROTO_FATAL) {
+            if (rq.err == NULL || strncmp(rq.err, "Protocol error: ", 16))
+                abort();
+            break;
+        }
+        if (st != PROTO_OK)
+            abort(); /* PROTO_INVALID is never used, PROTO_KEYS grown */
+        check_ok(buf + pos, size - pos, &rq);
+        /* the same bytes minus one wait; exactly the head is the same */
+        if (parse(buf + pos, rq.head - 1, &a, &again, max) != PROTO_AGAIN)
+            abort();
+        if (parse(buf + pos, rq.head, &a, &again, max) != PROTO_OK ||
+            again.head != rq.head || again.body != rq.body ||
+            again.flags != rq.flags || again.nkeys != rq.nkeys)
+            abort();
+        if (rq.body != 0)
+            break; /* the engine would forward the value unparsed */
+        pos += rq.head;
+    }
+    free(a.args);
+    free(a.keys);
+    free(a.scratch);
+    return 0;
+}
