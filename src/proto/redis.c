@@ -915,7 +915,9 @@ find_keys(const char *base, struct proto_request *rq,
     /* MSETNX's pairs: an odd count is Redis' arity error too */
     if (c->step == 2 && (rq->nargs - (size_t)c->first) % 2 != 0)
         return refuse(rq, e->arity_err);
-    add_range(rq, (size_t)c->first, last, (size_t)c->step);
+    /* a step of 0 would never end: the table has none (a unit test
+     * checks it), and 1 is the only sane reading of one */
+    add_range(rq, (size_t)c->first, last, c->step > 0 ? (size_t)c->step : 1);
     return PROTO_OK;
 }
 

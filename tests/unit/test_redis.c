@@ -98,10 +98,23 @@ assert_args(const struct parsed *p, const char *buf, size_t n, ...)
     va_end(ap);
 }
 
-/* Parse the NUL-terminated request <s>, which must be whole and served. */
+/* Every proper prefix of the request <s> (<len> bytes) waits for more. */
+static void
+prefixes_wait(const char *s, size_t len)
+{
+    static struct parsed p;
+    size_t n;
+
+    for (n = 0; n < len; n++)
+        assert_int_equal(parse(&p, s, n), PROTO_AGAIN);
+}
+
+/* Parse the NUL-terminated request <s>, which must be whole and served
+ * (and wait for more bytes at every shorter length). */
 static void
 served(struct parsed *p, const char *s)
 {
+    prefixes_wait(s, strlen(s));
     assert_int_equal(parse(p, s, strlen(s)), PROTO_OK);
     assert_false(p->rq.flags & PROTO_REQ_REFUSED);
     assert_null(p->rq.err);
@@ -115,6 +128,7 @@ refused(const char *s, const char *err)
 {
     struct parsed p;
 
+    prefixes_wait(s, strlen(s));
     assert_int_equal(parse(&p, s, strlen(s)), PROTO_OK);
     assert_true(p.rq.flags & PROTO_REQ_REFUSED);
     assert_int_equal(p.rq.nkeys, 0);
@@ -176,6 +190,16 @@ test_table_sorted_and_found(void **state)
         assert_int_equal(redis_command_find(c->name, len), (int)i);
         assert_int_equal(redis_command_find(up, len), (int)i);
         assert_true(c->kind >= REDIS_KEY && c->kind <= REDIS_REFUSED);
+        /* a key range walks forward; a count has a position */
+        if (c->first > 0)
+            assert_true(c->step >= 1);
+        if (c->kind == REDIS_NUMKEYS)
+            assert_true(c->first >= 1);
+        if (c->kind == REDIS_SAME || c->kind == REDIS_SPLIT_KEYS ||
+            c->kind == REDIS_SPLIT_KV)
+            assert_true(c->first >= 1 || strncmp(c->name, "xread", 5) == 0);
+        if (c->flags & REDIS_ADMIN)
+            assert_int_equal(c->kind, REDIS_FANOUT);
     }
     assert_null(redis_command_at(-1));
     assert_null(redis_command_at((int)n));
@@ -854,7 +878,7 @@ static void
 test_replies(void **state)
 {
     struct proto_reply rp;
-    char buf[256];
+    char buf[512];
     size_t i, n;
 
     (void)state;
