@@ -81,9 +81,10 @@ UT_MODS_test_report    := report
 UT_MODS_test_conf      := conf
 UT_MODS_test_log       := log
 UT_MODS_test_pool      := pool conf log health control invariant builder \
-                          membership report state text proto/proto proto/tcp
+                          membership report state text proto/proto proto/tcp \
+                          proto/redis
 UT_MODS_test_state     := state conf
-UT_MODS_test_tcp       := proto/proto proto/tcp conf
+UT_MODS_test_tcp       := proto/proto proto/tcp proto/redis conf
 UT_MODS_test_redis     := proto/redis
 UT_SRC    := $(wildcard tests/unit/test_*.c)
 UT_OBJ    := $(UT_SRC:%.c=$(B)/%.o)

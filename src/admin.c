@@ -223,6 +223,14 @@ member_json(const struct pool_snapshot *snap, const struct server *s)
     json_object_set_new(j, "ejections", json_integer((json_int_t)s->ejections));
     json_object_set_new(j, "early_closes",
                         json_integer((json_int_t)sum.early_closes));
+    /* store modes: requests (fragments), how they ended, in flight */
+    json_object_set_new(j, "requests",
+                        json_pack("{s:I,s:I,s:I,s:I,s:I}", "total",
+                                  (json_int_t)sum.requests, "error_replies",
+                                  (json_int_t)sum.request_errors, "timeouts",
+                                  (json_int_t)sum.request_timeouts, "failed",
+                                  (json_int_t)sum.request_failures, "inflight",
+                                  (json_int_t)sum.inflight));
     json_object_set_new(
         j, "points", json_integer((json_int_t)pool_snapshot_points(snap, s)));
     /* "share" is where the member's keys belong (its ring); what it takes
@@ -285,6 +293,13 @@ pool_json(struct pool *p, bool full)
                                   "no_member", (json_int_t)ps.no_member,
                                   "bytes_in", (json_int_t)ps.bytes_in,
                                   "bytes_out", (json_int_t)ps.bytes_out));
+    json_object_set_new(
+        json_object_get(j, "stats"), "requests",
+        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "total", (json_int_t)ps.requests,
+                  "fragments", (json_int_t)ps.fragments, "local",
+                  (json_int_t)ps.local, "refused", (json_int_t)ps.refused,
+                  "errors", (json_int_t)ps.errors, "protocol_errors",
+                  (json_int_t)ps.protocol_errors));
     members = json_array();
     for (size_t i = 0; i < p->nservers; i++)
         if (server_member(p->servers[i]))

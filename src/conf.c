@@ -39,6 +39,11 @@
 /* Maglev table entries: Envoy's upper bound, so a typo cannot ask for a
  * gigabyte table at load. */
 #define MAX_TABLE_SIZE 5000011
+/* The largest request a store client may send, as Redis' default
+ * proto-max-bulk-len; and the most client_max_request may say. */
+#define DEFAULT_MAX_REQUEST (512ULL * 1024 * 1024)
+#define MAX_SIZE (4ULL * 1024 * 1024 * 1024)
+
 /* Default max_points: ten times a large pool (1000 members x 160 points
  * is 160000), about 32 MB of ring at 16 bytes a point, built in well
  * under a second. A weight typo ("30000" for "3") asks for far more and
@@ -50,7 +55,8 @@
 
 const char conf_default_yaml[] =
     "# The embedded demo config (make run): three local backends behind a\n"
-    "# tcp pool hashed by client address.\n"
+    "# tcp pool hashed by client address, and three redis-servers behind a\n"
+    "# redis pool.\n"
     "global:\n"
     "  admin: 127.0.0.1:8404\n"
     "  workers: 2\n"
@@ -68,7 +74,23 @@ const char conf_default_yaml[] =
     "  servers:\n"
     "    - 127.0.0.1:9001:1 web-1\n"
     "    - 127.0.0.1:9002:1 web-2\n"
-    "    - 127.0.0.1:9003:1 web-3\n";
+    "    - 127.0.0.1:9003:1 web-3\n"
+    "# A redis pool as twemproxy writes it: three local redis-servers.\n"
+    "kv:\n"
+    "  listen: 127.0.0.1:6380\n"
+    "  redis: true\n"
+    "  hash: murmur\n"
+    "  distribution: ketama\n"
+    "  hash_tag: \"{}\"\n"
+    "  timeout: 1000\n"
+    "  auto_eject_hosts: true\n"
+    "  server_failure_limit: 2\n"
+    "  server_retry_timeout: 2000\n"
+    "  health_check: { type: redis, interval: 1s, timeout: 500ms }\n"
+    "  servers:\n"
+    "    - 127.0.0.1:7001:1 kv-1\n"
+    "    - 127.0.0.1:7002:1 kv-2\n"
+    "    - 127.0.0.1:7003:1 kv-3\n";
 
 /* One load in progress: where messages go and what they name. */
 struct load {
@@ -258,7 +280,7 @@ static const char *const hash_key_names[] = {"source_ip", "source_ip_port",
                                              NULL};
 static const char *const on_failure_names[] = {"failover", "remap", "error",
                                                NULL};
-static const char *const health_type_names[] = {"tcp", NULL};
+static const char *const health_type_names[] = {"tcp", "redis", NULL};
 static const char *const log_level_names[] = {"error", "warn", "info", "debug",
                                               NULL};
 
@@ -1035,6 +1057,54 @@ set_u32(struct load *ld, const struct conf_key *key, yaml_node_t *node,
     return 0;
 }
 
+/*
+ * A size in bytes: a whole number, or one with k, m, g (or kb, mb, gb; any
+ * case; powers of 1024, as Redis reads its sizes): "512mb", "64k". At
+ * least <key->min>, at most MAX_SIZE.
+ */
+static int
+set_size(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+         void *base)
+{
+    const char *v = scalar(ld, key, node), *u;
+    char digits[32];
+    uint64_t n, mul = 1;
+    size_t nd;
+
+    if (v == NULL)
+        return -1;
+    for (u = v; *u >= '0' && *u <= '9'; u++)
+        ;
+    nd = (size_t)(u - v);
+    if (nd == 0 || nd >= sizeof(digits))
+        goto bad;
+    memcpy(digits, v, nd);
+    digits[nd] = '\0';
+    if (strcasecmp(u, "") == 0 || strcasecmp(u, "b") == 0)
+        mul = 1;
+    else if (strcasecmp(u, "k") == 0 || strcasecmp(u, "kb") == 0)
+        mul = 1024;
+    else if (strcasecmp(u, "m") == 0 || strcasecmp(u, "mb") == 0)
+        mul = 1024 * 1024;
+    else if (strcasecmp(u, "g") == 0 || strcasecmp(u, "gb") == 0)
+        mul = 1024 * 1024 * 1024;
+    else
+        goto bad;
+    if (parse_u64(digits, &n) != 0 || n > MAX_SIZE / mul)
+        goto bad;
+    n *= mul;
+    if (n < key->min)
+        return fail(ld, node, "'%s' is too small: %s is less than %u bytes",
+                    key->name, v, key->min);
+    *FIELD(base, key, uint64_t) = n;
+    return 0;
+bad:
+    return fail(ld, node,
+                "'%s' must be a size: bytes, or a number with k, m or g "
+                "(512mb), up to 4g, not '%s'",
+                key->name, v);
+}
+
 static int
 set_int(struct load *ld, const struct conf_key *key, yaml_node_t *node,
         void *base)
@@ -1499,6 +1569,8 @@ enum pool_key {
     PK_CONNECT_TIMEOUT,
     PK_IDLE_TIMEOUT,
     PK_SHUTDOWN_TIMEOUT,
+    PK_CLIENT_MAX_REQUEST,
+    PK_ALLOW_FANOUT_ADMIN,
     PK_COUNT
 };
 
@@ -1559,23 +1631,34 @@ static const struct conf_key pool_keys[] = {
                        MAX_TABLE_SIZE, NULL, M_ALL, false},
     [PK_MAX_POINTS] = {"max_points", set_u32, POOL(max_points), 1, UINT32_MAX,
                        NULL, M_ALL, false},
+    /* Not in redis pools: a spilled key read from a member that does not
+     * own it is wrong data, not a cache miss. */
     [PK_BALANCE_FACTOR] = {"balance_factor", set_balance_factor,
-                           POOL(balance_factor), 0, 0, NULL, M_ALL, false},
+                           POOL(balance_factor), 0, 0, NULL,
+                           M_CONN | M_MEMCACHE, false},
     [PK_SLOW_START] = {"slow_start", set_ms, POOL(slow_start_ms), 0,
                        MAX_DURATION, NULL, M_ALL, false},
     [PK_ON_FAILURE] = {"on_failure", set_enum, POOL(on_failure), 0, 0,
                        on_failure_names, M_ALL, false},
-    [PK_RETRIES] = {"retries", set_u32, POOL(retries), 0, 100, NULL, M_ALL,
+    /* A store request is never retried on another member: it would land
+     * where its key does not live. */
+    [PK_RETRIES] = {"retries", set_u32, POOL(retries), 0, 100, NULL, M_CONN,
                     false},
     [PK_HEALTH_CHECK] = {"health_check", set_health, POOL(health), 0, 0, NULL,
                          M_ALL, false},
     [PK_CONNECT_TIMEOUT] = {"connect_timeout", set_ms, POOL(connect_timeout_ms),
                             1, MAX_DURATION, NULL, M_ALL, false},
     [PK_IDLE_TIMEOUT] = {"idle_timeout", set_ms, POOL(idle_timeout_ms), 0,
-                         MAX_DURATION, NULL, M_ALL, false},
+                         MAX_DURATION, NULL, M_CONN, false},
     [PK_SHUTDOWN_TIMEOUT] = {"shutdown_timeout", set_ms,
                              POOL(shutdown_timeout_ms), 0, MAX_DURATION, NULL,
                              M_ALL, false},
+    [PK_CLIENT_MAX_REQUEST] = {"client_max_request", set_size,
+                               POOL(client_max_request), 1, 0, NULL, M_STORE,
+                               false},
+    [PK_ALLOW_FANOUT_ADMIN] = {"allow_fanout_admin", set_bool,
+                               POOL(allow_fanout_admin), 0, 0, NULL, M_STORE,
+                               false},
 };
 _Static_assert(ARRAY_SIZE(pool_keys) == PK_COUNT, "one entry per pool key");
 
@@ -1748,6 +1831,7 @@ pool_init(struct conf_pool *pool)
     pool->ring.points_per_weight = CHASH_DEFAULT_POINTS;
     pool->ring.table_size = CHASH_DEFAULT_TABLE_SIZE;
     pool->max_points = DEFAULT_MAX_POINTS;
+    pool->client_max_request = DEFAULT_MAX_REQUEST;
     pool->health.interval_ms = 1000;
     pool->health.timeout_ms = 500;
     pool->health.rise = 2;
@@ -2013,6 +2097,15 @@ parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
                  "%s:%d: 'hash_key' is for tcp and "
                  "http pools; pool '%s' is %s and hashes the request key",
                  ld->file, lines[PK_HASH_KEY], pool->name,
+                 conf_mode_name(pool->mode));
+        return -1;
+    }
+    if (pool->health.enabled && pool->health.type == CONF_HEALTH_REDIS &&
+        pool->mode != CONF_MODE_REDIS) {
+        snprintf(ld->err, ld->errlen,
+                 "%s:%d: health_check type redis (PING) is for redis pools; "
+                 "pool '%s' is %s (use type: tcp)",
+                 ld->file, lines[PK_HEALTH_CHECK], pool->name,
                  conf_mode_name(pool->mode));
         return -1;
     }

@@ -32,7 +32,8 @@ enum conf_on_failure {
     CONF_ON_FAILURE_REMAP,
     CONF_ON_FAILURE_ERROR
 };
-enum conf_health_type { CONF_HEALTH_TCP };
+/* tcp: a connect; redis: AUTH (with redis_auth) then PING, +PONG */
+enum conf_health_type { CONF_HEALTH_TCP, CONF_HEALTH_REDIS };
 enum conf_log_level {
     CONF_LOG_ERROR,
     CONF_LOG_WARN,
@@ -98,6 +99,11 @@ struct conf_pool {
     uint32_t timeout_ms;          /* twemproxy `timeout` (0 = none) */
     uint32_t client_connections;  /* 0 = unlimited */
     uint32_t server_connections;  /* twemproxy, default 1 */
+    uint64_t client_max_request;  /* store modes: the largest request a
+                                     client may send (bytes, default
+                                     512 MB as Redis' proto-max-bulk-len) */
+    bool allow_fanout_admin;      /* FLUSHDB, FLUSHALL, KEYS across
+                                     every member (default false) */
     bool preconnect;
     bool auto_eject_hosts;
     uint32_t server_failure_limit;    /* default 2, as twemproxy */

@@ -4,6 +4,7 @@
 #include "engine.h"
 
 #include "conf.h"
+#include "request.h"
 #include "splice.h"
 
 engine_accept_fn *
@@ -12,7 +13,9 @@ engine_accept(int mode)
     switch (mode) {
     case CONF_MODE_TCP:
         return splice_accept;
+    case CONF_MODE_REDIS:
+        return request_accept;
     default:
-        return NULL; /* http, redis, memcache: not served yet */
+        return NULL; /* http, memcache: not served yet */
     }
 }

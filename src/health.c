@@ -25,12 +25,19 @@
 #include "log.h"
 #include "membership.h"
 #include "pool.h"
+#include "proto/proto.h"
 #include "state.h"
 
 struct health_probe {
     struct control_watch watch;
     struct server *s; /* borrowed: cancelled before s leaves */
     uint64_t deadline_ms;
+    /* A protocol check (type: redis): after the connect, what to send and
+     * what came back. */
+    bool asking;      /* sent; reading the answer */
+    unsigned swallow; /* AUTH replies still to check before PING's */
+    char buf[512];
+    size_t len;
 };
 
 static struct control_watch passive = {.fd = -1};
@@ -101,6 +108,106 @@ health_cancel(struct server *s)
     control_defer_free(pr);
 }
 
+/* The pool checks its members by their protocol, not a bare connect. */
+static const struct proto *
+probe_proto(const struct server *s)
+{
+    const struct pool *p = s->pool;
+
+    if (p == NULL || !p->cfg.health.enabled ||
+        p->cfg.health.type != CONF_HEALTH_REDIS)
+        return NULL;
+    return proto_find(p->cfg.mode);
+}
+
+/* Connected: send the pool's probe (AUTH first with redis_auth), then
+ * wait for its answer. */
+static void
+probe_ask(struct health_probe *pr)
+{
+    const struct proto *pt = probe_proto(pr->s);
+    const char *auth = pr->s->pool->cfg.redis_auth;
+    char out[600];
+    size_t n = 0;
+    ssize_t w;
+
+    if (auth != NULL) {
+        int k = snprintf(out, sizeof(out), "*2\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n",
+                         strlen(auth), auth);
+        if (k < 0 || (size_t)k >= sizeof(out) - pt->probe_len) {
+            probe_done(pr->s, false, "redis_auth too long for a probe");
+            return;
+        }
+        n = (size_t)k;
+        pr->swallow = 1;
+    }
+    memcpy(out + n, pt->probe, pt->probe_len);
+    n += pt->probe_len;
+    /* A probe is a few bytes into an empty socket buffer: all or nothing. */
+    w = send(pr->watch.fd, out, n, MSG_NOSIGNAL);
+    if (w != (ssize_t)n) {
+        probe_done(pr->s, false, w < 0 ? strerror(errno) : "short write");
+        return;
+    }
+    control_watch_del(&pr->watch);
+    if (control_watch_add(&pr->watch, EPOLLIN) < 0) {
+        probe_done(pr->s, false, strerror(errno));
+        return;
+    }
+    pr->asking = true;
+}
+
+/* The member's answer to a protocol probe, as far as it has come. */
+static void
+probe_answer(struct health_probe *pr)
+{
+    const struct proto *pt = probe_proto(pr->s);
+    ssize_t n;
+
+    n = read(pr->watch.fd, pr->buf + pr->len, sizeof(pr->buf) - pr->len);
+    if (n <= 0) {
+        if (n < 0 && errno == EAGAIN)
+            return;
+        probe_done(pr->s, false,
+                   n == 0 ? "closed before answering" : strerror(errno));
+        return;
+    }
+    pr->len += (size_t)n;
+    while (pr->swallow > 0) {
+        struct proto_reply rp = {0};
+        int st = pt->parse_reply(pr->buf, pr->len, NULL, &rp);
+
+        if (st == PROTO_AGAIN)
+            return;
+        if (st != PROTO_OK || rp.error) {
+            probe_done(pr->s, false, "AUTH refused (check redis_auth)");
+            return;
+        }
+        memmove(pr->buf, pr->buf + rp.len, pr->len - (size_t)rp.len);
+        pr->len -= (size_t)rp.len;
+        pr->swallow--;
+    }
+    switch (pt->probe_reply(pr->buf, pr->len)) {
+    case 1:
+        probe_done(pr->s, true, NULL);
+        return;
+    case 0:
+        if (pr->len == sizeof(pr->buf))
+            probe_done(pr->s, false, "answer too long");
+        return;
+    default:
+        pr->buf[pr->len < sizeof(pr->buf) ? pr->len : sizeof(pr->buf) - 1] =
+            '\0';
+        pr->buf[strcspn(pr->buf, "\r\n")] = '\0';
+        {
+            char why[96];
+            snprintf(why, sizeof(why), "answered %.60s", pr->buf);
+            probe_done(pr->s, false, why);
+        }
+        return;
+    }
+}
+
 static void
 probe_cb(struct control_watch *w, uint32_t events)
 {
@@ -108,10 +215,18 @@ probe_cb(struct control_watch *w, uint32_t events)
     int err = 0;
     socklen_t len = sizeof(err);
 
+    if (pr->asking) {
+        probe_answer(pr);
+        return;
+    }
     if (getsockopt(w->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
         err = errno;
     if (err == 0 && (events & EPOLLERR))
         err = ECONNREFUSED;
+    if (err == 0 && probe_proto(pr->s) != NULL) {
+        probe_ask(pr);
+        return;
+    }
     probe_done(pr->s, err == 0, err == 0 ? NULL : strerror(err));
 }
 
@@ -120,7 +235,7 @@ static void
 probe_start(struct server *s, uint32_t timeout_ms, uint64_t now)
 {
     struct health_probe *pr;
-    int fd;
+    int fd, rc;
 
     fd = socket(s->addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -142,15 +257,16 @@ probe_start(struct server *s, uint32_t timeout_ms, uint64_t now)
         probe_done(s, false, strerror(err));
         return;
     }
-    if (connect(fd, (const struct sockaddr *)&s->addr.sa, s->addr.salen) == 0) {
-        close(fd);
-        probe_done(s, true, NULL);
-        return;
-    }
-    if (errno != EINPROGRESS) {
+    rc = connect(fd, (const struct sockaddr *)&s->addr.sa, s->addr.salen);
+    if (rc < 0 && errno != EINPROGRESS) {
         int err = errno;
         close(fd);
         probe_done(s, false, strerror(err));
+        return;
+    }
+    if (rc == 0 && probe_proto(s) == NULL) {
+        close(fd);
+        probe_done(s, true, NULL);
         return;
     }
     pr = calloc(1, sizeof(*pr));
@@ -168,6 +284,8 @@ probe_start(struct server *s, uint32_t timeout_ms, uint64_t now)
         return;
     }
     s->probe = pr;
+    if (rc == 0)
+        probe_ask(pr); /* connected at once (a unix socket) */
 }
 
 /* A probe of <s> finished: <ok>, or failed because <why>. */

@@ -110,7 +110,7 @@ check_supported(const struct conf *c, char *err, size_t errlen)
                      conf_dist_name(cp->distribution));
             return -1;
         }
-        if (cp->listen.family == AF_UNIX) {
+        if (cp->listen.family == AF_UNIX && cp->mode == CONF_MODE_TCP) {
             snprintf(err, errlen,
                      "%s:%d: pool '%s': listen on a unix socket is not "
                      "supported in mode tcp (the key is the client's IP "
@@ -240,7 +240,8 @@ reload_apply(struct conf *nc, char *err)
         fds[i] = malloc(sizeof(int) * nw);
         if (fds[i] == NULL)
             goto nomem;
-        if (listener_open(&cp->listen, cp->backlog, fds[i], nw, err, ERRLEN) <
+        if (listener_open(&cp->listen, cp->backlog, cp->listen_perm, fds[i],
+                          nw, err, ERRLEN) <
             0) {
             free(fds[i]);
             fds[i] = NULL;
@@ -757,7 +758,8 @@ main(int argc, char **argv)
         /* Bind everything before a single worker runs. */
         for (size_t i = 0; i < conf->npools; i++) {
             const struct conf_pool *cp = &conf->pools[i];
-            if (listener_open(&cp->listen, cp->backlog, fds + i * conf->workers,
+            if (listener_open(&cp->listen, cp->backlog, cp->listen_perm,
+                              fds + i * conf->workers,
                               conf->workers, err, sizeof(err)) < 0) {
                 log_error("pool %s: %s", cp->name, err);
                 for (size_t j = 0; j < i * conf->workers; j++)

@@ -105,6 +105,8 @@ enum member_value {
     MV_CHECKS_OK,
     MV_CHECKS_FAILED,
     MV_EJECTIONS,
+    MV_REQUESTS,
+    MV_INFLIGHT,
 };
 
 static const struct {
@@ -143,6 +145,11 @@ static const struct {
                       "Active health checks the member passed."},
     [MV_CHECKS_FAILED] = {"chashd_member_health_checks_failed_total", "counter",
                           "Active health checks the member failed."},
+    [MV_REQUESTS] = {"chashd_member_requests_total", "counter",
+                     "Requests (fragments of split requests) sent to the "
+                     "member (store modes)."},
+    [MV_INFLIGHT] = {"chashd_member_inflight_requests", "gauge",
+                     "Requests sent to the member and not answered yet."},
     [MV_EJECTIONS] = {"chashd_member_ejections_total", "counter",
                       "Times the member was ejected after "
                       "server_failure_limit connect failures in a row."},
@@ -208,6 +215,12 @@ member_family(FILE *f, enum member_value v)
                 break;
             case MV_EJECTIONS:
                 u = s->ejections;
+                break;
+            case MV_REQUESTS:
+                u = sum.requests;
+                break;
+            case MV_INFLIGHT:
+                u = sum.inflight;
                 break;
             }
             fputs(member_families[v].name, f);
@@ -371,6 +384,135 @@ pool_family(FILE *f, enum pool_value v)
     }
 }
 
+/* Failed requests of the store modes, by kind: error replies of the
+ * member (reply), `timeout` (timeout), a connection that failed under them
+ * (connection). */
+static void
+member_request_errors_family(FILE *f)
+{
+    family(f, "chashd_member_request_errors_total", "counter",
+           "Requests to the member that ended in an error: its own error "
+           "reply (reply), the pool's timeout (timeout), or a failed "
+           "connection (connection).");
+    for (size_t i = 0; i < pool_count(); i++) {
+        struct pool *p = pool_at(i);
+
+        for (size_t k = 0; k < p->nservers; k++) {
+            const struct server *s = p->servers[k];
+            struct stats_server_sum sum;
+
+            if (!listed(s))
+                continue;
+            stats_server_sum(s->stats, pool_workers(), &sum);
+            fputs("chashd_member_request_errors_total", f);
+            member_labels(f, p, s);
+            fprintf(f, ",kind=\"reply\"} %llu\n",
+                    (unsigned long long)sum.request_errors);
+            fputs("chashd_member_request_errors_total", f);
+            member_labels(f, p, s);
+            fprintf(f, ",kind=\"timeout\"} %llu\n",
+                    (unsigned long long)sum.request_timeouts);
+            fputs("chashd_member_request_errors_total", f);
+            member_labels(f, p, s);
+            fprintf(f, ",kind=\"connection\"} %llu\n",
+                    (unsigned long long)sum.request_failures);
+        }
+    }
+}
+
+/* How long members take to answer, as a Prometheus histogram. */
+static void
+member_latency_family(FILE *f)
+{
+    static const uint64_t bounds[] = STATS_LATENCY_BOUNDS_US;
+
+    family(f, "chashd_member_request_duration_seconds", "histogram",
+           "Time from a request's parse to its member's reply (store "
+           "modes).");
+    for (size_t i = 0; i < pool_count(); i++) {
+        struct pool *p = pool_at(i);
+
+        for (size_t k = 0; k < p->nservers; k++) {
+            const struct server *s = p->servers[k];
+            struct stats_server_sum sum;
+            uint64_t cum = 0;
+
+            if (!listed(s))
+                continue;
+            stats_server_sum(s->stats, pool_workers(), &sum);
+            for (size_t b = 0; b < STATS_LATENCY_BUCKETS; b++) {
+                cum += sum.latency[b];
+                fputs("chashd_member_request_duration_seconds_bucket", f);
+                member_labels(f, p, s);
+                if (bounds[b] == UINT64_MAX)
+                    fprintf(f, ",le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+                else
+                    fprintf(f, ",le=\"%g\"} %llu\n", (double)bounds[b] / 1e6,
+                            (unsigned long long)cum);
+            }
+            fputs("chashd_member_request_duration_seconds_sum", f);
+            member_labels(f, p, s);
+            fprintf(f, "} %.6f\n", (double)sum.latency_sum_us / 1e6);
+            fputs("chashd_member_request_duration_seconds_count", f);
+            member_labels(f, p, s);
+            fprintf(f, "} %llu\n", (unsigned long long)cum);
+        }
+    }
+}
+
+/* The store modes' requests of a pool, by how they were served. */
+static void
+pool_requests_family(FILE *f)
+{
+    family(f, "chashd_pool_requests_total", "counter",
+           "Client requests (store modes), by how they were served: sent "
+           "to members (forwarded), answered by chashd (local), refused "
+           "with an error reply (refused).");
+    for (size_t i = 0; i < pool_count(); i++) {
+        struct pool *p = pool_at(i);
+        struct stats_pool_sum sum;
+        uint64_t fwd;
+
+        stats_pool_sum(p->stats, pool_workers(), &sum);
+        fwd = sum.requests - (sum.local + sum.refused < sum.requests
+                                  ? sum.local + sum.refused
+                                  : sum.requests);
+        fputs("chashd_pool_requests_total", f);
+        pool_labels(f, p);
+        fprintf(f, ",served=\"forwarded\"} %llu\n", (unsigned long long)fwd);
+        fputs("chashd_pool_requests_total", f);
+        pool_labels(f, p);
+        fprintf(f, ",served=\"local\"} %llu\n", (unsigned long long)sum.local);
+        fputs("chashd_pool_requests_total", f);
+        pool_labels(f, p);
+        fprintf(f, ",served=\"refused\"} %llu\n",
+                (unsigned long long)sum.refused);
+    }
+    family(f, "chashd_pool_fragments_total", "counter",
+           "Pieces of requests sent to members: a request split over three "
+           "members counts three.");
+    for (size_t i = 0; i < pool_count(); i++) {
+        struct pool *p = pool_at(i);
+        struct stats_pool_sum sum;
+
+        stats_pool_sum(p->stats, pool_workers(), &sum);
+        fputs("chashd_pool_fragments_total", f);
+        pool_labels(f, p);
+        fprintf(f, "} %llu\n", (unsigned long long)sum.fragments);
+    }
+    family(f, "chashd_pool_protocol_errors_total", "counter",
+           "Clients closed after input that could not be parsed.");
+    for (size_t i = 0; i < pool_count(); i++) {
+        struct pool *p = pool_at(i);
+        struct stats_pool_sum sum;
+
+        stats_pool_sum(p->stats, pool_workers(), &sum);
+        fputs("chashd_pool_protocol_errors_total", f);
+        pool_labels(f, p);
+        fprintf(f, "} %llu\n", (unsigned long long)sum.protocol_errors);
+    }
+}
+
 /* Refused connections, one series per reason. */
 static void
 pool_refused_family(FILE *f)
@@ -437,9 +579,12 @@ metrics_render(size_t *len)
     for (int v = PV_ACTIVE; v <= PV_SNAPSHOT; v++)
         pool_family(f, (enum pool_value)v);
     pool_refused_family(f);
-    for (int v = MV_ACTIVE; v <= MV_EJECTIONS; v++)
+    for (int v = MV_ACTIVE; v <= MV_INFLIGHT; v++)
         member_family(f, (enum member_value)v);
     member_state_family(f);
+    member_request_errors_family(f);
+    member_latency_family(f);
+    pool_requests_family(f);
 
     if (fclose(f) != 0) {
         free(buf);

@@ -119,6 +119,7 @@ snapshot_free(struct pool_snapshot *snap)
         server_unref(snap->servers[i]);
     chash_ring_destroy(snap->ring);
     chash_ring_destroy(snap->routing);
+    free(snap->set.redis_auth);
     free(snap->servers);
     free(snap->members);
     free(snap->states);
@@ -382,6 +383,16 @@ settings_from_conf(struct pool_settings *set, const struct conf_pool *cp)
     set->auto_eject = cp->auto_eject_hosts;
     set->failure_limit = cp->server_failure_limit;
     set->proto = proto_find(cp->mode);
+    set->timeout_ms = cp->timeout_ms;
+    set->server_connections =
+        cp->server_connections > 0 ? cp->server_connections : 1;
+    set->client_max_request = cp->client_max_request;
+    set->redis_db = cp->redis_db;
+    set->allow_fanout_admin = cp->allow_fanout_admin;
+    memcpy(set->hash_tag, cp->hash_tag, sizeof(set->hash_tag));
+    /* A string of the snapshot's own: a reload frees the pool's config
+     * while workers may still read this snapshot. */
+    set->redis_auth = cp->redis_auth != NULL ? strdup(cp->redis_auth) : NULL;
 }
 
 /* Whether member <s> is placed on the ring of the next snapshot. */

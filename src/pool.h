@@ -117,6 +117,14 @@ struct pool_settings {
     bool auto_eject;        /* auto_eject_hosts */
     uint32_t failure_limit; /* server_failure_limit */
     const struct proto *proto;
+    /* store modes */
+    uint32_t timeout_ms;         /* per request, 0 = none (twemproxy) */
+    uint32_t server_connections; /* per worker per member, >= 1 */
+    uint64_t client_max_request; /* bytes */
+    char *redis_auth;            /* owned by the snapshot, NULL: none */
+    int redis_db;
+    bool allow_fanout_admin;
+    char hash_tag[3];
 };
 
 /*
@@ -238,8 +246,8 @@ void pool_schedule(struct pool *p);
  * Call <cb>(<p>, <chg>, <arg>) on the control thread once every change
  * made to <p> so far is published (at once when it already is). <chg>
  * describes the publication that made it live. If the pool is removed
- * first, or the build fails (out of memory), <cb> gets <chg> NULL. Returns 0, or -1 (ENOMEM: <cb> is not
- * called).
+ * first, or the build fails (out of memory), <cb> gets <chg> NULL. Returns 0,
+ * or -1 (ENOMEM: <cb> is not called).
  */
 int pool_on_published(struct pool *p,
                       void (*cb)(struct pool *p, const struct pool_change *chg,

@@ -15,6 +15,14 @@ stats_server_sum(const struct stats_server *slots, size_t nslots,
         out->connect_failures += stats_get(&slots[i].connect_failures);
         out->connect_timeouts += stats_get(&slots[i].connect_timeouts);
         out->early_closes += stats_get(&slots[i].early_closes);
+        out->requests += stats_get(&slots[i].requests);
+        out->request_errors += stats_get(&slots[i].request_errors);
+        out->request_timeouts += stats_get(&slots[i].request_timeouts);
+        out->request_failures += stats_get(&slots[i].request_failures);
+        out->inflight += stats_get(&slots[i].inflight);
+        out->latency_sum_us += stats_get(&slots[i].latency_sum_us);
+        for (size_t b = 0; b < STATS_LATENCY_BUCKETS; b++)
+            out->latency[b] += stats_get(&slots[i].latency[b]);
         out->bytes_in += stats_get(&slots[i].bytes_in);
         out->bytes_out += stats_get(&slots[i].bytes_out);
     }
@@ -37,5 +45,11 @@ stats_pool_sum(const struct stats_pool *slots, size_t nslots,
         out->idle_timeouts += stats_get(&slots[i].idle_timeouts);
         out->bytes_in += stats_get(&slots[i].bytes_in);
         out->bytes_out += stats_get(&slots[i].bytes_out);
+        out->requests += stats_get(&slots[i].requests);
+        out->fragments += stats_get(&slots[i].fragments);
+        out->local += stats_get(&slots[i].local);
+        out->refused += stats_get(&slots[i].refused);
+        out->errors += stats_get(&slots[i].errors);
+        out->protocol_errors += stats_get(&slots[i].protocol_errors);
     }
 }

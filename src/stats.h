@@ -30,6 +30,15 @@
  * checks) writes only the fields marked "control" and owns no slot.
  */
 
+/* Latency buckets of the store modes' replies, in microseconds (upper
+ * bounds; the last is +Inf). */
+#define STATS_LATENCY_BUCKETS 12
+#define STATS_LATENCY_BOUNDS_US                                                \
+    {                                                                          \
+        100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000,  \
+            UINT64_MAX                                                         \
+    }
+
 /* Per member, per worker. */
 struct stats_server {
     _Atomic uint64_t conns_total; /* backend connections established */
@@ -41,6 +50,15 @@ struct stats_server {
                                           before its first byte */
     _Atomic uint64_t bytes_in;         /* bytes read from the member */
     _Atomic uint64_t bytes_out;        /* bytes written to the member */
+    /* store modes: requests (fragments) sent, and how they ended */
+    _Atomic uint64_t requests;
+    _Atomic uint64_t request_errors;   /* error replies from the member */
+    _Atomic uint64_t request_timeouts; /* failed by `timeout` */
+    _Atomic uint64_t request_failures; /* failed by the connection */
+    _Atomic uint64_t inflight;         /* a gauge: sent, not answered */
+    /* latency of its replies, a Prometheus histogram (stats.h buckets) */
+    _Atomic uint64_t latency[STATS_LATENCY_BUCKETS];
+    _Atomic uint64_t latency_sum_us;
 } __attribute__((aligned(64)));
 
 /* Per pool, per worker: every routing decision is counted once. */
@@ -56,18 +74,42 @@ struct stats_pool {
     _Atomic uint64_t idle_timeouts; /* connections closed by idle_timeout */
     _Atomic uint64_t bytes_in;      /* bytes read from clients */
     _Atomic uint64_t bytes_out;     /* bytes written to clients */
+    /* store modes */
+    _Atomic uint64_t requests;        /* client requests parsed */
+    _Atomic uint64_t fragments;       /* pieces sent to members (a split
+                                         request counts one per member) */
+    _Atomic uint64_t local;           /* answered by chashd itself */
+    _Atomic uint64_t refused;         /* refused with an error reply */
+    _Atomic uint64_t errors;          /* answered with an error reply */
+    _Atomic uint64_t protocol_errors; /* unparsable input: closed */
 } __attribute__((aligned(64)));
 
 /* Sums over all workers' slots (any thread). */
 struct stats_server_sum {
     uint64_t conns_total, connect_failures, connect_timeouts, early_closes;
     uint64_t bytes_in, bytes_out;
+    uint64_t requests, request_errors, request_timeouts, request_failures;
+    uint64_t inflight;
+    uint64_t latency[STATS_LATENCY_BUCKETS], latency_sum_us;
 };
 struct stats_pool_sum {
     uint64_t accepted, first_choice, spilled, failed_over;
     uint64_t refused_limit, refused_error, no_member, retries, idle_timeouts;
     uint64_t bytes_in, bytes_out;
+    uint64_t requests, fragments, local, refused, errors, protocol_errors;
 };
+
+/* The bucket of a latency of <us> microseconds. */
+static inline size_t
+stats_latency_bucket(uint64_t us)
+{
+    static const uint64_t bounds[] = STATS_LATENCY_BOUNDS_US;
+    size_t i = 0;
+
+    while (us > bounds[i])
+        i++;
+    return i;
+}
 
 /* Add <n> to a counter only the calling worker writes. */
 static inline void
@@ -75,6 +117,15 @@ stats_add(_Atomic uint64_t *c, uint64_t n)
 {
     atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
                           memory_order_relaxed);
+}
+
+/* Take <n> off a gauge only the calling worker writes. */
+static inline void
+stats_sub(_Atomic uint64_t *c, uint64_t n)
+{
+    uint64_t v = atomic_load_explicit(c, memory_order_relaxed);
+
+    atomic_store_explicit(c, v > n ? v - n : 0, memory_order_relaxed);
 }
 
 static inline uint64_t

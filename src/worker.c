@@ -14,7 +14,10 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -169,12 +172,84 @@ address_ours(const struct conf_addr *addr)
     return false;
 }
 
+/*
+ * A unix socket path: SO_REUSEPORT does not spread accepts over unix
+ * sockets, so one socket is bound and every worker accepts from a copy of
+ * it. A socket file left behind by a dead process (nothing answers a
+ * connect) is replaced; a live one, or a file that is not a socket, is
+ * refused. <perm> (>= 0) is chmod'ed on the path (twemproxy's
+ * "listen: /path 0666").
+ */
+static int
+listener_open_unix(const struct conf_addr *addr, uint32_t backlog, int perm,
+                   int *fds, unsigned n, char *err, size_t errlen)
+{
+    const char *path = ((const struct sockaddr_un *)&addr->sa)->sun_path;
+    struct stat st;
+    unsigned i = 0;
+    int fd;
+
+    if (lstat(path, &st) == 0) {
+        int probe;
+
+        if (!S_ISSOCK(st.st_mode)) {
+            snprintf(err, errlen,
+                     "cannot listen on %s: the path exists and is not a "
+                     "socket",
+                     addr->text);
+            return -1;
+        }
+        probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe >= 0 && connect(probe, (const struct sockaddr *)&addr->sa,
+                                  addr->salen) == 0) {
+            close(probe);
+            snprintf(err, errlen,
+                     "cannot listen on %s: another process already listens "
+                     "there",
+                     addr->text);
+            return -1;
+        }
+        if (probe >= 0)
+            close(probe);
+        unlink(path); /* a dead process's socket */
+    }
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        goto fail;
+    if (bind(fd, (const struct sockaddr *)&addr->sa, addr->salen) < 0 ||
+        (perm >= 0 && chmod(path, (mode_t)perm) < 0) ||
+        listen(fd, backlog > 0 ? (int)backlog : 512) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        goto fail;
+    }
+    fds[0] = fd;
+    for (i = 1; i < n; i++) {
+        fds[i] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (fds[i] < 0)
+            goto fail_dup;
+    }
+    return 0;
+fail_dup:
+    while (i-- > 0)
+        close(fds[i]);
+    unlink(path);
+fail:
+    snprintf(err, errlen, "cannot listen on %s: %s", addr->text,
+             strerror(errno));
+    return -1;
+}
+
 int
-listener_open(const struct conf_addr *addr, uint32_t backlog, int *fds,
-              unsigned n, char *err, size_t errlen)
+listener_open(const struct conf_addr *addr, uint32_t backlog, int perm,
+              int *fds, unsigned n, char *err, size_t errlen)
 {
     unsigned i;
     int one = 1;
+
+    if (addr->family == AF_UNIX)
+        return listener_open_unix(addr, backlog, perm, fds, n, err, errlen);
 
     /* SO_REUSEPORT would let us join another process's listener and take
      * half its clients without a word, breaking stickiness for all. */

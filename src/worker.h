@@ -90,6 +90,8 @@ struct worker {
     uint64_t wheel_pos;              /* last slot processed (ms / WHEEL_MS) */
     size_t ntimers;
     uint64_t accept_resume_ms; /* paused listeners come back then (0: none) */
+    void *requests;            /* the request engine's state of this worker
+                                  (request.c), NULL until it is used */
     bool exiting;
 };
 
@@ -107,11 +109,12 @@ void worker_stop_all(void);
  * Open <n> listening sockets on <addr> with SO_REUSEPORT (one per worker)
  * into <fds>. Refuses an address another process already listens on (a
  * second chashd would silently share its clients through SO_REUSEPORT and
- * break stickiness). 0, or -1 with "cannot listen on ADDR: why" in <err>
- * (no socket left open).
+ * break stickiness). A unix path is bound once and shared (<perm> >= 0:
+ * its mode). 0, or -1 with "cannot listen on ADDR: why" in <err> (no
+ * socket left open).
  */
-int listener_open(const struct conf_addr *addr, uint32_t backlog, int *fds,
-                  unsigned n, char *err, size_t errlen);
+int listener_open(const struct conf_addr *addr, uint32_t backlog, int perm,
+                  int *fds, unsigned n, char *err, size_t errlen);
 
 /* Control thread: hand listening socket <fd> of pool <p> to worker <w>
  * (which takes ownership and a pool reference). */

@@ -4,6 +4,7 @@
 #include "proto.h"
 
 #include "../conf.h"
+#include "redis.h"
 #include "tcp.h"
 
 const struct proto *
@@ -12,7 +13,9 @@ proto_find(int mode)
     switch (mode) {
     case CONF_MODE_TCP:
         return &proto_tcp;
+    case CONF_MODE_REDIS:
+        return &proto_redis;
     default:
-        return NULL; /* http, redis, memcache: not implemented yet */
+        return NULL; /* http, memcache: not implemented yet */
     }
 }

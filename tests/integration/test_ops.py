@@ -796,13 +796,11 @@ POOL = "global:\n  admin: off\np:\n  listen: %s\n"
 REFUSED = [
     ("mode-http", POOL + "  mode: http\n  servers: [127.0.0.1:9001]\n",
      3, "pool 'p': mode http is not supported yet"),
-    ("mode-redis", POOL + "  mode: redis\n  servers: [127.0.0.1:9001]\n",
-     3, "pool 'p': mode redis is not supported yet"),
     ("mode-memcache", POOL + "  mode: memcache\n"
      "  servers: [127.0.0.1:9001]\n",
      3, "pool 'p': mode memcache is not supported yet"),
-    ("twemproxy-redis", POOL + "  redis: true\n  servers: [127.0.0.1:9001]\n",
-     3, "pool 'p': mode redis is not supported yet"),
+    ("twemproxy-default", POOL + "  servers: [127.0.0.1:9001]\n",
+     3, "pool 'p': mode memcache is not supported yet (the default"),
     ("modula", POOL + "  mode: tcp\n  distribution: modula\n"
      "  servers: [127.0.0.1:9001]\n",
      3, "pool 'p': distribution modula is not supported by chashd yet"),

@@ -109,7 +109,16 @@ test_default_yaml(void **state)
     assert_string_equal(c->admin.text, "127.0.0.1:8404");
     assert_int_equal(c->admin.port, 8404);
     assert_int_equal(c->workers, 2);
-    assert_int_equal(c->npools, 1);
+    assert_int_equal(c->npools, 2);
+    /* the redis pool of the demo: twemproxy's keys, three redis-servers */
+    p = conf_pool_find(c, "kv");
+    assert_non_null(p);
+    assert_int_equal(p->mode, CONF_MODE_REDIS);
+    assert_int_equal(p->mode_source, CONF_MODE_SRC_REDIS);
+    assert_string_equal(p->listen.text, "127.0.0.1:6380");
+    assert_int_equal(p->health.type, CONF_HEALTH_REDIS);
+    assert_int_equal(p->nservers, 3);
+    assert_int_equal(c->nwarnings, 0);
     p = conf_pool_find(c, "web");
     assert_non_null(p);
     assert_string_equal(p->listen.text, "127.0.0.1:8080");

@@ -16,6 +16,7 @@
 
 #include "conf.h"
 #include "proto/proto.h"
+#include "proto/redis.h"
 #include "proto/tcp.h"
 
 static int
@@ -98,7 +99,7 @@ test_plugin_table(void **state)
 {
     (void)state;
     assert_ptr_equal(proto_find(CONF_MODE_TCP), &proto_tcp);
-    assert_null(proto_find(CONF_MODE_REDIS));
+    assert_ptr_equal(proto_find(CONF_MODE_REDIS), &proto_redis);
     assert_null(proto_find(CONF_MODE_HTTP));
     assert_null(proto_find(CONF_MODE_MEMCACHE));
     assert_string_equal(conf_mode_name(CONF_MODE_REDIS), "redis");

@@ -1,0 +1,1163 @@
+/* redis_mode.c -- the redis mode's part of the request engine: each
+ * command class (proto/redis.h) routed by its key, split per member and
+ * merged (MGET in the client's key order, DEL/EXISTS summed, MSET one
+ * +OK), refused when its keys live on several members (-CROSSSERVER, where
+ * twemproxy silently runs it on the first key's member), fanned out to
+ * every member (SCAN with the member in its cursor, DBSIZE, RANDOMKEY,
+ * INFO's keyspace), or answered by chashd (PING, ECHO, QUIT, SELECT, AUTH,
+ * HELLO, COMMAND, CLIENT, TIME). Refusals are error replies: the
+ * connection and the pipeline go on (twemproxy closes the connection and
+ * loses the replies pipelined before).
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "redis_mode.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "chash/chash.h"
+#include "conf.h"
+#include "pool.h"
+#include "proto/redis.h"
+
+/* How the replies of a request's fragments become the client's reply. */
+enum merge_kind {
+    MERGE_BY_KEY, /* MGET: one array, values in the client's key order */
+    MERGE_SUM,    /* DEL UNLINK TOUCH EXISTS DBSIZE: integers summed */
+    MERGE_OK,     /* MSET FLUSHDB FLUSHALL: +OK when every member said so */
+    MERGE_CONCAT, /* KEYS: the arrays one after the other */
+    MERGE_SCAN,   /* SCAN: the member's cursor folded into ours */
+    MERGE_RANDOM, /* RANDOMKEY: the first member with a key */
+    MERGE_INFO    /* INFO: chashd's sections, the members' keyspace summed */
+};
+
+struct merge {
+    int kind;         /* enum merge_kind */
+    size_t nkeys;     /* MERGE_BY_KEY: the client's keys */
+    uint32_t *frag;   /* [nkeys] the fragment of key i */
+    uint32_t *pos;    /* [nkeys] its place in that fragment's reply */
+    size_t member;    /* MERGE_SCAN: the member scanned; RANDOM: start */
+    size_t nmembers;  /* MERGE_SCAN: members in the cursor's order */
+    struct rbuf text; /* MERGE_INFO: chashd's own sections */
+    bool keyspace;    /* MERGE_INFO: the keyspace section is wanted */
+};
+
+/* What one parse produced, with where its bytes are. */
+struct parsed {
+    const struct proto_request *rq;
+    const char *buf; /* the request's bytes: the client's input, or the
+                        scratch holding an inline request re-encoded */
+    size_t len;      /* bytes to forward as they are */
+};
+
+static const char *
+arg(const struct parsed *pr, size_t i, size_t *len)
+{
+    const struct proto_span *a = &pr->rq->args[i];
+
+    *len = a->len;
+    return pr->buf + a->off;
+}
+
+/* Whether argument <i> is <word> (any case). */
+static bool
+arg_is(const struct parsed *pr, size_t i, const char *word)
+{
+    size_t n;
+    const char *a = i < pr->rq->nargs ? arg(pr, i, &n) : NULL;
+
+    return a != NULL && n == strlen(word) && strncasecmp(a, word, n) == 0;
+}
+
+/* The decimal number argument <i> is, or -1 for anything else. */
+static int
+arg_u64(const struct parsed *pr, size_t i, uint64_t *v)
+{
+    size_t n;
+    const char *a = arg(pr, i, &n);
+    uint64_t x = 0;
+
+    if (n == 0 || n > 20)
+        return -1;
+    for (size_t k = 0; k < n; k++) {
+        if (a[k] < '0' || a[k] > '9' || x > (UINT64_MAX - 9) / 10)
+            return -1;
+        x = x * 10 + (uint64_t)(a[k] - '0');
+    }
+    *v = x;
+    return 0;
+}
+
+static void
+answer(struct rreq *r, const char *text)
+{
+    request_answer(r, text, strlen(text));
+}
+
+static void
+answer_bulk(struct rreq *r, const char *s, size_t n)
+{
+    struct rbuf b = {0};
+
+    if (rbuf_printf(&b, "$%zu\r\n", n) < 0 || rbuf_append(&b, s, n) < 0 ||
+        rbuf_append(&b, "\r\n", 2) < 0) {
+        rbuf_free(&b);
+        request_error(r, PROTO_ERR_REQUEST, "out of memory");
+        return;
+    }
+    request_answer(r, b.data, b.len);
+    rbuf_free(&b);
+}
+
+/* An error reply "-<text>" (a code word first: ERR, NOAUTH, ...). */
+static void __attribute__((format(printf, 2, 3)))
+answer_error(struct rreq *r, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    request_error(r, PROTO_ERR_REQUEST, msg);
+    stats_add(&r->client->pool->stats[r->client->w->id].refused, 1);
+}
+
+/* The command's name as the client wrote it, lower-cased, for messages. */
+static void
+command_name(const struct parsed *pr, char *out, size_t cap)
+{
+    size_t n, k;
+    const char *a = pr->rq->nargs > 0 ? arg(pr, 0, &n) : "";
+
+    if (pr->rq->nargs == 0)
+        n = 0;
+    for (k = 0; k < n && k + 1 < cap; k++) {
+        char ch = a[k];
+        out[k] = ch >= 'A' && ch <= 'Z'                 ? (char)(ch - 'A' + 'a')
+                 : ch >= ' ' && ch <= '~' && ch != '\'' ? ch
+                                                        : '?';
+    }
+    out[k] = '\0';
+}
+
+/* ---- routing ------------------------------------------------------------- */
+
+/*
+ * The member of <key> in <snap>, with the key's ring hash in *<hash>: the
+ * ring's owner, hashing only the hash tag when the pool has one. An owner
+ * that is not up: with on_failure error, no member (*<why> says so); else
+ * its next member in preference order that is (remap rebuilds the ring
+ * without it; failover keeps the ring and skips it -- for a store, both
+ * send its keys to another member while it is out, as twemproxy's
+ * auto_eject_hosts does).
+ */
+static struct server *
+key_member(const struct pool_snapshot *snap, const char *key, size_t len,
+           uint64_t *hash, const char **why)
+{
+    size_t off, n, idx, pref[16], np;
+    struct server *s;
+
+    *why = "no member owns any key";
+    if (snap->ring == NULL)
+        return NULL;
+    n = chash_key_tag(key, len, snap->set.hash_tag, &off);
+    *hash = chash_ring_hash(snap->ring, key + off, n);
+    idx = chash_ring_lookup(snap->ring, *hash);
+    s = snap->servers[idx];
+    if (server_usable(s))
+        return s;
+    *why = "the key's member is not up (on_failure: error)";
+    if (snap->set.on_failure == CONF_ON_FAILURE_ERROR)
+        return NULL;
+    np = chash_ring_lookup_n(snap->ring, *hash, pref, 16);
+    for (size_t i = 1; i < np; i++)
+        if (server_usable(snap->servers[pref[i]]))
+            return snap->servers[pref[i]];
+    *why = "no member is up";
+    return NULL;
+}
+
+/* Send the whole request (<pr>) to <s> as its one fragment. */
+static int
+send_whole(struct rreq *r, const struct parsed *pr, struct server *s,
+           uint64_t hash)
+{
+    if (request_frags(r, 1) < 0)
+        return -1;
+    request_send(r, &r->frags[0], s, hash, pr->buf, pr->len, pr->rq->body);
+    return 0;
+}
+
+/*
+ * Keys <first>..<last> by <step> of <pr> (indexes into its keys array)
+ * all on one member: that member, else NULL with a -CROSSSERVER reply
+ * naming where they live (never run on the first key's member with a
+ * silently wrong result).
+ */
+static struct server *
+same_member(struct rreq *r, const struct pool_snapshot *snap,
+            const struct parsed *pr, uint64_t *hash)
+{
+    const struct proto_request *rq = pr->rq;
+    struct server *first = NULL;
+    const char *why;
+    char list[400] = "";
+    size_t used = 0;
+    bool cross = false;
+
+    for (size_t i = 0; i < rq->nkeys; i++) {
+        const char *k = pr->buf + rq->keys[i].off;
+        uint64_t h;
+        struct server *s = key_member(snap, k, rq->keys[i].len, &h, &why);
+
+        if (s == NULL) {
+            request_error(r, PROTO_ERR_NO_MEMBER, why);
+            return NULL;
+        }
+        if (i == 0) {
+            first = s;
+            *hash = h;
+        } else if (s != first) {
+            cross = true;
+        }
+        if (used + 1 < sizeof(list))
+            used += (size_t)snprintf(
+                list + used, sizeof(list) - used, "%s%.*s: %s", i ? ", " : "",
+                (int)(rq->keys[i].len > 40 ? 40 : rq->keys[i].len), k, s->name);
+        if (used >= sizeof(list))
+            used = sizeof(list) - 1;
+    }
+    if (cross) {
+        answer_error(r,
+                     "CROSSSERVER Keys in request don't hash to the same "
+                     "member (%s); use a hash tag to keep them together",
+                     list);
+        return NULL;
+    }
+    return first;
+}
+
+/* ---- split requests ------------------------------------------------------ */
+
+static struct merge *
+merge_new(struct rreq *r, int kind)
+{
+    struct merge *m = calloc(1, sizeof(*m));
+
+    if (m != NULL) {
+        m->kind = kind;
+        r->mode_data = m;
+    }
+    return m;
+}
+
+/* Append "*<n>\r\n$<len>\r\n<command>\r\n" to <b>: a fragment's header. */
+static int
+frag_header(struct rbuf *b, const struct parsed *pr, size_t nargs)
+{
+    size_t n;
+    const char *name = arg(pr, 0, &n);
+
+    return rbuf_printf(b, "*%zu\r\n$%zu\r\n", nargs, n) < 0 ||
+                   rbuf_append(b, name, n) < 0 || rbuf_append(b, "\r\n", 2) < 0
+               ? -1
+               : 0;
+}
+
+static int
+bulk(struct rbuf *b, const char *s, size_t n)
+{
+    return rbuf_printf(b, "$%zu\r\n", n) < 0 || rbuf_append(b, s, n) < 0 ||
+                   rbuf_append(b, "\r\n", 2) < 0
+               ? -1
+               : 0;
+}
+
+/*
+ * MGET, DEL, UNLINK, TOUCH, EXISTS (<pairs> 1: each key alone) and MSET
+ * (<pairs> 2: key value): one fragment per member holding its keys in the
+ * client's order; the replies are merged by <kind>. All on one member:
+ * the request goes as it is.
+ */
+static int
+split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
+      int pairs, int kind)
+{
+    const struct proto_request *rq = pr->rq;
+    size_t nkeys = rq->nkeys, nmembers = 0;
+    struct server **owner = calloc(nkeys ? nkeys : 1, sizeof(*owner));
+    struct server **members = calloc(nkeys ? nkeys : 1, sizeof(*members));
+    uint64_t *hash = calloc(nkeys ? nkeys : 1, sizeof(*hash));
+    struct merge *m = NULL;
+    const char *why;
+    int rc = -1;
+
+    if (owner == NULL || members == NULL || hash == NULL)
+        goto out;
+    for (size_t i = 0; i < nkeys; i++) {
+        size_t j;
+
+        owner[i] = key_member(snap, pr->buf + rq->keys[i].off, rq->keys[i].len,
+                              &hash[i], &why);
+        if (owner[i] == NULL) {
+            request_error(r, PROTO_ERR_NO_MEMBER, why);
+            rc = 0;
+            goto out;
+        }
+        for (j = 0; j < nmembers && members[j] != owner[i]; j++)
+            ;
+        if (j == nmembers)
+            members[nmembers++] = owner[i];
+    }
+    if (nmembers == 1) {
+        rc = send_whole(r, pr, owner[0], hash[0]);
+        goto out;
+    }
+    m = merge_new(r, kind);
+    if (m == NULL || request_frags(r, nmembers) < 0)
+        goto out;
+    m->nkeys = nkeys;
+    m->frag = calloc(nkeys, sizeof(*m->frag));
+    m->pos = calloc(nkeys, sizeof(*m->pos));
+    if (m->frag == NULL || m->pos == NULL)
+        goto out;
+    for (size_t f = 0; f < nmembers; f++) {
+        struct rbuf b = {0};
+        size_t mine = 0;
+        uint64_t fhash = 0;
+
+        for (size_t i = 0; i < nkeys; i++)
+            mine += owner[i] == members[f];
+        if (frag_header(&b, pr, 1 + mine * (size_t)pairs) < 0) {
+            rbuf_free(&b);
+            goto out;
+        }
+        for (size_t i = 0; i < nkeys; i++) {
+            size_t a = 1 + i * (size_t)pairs; /* the key's argument */
+
+            if (owner[i] != members[f])
+                continue;
+            m->frag[i] = (uint32_t)f;
+            m->pos[i] = (uint32_t)r->frags[f].nkeys++;
+            if (fhash == 0)
+                fhash = hash[i];
+            for (int k = 0; k < pairs; k++) {
+                size_t n;
+                const char *v = arg(pr, a + (size_t)k, &n);
+                if (bulk(&b, v, n) < 0) {
+                    rbuf_free(&b);
+                    goto out;
+                }
+            }
+        }
+        request_send(r, &r->frags[f], members[f], fhash, b.data, b.len, 0);
+        rbuf_free(&b);
+    }
+    rc = 0;
+out:
+    free(owner);
+    free(members);
+    free(hash);
+    return rc;
+}
+
+/* ---- every member -------------------------------------------------------- */
+
+/* The snapshot's members, in its order (the SCAN cursor's). */
+static size_t
+fanout_members(const struct pool_snapshot *snap)
+{
+    return snap->ring != NULL ? snap->n : 0;
+}
+
+/* Send <len> bytes at <buf> to every member, merged by <kind>. */
+static int
+fanout(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
+       size_t len, struct merge *m)
+{
+    size_t n = fanout_members(snap);
+
+    if (n == 0) {
+        request_error(r, PROTO_ERR_NO_MEMBER, "the pool has no member");
+        return 0;
+    }
+    if (request_frags(r, n) < 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        r->frags[i].member = i;
+        request_send(r, &r->frags[i], snap->servers[i], snap->servers[i]->id,
+                     buf, len, 0);
+    }
+    (void)m;
+    return 0;
+}
+
+/*
+ * SCAN <cursor> [MATCH p] [COUNT n] [TYPE t] across members: our cursor
+ * is <member cursor> * <members> + <member index>, so a full iteration
+ * visits every member in turn, each with its own cursor (Redis' SCAN
+ * guarantees hold per member while the membership does not change).
+ */
+static int
+scan(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr)
+{
+    size_t n = fanout_members(snap), idx;
+    uint64_t cursor, mine;
+    struct merge *m;
+    struct rbuf b = {0};
+    char num[24];
+
+    if (n == 0) {
+        request_error(r, PROTO_ERR_NO_MEMBER, "the pool has no member");
+        return 0;
+    }
+    if (arg_u64(pr, 1, &cursor) < 0) {
+        answer_error(r, "ERR invalid cursor");
+        return 0;
+    }
+    idx = (size_t)(cursor % n);
+    mine = cursor / n;
+    m = merge_new(r, MERGE_SCAN);
+    if (m == NULL || request_frags(r, 1) < 0)
+        return -1;
+    m->member = idx;
+    m->nmembers = n;
+    snprintf(num, sizeof(num), "%" PRIu64, mine);
+    if (frag_header(&b, pr, pr->rq->nargs) < 0 ||
+        bulk(&b, num, strlen(num)) < 0)
+        goto fail;
+    for (size_t i = 2; i < pr->rq->nargs; i++) {
+        size_t len;
+        const char *a = arg(pr, i, &len);
+        if (bulk(&b, a, len) < 0)
+            goto fail;
+    }
+    request_send(r, &r->frags[0], snap->servers[idx], snap->servers[idx]->id,
+                 b.data, b.len, 0);
+    rbuf_free(&b);
+    return 0;
+fail:
+    rbuf_free(&b);
+    return -1;
+}
+
+/* ---- answered by chashd -------------------------------------------------- */
+
+static void
+answer_hello(struct rreq *r, const struct pool_snapshot *snap)
+{
+    struct rbuf b = {0};
+
+    rbuf_printf(&b,
+                "*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n"
+                "$6\r\n7.0.15\r\n$5\r\nproto\r\n:2\r\n$2\r\nid\r\n:%" PRIu64
+                "\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n"
+                "$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n",
+                r->client->id);
+    (void)snap;
+    if (b.data == NULL) {
+        request_error(r, PROTO_ERR_REQUEST, "out of memory");
+        return;
+    }
+    request_answer(r, b.data, b.len);
+    rbuf_free(&b);
+}
+
+/* AUTH [user] password (and HELLO's AUTH): 0 accepted, -1 answered. */
+static int
+check_auth(struct rreq *r, const struct pool_snapshot *snap,
+           const struct parsed *pr, size_t user, size_t pass)
+{
+    size_t n, un;
+    const char *pw = arg(pr, pass, &n);
+    const char *want = snap->set.redis_auth;
+
+    if (want == NULL) {
+        /* twemproxy's text */
+        answer_error(r, "ERR Client sent AUTH, but no password is set");
+        return -1;
+    }
+    if (user != pass) {
+        const char *u = arg(pr, user, &un);
+        if (un != 7 || strncmp(u, "default", 7) != 0) {
+            answer_error(r, "WRONGPASS invalid username-password pair or "
+                            "user is disabled.");
+            return -1;
+        }
+    }
+    if (n != strlen(want) || memcmp(pw, want, n) != 0) {
+        r->client->authed = false;
+        answer_error(r, "ERR invalid password");
+        return -1;
+    }
+    r->client->authed = true;
+    return 0;
+}
+
+static void
+answer_command(struct rreq *r, const struct parsed *pr)
+{
+    struct rbuf b = {0};
+    size_t total = redis_command_count();
+
+    if (pr->rq->nargs >= 2 && arg_is(pr, 1, "count")) {
+        rbuf_printf(&b, ":%zu\r\n", total);
+    } else if (pr->rq->nargs >= 2 && arg_is(pr, 1, "docs")) {
+        rbuf_printf(&b, "*0\r\n");
+    } else if (pr->rq->nargs >= 2 && arg_is(pr, 1, "list")) {
+        rbuf_printf(&b, "*%zu\r\n", total);
+        for (size_t i = 0; i < total; i++) {
+            const char *name = redis_command_at((int)i)->name;
+            bulk(&b, name, strlen(name));
+        }
+    } else if (pr->rq->nargs == 1 ||
+               (pr->rq->nargs >= 2 && arg_is(pr, 1, "info"))) {
+        /* COMMAND, COMMAND INFO [name ...]: name, arity, flags, first key,
+         * last key, step (the six fields every client reads). */
+        size_t want = pr->rq->nargs <= 2 ? total : pr->rq->nargs - 2;
+
+        rbuf_printf(&b, "*%zu\r\n", want);
+        for (size_t i = 0; i < want; i++) {
+            const struct redis_command *cmd;
+            int idx = (int)i;
+
+            if (pr->rq->nargs > 2) {
+                size_t n;
+                const char *a = arg(pr, i + 2, &n);
+                idx = redis_command_find(a, n);
+            }
+            cmd = redis_command_at(idx);
+            if (cmd == NULL) {
+                rbuf_printf(&b, "*-1\r\n");
+                continue;
+            }
+            rbuf_printf(&b, "*6\r\n");
+            bulk(&b, cmd->name, strlen(cmd->name));
+            rbuf_printf(&b, ":%d\r\n*%d\r\n", cmd->arity,
+                        cmd->flags & REDIS_WRITE ? 1 : 0);
+            if (cmd->flags & REDIS_WRITE)
+                rbuf_printf(&b, "+write\r\n");
+            rbuf_printf(&b, ":%d\r\n:%d\r\n:%d\r\n",
+                        cmd->kind == REDIS_NUMKEYS ? 0 : cmd->first,
+                        cmd->kind == REDIS_NUMKEYS ? 0 : cmd->last,
+                        cmd->kind == REDIS_NUMKEYS ? 0 : cmd->step);
+        }
+    } else {
+        char name[64];
+        size_t n;
+        const char *sub = arg(pr, 1, &n);
+
+        (void)sub;
+        command_name(pr, name, sizeof(name));
+        answer_error(r,
+                     "ERR unsupported command 'command %.*s' in a chashd "
+                     "redis pool",
+                     (int)(n > 32 ? 32 : n), sub);
+        return;
+    }
+    if (b.data == NULL) {
+        request_error(r, PROTO_ERR_REQUEST, "out of memory");
+        return;
+    }
+    request_answer(r, b.data, b.len);
+    rbuf_free(&b);
+}
+
+static void
+answer_client(struct rreq *r, const struct parsed *pr)
+{
+    struct rclient *c = r->client;
+    struct rbuf b = {0};
+    size_t n;
+    const char *a;
+
+    if (pr->rq->nargs >= 3 && arg_is(pr, 1, "setname")) {
+        a = arg(pr, 2, &n);
+        for (size_t i = 0; i < n; i++)
+            if (a[i] <= ' ' || a[i] > '~') {
+                answer_error(r, "ERR Client names cannot contain spaces, "
+                                "newlines or special characters.");
+                return;
+            }
+        free(c->name);
+        c->name = n > 0 ? strndup(a, n) : NULL;
+        answer(r, "+OK\r\n");
+    } else if (pr->rq->nargs == 2 && arg_is(pr, 1, "getname")) {
+        if (c->name == NULL)
+            answer(r, "$-1\r\n");
+        else
+            answer_bulk(r, c->name, strlen(c->name));
+    } else if (pr->rq->nargs == 2 && arg_is(pr, 1, "id")) {
+        rbuf_printf(&b, ":%" PRIu64 "\r\n", c->id);
+        request_answer(r, b.data, b.len);
+        rbuf_free(&b);
+    } else if (pr->rq->nargs >= 2 && arg_is(pr, 1, "setinfo")) {
+        answer(r, "+OK\r\n"); /* library name and version: nothing to do */
+    } else {
+        a = pr->rq->nargs >= 2 ? arg(pr, 1, &n) : "";
+        if (pr->rq->nargs < 2)
+            n = 0;
+        answer_error(r,
+                     "ERR unsupported command 'client %.*s' in a chashd "
+                     "redis pool",
+                     (int)(n > 32 ? 32 : n), a);
+    }
+}
+
+static void
+answer_time(struct rreq *r)
+{
+    struct timeval tv;
+    struct rbuf b = {0};
+    char s[24], us[24];
+
+    gettimeofday(&tv, NULL);
+    snprintf(s, sizeof(s), "%ld", (long)tv.tv_sec);
+    snprintf(us, sizeof(us), "%ld", (long)tv.tv_usec);
+    rbuf_printf(&b, "*2\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(s), s,
+                strlen(us), us);
+    request_answer(r, b.data, b.len);
+    rbuf_free(&b);
+}
+
+/* INFO [section]: chashd's sections now, the members' keyspace summed
+ * when their replies come (MERGE_INFO). */
+static int
+info(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr)
+{
+    static const char keyspace[] = "*2\r\n$4\r\nINFO\r\n$8\r\nkeyspace\r\n";
+    struct merge *m = merge_new(r, MERGE_INFO);
+    struct stats_pool_sum ps;
+    struct pool *p = r->client->pool;
+    bool all = pr->rq->nargs < 2 || arg_is(pr, 1, "all") ||
+               arg_is(pr, 1, "everything") || arg_is(pr, 1, "default");
+    bool ks = all || arg_is(pr, 1, "keyspace");
+    bool server = all || arg_is(pr, 1, "server");
+    bool stats = all || arg_is(pr, 1, "stats") || arg_is(pr, 1, "clients");
+
+    if (m == NULL)
+        return -1;
+    m->keyspace = ks;
+    stats_pool_sum(p->stats, pool_workers(), &ps);
+    if (server)
+        rbuf_printf(&m->text,
+                    "# Server\r\nredis_version:7.0.15\r\n"
+                    "chashd_version:%s\r\nredis_mode:standalone\r\n"
+                    "process_id:%ld\r\nchashd_pool:%s\r\n"
+                    "chashd_members:%zu\r\n\r\n",
+                    CHASH_VERSION_STRING, (long)getpid(), p->name, snap->n);
+    if (stats)
+        rbuf_printf(&m->text,
+                    "# Clients\r\nconnected_clients:%" PRIu64
+                    "\r\n\r\n# Stats\r\ntotal_connections_received:%" PRIu64
+                    "\r\ntotal_commands_processed:%" PRIu64 "\r\n\r\n",
+                    atomic_load_explicit(&p->active, memory_order_relaxed),
+                    ps.accepted, ps.requests);
+    if (!ks) {
+        /* answered from chashd's own sections alone */
+        struct rbuf b = {0};
+
+        rbuf_printf(&b, "$%zu\r\n", m->text.len);
+        rbuf_append(&b, m->text.data, m->text.len);
+        rbuf_append(&b, "\r\n", 2);
+        request_answer(r, b.data, b.len);
+        rbuf_free(&b);
+        return 0;
+    }
+    return fanout(r, snap, keyspace, sizeof(keyspace) - 1, m);
+}
+
+/* The commands chashd answers itself. */
+static int
+local(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
+      const char *name)
+{
+    struct rclient *c = r->client;
+    size_t n;
+    const char *a;
+
+    stats_add(&c->pool->stats[c->w->id].local, 1);
+    if (strcmp(name, "ping") == 0) {
+        if (pr->rq->nargs > 1) {
+            a = arg(pr, 1, &n);
+            answer_bulk(r, a, n);
+        } else {
+            answer(r, "+PONG\r\n");
+        }
+    } else if (strcmp(name, "echo") == 0) {
+        a = arg(pr, 1, &n);
+        answer_bulk(r, a, n);
+    } else if (strcmp(name, "quit") == 0) {
+        answer(r, "+OK\r\n");
+        r->quit = true;
+    } else if (strcmp(name, "select") == 0) {
+        uint64_t db;
+        if (arg_u64(pr, 1, &db) == 0 && db == (uint64_t)snap->set.redis_db)
+            answer(r, "+OK\r\n");
+        else
+            answer_error(r,
+                         "ERR SELECT: this chashd pool serves database %d "
+                         "only (its redis_db)",
+                         snap->set.redis_db);
+    } else if (strcmp(name, "auth") == 0) {
+        size_t last = pr->rq->nargs - 1;
+        if (check_auth(r, snap, pr, pr->rq->nargs == 3 ? 1 : last, last) == 0)
+            answer(r, "+OK\r\n");
+    } else if (strcmp(name, "hello") == 0) {
+        uint64_t v = 2;
+        size_t i = 2;
+
+        if (pr->rq->nargs >= 2 && (arg_u64(pr, 1, &v) < 0 || v != 2)) {
+            answer_error(r, "NOPROTO sorry, this protocol version is not "
+                            "supported (chashd speaks RESP2)");
+            return 0;
+        }
+        while (i < pr->rq->nargs) {
+            if (arg_is(pr, i, "auth") && i + 2 < pr->rq->nargs) {
+                if (check_auth(r, snap, pr, i + 1, i + 2) < 0)
+                    return 0;
+                i += 3;
+            } else if (arg_is(pr, i, "setname") && i + 1 < pr->rq->nargs) {
+                a = arg(pr, i + 1, &n);
+                free(c->name);
+                c->name = strndup(a, n);
+                i += 2;
+            } else {
+                answer_error(r, "ERR Syntax error in HELLO option");
+                return 0;
+            }
+        }
+        if (!c->authed) {
+            answer_error(r, "NOAUTH HELLO must be called with the client "
+                            "already authenticated, otherwise the HELLO "
+                            "AUTH <user> <pass> option can be used to "
+                            "authenticate the client and select the RESP "
+                            "protocol version at the same time");
+            return 0;
+        }
+        answer_hello(r, snap);
+    } else if (strcmp(name, "command") == 0) {
+        answer_command(r, pr);
+    } else if (strcmp(name, "client") == 0) {
+        answer_client(r, pr);
+    } else if (strcmp(name, "time") == 0) {
+        answer_time(r);
+    } else if (strcmp(name, "reset") == 0) {
+        free(c->name);
+        c->name = NULL;
+        c->authed = snap->set.redis_auth == NULL;
+        answer(r, "+RESET\r\n");
+    } else if (strcmp(name, "info") == 0) {
+        return info(r, snap, pr);
+    } else {
+        answer_error(r, "ERR unsupported command '%s' in a chashd redis pool",
+                     name);
+    }
+    return 0;
+}
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+static int
+redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
+               const struct proto_request *rq)
+{
+    struct pool_snapshot *snap = request_snapshot(c);
+    const struct redis_command *cmd = redis_command_at(rq->command);
+    struct parsed pr = {.rq = rq};
+    char name[64];
+    uint64_t hash = 0;
+    struct server *s;
+
+    if (rq->flags & PROTO_REQ_INLINE) {
+        pr.buf = rq->scratch;
+        pr.len = rq->scratchlen;
+    } else {
+        pr.buf = buf;
+        pr.len = rq->head;
+    }
+    r->kind = cmd ? cmd->kind : REDIS_REFUSED;
+    stats_add(&c->pool->stats[c->w->id].requests, 1);
+    command_name(&pr, name, sizeof(name));
+    /* Nothing but AUTH (and HELLO, QUIT) before a client authenticates. */
+    if (!c->authed && strcmp(name, "auth") != 0 && strcmp(name, "hello") != 0 &&
+        strcmp(name, "quit") != 0) {
+        answer_error(r, "NOAUTH Authentication required.");
+        return 0;
+    }
+    if (cmd == NULL) {
+        answer_error(r, "ERR unsupported command '%s' in a chashd redis pool",
+                     name);
+        return 0;
+    }
+    if (cmd->kind == REDIS_REFUSED) {
+        answer_error(r, "ERR unsupported command '%s' in a chashd redis pool",
+                     name);
+        return 0;
+    }
+    if (rq->flags & PROTO_REQ_REFUSED) {
+        /* a wrong arity, and the like: Redis' own words */
+        answer_error(r, "ERR %s", rq->err ? rq->err : "bad request");
+        return 0;
+    }
+    switch (cmd->kind) {
+    case REDIS_KEY:
+    case REDIS_SAME:
+    case REDIS_NUMKEYS:
+        if (rq->nkeys == 0) {
+            answer_error(r,
+                         "ERR '%s' names no key: chashd cannot tell which "
+                         "member should run it",
+                         name);
+            return 0;
+        }
+        s = same_member(r, snap, &pr, &hash);
+        if (s == NULL)
+            return 0; /* answered */
+        return send_whole(r, &pr, s, hash);
+    case REDIS_SPLIT_KEYS:
+        return split(r, snap, &pr, 1,
+                     strcmp(name, "mget") == 0 ? MERGE_BY_KEY : MERGE_SUM);
+    case REDIS_SPLIT_KV:
+        return split(r, snap, &pr, 2, MERGE_OK);
+    case REDIS_LOCAL:
+        return local(r, snap, &pr, name);
+    case REDIS_FANOUT:
+        if ((cmd->flags & REDIS_ADMIN) && !snap->set.allow_fanout_admin) {
+            answer_error(r,
+                         "ERR '%s' runs on every member: refused in this "
+                         "pool (allow_fanout_admin: false)",
+                         name);
+            return 0;
+        }
+        if (strcmp(name, "scan") == 0)
+            return scan(r, snap, &pr);
+        {
+            int kind = strcmp(name, "dbsize") == 0      ? MERGE_SUM
+                       : strcmp(name, "keys") == 0      ? MERGE_CONCAT
+                       : strcmp(name, "randomkey") == 0 ? MERGE_RANDOM
+                                                        : MERGE_OK;
+            struct merge *m = merge_new(r, kind);
+
+            if (m == NULL)
+                return -1;
+            m->member = (size_t)(c->id % (snap->n ? snap->n : 1));
+            return fanout(r, snap, pr.buf, pr.len, m);
+        }
+    default:
+        answer_error(r, "ERR unsupported command '%s' in a chashd redis pool",
+                     name);
+        return 0;
+    }
+}
+
+/* ---- merging ------------------------------------------------------------- */
+
+/* The first fragment whose reply is an error, or NULL. */
+static const struct rfrag *
+first_error(const struct rreq *r)
+{
+    for (size_t i = 0; i < r->nfrags; i++)
+        if (r->frags[i].error)
+            return &r->frags[i];
+    return NULL;
+}
+
+static const char *
+frag_reply(const struct rfrag *f, size_t *len)
+{
+    *len = f->reply.len - f->reply.off;
+    return f->reply.data + f->reply.off;
+}
+
+static void
+merge_by_key(struct rreq *r, struct merge *m)
+{
+    struct proto_span **el = calloc(r->nfrags, sizeof(*el));
+    struct rbuf b = {0};
+
+    if (el == NULL)
+        goto oom;
+    for (size_t f = 0; f < r->nfrags; f++) {
+        size_t len;
+        const char *rep = frag_reply(&r->frags[f], &len);
+        long n;
+
+        el[f] = calloc(r->frags[f].nkeys ? r->frags[f].nkeys : 1, sizeof(**el));
+        if (el[f] == NULL)
+            goto oom;
+        n = redis_reply_elements(rep, len, el[f], r->frags[f].nkeys);
+        if (n != (long)r->frags[f].nkeys) {
+            request_error(r, PROTO_ERR_REQUEST,
+                          "ERR a member answered MGET with an unexpected "
+                          "reply");
+            goto out;
+        }
+    }
+    rbuf_printf(&b, "*%zu\r\n", m->nkeys);
+    for (size_t i = 0; i < m->nkeys; i++) {
+        size_t len;
+        const char *rep = frag_reply(&r->frags[m->frag[i]], &len);
+        const struct proto_span *e = &el[m->frag[i]][m->pos[i]];
+
+        if (rbuf_append(&b, rep + e->off, e->len) < 0)
+            goto oom;
+    }
+    request_answer(r, b.data, b.len);
+    goto out;
+oom:
+    request_error(r, PROTO_ERR_REQUEST, "ERR out of memory");
+out:
+    for (size_t f = 0; el != NULL && f < r->nfrags; f++)
+        free(el[f]);
+    free(el);
+    rbuf_free(&b);
+}
+
+static void
+merge_scan(struct rreq *r, struct merge *m)
+{
+    size_t len, clen;
+    const char *rep = frag_reply(&r->frags[0], &len);
+    struct proto_span el[2];
+    uint64_t next = 0, ours;
+    struct rbuf b = {0};
+    char num[24];
+    const char *c;
+
+    if (redis_reply_elements(rep, len, el, 2) != 2 || rep[el[0].off] != '$')
+        goto bad;
+    /* "$<n>\r\n<digits>\r\n" */
+    c = memchr(rep + el[0].off, '\n', el[0].len);
+    if (c == NULL)
+        goto bad;
+    c++;
+    clen = (size_t)(rep + el[0].off + el[0].len - 2 - c);
+    for (size_t i = 0; i < clen; i++) {
+        if (c[i] < '0' || c[i] > '9')
+            goto bad;
+        next = next * 10 + (uint64_t)(c[i] - '0');
+    }
+    if (next == 0) {
+        /* this member is done: the next one from its start, or the end */
+        ours = m->member + 1 < m->nmembers ? m->member + 1 : 0;
+    } else {
+        if (next > (UINT64_MAX - m->member) / m->nmembers)
+            goto bad;
+        ours = next * m->nmembers + m->member;
+    }
+    snprintf(num, sizeof(num), "%" PRIu64, ours);
+    rbuf_printf(&b, "*2\r\n$%zu\r\n%s\r\n", strlen(num), num);
+    rbuf_append(&b, rep + el[1].off, el[1].len);
+    request_answer(r, b.data, b.len);
+    rbuf_free(&b);
+    return;
+bad:
+    request_error(r, PROTO_ERR_REQUEST,
+                  "ERR a member answered SCAN with an unexpected reply");
+}
+
+/* Sum "dbN:keys=K,expires=E,..." lines of every member's INFO keyspace. */
+static void
+merge_info(struct rreq *r, struct merge *m)
+{
+    uint64_t keys[16] = {0}, expires[16] = {0};
+    bool seen[16] = {false};
+    struct rbuf b = {0};
+
+    for (size_t f = 0; f < r->nfrags; f++) {
+        size_t len;
+        const char *rep = frag_reply(&r->frags[f], &len), *p = rep,
+                   *end = rep + len;
+
+        while (p < end) {
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            unsigned db;
+            unsigned long long k, e;
+
+            if (nl == NULL)
+                nl = end;
+            if (sscanf(p, "db%u:keys=%llu,expires=%llu", &db, &k, &e) == 3 &&
+                db < 16) {
+                keys[db] += k;
+                expires[db] += e;
+                seen[db] = true;
+            }
+            p = nl + 1;
+        }
+    }
+    rbuf_append(&m->text, "# Keyspace\r\n", 12);
+    for (unsigned db = 0; db < 16; db++)
+        if (seen[db])
+            rbuf_printf(&m->text,
+                        "db%u:keys=%" PRIu64 ",expires=%" PRIu64
+                        ",avg_ttl=0\r\n",
+                        db, keys[db], expires[db]);
+    rbuf_printf(&b, "$%zu\r\n", m->text.len);
+    rbuf_append(&b, m->text.data, m->text.len);
+    rbuf_append(&b, "\r\n", 2);
+    request_answer(r, b.data, b.len);
+    rbuf_free(&b);
+}
+
+static void
+redis_complete(struct rreq *r)
+{
+    struct merge *m = r->mode_data;
+    const struct rfrag *err = first_error(r);
+    struct rbuf b = {0};
+    size_t len;
+    const char *rep;
+
+    if (m == NULL)
+        return;
+    if (err != NULL && m->kind != MERGE_RANDOM) {
+        /* One failed fragment fails the request: its error, once. */
+        rep = frag_reply(err, &len);
+        request_answer(r, rep, len);
+        stats_add(&r->client->pool->stats[r->client->w->id].errors, 1);
+        return;
+    }
+    switch (m->kind) {
+    case MERGE_BY_KEY:
+        merge_by_key(r, m);
+        return;
+    case MERGE_SUM: {
+        long long sum = 0, v;
+
+        for (size_t f = 0; f < r->nfrags; f++) {
+            rep = frag_reply(&r->frags[f], &len);
+            if (redis_reply_integer(rep, len, &v) < 0) {
+                request_error(r, PROTO_ERR_REQUEST,
+                              "ERR a member answered with an unexpected "
+                              "reply where an integer was due");
+                return;
+            }
+            sum += v;
+        }
+        rbuf_printf(&b, ":%lld\r\n", sum);
+        break;
+    }
+    case MERGE_OK:
+        rbuf_printf(&b, "+OK\r\n");
+        break;
+    case MERGE_CONCAT: {
+        size_t total = 0;
+        struct proto_span one;
+
+        for (size_t f = 0; f < r->nfrags; f++) {
+            long n;
+            rep = frag_reply(&r->frags[f], &len);
+            n = redis_reply_elements(rep, len, &one, 0);
+            if (n < 0) {
+                request_error(r, PROTO_ERR_REQUEST,
+                              "ERR a member answered with an unexpected "
+                              "reply where an array was due");
+                return;
+            }
+            total += (size_t)n;
+        }
+        rbuf_printf(&b, "*%zu\r\n", total);
+        for (size_t f = 0; f < r->nfrags; f++) {
+            const char *body;
+            rep = frag_reply(&r->frags[f], &len);
+            /* the elements follow the first line "*<n>\r\n" */
+            body = memchr(rep, '\n', len);
+            if (body != NULL)
+                rbuf_append(&b, body + 1, len - (size_t)(body + 1 - rep));
+        }
+        break;
+    }
+    case MERGE_SCAN:
+        merge_scan(r, m);
+        return;
+    case MERGE_RANDOM:
+        /* The first member that has a key, from a start that moves with
+         * the client so members are not always asked in one order. */
+        for (size_t k = 0; k < r->nfrags; k++) {
+            const struct rfrag *f = &r->frags[(m->member + k) % r->nfrags];
+            rep = frag_reply(f, &len);
+            if (!f->error && len >= 3 && rep[0] == '$' && rep[1] != '-') {
+                request_answer(r, rep, len);
+                return;
+            }
+        }
+        if (err != NULL) {
+            rep = frag_reply(err, &len);
+            request_answer(r, rep, len);
+            return;
+        }
+        rbuf_printf(&b, "$-1\r\n");
+        break;
+    case MERGE_INFO:
+        merge_info(r, m);
+        return;
+    }
+    if (b.data == NULL) {
+        request_error(r, PROTO_ERR_REQUEST, "ERR out of memory");
+        return;
+    }
+    request_answer(r, b.data, b.len);
+    rbuf_free(&b);
+}
+
+static void
+redis_release(struct rreq *r)
+{
+    struct merge *m = r->mode_data;
+
+    if (m == NULL)
+        return;
+    free(m->frag);
+    free(m->pos);
+    rbuf_free(&m->text);
+    free(m);
+    r->mode_data = NULL;
+}
+
+/* AUTH <redis_auth> and SELECT <redis_db> on a fresh member connection. */
+static size_t
+redis_handshake(const struct pool_snapshot *snap, char *out, size_t cap,
+                unsigned *replies)
+{
+    size_t n = 0;
+    int k;
+
+    *replies = 0;
+    if (snap->set.redis_auth != NULL) {
+        size_t pl = strlen(snap->set.redis_auth);
+        k = snprintf(out, cap, "*2\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n", pl,
+                     snap->set.redis_auth);
+        if (k < 0 || (size_t)k >= cap)
+            return 0;
+        n += (size_t)k;
+        (*replies)++;
+    }
+    if (snap->set.redis_db != 0) {
+        char db[16];
+        snprintf(db, sizeof(db), "%d", snap->set.redis_db);
+        k = snprintf(out + n, cap - n, "*2\r\n$6\r\nSELECT\r\n$%zu\r\n%s\r\n",
+                     strlen(db), db);
+        if (k < 0 || (size_t)k >= cap - n)
+            return 0;
+        n += (size_t)k;
+        (*replies)++;
+    }
+    return n;
+}
+
+const struct request_mode redis_request_mode = {
+    .dispatch = redis_dispatch,
+    .complete = redis_complete,
+    .release = redis_release,
+    .handshake = redis_handshake,
+};

@@ -1,0 +1,1456 @@
+/* request.c -- the request engine of the store modes: clients parsed into
+ * requests, requests routed to per-worker, per-member server connections
+ * (pipelined, replies matched in FIFO order), replies returned in request
+ * order, per-request timeouts, error replies in place of a member's, large
+ * values streamed through. The protocol's own rules are the mode's
+ * (struct request_mode).
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "request.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chash/chash.h"
+#include "conf.h"
+#include "health.h"
+#include "invariant.h"
+#include "log.h"
+#include "pool.h"
+#include "proto/redis.h"
+#include "redis_mode.h"
+
+#define OF(ptr, type, field) ((type *)((char *)(ptr)-offsetof(type, field)))
+
+/* Reads per connection per event before yielding (as the splice). */
+#define READS_PER_EVENT 8
+/* A client stops being read while it has this many requests in flight:
+ * a client that pipelines without reading replies cannot grow our memory
+ * without bound. */
+#define MAX_PIPELINE 4096
+/* Bytes a reply may hold unsent before its member's connection is not
+ * read any more (back-pressure from a slow client to the member). */
+#define REPLY_HIGH (1024 * 1024)
+/* Bytes queued for a member before the client streaming to it is not
+ * read any more. */
+#define OUT_HIGH (1024 * 1024)
+/* How long a closing client may go on sending before we close anyway. */
+#define LINGER_MS 2000
+/* Initial sizes of the per-client parse arrays. */
+#define KEYS_INIT 16
+#define SCRATCH_INIT 1024
+/* Buckets of a worker's member table (server id -> connections). */
+#define MEMBER_BUCKETS 256
+
+enum rs_state { RS_IDLE, RS_CONNECTING, RS_READY };
+
+/* A connection of this worker to one member. */
+struct rserver {
+    struct io_side side;
+    struct worker_task more; /* input left after the read budget */
+    struct timer timer;      /* connect deadline, or the oldest request's */
+    struct worker *w;
+    struct rmember *m;         /* its member (owns it) */
+    int state;                 /* enum rs_state */
+    struct rbuf out;           /* bytes for the member, in FIFO order */
+    struct rbuf in;            /* bytes from it, replies not parsed yet */
+    struct rfrag *head, *tail; /* queued, waiting for their replies */
+    size_t nfifo;
+    unsigned swallow;            /* handshake replies still to drop */
+    struct rclient *stream_from; /* a client's value being forwarded */
+    struct rfrag *lhead, *ltail; /* queued behind it, their bytes kept in
+                                    each fragment (in order) */
+    struct rfrag *reply_to;      /* the fragment a value streams to */
+    uint64_t reply_left;         /* its bytes still to come */
+    bool paused;                 /* not read: a reply waits for its client */
+};
+
+/* The engine's state of one worker. */
+struct rworker {
+    struct worker_conn link; /* closed at worker exit: every member */
+    struct worker *w;
+    struct rmember *table[MEMBER_BUCKETS];
+    uint64_t next_client_id;
+};
+
+static void client_flush(struct rclient *c);
+static void client_read(struct rclient *c);
+static void client_close(struct rclient *c);
+static void conn_flush(struct rserver *s);
+static void conn_fail(struct rserver *s, int kind, int err);
+static void conn_read(struct rserver *s);
+static void req_free(struct rreq *r);
+
+/* ---- buffers ------------------------------------------------------------- */
+
+static int
+rbuf_reserve(struct rbuf *b, size_t more)
+{
+    size_t need, cap;
+    char *d;
+
+    if (b->off > 0 && b->off == b->len)
+        b->off = b->len = 0;
+    if (b->len + more <= b->cap)
+        return 0;
+    /* Move the live bytes down before growing: a buffer that is consumed
+     * from the front stays small. */
+    if (b->off > 0 && b->len - b->off + more <= b->cap) {
+        memmove(b->data, b->data + b->off, b->len - b->off);
+        b->len -= b->off;
+        b->off = 0;
+        return 0;
+    }
+    need = b->len - b->off + more;
+    cap = b->cap ? b->cap : 512;
+    while (cap < need)
+        cap *= 2;
+    d = malloc(cap);
+    if (d == NULL)
+        return -1;
+    if (b->len > b->off)
+        memcpy(d, b->data + b->off, b->len - b->off);
+    free(b->data);
+    b->data = d;
+    b->len -= b->off;
+    b->off = 0;
+    b->cap = cap;
+    return 0;
+}
+
+int
+rbuf_append(struct rbuf *b, const void *data, size_t len)
+{
+    if (len == 0)
+        return 0;
+    if (rbuf_reserve(b, len) < 0)
+        return -1;
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    return 0;
+}
+
+int
+rbuf_printf(struct rbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || rbuf_reserve(b, (size_t)n + 1) < 0)
+        return -1;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return 0;
+}
+
+void
+rbuf_free(struct rbuf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof(*b));
+}
+
+static size_t
+rbuf_size(const struct rbuf *b)
+{
+    return b->len - b->off;
+}
+
+/* ---- the worker's members ------------------------------------------------ */
+
+static void rworker_close(struct worker *w, struct worker_conn *l);
+
+static struct rworker *
+rworker_get(struct worker *w)
+{
+    struct rworker *rw = w->requests;
+
+    if (rw != NULL)
+        return rw;
+    rw = calloc(1, sizeof(*rw));
+    if (rw == NULL)
+        return NULL;
+    rw->w = w;
+    rw->link.close = rworker_close;
+    rw->next_client_id = (uint64_t)w->id << 48;
+    worker_conn_add(w, &rw->link);
+    w->requests = rw;
+    return rw;
+}
+
+/* The connections of member <s> in this worker (created on first use). */
+static struct rmember *
+member_get(struct rworker *rw, struct server *s, struct pool *p, size_t nconns)
+{
+    size_t b = s->id % MEMBER_BUCKETS;
+    struct rmember *m;
+
+    for (m = rw->table[b]; m != NULL; m = m->next)
+        if (m->id == s->id)
+            return m;
+    m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return NULL;
+    m->conns = calloc(nconns ? nconns : 1, sizeof(*m->conns));
+    if (m->conns == NULL) {
+        free(m);
+        return NULL;
+    }
+    m->nconns = nconns ? nconns : 1;
+    m->id = s->id;
+    m->server = s;
+    server_ref(s);
+    m->pool = p;
+    pool_ref(p);
+    m->next = rw->table[b];
+    rw->table[b] = m;
+    return m;
+}
+
+static void conn_destroy(struct rserver *s);
+
+static void
+rworker_close(struct worker *w, struct worker_conn *l)
+{
+    struct rworker *rw = OF(l, struct rworker, link);
+
+    worker_conn_del(&rw->link);
+    for (size_t b = 0; b < MEMBER_BUCKETS; b++) {
+        while (rw->table[b] != NULL) {
+            struct rmember *m = rw->table[b];
+
+            rw->table[b] = m->next;
+            for (size_t i = 0; i < m->nconns; i++)
+                if (m->conns[i] != NULL)
+                    conn_destroy(m->conns[i]);
+            server_unref(m->server);
+            pool_unref(m->pool);
+            free(m->conns);
+            free(m);
+        }
+    }
+    w->requests = NULL;
+    free(rw);
+}
+
+/* ---- requests and their fragments ---------------------------------------- */
+
+int
+request_frags(struct rreq *r, size_t n)
+{
+    INVARIANT(r->frags == NULL && n > 0);
+    if (n == 1) {
+        r->frags = &r->one;
+    } else {
+        r->frags = calloc(n, sizeof(*r->frags));
+        if (r->frags == NULL)
+            return -1;
+    }
+    r->nfrags = r->pending = n;
+    for (size_t i = 0; i < n; i++)
+        r->frags[i].req = r;
+    return 0;
+}
+
+static void
+req_free(struct rreq *r)
+{
+    if (r->client != NULL && r->client->mode->release != NULL)
+        r->client->mode->release(r);
+    for (size_t i = 0; i < r->nfrags; i++) {
+        free(r->frags[i].keys);
+        rbuf_free(&r->frags[i].reply);
+        rbuf_free(&r->frags[i].pending);
+    }
+    if (r->frags != &r->one)
+        free(r->frags);
+    rbuf_free(&r->reply);
+    free(r);
+}
+
+void
+request_answer(struct rreq *r, const char *reply, size_t len)
+{
+    if (rbuf_append(&r->reply, reply, len) < 0 && r->client != NULL)
+        r->client->closing = true; /* out of memory: close, in order */
+    r->done = true;
+}
+
+void
+request_error(struct rreq *r, int kind, const char *msg)
+{
+    char buf[512];
+    const struct proto *pr =
+        r->client ? request_snapshot(r->client)->set.proto : &proto_redis;
+    size_t n = pr->error_reply(buf, sizeof(buf), kind, msg);
+
+    request_answer(r, buf, n);
+}
+
+/* <r>'s last fragment is answered: merge, or it was the reply itself. */
+static void
+req_complete(struct rreq *r)
+{
+    const struct request_mode *mode =
+        r->client ? r->client->mode : &redis_request_mode;
+
+    if (r->nfrags > 1 || r->mode_data != NULL)
+        mode->complete(r);
+    r->done = true;
+}
+
+/* Fragment <f>'s reply bytes (the whole reply, or a part of a streamed
+ * one). Plain requests take them as their reply; merged ones keep them
+ * per fragment. */
+static int
+frag_data(struct rfrag *f, const char *data, size_t len)
+{
+    struct rreq *r = f->req;
+    bool merged = r->nfrags > 1 || r->mode_data != NULL;
+
+    return rbuf_append(merged ? &f->reply : &r->reply, data, len);
+}
+
+/* <f> is answered (its reply complete, or failed). Orphaned requests
+ * (their client gone) are freed with their last fragment. */
+static void
+frag_done(struct rfrag *f)
+{
+    struct rreq *r = f->req;
+
+    INVARIANT(!f->done && r->pending > 0);
+    f->done = true;
+    f->conn = NULL;
+    if (--r->pending > 0)
+        return;
+    req_complete(r);
+    if (r->client == NULL) {
+        req_free(r);
+        return;
+    }
+    /* Written from the client's task, not here: a fragment may fail at
+     * once, inside the dispatch that is still using its request. */
+    worker_soon(r->client->w, &r->client->more);
+}
+
+/* <f> failed: the mode's error reply of <kind> in its place. */
+static void
+frag_fail(struct rfrag *f, int kind)
+{
+    char buf[256];
+    size_t n = proto_redis.error_reply(buf, sizeof(buf), kind, NULL);
+    struct rreq *r = f->req;
+
+    if (r->client != NULL)
+        n = request_snapshot(r->client)->set.proto->error_reply(
+            buf, sizeof(buf), kind, NULL);
+    f->error = true;
+    frag_data(f, buf, n);
+    frag_done(f);
+}
+
+/* ---- server connections -------------------------------------------------- */
+
+/* Microseconds on the monotonic clock. */
+static uint64_t
+now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Count the time <f>'s member took to answer (from the request's parse:
+ * what the client sees, queueing included). */
+static void
+request_latency(struct rserver *s, const struct rfrag *f)
+{
+    struct stats_server *st = &s->m->server->stats[s->w->id];
+    uint64_t us = now_us() - f->req->start_us;
+
+    stats_add(&st->latency[stats_latency_bucket(us)], 1);
+    stats_add(&st->latency_sum_us, us);
+}
+
+static void conn_event(struct worker *w, struct ev *ev, uint32_t events);
+static void conn_timer(struct worker *w, struct timer *t);
+static void conn_more(struct worker *w, struct worker_task *t);
+
+static void
+conn_arm(struct rserver *s)
+{
+    if (s->state == RS_CONNECTING)
+        return; /* the connect deadline first */
+    if (s->head != NULL && s->head->deadline_ms > 0)
+        worker_timer_set(s->w, &s->timer, s->head->deadline_ms);
+    else if (s->state != RS_CONNECTING)
+        worker_timer_del(s->w, &s->timer);
+}
+
+/* Close the socket of <s>; it may connect again for the next request. */
+static void
+conn_reset(struct rserver *s)
+{
+    io_side_close(&s->side);
+    s->side.eof_in = s->side.shut_out = s->side.failed = false;
+    s->state = RS_IDLE;
+    s->swallow = 0;
+    s->out.off = s->out.len = 0;
+    s->in.off = s->in.len = 0;
+    s->reply_to = NULL;
+    s->reply_left = 0;
+    s->paused = false;
+    worker_timer_del(s->w, &s->timer);
+    worker_soon_cancel(s->w, &s->more);
+}
+
+/*
+ * The connection failed (refused, reset, closed, timed out): every request
+ * waiting on it gets the error of <kind> in place of its reply, and the
+ * member's run of failures grows (auto_eject_hosts counts it).
+ */
+static void
+conn_fail(struct rserver *s, int kind, int err)
+{
+    struct rfrag *list = s->head, *later = s->lhead;
+    struct rclient *from = s->stream_from;
+    struct server *srv = s->m->server;
+    struct pool *p = s->m->pool;
+    struct stats_server *st = &srv->stats[s->w->id];
+
+    /* Our own doing (a client gone mid-value, worker exit) is not the
+     * member's failure. */
+    if (err != ECONNABORTED) {
+        uint32_t fails =
+            atomic_fetch_add_explicit(&srv->fails, 1, memory_order_relaxed) + 1;
+
+        log_info_limited(10, "pool %s: member %s (%s): %s; %zu requests failed",
+                         p->name, srv->name, srv->addr.text, strerror(err),
+                         s->nfifo);
+        if (kind == PROTO_ERR_REFUSED)
+            stats_add(&st->connect_failures, 1);
+        if (kind == PROTO_ERR_TIMEOUT)
+            stats_add(&st->request_timeouts, s->nfifo);
+        else
+            stats_add(&st->request_failures, s->nfifo);
+        health_passive_failure(p, fails);
+    }
+    s->m->inflight = s->m->inflight > s->nfifo ? s->m->inflight - s->nfifo : 0;
+    stats_sub(&st->inflight, s->nfifo);
+    s->head = s->tail = s->lhead = s->ltail = NULL;
+    s->nfifo = 0;
+    if (from != NULL) {
+        /* The client's value has nowhere to go: the rest of it is read
+         * and dropped, its request already answered with the error. */
+        from->stream_to = NULL;
+        s->stream_from = NULL;
+    }
+    for (struct rfrag *f = later; f != NULL; f = f->next) {
+        /* A client waiting to stream its value here: it never will. */
+        if (f->streamer != NULL) {
+            f->streamer->stream_to = NULL;
+            f->streamer->stream_wait = false;
+            worker_soon(s->w, &f->streamer->more);
+            f->streamer = NULL;
+        }
+        rbuf_free(&f->pending);
+    }
+    conn_reset(s);
+    while (list != NULL) {
+        struct rfrag *f = list;
+        list = f->next;
+        f->next = NULL;
+        frag_fail(f, kind);
+    }
+    while (later != NULL) {
+        struct rfrag *f = later;
+        later = f->next;
+        f->next = NULL;
+        frag_fail(f, kind);
+    }
+}
+
+/* Start connecting <s>: the handshake (AUTH, SELECT) goes first. 0, or -1
+ * with errno (the caller fails what it queued). */
+static int
+conn_open(struct rserver *s)
+{
+    struct server *srv = s->m->server;
+    struct pool_snapshot *snap = pool_snapshot(s->m->pool);
+    char hs[1024];
+    unsigned replies = 0;
+    size_t n;
+    int fd, one = 1;
+
+    fd =
+        socket(srv->addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (srv->addr.family != AF_UNIX)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (snap->set.tcpkeepalive)
+        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    io_side_init(&s->side, fd, conn_event);
+    if (connect(fd, (const struct sockaddr *)&srv->addr.sa, srv->addr.salen) <
+            0 &&
+        errno != EINPROGRESS) {
+        int err = errno;
+        io_side_close(&s->side);
+        errno = err;
+        return -1;
+    }
+    if (io_side_register(s->w, &s->side) < 0) {
+        int err = errno;
+        io_side_close(&s->side);
+        errno = err;
+        return -1;
+    }
+    s->state = RS_CONNECTING;
+    worker_timer_set(s->w, &s->timer,
+                     s->w->now_ms + snap->set.connect_timeout_ms);
+    n = s->m->pool && snap->set.proto == &proto_redis
+            ? redis_request_mode.handshake(snap, hs, sizeof(hs), &replies)
+            : 0;
+    if (n > 0) {
+        /* ahead of anything queued */
+        struct rbuf b = {0};
+        if (rbuf_append(&b, hs, n) < 0 ||
+            rbuf_append(&b, s->out.data + s->out.off, rbuf_size(&s->out)) < 0) {
+            rbuf_free(&b);
+            io_side_close(&s->side);
+            errno = ENOMEM;
+            return -1;
+        }
+        rbuf_free(&s->out);
+        s->out = b;
+        s->swallow = replies;
+    }
+    return 0;
+}
+
+static struct rserver *
+conn_create(struct worker *w, struct rmember *m)
+{
+    struct rserver *s = calloc(1, sizeof(*s));
+
+    if (s == NULL)
+        return NULL;
+    s->w = w;
+    s->m = m;
+    s->side.fd = -1;
+    s->more.run = conn_more;
+    s->timer.on_expire = conn_timer;
+    return s;
+}
+
+static void
+conn_destroy(struct rserver *s)
+{
+    conn_fail(s, PROTO_ERR_CLOSED, ECONNABORTED);
+    rbuf_free(&s->out);
+    rbuf_free(&s->in);
+    worker_defer_free(s->w, s);
+}
+
+static void
+fifo_push(struct rfrag **head, struct rfrag **tail, struct rfrag *f)
+{
+    f->next = NULL;
+    if (*tail != NULL)
+        (*tail)->next = f;
+    else
+        *head = f;
+    *tail = f;
+}
+
+/* Write what is queued for the member. */
+static void
+conn_flush(struct rserver *s)
+{
+    while (s->state == RS_READY && rbuf_size(&s->out) > 0) {
+        ssize_t n =
+            write(s->side.fd, s->out.data + s->out.off, rbuf_size(&s->out));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN)
+                conn_fail(s, PROTO_ERR_CLOSED, errno);
+            return;
+        }
+        s->out.off += (size_t)n;
+        stats_add(&s->m->server->stats[s->w->id].bytes_out, (uint64_t)n);
+    }
+    if (rbuf_size(&s->out) == 0)
+        s->out.off = s->out.len = 0;
+    /* The client streaming to us may have stopped at OUT_HIGH. */
+    if (s->stream_from != NULL && rbuf_size(&s->out) < OUT_HIGH / 2)
+        worker_soon(s->w, &s->stream_from->more);
+}
+
+/*
+ * Queue <len> bytes of fragment <f> on <s> (connecting it first if it is
+ * idle); <streamer>: the client whose value follows them. Behind a value
+ * being streamed (or other requests already waiting for one), they wait
+ * in the fragment, in order: a member's connection carries one value at
+ * a time, whole.
+ */
+static void
+conn_queue(struct rserver *s, struct rfrag *f, const char *buf, size_t len,
+           struct rclient *streamer)
+{
+    bool wait = s->stream_from != NULL || s->lhead != NULL;
+    int kind = PROTO_ERR_REFUSED;
+    uint32_t timeout = request_snapshot(f->req->client)->set.timeout_ms;
+
+    f->conn = s;
+    f->deadline_ms = timeout > 0 ? s->w->now_ms + timeout : 0;
+    if (rbuf_append(wait ? &f->pending : &s->out, buf, len) < 0) {
+        kind = PROTO_ERR_CLOSED;
+        goto fail;
+    }
+    if (wait) {
+        f->streamer = streamer;
+        fifo_push(&s->lhead, &s->ltail, f);
+    } else {
+        fifo_push(&s->head, &s->tail, f);
+        if (streamer != NULL)
+            s->stream_from = streamer;
+    }
+    if (streamer != NULL) {
+        streamer->stream_to = s;
+        streamer->stream_wait = wait;
+    }
+    s->nfifo++;
+    if (s->state == RS_IDLE && conn_open(s) < 0) {
+        int err = errno;
+
+        if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM)
+            log_warn_limited(10,
+                             "pool %s: no descriptor for a connection to "
+                             "%s: %s",
+                             s->m->pool->name, s->m->server->name,
+                             strerror(err));
+        conn_fail(s, kind, err);
+        return;
+    }
+    if (s->state == RS_READY)
+        conn_flush(s);
+    if (s->head == f)
+        conn_arm(s);
+    return;
+fail:
+    f->conn = NULL;
+    frag_fail(f, kind);
+}
+
+/* The client's value for <s> is through: what waited behind it follows,
+ * up to the next request that streams a value of its own (whose client
+ * may go on now). */
+static void
+conn_stream_done(struct rserver *s)
+{
+    s->stream_from = NULL;
+    while (s->lhead != NULL && s->stream_from == NULL) {
+        struct rfrag *f = s->lhead;
+
+        s->lhead = f->next;
+        if (s->lhead == NULL)
+            s->ltail = NULL;
+        if (rbuf_append(&s->out, f->pending.data + f->pending.off,
+                        rbuf_size(&f->pending)) < 0) {
+            fifo_push(&s->head, &s->tail, f);
+            conn_fail(s, PROTO_ERR_CLOSED, ENOMEM);
+            return;
+        }
+        rbuf_free(&f->pending);
+        fifo_push(&s->head, &s->tail, f);
+        if (f->streamer != NULL) {
+            s->stream_from = f->streamer;
+            f->streamer->stream_wait = false;
+            worker_soon(s->w, &f->streamer->more);
+            f->streamer = NULL;
+        }
+    }
+    conn_flush(s);
+    conn_arm(s);
+}
+
+/*
+ * Parse replies from <s>'s input and hand each to the oldest fragment
+ * waiting on it (FIFO: a member answers a connection's requests in the
+ * order it got them). A large value streams: its head is delivered at
+ * once, its bytes as they arrive.
+ */
+static void
+conn_replies(struct rserver *s)
+{
+    const struct proto *pr = pool_snapshot(s->m->pool)->set.proto;
+
+    while (rbuf_size(&s->in) > 0 && !s->paused) {
+        struct rfrag *f;
+        struct proto_reply rp = {0};
+        const char *buf = s->in.data + s->in.off;
+        size_t len = rbuf_size(&s->in);
+        int st;
+
+        if (s->reply_left > 0) {
+            size_t n = len < s->reply_left ? len : (size_t)s->reply_left;
+            struct rfrag *to = s->reply_to;
+
+            if (frag_data(to, buf, n) < 0) {
+                conn_fail(s, PROTO_ERR_CLOSED, ENOMEM);
+                return;
+            }
+            s->in.off += n;
+            s->reply_left -= n;
+            if (s->reply_left == 0) {
+                s->reply_to = NULL;
+                to->req->streaming = false;
+                frag_done(to);
+            } else if (to->req->client != NULL) {
+                client_flush(to->req->client);
+                /* A slow client: stop reading the member until it takes
+                 * what it has. */
+                if (rbuf_size(&to->req->reply) > REPLY_HIGH)
+                    s->paused = true;
+            }
+            continue;
+        }
+        st = pr->parse_reply(buf, len, NULL, &rp);
+        if (st == PROTO_AGAIN)
+            return;
+        if (st != PROTO_OK) {
+            log_warn_limited(10,
+                             "pool %s: member %s sent a malformed reply: "
+                             "closing the connection",
+                             s->m->pool->name, s->m->server->name);
+            conn_fail(s, PROTO_ERR_CLOSED, EPROTO);
+            return;
+        }
+        if (s->swallow > 0) {
+            /* AUTH or SELECT of the handshake: an error means the member
+             * refuses us (a wrong redis_auth): every request fails. */
+            s->swallow--;
+            s->in.off += rp.len;
+            if (rp.error) {
+                log_warn_limited(10,
+                                 "pool %s: member %s refused the "
+                                 "handshake: %.*s",
+                                 s->m->pool->name, s->m->server->name,
+                                 (int)(rp.len > 2 ? rp.len - 2 : rp.len), buf);
+                conn_fail(s, PROTO_ERR_CLOSED, EACCES);
+                return;
+            }
+            continue;
+        }
+        f = s->head;
+        if (f == NULL) {
+            /* a reply nobody asked for: the stream is out of step */
+            conn_fail(s, PROTO_ERR_CLOSED, EPROTO);
+            return;
+        }
+        s->head = f->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        s->nfifo--;
+        f->next = NULL;
+        s->in.off += rp.len;
+        f->error = rp.error;
+        if (rp.error)
+            stats_add(&s->m->server->stats[s->w->id].request_errors, 1);
+        request_latency(s, f);
+        if (rp.member_failure) {
+            uint32_t fails = atomic_fetch_add_explicit(&s->m->server->fails, 1,
+                                                       memory_order_relaxed) +
+                             1;
+            health_passive_failure(s->m->pool, fails);
+        } else if (atomic_load_explicit(&s->m->server->fails,
+                                        memory_order_relaxed) != 0) {
+            atomic_store_explicit(&s->m->server->fails, 0,
+                                  memory_order_relaxed);
+        }
+        if (s->m->inflight > 0)
+            s->m->inflight--;
+        stats_sub(&s->m->server->stats[s->w->id].inflight, 1);
+        if (frag_data(f, buf, (size_t)rp.len) < 0) {
+            conn_fail(s, PROTO_ERR_CLOSED, ENOMEM);
+            frag_fail(f, PROTO_ERR_CLOSED);
+            return;
+        }
+        if (rp.body > 0) {
+            s->reply_to = f;
+            s->reply_left = rp.body;
+            f->req->streaming = true;
+            if (f->req->client != NULL)
+                client_flush(f->req->client);
+        } else {
+            frag_done(f);
+        }
+        conn_arm(s);
+    }
+    if (rbuf_size(&s->in) == 0)
+        s->in.off = s->in.len = 0;
+}
+
+static void
+conn_read(struct rserver *s)
+{
+    int reads = 0;
+
+    while (s->side.readable && !s->side.eof_in && !s->paused) {
+        ssize_t n;
+
+        if (reads++ == READS_PER_EVENT) {
+            worker_soon(s->w, &s->more);
+            return;
+        }
+        if (rbuf_reserve(&s->in, 16 * 1024) < 0) {
+            conn_fail(s, PROTO_ERR_CLOSED, ENOMEM);
+            return;
+        }
+        n = io_side_read(&s->side, s->in.data + s->in.len,
+                         s->in.cap - s->in.len);
+        if (n < 0) {
+            conn_fail(s, PROTO_ERR_CLOSED, errno);
+            return;
+        }
+        if (n == 0)
+            break;
+        s->in.len += (size_t)n;
+        stats_add(&s->m->server->stats[s->w->id].bytes_in, (uint64_t)n);
+        conn_replies(s);
+        if (s->state == RS_IDLE)
+            return; /* failed while handing replies out */
+    }
+    if (s->side.eof_in) {
+        /* The member closed: what it did not answer fails. */
+        conn_fail(s, PROTO_ERR_CLOSED, ECONNRESET);
+    }
+}
+
+static void
+conn_more(struct worker *w, struct worker_task *t)
+{
+    struct rserver *s = OF(t, struct rserver, more);
+
+    (void)w;
+    if (s->state != RS_READY)
+        return;
+    if (!s->paused)
+        conn_replies(s);
+    if (s->state == RS_READY)
+        conn_read(s);
+}
+
+static void
+conn_event(struct worker *w, struct ev *ev, uint32_t events)
+{
+    struct rserver *s = OF(ev, struct rserver, side.ev);
+
+    (void)w;
+    if (s->state == RS_IDLE)
+        return; /* failed earlier in this batch */
+    io_side_edges(&s->side, events);
+    if (s->state == RS_CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+
+        if (!(events & (EPOLLERR | EPOLLHUP))) {
+            if (!(events & EPOLLOUT))
+                return;
+            s->state = RS_READY;
+            stats_add(&s->m->server->stats[s->w->id].conns_total, 1);
+            worker_timer_del(s->w, &s->timer);
+            conn_arm(s);
+        } else {
+            if (getsockopt(s->side.fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+                err = errno;
+            conn_fail(s, PROTO_ERR_REFUSED, err ? err : ECONNREFUSED);
+            return;
+        }
+    }
+    if (events & EPOLLERR) {
+        conn_read(s); /* what it said before the reset is still ours */
+        if (s->state != RS_IDLE)
+            conn_fail(s, PROTO_ERR_CLOSED, ECONNRESET);
+        return;
+    }
+    if (events & EPOLLOUT)
+        conn_flush(s);
+    if (s->state == RS_READY)
+        conn_read(s);
+}
+
+static void
+conn_timer(struct worker *w, struct timer *t)
+{
+    struct rserver *s = OF(t, struct rserver, timer);
+
+    if (s->state == RS_CONNECTING) {
+        conn_fail(s, PROTO_ERR_TIMEOUT, ETIMEDOUT);
+        return;
+    }
+    if (s->head != NULL && s->head->deadline_ms > 0 &&
+        s->head->deadline_ms <= w->now_ms) {
+        /* The oldest request waited longer than `timeout`: the replies
+         * behind it cannot overtake it, so the connection goes (as
+         * twemproxy does) and everything on it gets the timeout error. */
+        conn_fail(s, PROTO_ERR_TIMEOUT, ETIMEDOUT);
+        return;
+    }
+    conn_arm(s);
+}
+
+/* ---- sending ------------------------------------------------------------- */
+
+struct pool_snapshot *
+request_snapshot(struct rclient *c)
+{
+    return pool_snapshot(c->pool);
+}
+
+void
+request_send(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash,
+             const char *buf, size_t len, uint64_t stream)
+{
+    struct rclient *c = r->client;
+    struct rworker *rw = rworker_get(c->w);
+    struct pool_snapshot *snap = request_snapshot(c);
+    struct rmember *m;
+    struct rserver *s;
+    size_t i;
+
+    m = rw ? member_get(rw, srv, c->pool, snap->set.server_connections) : NULL;
+    if (m == NULL) {
+        frag_fail(f, PROTO_ERR_CLOSED);
+        return;
+    }
+    i = m->nconns > 1 ? (size_t)(hash % m->nconns) : 0;
+    if (m->conns[i] == NULL && (m->conns[i] = conn_create(c->w, m)) == NULL) {
+        frag_fail(f, PROTO_ERR_CLOSED);
+        return;
+    }
+    s = m->conns[i];
+    m->inflight++;
+    stats_add(&srv->stats[c->w->id].inflight, 1);
+    stats_add(&c->pool->stats[c->w->id].fragments, 1);
+    stats_add(&srv->stats[c->w->id].requests, 1);
+    /* The client's next <stream> bytes are this value: they go to <s> as
+     * they come (once <s> carries no other value), and nothing else is
+     * sent to it meanwhile. A request that failed at once has its value
+     * read and dropped. */
+    INVARIANT(c->stream_to == NULL && c->stream_left == 0);
+    c->stream_left = stream;
+    conn_queue(s, f, buf, len, stream > 0 ? c : NULL);
+}
+
+/* ---- clients ------------------------------------------------------------- */
+
+static void client_event(struct worker *w, struct ev *ev, uint32_t events);
+
+/* Write the replies that are ready, in order: the oldest request's first;
+ * a streamed value as far as it has come. */
+static void
+client_flush(struct rclient *c)
+{
+    while (c->head != NULL && !c->closed) {
+        struct rreq *r = c->head;
+
+        while (rbuf_size(&r->reply) > 0) {
+            ssize_t n = write(c->side.fd, r->reply.data + r->reply.off,
+                              rbuf_size(&r->reply));
+            if (n < 0) {
+                if (errno == EINTR)
+                    continue;
+                if (errno != EAGAIN) {
+                    client_close(c);
+                    return;
+                }
+                return; /* an output edge will come */
+            }
+            r->reply.off += (size_t)n;
+            stats_add(&c->pool->stats[c->w->id].bytes_out, (uint64_t)n);
+        }
+        /* A member paused for this reply can go on. */
+        for (size_t i = 0; i < r->nfrags; i++) {
+            struct rserver *s = r->frags[i].conn;
+            if (s != NULL && s->paused && s->reply_to == &r->frags[i]) {
+                s->paused = false;
+                worker_soon(s->w, &s->more);
+            }
+        }
+        if (!r->done)
+            return;
+        c->head = r->next;
+        if (c->head == NULL)
+            c->tail = NULL;
+        c->nreqs--;
+        if (r->quit)
+            c->closing = true;
+        req_free(r);
+        /* room again: parse what waited (MAX_PIPELINE) */
+        if (c->nreqs == MAX_PIPELINE - 1)
+            worker_soon(c->w, &c->more);
+    }
+    if (c->closing && c->head == NULL && !c->closed && !c->lingering) {
+        if (c->side.eof_in) {
+            client_close(c);
+            return;
+        }
+        /* We close (QUIT, bad input) while the client may still be
+         * sending: closing now with its bytes unread makes our kernel
+         * reset the connection, and its kernel drop our last reply unread.
+         * Send FIN, read and drop what comes, close at its FIN or after
+         * a bound. */
+        shutdown(c->side.fd, SHUT_WR);
+        c->lingering = true;
+        worker_timer_set(c->w, &c->timer, c->w->now_ms + LINGER_MS);
+        worker_soon(c->w, &c->more);
+    }
+}
+
+/* Read and drop what a closing client still sends; close at its FIN. */
+static void
+client_linger(struct rclient *c)
+{
+    char *junk = c->w->scratch;
+
+    while (c->side.readable && !c->side.eof_in) {
+        ssize_t n = io_side_read(&c->side, junk, WORKER_SCRATCH);
+        if (n < 0) {
+            client_close(c);
+            return;
+        }
+        if (n == 0)
+            break;
+    }
+    if (c->side.eof_in)
+        client_close(c);
+}
+
+static void
+client_timer(struct worker *w, struct timer *t)
+{
+    (void)w;
+    client_close(OF(t, struct rclient, timer));
+}
+
+/* A new request of <c>, at the end of its queue. */
+static struct rreq *
+client_push(struct rclient *c)
+{
+    struct rreq *r = calloc(1, sizeof(*r));
+
+    if (r == NULL)
+        return NULL;
+    r->client = c;
+    r->command = -1;
+    r->start_ms = c->w->now_ms;
+    r->start_us = now_us();
+    if (c->tail != NULL)
+        c->tail->next = r;
+    else
+        c->head = r;
+    c->tail = r;
+    c->nreqs++;
+    return r;
+}
+
+/* Answer a request that could not be parsed with <err>; with <fatal>,
+ * nothing more is read and the connection closes once it is written (the
+ * stream cannot be trusted past it), as Redis does. */
+static void
+client_bad(struct rclient *c, const char *err, bool fatal)
+{
+    struct rreq *r = client_push(c);
+
+    if (r == NULL) {
+        client_close(c);
+        return;
+    }
+    request_error(r, PROTO_ERR_REQUEST, err);
+    stats_add(&c->pool->stats[c->w->id].refused, 1);
+    if (fatal) {
+        stats_add(&c->pool->stats[c->w->id].protocol_errors, 1);
+        r->quit = true;
+        c->closing = true;
+    }
+}
+
+/* Grow the parse arrays of <c> to what <rq> asked for. 0 or -1. */
+static int
+client_grow(struct rclient *c, struct proto_request *rq)
+{
+    if (rq->nkeys > c->keycap) {
+        struct proto_span *k = realloc(c->keys, rq->nkeys * sizeof(*k));
+        if (k == NULL)
+            return -1;
+        c->keys = k;
+        c->keycap = rq->nkeys;
+    }
+    if (rq->nargs > c->argcap) {
+        struct proto_span *a = realloc(c->args, rq->nargs * sizeof(*a));
+        if (a == NULL)
+            return -1;
+        c->args = a;
+        c->argcap = rq->nargs;
+    }
+    if (rq->scratchlen > c->scratchcap) {
+        char *s = realloc(c->scratch, rq->scratchlen);
+        if (s == NULL)
+            return -1;
+        c->scratch = s;
+        c->scratchcap = rq->scratchlen;
+    }
+    return 0;
+}
+
+/* Forward (or drop) the bytes of a value being streamed. Returns false
+ * while the value is not through. */
+static bool
+client_stream(struct rclient *c)
+{
+    if (c->stream_wait)
+        return false; /* another client's value goes first */
+    while (c->stream_left > 0 && rbuf_size(&c->in) > 0) {
+        size_t n = rbuf_size(&c->in);
+        struct rserver *s = c->stream_to;
+
+        if (n > c->stream_left)
+            n = (size_t)c->stream_left;
+        if (s != NULL) {
+            if (rbuf_size(&s->out) > OUT_HIGH)
+                return false; /* back-pressure: conn_flush wakes us */
+            if (rbuf_append(&s->out, c->in.data + c->in.off, n) < 0) {
+                conn_fail(s, PROTO_ERR_CLOSED, ENOMEM);
+                continue;
+            }
+        }
+        c->in.off += n;
+        c->stream_left -= n;
+        if (s != NULL)
+            conn_flush(s);
+    }
+    if (c->stream_left > 0)
+        return false;
+    if (c->stream_to != NULL) {
+        struct rserver *s = c->stream_to;
+        c->stream_to = NULL;
+        conn_stream_done(s);
+    }
+    return true;
+}
+
+/* Parse and dispatch what <c> has read. */
+static void
+client_parse(struct rclient *c)
+{
+    struct pool_snapshot *snap = request_snapshot(c);
+    const struct proto *pr = snap->set.proto;
+
+    while (!c->closing && !c->closed && c->nreqs < MAX_PIPELINE) {
+        struct proto_request rq = {0};
+        struct rreq *r;
+        int st;
+
+        if (c->stream_left > 0 && !client_stream(c))
+            break;
+        if (rbuf_size(&c->in) == 0)
+            break;
+        rq.keys = c->keys;
+        rq.keycap = c->keycap;
+        rq.args = c->args;
+        rq.argcap = c->argcap;
+        rq.scratch = c->scratch;
+        rq.scratchcap = c->scratchcap;
+        rq.max = snap->set.client_max_request;
+        st = pr->parse_request(c->in.data + c->in.off, rbuf_size(&c->in), &rq);
+        if (st == PROTO_KEYS) {
+            if (client_grow(c, &rq) < 0) {
+                client_close(c);
+                return;
+            }
+            continue;
+        }
+        if (st == PROTO_AGAIN) {
+            if (rq.head > 0)
+                c->in.off += rq.head; /* skipped (an empty inline line) */
+            else
+                break;
+            continue;
+        }
+        if (st == PROTO_FATAL) {
+            client_bad(c, rq.err ? rq.err : "Protocol error", true);
+            break;
+        }
+        if (st == PROTO_INVALID) {
+            client_bad(c, rq.err ? rq.err : "Protocol error", false);
+            c->in.off += rq.head;
+            continue;
+        }
+        if (rq.nargs == 0 && rq.body == 0) {
+            /* nothing was asked (an empty inline line, "*0"): the mode's
+             * servers answer nothing, neither do we */
+            c->in.off += rq.head;
+            continue;
+        }
+        r = client_push(c);
+        if (r == NULL) {
+            client_close(c);
+            return;
+        }
+        r->command = rq.command;
+        r->flags = rq.flags;
+        stats_add(&c->pool->stats[c->w->id].bytes_in, rq.head + rq.body);
+        if (c->mode->dispatch(c, r, c->in.data + c->in.off, &rq) < 0) {
+            client_close(c);
+            return;
+        }
+        if (c->closed)
+            return;
+        c->in.off += rq.head;
+        if (rq.body > 0 && c->stream_left == 0) {
+            /* Not forwarded (refused or answered locally): dropped. */
+            c->stream_left = rq.body;
+            c->stream_to = NULL;
+        }
+    }
+    if (rbuf_size(&c->in) == 0)
+        c->in.off = c->in.len = 0;
+    client_flush(c);
+}
+
+static void
+client_read(struct rclient *c)
+{
+    int reads = 0;
+
+    while (c->side.readable && !c->side.eof_in && !c->closing &&
+           c->nreqs < MAX_PIPELINE) {
+        ssize_t n;
+
+        if (c->stream_to != NULL &&
+            (c->stream_wait || rbuf_size(&c->stream_to->out) > OUT_HIGH))
+            return; /* back-pressure from the member's connection */
+        if (reads++ == READS_PER_EVENT) {
+            worker_soon(c->w, &c->more);
+            return;
+        }
+        if (rbuf_reserve(&c->in, 16 * 1024) < 0) {
+            client_close(c);
+            return;
+        }
+        n = io_side_read(&c->side, c->in.data + c->in.len,
+                         c->in.cap - c->in.len);
+        if (n < 0) {
+            client_close(c);
+            return;
+        }
+        if (n == 0)
+            break;
+        c->in.len += (size_t)n;
+        client_parse(c);
+        if (c->closed)
+            return;
+    }
+    if (c->side.eof_in && !c->closed) {
+        /* The client sent FIN: answer what it asked, then close. */
+        c->closing = true;
+        client_flush(c);
+    }
+}
+
+static void
+client_more(struct worker *w, struct worker_task *t)
+{
+    struct rclient *c = OF(t, struct rclient, more);
+
+    (void)w;
+    if (c->closed)
+        return;
+    if (c->lingering) {
+        client_linger(c);
+        return;
+    }
+    client_parse(c);
+    if (!c->closed)
+        client_read(c);
+}
+
+static void
+client_event(struct worker *w, struct ev *ev, uint32_t events)
+{
+    struct rclient *c = OF(ev, struct rclient, side.ev);
+
+    (void)w;
+    if (c->closed)
+        return;
+    io_side_edges(&c->side, events);
+    if (events & EPOLLERR) {
+        client_close(c);
+        return;
+    }
+    if (c->lingering) {
+        client_linger(c);
+        return;
+    }
+    if (events & EPOLLOUT)
+        client_flush(c);
+    if (!c->closed)
+        client_read(c);
+}
+
+/*
+ * Close <c>. Requests still waiting for members stay alive as orphans
+ * until their replies come (a member answers in order: its FIFO must keep
+ * them), then go with their last fragment.
+ */
+static void
+client_close(struct rclient *c)
+{
+    struct rreq *r = c->head;
+
+    if (c->closed)
+        return;
+    c->closed = true;
+    worker_soon_cancel(c->w, &c->more);
+    worker_timer_del(c->w, &c->timer);
+    if (c->stream_to != NULL && c->stream_wait) {
+        /* Its value never started: its request leaves the queue unsent. */
+        struct rserver *s = c->stream_to;
+        struct rfrag **pp = &s->lhead, *prev = NULL;
+
+        while (*pp != NULL && (*pp)->streamer != c) {
+            prev = *pp;
+            pp = &(*pp)->next;
+        }
+        if (*pp != NULL) {
+            struct rfrag *f = *pp;
+
+            *pp = f->next;
+            if (s->ltail == f)
+                s->ltail = prev;
+            s->nfifo--;
+            f->streamer = NULL;
+            f->next = NULL;
+            rbuf_free(&f->pending);
+            c->stream_to = NULL;
+            frag_fail(f, PROTO_ERR_CLOSED);
+        }
+    } else if (c->stream_to != NULL) {
+        /* The value it was sending will never be whole: the member's
+         * connection cannot be used past it. */
+        struct rserver *s = c->stream_to;
+        c->stream_to = NULL;
+        s->stream_from = NULL;
+        conn_fail(s, PROTO_ERR_CLOSED, ECONNABORTED);
+    }
+    while (r != NULL) {
+        struct rreq *next = r->next;
+        if (r->pending > 0) {
+            if (c->mode->release != NULL)
+                c->mode->release(r);
+            r->mode_data = NULL;
+            r->client = NULL; /* its last fragment frees it */
+        } else {
+            req_free(r);
+        }
+        r = next;
+    }
+    c->head = c->tail = NULL;
+    io_side_close(&c->side);
+    worker_conn_del(&c->link);
+    atomic_fetch_sub_explicit(&c->pool->active, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&c->w->nconns, 1, memory_order_relaxed);
+    pool_unref(c->pool);
+    c->pool = NULL;
+    rbuf_free(&c->in);
+    free(c->keys);
+    free(c->args);
+    free(c->scratch);
+    free(c->name);
+    worker_defer_free(c->w, c);
+}
+
+static void
+link_close(struct worker *w, struct worker_conn *l)
+{
+    (void)w;
+    client_close(OF(l, struct rclient, link));
+}
+
+void
+request_accept(struct worker *w, struct listener *l, int fd,
+               const struct sockaddr *peer, socklen_t peerlen)
+{
+    struct pool *p = l->pool;
+    struct pool_snapshot *snap = pool_snapshot(p);
+    struct stats_pool *st = &p->stats[w->id];
+    struct rworker *rw = rworker_get(w);
+    struct rclient *c;
+    uint64_t active;
+    int one = 1;
+
+    (void)peer;
+    (void)peerlen;
+    stats_add(&st->accepted, 1);
+    active = atomic_fetch_add_explicit(&p->active, 1, memory_order_relaxed);
+    if (snap->set.client_connections > 0 &&
+        active >= snap->set.client_connections) {
+        atomic_fetch_sub_explicit(&p->active, 1, memory_order_relaxed);
+        stats_add(&st->refused_limit, 1);
+        log_info_limited(10,
+                         "pool %s: client refused: client_connections %u "
+                         "reached",
+                         p->name, snap->set.client_connections);
+        close(fd);
+        return;
+    }
+    c = rw != NULL ? calloc(1, sizeof(*c)) : NULL;
+    if (c == NULL) {
+        atomic_fetch_sub_explicit(&p->active, 1, memory_order_relaxed);
+        close(fd);
+        return;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (snap->set.tcpkeepalive)
+        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    io_side_init(&c->side, fd, client_event);
+    c->w = w;
+    c->pool = p;
+    pool_ref(p);
+    c->mode = &redis_request_mode;
+    c->id = ++rw->next_client_id;
+    c->link.close = link_close;
+    c->more.run = client_more;
+    c->timer.on_expire = client_timer;
+    c->authed = snap->set.redis_auth == NULL;
+    c->keys = calloc(KEYS_INIT, sizeof(*c->keys));
+    c->args = calloc(KEYS_INIT, sizeof(*c->args));
+    c->scratch = malloc(SCRATCH_INIT);
+    c->keycap = c->argcap = KEYS_INIT;
+    c->scratchcap = SCRATCH_INIT;
+    worker_conn_add(w, &c->link);
+    atomic_fetch_add_explicit(&w->nconns, 1, memory_order_relaxed);
+    if (c->keys == NULL || c->args == NULL || c->scratch == NULL ||
+        io_side_register(w, &c->side) < 0) {
+        client_close(c);
+        return;
+    }
+}

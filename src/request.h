@@ -1,0 +1,184 @@
+/* request.h -- the request engine of the store modes, beside the tcp
+ * splice on the I/O layer: a client connection is parsed into requests by
+ * the mode's pure parser; each request (or each fragment of a multi-key
+ * request) goes to a per-worker, per-member server connection (pipelined,
+ * replies matched in FIFO order); the client gets its replies in request
+ * order, whatever order the members answer in. Per-request timeouts,
+ * error replies in place, large values streamed through. What is
+ * specific to a protocol (how a request is split, merged, answered
+ * locally) is the mode's (struct request_mode: redis.c).
+ * Runs inside one worker; nothing here is shared between threads.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#ifndef CHASHD_REQUEST_H
+#define CHASHD_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "io.h"
+#include "proto/proto.h"
+#include "worker.h"
+
+struct pool;
+struct pool_snapshot;
+struct server;
+struct rclient;
+struct rreq;
+struct rserver;
+
+/* A growable byte buffer: bytes [off, len) are live. */
+struct rbuf {
+    char *data;
+    size_t off, len, cap;
+};
+
+/*
+ * One piece of a request on its way to one member, and back. A plain
+ * request has one fragment; a split one (MGET over three members) one per
+ * member, each carrying its own keys; a fan-out one (DBSIZE) one per
+ * member. A fragment is on its server connection's FIFO from the moment
+ * its bytes are queued there until its reply is parsed (or the connection
+ * fails).
+ */
+struct rfrag {
+    struct rreq *req;     /* the request it belongs to */
+    struct rserver *conn; /* where it was sent, NULL before */
+    struct rfrag *next;   /* the connection's FIFO */
+    size_t member;        /* the member's index in the request's view */
+    uint32_t *keys;       /* split: indexes of the request's keys it
+                             carries, in the client's order (owned) */
+    size_t nkeys;
+    struct rbuf reply; /* its reply, when the request merges them */
+    bool done;
+    bool error;           /* its reply (or its failure) is an error */
+    uint64_t deadline_ms; /* `timeout`: answered by then, or failed */
+    /* Queued behind another client's value being streamed to the same
+     * connection: its bytes wait here, and <streamer> is its own client
+     * when a value of its own follows them. */
+    struct rbuf pending;
+    struct rclient *streamer;
+};
+
+/* A client request, from parse to the last byte of its reply. */
+struct rreq {
+    struct rclient *client;
+    struct rreq *next;      /* the client's FIFO */
+    int command;            /* the mode's command index, -1 unknown */
+    int kind;               /* the mode's class of it */
+    unsigned flags;         /* enum proto_request_flag */
+    struct rfrag *frags;    /* [nfrags] */
+    size_t nfrags, pending; /* fragments, and those not answered yet */
+    struct rfrag one;       /* the fragment of a plain request */
+    struct rbuf reply;      /* what the client gets, in order */
+    bool done;              /* <reply> is complete */
+    bool streaming;         /* its reply body is still arriving */
+    bool quit;              /* close once it is answered */
+    uint64_t start_ms;
+    uint64_t start_us; /* parsed at (monotonic): latency */
+    void *mode_data;   /* the mode's (merge state), freed by it */
+};
+
+/* The engine's per-worker, per-member state. */
+struct rmember {
+    uint64_t id;            /* server->id */
+    struct server *server;  /* (ref held) */
+    struct pool *pool;      /* (ref held) */
+    struct rserver **conns; /* [nconns] server_connections of it */
+    size_t nconns;
+    uint64_t inflight;    /* requests of this worker on it now */
+    struct rmember *next; /* hash chain */
+};
+
+/* What a store mode supplies to the engine (redis.c, later memcache.c). */
+struct request_mode {
+    /*
+     * Route parsed request <rq> (its bytes at <buf>, <rq->head> of them,
+     * then <rq->body> streamed) of client <c>: answer it locally, refuse
+     * it, or send its fragments (request_send). Returns 0, or -1 when the
+     * client must close (out of memory).
+     */
+    int (*dispatch)(struct rclient *c, struct rreq *r, const char *buf,
+                    const struct proto_request *rq);
+    /* Every fragment of <r> is answered: write the client's reply from
+     * them (merge). */
+    void (*complete)(struct rreq *r);
+    /* Free what dispatch hung on r->mode_data. */
+    void (*release)(struct rreq *r);
+    /* The bytes a fresh server connection sends first (AUTH, SELECT) and
+     * how many replies they produce (swallowed). */
+    size_t (*handshake)(const struct pool_snapshot *snap, char *out, size_t cap,
+                        unsigned *replies);
+};
+
+/* A client of a store pool. */
+struct rclient {
+    struct io_side side;
+    struct worker_conn link;
+    struct worker_task more; /* input left after the read budget */
+    struct worker *w;
+    struct pool *pool; /* (ref held) */
+    const struct request_mode *mode;
+    uint64_t id;              /* CLIENT ID */
+    struct rbuf in;           /* bytes read, not yet parsed */
+    struct rreq *head, *tail; /* requests in order */
+    size_t nreqs;
+    struct proto_span *keys, *args; /* parse arrays, grown on demand */
+    size_t keycap, argcap;
+    char *scratch; /* inline re-encoding */
+    size_t scratchcap;
+    struct rserver *stream_to; /* a request body being forwarded there */
+    uint64_t stream_left;
+    bool stream_wait; /* ...once that connection is free: another
+                         client's value goes first */
+    bool authed;      /* AUTH given (or none required) */
+    bool closing;     /* close once every reply is written */
+    bool lingering;   /* replies written and FIN sent: what the
+                         client still sends is read and dropped
+                         (so its kernel does not reset the
+                         connection before it reads our last
+                         reply), until its FIN or <timer> */
+    struct timer timer;
+    bool closed;
+    char *name; /* CLIENT SETNAME */
+};
+
+/* engine_accept_fn for redis (and later memcache) pools. */
+void request_accept(struct worker *w, struct listener *l, int fd,
+                    const struct sockaddr *peer, socklen_t peerlen);
+
+/*
+ * For the modes. Create <r>'s fragments: <n> of them (1: the embedded
+ * one). The mode fills each fragment's member and keys, then sends it.
+ */
+int request_frags(struct rreq *r, size_t n);
+
+/*
+ * Queue fragment <f> of <r> to member <s> of the pool: <len> bytes at
+ * <buf>, then, when <stream> is not 0, that many bytes of the client's
+ * following input forwarded as they come (a large value). The member's
+ * connection is chosen by <hash> among its server_connections (one key
+ * always takes the same one: per-key order). On a connection that cannot
+ * be had (refused, no descriptor), <f> is answered with the error at once.
+ */
+void request_send(struct rreq *r, struct rfrag *f, struct server *s,
+                  uint64_t hash, const char *buf, size_t len, uint64_t stream);
+
+/* Append bytes to <b> (grows it). 0 or -1 (out of memory). */
+int rbuf_append(struct rbuf *b, const void *data, size_t len);
+/* printf into <b>. 0 or -1. */
+int rbuf_printf(struct rbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void rbuf_free(struct rbuf *b);
+
+/* Answer <r> with <len> bytes (a local reply, an error): it is done. */
+void request_answer(struct rreq *r, const char *reply, size_t len);
+/* Answer <r> with the mode's error reply of <kind> (enum proto_error). */
+void request_error(struct rreq *r, int kind, const char *msg);
+
+/* The current snapshot of <c>'s pool (inside the worker's epoch). */
+struct pool_snapshot *request_snapshot(struct rclient *c);
+
+#endif /* CHASHD_REQUEST_H */
