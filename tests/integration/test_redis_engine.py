@@ -317,21 +317,30 @@ def test_request_over_client_max_request_is_refused(env):
 
 # ------------------------------------------------------------- inline --
 
-def test_inline_commands(env):
+@pytest.mark.parametrize("kind", ["redis", "chashd"])
+def test_inline_commands(env, kind):
     """Inline (telnet-style) commands over a raw socket: PING, SET and
-    GET, several in one write; redis-benchmark -t ping_inline runs
-    without an error."""
-    p = env.proxy("chashd")
-    key = env.keys[1][0]
-    with socket.create_connection(("127.0.0.1", p.port), timeout=5) as s:
+    GET, several in one write; empty and blank lines between them get no
+    reply at all, as Redis ignores them (redis-cli --pipe sends one);
+    redis-benchmark -t ping_inline runs without an error. Checked on a
+    redis-server itself too, so the expectation is Redis'."""
+    if kind == "redis":
+        port, key = env.servers[1].port, env.keys[1][0]
+    else:
+        port, key = env.proxy("chashd").port, env.keys[1][0]
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         s.sendall(b"PING\r\n")
         assert s.recv(100) == b"+PONG\r\n"
-    with p.client() as c:
+    with Resp(port) as c:
         c.send(b"SET %s inline-value\r\nGET %s\r\nEXISTS %s nokey\r\n"
                % (key.encode(), key.encode(), key.encode()))
         assert c.read_replies(3) == [Simple("OK"), b"inline-value", 1]
+        c.send(b"\r\nPING\r\n  \r\n\n*1\r\n$4\r\nPING\r\n")
+        assert c.read_replies(2) == [Simple("PONG")] * 2
+        # an answer to a blank line would come before this one
+        assert c.call("ECHO", "next") == b"next"
     assert env.servers[1].call("GET", key) == b"inline-value"
-    r = subprocess.run([REDIS_BENCHMARK, "-p", str(p.port), "-t",
+    r = subprocess.run([REDIS_BENCHMARK, "-p", str(port), "-t",
                         "ping_inline", "-n", "5000", "-c", "4", "--csv"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "Error" not in r.stdout + r.stderr, \
