@@ -10,7 +10,7 @@ import os
 import subprocess
 
 from conftest import CHASH, CHASHD, free_port, wait_for
-from redis_util import (CLOSED, ChashdRedis, Nutcracker, RedisServer, Resp,
+from redis_util import (ChashdRedis, Nutcracker, RedisServer, Resp,
                         Simple, flush_all, need_chashd_redis, placement,
                         port_is_free, spread_keys, start_redis_on_free_host)
 
@@ -242,8 +242,6 @@ def test_chashd_places_every_key_as_nutcracker(procs):
         with Resp(port) as c:
             got = c.pipeline([("GET", k) for k in keys])
         assert got == [k.encode() for k in keys], pool
-    assert CLOSED not in got
-    procs_kill(cd)
 
 
 def test_chashd_check_accepts_the_file(procs):

@@ -345,6 +345,8 @@ def script(keys):
     add("PING", "hi", expect=b"hi")
     add("ECHO", "hello there", expect=b"hello there")
     add("SELECT", 0, expect=OK)
+    add("CLIENT", "SETNAME", "conformance", expect=OK)
+    add("CLIENT", "GETNAME", expect=b"conformance")
     only("COMMAND", "COUNT", why=positive_integer())
     # -- refused, each with an error naming it; the connection goes on
     only("SELECT", 1, why=any_error())
@@ -361,6 +363,8 @@ def script(keys):
     only("FOO", "bar", why=refused_naming("foo"))
     add("GET", x0, expect=b"v")
     add("SMEMBERS", xs0, expect=[b"a"])
+    # -- every member's keys counted: the sum is the single server's
+    add("DBSIZE")
     return s
 
 
