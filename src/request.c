@@ -44,6 +44,8 @@
 /* Bytes queued for a member before the client streaming to it is not
  * read any more. */
 #define OUT_HIGH (1024 * 1024)
+/* Replies written to a client per writev(). */
+#define WRITE_BATCH 64
 /* How long a closing client may go on sending before we close anyway. */
 #define LINGER_MS 2000
 /* Initial sizes of the per-client parse arrays. */
@@ -58,6 +60,7 @@ enum rs_state { RS_IDLE, RS_CONNECTING, RS_READY };
 struct rserver {
     struct io_side side;
     struct worker_task more; /* input left after the read budget */
+    struct worker_task flush; /* write what was queued this iteration */
     struct timer timer;      /* connect deadline, or the oldest request's */
     struct worker *w;
     struct rmember *m;         /* its member (owns it) */
@@ -391,6 +394,7 @@ request_latency(struct rserver *s, const struct rfrag *f)
 static void conn_event(struct worker *w, struct ev *ev, uint32_t events);
 static void conn_timer(struct worker *w, struct timer *t);
 static void conn_more(struct worker *w, struct worker_task *t);
+static void conn_flush_task(struct worker *w, struct worker_task *t);
 
 static void
 conn_arm(struct rserver *s)
@@ -418,6 +422,7 @@ conn_reset(struct rserver *s)
     s->paused = false;
     worker_timer_del(s->w, &s->timer);
     worker_soon_cancel(s->w, &s->more);
+    worker_soon_cancel(s->w, &s->flush);
 }
 
 /*
@@ -555,6 +560,7 @@ conn_create(struct worker *w, struct rmember *m)
     s->m = m;
     s->side.fd = -1;
     s->more.run = conn_more;
+    s->flush.run = conn_flush_task;
     s->timer.on_expire = conn_timer;
     return s;
 }
@@ -649,8 +655,10 @@ conn_queue(struct rserver *s, struct rfrag *f, const char *buf, size_t len,
         conn_fail(s, kind, err);
         return;
     }
+    /* Written once per loop iteration, whatever number of requests the
+     * clients' input held for this member: one write, not one each. */
     if (s->state == RS_READY)
-        conn_flush(s);
+        worker_soon(s->w, &s->flush);
     if (s->head == f)
         conn_arm(s);
     return;
@@ -845,6 +853,16 @@ conn_read(struct rserver *s)
 }
 
 static void
+conn_flush_task(struct worker *w, struct worker_task *t)
+{
+    struct rserver *s = OF(t, struct rserver, flush);
+
+    (void)w;
+    if (s->state == RS_READY)
+        conn_flush(s);
+}
+
+static void
 conn_more(struct worker *w, struct worker_task *t)
 {
     struct rserver *s = OF(t, struct rserver, more);
@@ -966,26 +984,61 @@ static void client_event(struct worker *w, struct ev *ev, uint32_t events);
 
 /* Write the replies that are ready, in order: the oldest request's first;
  * a streamed value as far as it has come. */
+/*
+ * Write the replies that are ready, from the oldest request on, in one
+ * writev(): a pipelining client gets a batch of replies per system call,
+ * not one each. Returns 0, or -1 when the client is gone (closed here).
+ */
+static int
+client_writev(struct rclient *c)
+{
+    struct iovec iov[WRITE_BATCH];
+    struct rreq *r;
+    size_t n = 0;
+    ssize_t w;
+
+    for (r = c->head; r != NULL && n < WRITE_BATCH; r = r->next) {
+        if (rbuf_size(&r->reply) > 0) {
+            iov[n].iov_base = r->reply.data + r->reply.off;
+            iov[n].iov_len = rbuf_size(&r->reply);
+            n++;
+        }
+        if (!r->done)
+            break; /* a reply still coming stops the batch */
+    }
+    if (n == 0)
+        return 0;
+    do
+        w = writev(c->side.fd, iov, (int)n);
+    while (w < 0 && errno == EINTR);
+    if (w < 0) {
+        if (errno == EAGAIN)
+            return 0; /* an output edge will come */
+        client_close(c);
+        return -1;
+    }
+    stats_add(&c->pool->stats[c->w->id].bytes_out, (uint64_t)w);
+    for (r = c->head; r != NULL && w > 0; r = r->next) {
+        size_t k = rbuf_size(&r->reply) < (size_t)w ? rbuf_size(&r->reply)
+                                                    : (size_t)w;
+        r->reply.off += k;
+        w -= (ssize_t)k;
+    }
+    return 0;
+}
+
 static void
 client_flush(struct rclient *c)
 {
+    if (c->closed || client_writev(c) < 0)
+        return;
     while (c->head != NULL && !c->closed) {
         struct rreq *r = c->head;
 
-        while (rbuf_size(&r->reply) > 0) {
-            ssize_t n = write(c->side.fd, r->reply.data + r->reply.off,
-                              rbuf_size(&r->reply));
-            if (n < 0) {
-                if (errno == EINTR)
-                    continue;
-                if (errno != EAGAIN) {
-                    client_close(c);
-                    return;
-                }
-                return; /* an output edge will come */
-            }
-            r->reply.off += (size_t)n;
-            stats_add(&c->pool->stats[c->w->id].bytes_out, (uint64_t)n);
+        if (rbuf_size(&r->reply) > 0) {
+            /* the batch ran out, or the socket is full */
+            if (client_writev(c) < 0 || rbuf_size(&r->reply) > 0)
+                return;
         }
         /* A member paused for this reply can go on. */
         for (size_t i = 0; i < r->nfrags; i++) {
