@@ -4,6 +4,7 @@
 #include "engine.h"
 
 #include "conf.h"
+#include "pool.h"
 #include "request.h"
 #include "splice.h"
 
@@ -18,4 +19,11 @@ engine_accept(int mode)
     default:
         return NULL; /* http, memcache: not served yet */
     }
+}
+
+void
+engine_listening(struct worker *w, struct pool *p)
+{
+    if (pool_snapshot(p)->set.mode == CONF_MODE_REDIS)
+        request_preconnect(w, p);
 }

@@ -11,6 +11,7 @@
 
 struct worker;
 struct listener;
+struct pool;
 
 /* Take client <fd> (non-blocking, close-on-exec) accepted on <l> from
  * <peer>: the engine owns it from here (closes it on any failure). */
@@ -20,5 +21,9 @@ typedef void engine_accept_fn(struct worker *w, struct listener *l, int fd,
 /* The engine of <mode> (enum conf_mode), or NULL when that mode is not
  * served yet. */
 engine_accept_fn *engine_accept(int mode);
+
+/* Worker <w> has started listening for pool <p> (at start, or the pool
+ * came with a reload): the engine's chance to get ready (preconnect). */
+void engine_listening(struct worker *w, struct pool *p);
 
 #endif /* CHASHD_ENGINE_H */

@@ -389,6 +389,7 @@ settings_from_conf(struct pool_settings *set, const struct conf_pool *cp)
     set->client_max_request = cp->client_max_request;
     set->redis_db = cp->redis_db;
     set->allow_fanout_admin = cp->allow_fanout_admin;
+    set->preconnect = cp->preconnect;
     memcpy(set->hash_tag, cp->hash_tag, sizeof(set->hash_tag));
     /* A string of the snapshot's own: a reload frees the pool's config
      * while workers may still read this snapshot. */

@@ -124,6 +124,7 @@ struct pool_settings {
     char *redis_auth;            /* owned by the snapshot, NULL: none */
     int redis_db;
     bool allow_fanout_admin;
+    bool preconnect;
     char hash_tag[3];
 };
 

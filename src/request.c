@@ -440,8 +440,11 @@ conn_fail(struct rserver *s, int kind, int err)
     struct stats_server *st = &srv->stats[s->w->id];
 
     /* Our own doing (a client gone mid-value, worker exit) is not the
-     * member's failure. */
-    if (err != ECONNABORTED) {
+     * member's failure; nor is a member closing a connection that had
+     * nothing in flight (Redis' `timeout`): the next request reconnects. */
+    if (err != ECONNABORTED &&
+        (s->nfifo > 0 || s->state == RS_CONNECTING ||
+         kind != PROTO_ERR_CLOSED)) {
         uint32_t fails =
             atomic_fetch_add_explicit(&srv->fails, 1, memory_order_relaxed) + 1;
 
@@ -936,6 +939,31 @@ conn_timer(struct worker *w, struct timer *t)
 }
 
 /* ---- sending ------------------------------------------------------------- */
+
+void
+request_preconnect(struct worker *w, struct pool *p)
+{
+    struct pool_snapshot *snap = pool_snapshot(p);
+    struct rworker *rw;
+
+    if (!snap->set.preconnect || (rw = rworker_get(w)) == NULL)
+        return;
+    for (size_t i = 0; i < snap->n; i++) {
+        struct rmember *m = member_get(rw, snap->servers[i], p,
+                                       snap->set.server_connections);
+
+        for (size_t c = 0; m != NULL && c < m->nconns; c++) {
+            if (m->conns[c] == NULL &&
+                (m->conns[c] = conn_create(w, m)) == NULL)
+                break;
+            if (m->conns[c]->state == RS_IDLE && conn_open(m->conns[c]) < 0)
+                log_info_limited(10,
+                                 "pool %s: preconnect to member %s (%s): %s",
+                                 p->name, snap->servers[i]->name,
+                                 snap->servers[i]->addr.text, strerror(errno));
+        }
+    }
+}
 
 struct pool_snapshot *
 request_snapshot(struct rclient *c)

@@ -145,6 +145,10 @@ struct rclient {
     char *name; /* CLIENT SETNAME */
 };
 
+/* `preconnect: true`: open worker <w>'s connections to every member of
+ * pool <p> now (as twemproxy does at start), not at the first request. */
+void request_preconnect(struct worker *w, struct pool *p);
+
 /* engine_accept_fn for redis (and later memcache) pools. */
 void request_accept(struct worker *w, struct listener *l, int fd,
                     const struct sockaddr *peer, socklen_t peerlen);

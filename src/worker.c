@@ -450,6 +450,7 @@ worker_commands(struct worker *w, struct ev *ev, uint32_t events)
             }
             l->next = w->listeners;
             w->listeners = l;
+            engine_listening(w, l->pool);
             break;
         }
         case CMD_DEL_LISTENER:

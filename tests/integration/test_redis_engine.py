@@ -500,3 +500,45 @@ def test_nutcracker_cannot_scan(env):
     for cmd in (("SCAN", "0"), ("DBSIZE",)):
         with p.client() as c:
             assert c.pipeline([cmd]) == [CLOSED]
+
+
+# ----------------------------------------------------------- preconnect --
+
+def connected_clients(server):
+    info = server.call("INFO", "clients")
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    return int(text.split("connected_clients:")[1].split()[0])
+
+
+@pytest.mark.parametrize("pre", [True, False])
+def test_preconnect_opens_member_connections_at_start(env, pre):
+    """preconnect: true opens each worker's server_connections to every
+    member before any client comes (2 workers x 2 = 4 on each); false
+    opens none until a request needs one. Only the test's own client is
+    counted besides."""
+    env.proxy("chashd", preconnect="true" if pre else "false",
+              server_connections=2)
+    want = 1 + (4 if pre else 0)
+    wait_for(lambda: all(connected_clients(s) == want for s in env.servers),
+             timeout=5, what="%d clients on each redis-server" % want)
+    time.sleep(0.3)
+    assert [connected_clients(s) for s in env.servers] == [want] * 3
+
+
+def test_idle_close_by_a_member_is_not_a_failure(env):
+    """Redis' own `timeout` closes chashd's idle (preconnected) server
+    connections: that is no member failure. With auto_eject_hosts and
+    server_failure_limit 1, the member stays in the ring and its keys
+    are answered from it afterwards (an ejection would send them to
+    another member, where they are missing)."""
+    p = env.proxy("chashd", auto_eject_hosts="true", server_failure_limit=1,
+                  server_retry_timeout=30000)
+    k = env.keys[0][0]
+    with p.client() as c:
+        assert c.call("SET", k, "kept") == Simple("OK")
+    env.servers[0].call("CONFIG", "SET", "timeout", "1")
+    # every connection of chashd's to it gone (only this query's own left)
+    wait_for(lambda: connected_clients(env.servers[0]) == 1, timeout=8,
+             what="redis-server to close chashd's idle connections")
+    with p.client() as c:
+        assert c.call("GET", k) == b"kept"
