@@ -1,7 +1,8 @@
 """test_conf_example.py -- conf/chashd.yml, the annotated example, as a user
-meets it: `chashd -t` passes it, the redis and memcache pools it keeps
-commented out load once uncommented, and chashd started on the file exactly
-as shipped listens on its three ports and stops cleanly on SIGTERM.
+meets it: `chashd -t` passes it, the memcache pool it keeps commented out
+loads once uncommented, and chashd started on the file exactly as shipped
+listens on its four ports (two tcp pools, a redis pool, the admin API) and
+stops cleanly on SIGTERM.
 SPDX-License-Identifier: BSD-2-Clause
 """
 import os
@@ -27,6 +28,7 @@ needs_chashd = pytest.mark.skipif(not CHASHD.exists(),
 # What the example listens on, as (family, host, port).
 LISTENS = [(socket.AF_INET, "127.0.0.1", 8080),   # web
            (socket.AF_INET6, "::1", 8081),        # api
+           (socket.AF_INET, "127.0.0.1", 22121),  # sessions (redis)
            (socket.AF_INET, "127.0.0.1", 8404)]   # admin
 
 
@@ -52,14 +54,15 @@ def test_check_passes_without_warnings():
 
 def test_example_keeps_its_promises():
     """What the task asks of the file itself: every pool says its mode, no
-    pid or state file in /tmp, no active redis/memcache pool."""
+    pid or state file in /tmp, no active pool of a mode not served yet
+    (memcache)."""
     text = EXAMPLE.read_text()
     pools = re.findall(r"^([A-Za-z0-9_.-]+):\s*$", text, re.M)
     pools = [p for p in pools if p != "global"]
-    assert pools == ["web", "api"]
-    for pool in pools:
+    assert pools == ["web", "api", "sessions"]
+    for pool, mode in zip(pools, ("tcp", "tcp", "redis")):
         body = re.search(rf"^{pool}:\n((?:[ #].*\n|\n)*)", text, re.M).group(1)
-        assert re.search(r"^  mode: tcp\b", body, re.M), pool
+        assert re.search(rf"^  mode: {mode}\b", body, re.M), pool
     assert example_value("pid_file") == "/run/chashd/chashd.pid"
     assert example_value("state_file") == "/var/lib/chashd/state.json"
 
@@ -76,17 +79,16 @@ def commented_pools():
 
 @needs_chashd
 def test_commented_pools_load(tmp_path):
-    """The redis and memcache pools kept as an example are a valid config
-    (mode and twemproxy keys agree), ready for when those modes arrive."""
+    """The memcache pool kept as an example is a valid config (mode and
+    twemproxy keys agree), ready for when that mode arrives."""
     text = commented_pools()
     assert re.search(r"^cache:$", text, re.M)
-    assert re.search(r"^sessions:$", text, re.M)
     path = tmp_path / "pools.yml"
     path.write_text(text)
     # The loader takes them (chashd -t refuses them until those modes are
     # served: it checks what a start would run); `chash lookup --config`
     # uses the same loader and maps keys with them today.
-    for pool in ("cache", "sessions"):
+    for pool in ("cache",):
         r = run([CHASH, "lookup", "--config", path, "--pool", pool, "k1"])
         assert r.returncode == 0, (text, r.stderr)
         assert r.stdout.startswith("k1\t"), r.stdout
@@ -158,7 +160,7 @@ def test_starts_as_shipped_and_stops_on_sigterm(tmp_path, runtime_dirs):
         def up():
             return proc.poll() is not None or all(
                 listening(*l) for l in LISTENS)
-        wait_for(up, timeout=10, what="chashd to listen on 8080, 8081, 8404")
+        wait_for(up, timeout=10, what="chashd to listen on 8080, 8081, 22121, 8404")
         assert proc.poll() is None, log_path.read_text()
         # it is the daemon those ports belong to
         assert pid_file.read_text().strip() == str(proc.pid)

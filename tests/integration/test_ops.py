@@ -21,6 +21,7 @@ import uuid
 import pytest
 
 from admin_util import Api
+from redis_util import Resp, Simple
 from conftest import (GLOBAL, KeepAlive, can_connect, client_ip, fetch,
                       free_port, pool_yaml, wait_for)
 
@@ -479,8 +480,11 @@ def test_demo_runs_only_when_asked():
 
 def test_make_run_starts_the_demo(tmp_path):
     """scripts/run-demo (make run) on the build: the demo answers on
-    127.0.0.1:8080 from its three backends, and SIGTERM stops it all."""
-    busy = [p for p in (9001, 9002, 9003, 8080, 8404) if can_connect(p)]
+    127.0.0.1:8080 from its three backends, its redis pool on 6380 stores
+    keys spread over the three redis-servers (each key on exactly one),
+    and SIGTERM stops it all."""
+    ports = (9001, 9002, 9003, 8080, 8404, 6380, 7001, 7002, 7003)
+    busy = [p for p in ports if can_connect(p)]
     if busy:
         pytest.skip("the demo's ports are in use: %s" % busy)
     out = tmp_path / "run-demo.out"
@@ -495,10 +499,21 @@ def test_make_run_starts_the_demo(tmp_path):
         assert p.poll() is None, read(out)
         got = {fetch(8080, "127.0.0.%d" % i) for i in range(2, 40)}
         assert got == {"web-1", "web-2", "web-3"}
+        keys = ["user:%d" % i for i in range(60)]
+        with Resp(6380) as c:
+            assert c.pipeline([("SET", k, k) for k in keys]) == \
+                [Simple("OK")] * len(keys)
+            assert c.call("MGET", *keys) == [k.encode() for k in keys]
+        held = []
+        for port in (7001, 7002, 7003):
+            with Resp(port) as c:
+                held.append({k for k, v in zip(keys, c.call("MGET", *keys))
+                             if v is not None})
+        assert all(held), held          # every member holds some
+        assert sorted(k for h in held for k in h) == sorted(keys), held
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=20) == 0, read(out)
-        wait_for(lambda: not any(can_connect(q) for q in
-                                 (9001, 9002, 9003, 8080, 8404)),
+        wait_for(lambda: not any(can_connect(q) for q in ports),
                  what="the demo's processes to stop")
     finally:
         if p.poll() is None:
