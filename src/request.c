@@ -1261,7 +1261,10 @@ client_parse(struct rclient *c)
         rq.scratch = c->scratch;
         rq.scratchcap = c->scratchcap;
         rq.max = snap->set.client_max_request;
+        rq.progress = &c->progress;
         st = pr->parse_request(c->in.data + c->in.off, rbuf_size(&c->in), &rq);
+        if (st != PROTO_AGAIN || rq.head > 0)
+            memset(&c->progress, 0, sizeof(c->progress)); /* a new one */
         if (st == PROTO_KEYS) {
             if (client_grow(c, &rq) < 0) {
                 client_close(c);

@@ -129,6 +129,7 @@ struct rclient {
     size_t keycap, argcap;
     char *scratch; /* inline re-encoding */
     size_t scratchcap;
+    struct proto_progress progress; /* through the request coming in */
     struct rserver *stream_to; /* a request body being forwarded there */
     uint64_t stream_left;
     bool stream_wait; /* ...once that connection is free: another

@@ -60,6 +60,19 @@ enum proto_request_flag {
 #define PROTO_STREAM_MIN (16 * 1024)
 
 /*
+ * How far a parser got through a request that is not all in yet: the
+ * caller keeps it between calls on the same (growing) input, zeroed for
+ * each new request, so that a request arriving over many reads is not
+ * walked again from its start each time (quadratic in its arguments).
+ * Valid only while the caller's <args> keep what the parser stored.
+ */
+struct proto_progress {
+    size_t pos;            /* bytes verified, from the request's start */
+    size_t done;           /* arguments verified */
+    struct proto_span arg; /* the first argument (the command name) */
+};
+
+/*
  * One parsed request. The caller provides <keys> (<keycap> entries) and
  * keeps the buffer; the parser fills the rest. A request is <head> bytes
  * that were parsed (the command and every key) followed by <body> bytes
@@ -85,6 +98,9 @@ struct proto_request {
     size_t scratchlen;       /* bytes of it used */
     uint64_t max;            /* the largest request accepted (bytes); more
                                 is PROTO_FATAL ("too large") */
+    struct proto_progress *progress; /* (caller's, may be NULL) where a
+                                        parse that said PROTO_AGAIN goes
+                                        on from */
     const char *err;         /* a static reason for PROTO_INVALID,
                                 PROTO_FATAL and PROTO_REQ_REFUSED */
 };

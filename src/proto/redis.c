@@ -1034,14 +1034,24 @@ parse_multibulk(const char *buf, size_t len, struct proto_request *rq)
         return fatal(rq, "Protocol error: invalid multibulk length");
     if (count <= 0)
         return skip(rq, end);
-    for (pos = end, i = 0; i < (size_t)count; i++) {
+    pos = end;
+    i = 0;
+    if (rq->progress != NULL && rq->progress->done > 0 &&
+        rq->progress->done < (size_t)count && rq->progress->pos <= len) {
+        /* arguments 0 .. done-1 were verified (and stored) by the calls
+         * that said PROTO_AGAIN before */
+        pos = rq->progress->pos;
+        i = rq->progress->done;
+        name = rq->progress->arg;
+    }
+    for (; i < (size_t)count; i++) {
         if (pos >= len)
-            return PROTO_AGAIN;
+            goto again;
         if (buf[pos] != '$')
             return fatal(rq, redis_expected_dollar[(unsigned char)buf[pos]]);
         st = read_number(buf, len, pos + 1, &blen, &end);
         if (st == PROTO_AGAIN)
-            return PROTO_AGAIN;
+            goto again;
         if (st != PROTO_OK || blen < 0)
             return fatal(rq, "Protocol error: invalid bulk length");
         /* the size is refused as soon as it is declared */
@@ -1062,7 +1072,7 @@ parse_multibulk(const char *buf, size_t len, struct proto_request *rq)
             return classify(buf, rq);
         }
         if ((uint64_t)blen + 2 > len - end)
-            return PROTO_AGAIN;
+            goto again;
         if (buf[end + blen] != '\r' || buf[end + blen + 1] != '\n')
             return fatal(rq, "Protocol error: missing CRLF after bulk data");
         if (i < rq->argcap)
@@ -1076,6 +1086,13 @@ parse_multibulk(const char *buf, size_t len, struct proto_request *rq)
         return PROTO_KEYS;
     }
     return classify(buf, rq);
+again:
+    if (rq->progress != NULL) {
+        rq->progress->pos = pos;
+        rq->progress->done = i;
+        rq->progress->arg = name;
+    }
+    return PROTO_AGAIN;
 }
 
 /* ---- requests: inline --------------------------------------------------- */

@@ -3,7 +3,9 @@
  * whole parse whose spans lie in the buffer (or the scratch), a refusal
  * with a reason, a wait for more bytes, or a "Protocol error" -- never a
  * crash, a read past the end, or a loop. A prefix of a parsed request
- * must wait, and the arrays must be enough once grown as asked.
+ * must wait, and the arrays must be enough once grown as asked. The same
+ * request fed in pieces, resuming from the parser's progress as the
+ * engine does, must parse exactly as it did whole.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include <stddef.h>
@@ -47,12 +49,13 @@ grow(struct arrays *a, const struct proto_request *rq)
 
 static int
 parse(const char *buf, size_t len, struct arrays *a, struct proto_request *rq,
-      uint64_t max)
+      uint64_t max, struct proto_progress *progress)
 {
     int st, rounds = 0;
 
     for (;;) {
         memset(rq, 0, sizeof(*rq));
+        rq->progress = progress;
         rq->args = a->args;
         rq->argcap = a->argcap;
         rq->keys = a->keys;
@@ -61,6 +64,8 @@ parse(const char *buf, size_t len, struct arrays *a, struct proto_request *rq,
         rq->scratchcap = a->scratchcap;
         rq->max = max;
         st = proto_redis.parse_request(buf, len, rq);
+        if (progress != NULL && (st != PROTO_AGAIN || rq->head > 0))
+            memset(progress, 0, sizeof(*progress)); /* as the engine does */
         if (st != PROTO_KEYS)
             return st;
         /* the args first, then the keys: two rounds at most */
@@ -129,6 +134,45 @@ check_ok(const char *buf, size_t len, const struct proto_request *rq)
         abort();
 }
 
+/* <buf>'s request <whole> fed <step> bytes more at a time, resuming: it
+ * waits until its head is in, then parses as it did whole (its spans
+ * too). */
+static void
+pieces(const char *buf, struct arrays *a, const struct proto_request *whole,
+       uint64_t max, size_t step)
+{
+    struct proto_progress progress = {0};
+    struct proto_request rq;
+    struct proto_span *args;
+    size_t len, nargs = whole->nargs;
+    int st;
+
+    if (whole->flags & PROTO_REQ_INLINE)
+        return; /* inline lines do not resume: parsed whole each time */
+    args = malloc((nargs ? nargs : 1) * sizeof(*args));
+    if (args == NULL)
+        abort();
+    memcpy(args, whole->args, nargs * sizeof(*args));
+    for (len = step;; len += step) {
+        if (len > whole->head)
+            len = whole->head;
+        st = parse(buf, len, a, &rq, max, &progress);
+        if (len < whole->head) {
+            if (st != PROTO_AGAIN)
+                abort();
+            continue;
+        }
+        if (st != PROTO_OK || rq.head != whole->head ||
+            rq.body != whole->body || rq.flags != whole->flags ||
+            rq.nkeys != whole->nkeys || rq.nargs != nargs ||
+            rq.command != whole->command ||
+            memcmp(rq.args, args, nargs * sizeof(*args)) != 0)
+            abort();
+        break;
+    }
+    free(args);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -148,7 +192,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (a.args == NULL || a.keys == NULL || a.scratch == NULL)
         abort();
     while (pos < size && n++ < 1000) {
-        st = parse(buf + pos, size - pos, &a, &rq, max);
+        st = parse(buf + pos, size - pos, &a, &rq, max, NULL);
         if (st == PROTO_AGAIN)
             break;
         if (st == PROTO_FATAL) {
@@ -160,12 +204,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort(); /* PROTO_INVALID is never used, PROTO_KEYS grown */
         check_ok(buf + pos, size - pos, &rq);
         /* the same bytes minus one wait; exactly the head is the same */
-        if (parse(buf + pos, rq.head - 1, &a, &again, max) != PROTO_AGAIN)
+        if (parse(buf + pos, rq.head - 1, &a, &again, max, NULL) !=
+            PROTO_AGAIN)
             abort();
-        if (parse(buf + pos, rq.head, &a, &again, max) != PROTO_OK ||
+        if (parse(buf + pos, rq.head, &a, &again, max, NULL) != PROTO_OK ||
             again.head != rq.head || again.body != rq.body ||
             again.flags != rq.flags || again.nkeys != rq.nkeys)
             abort();
+        pieces(buf + pos, &a, &rq, max, data[pos] % 7 + 1);
         if (rq.body != 0)
             break; /* the engine would forward the value unparsed */
         pos += rq.head;

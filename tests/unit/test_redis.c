@@ -722,6 +722,48 @@ test_grow(void **state)
     assert_int_equal(rq.nargs, 2);
 }
 
+/* ---- resuming a request that comes in pieces ----------------------------- */
+
+/* An MSET of 2000 arguments fed 100 bytes more at a time, as the engine
+ * feeds a growing input: each call goes on from the progress of the one
+ * before (the arguments it already verified stay verified), and the last
+ * one parses exactly as the whole request does in one call. */
+static void
+test_resume(void **state)
+{
+    enum { NARGS = 2001 };
+    static struct proto_span args[NARGS], keys[NARGS], whole[NARGS];
+    struct proto_progress progress = {0};
+    struct proto_request rq = {.args = args, .argcap = NARGS, .keys = keys,
+                               .keycap = NARGS};
+    char *buf = malloc(64 * NARGS);
+    size_t len, n, done = 0, i;
+
+    (void)state;
+    assert_non_null(buf);
+    len = (size_t)sprintf(buf, "*%d\r\n$4\r\nMSET\r\n", NARGS);
+    for (i = 1; i < NARGS; i++)
+        len += (size_t)sprintf(buf + len, "$4\r\nk%03zu\r\n", i % 1000);
+    assert_int_equal(proto_redis.parse_request(buf, len, &rq), PROTO_OK);
+    memcpy(whole, args, sizeof(whole));
+    memset(args, 0, sizeof(args));
+    rq.progress = &progress;
+    for (n = 100; n < len; n += 100) {
+        assert_int_equal(proto_redis.parse_request(buf, n, &rq), PROTO_AGAIN);
+        /* every argument wholly inside the first n bytes is verified */
+        assert_true(progress.done >= done);
+        done = progress.done;
+        assert_true(progress.pos <= n);
+        assert_true(done == NARGS - 1 || progress.pos + 11 > n);
+    }
+    assert_int_equal(proto_redis.parse_request(buf, len, &rq), PROTO_OK);
+    assert_int_equal(rq.head, len);
+    assert_int_equal(rq.nargs, NARGS);
+    assert_int_equal(rq.nkeys, (NARGS - 1) / 2);
+    assert_memory_equal(args, whole, sizeof(whole));
+    free(buf);
+}
+
 /* ---- every prefix of every request -------------------------------------- */
 
 static const struct {
@@ -1114,6 +1156,7 @@ main(void)
         cmocka_unit_test(test_size_limit),
         cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_grow),
+        cmocka_unit_test(test_resume),
         cmocka_unit_test(test_every_prefix),
         cmocka_unit_test(test_replies),
         cmocka_unit_test(test_reply_streaming),
