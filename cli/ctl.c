@@ -529,7 +529,9 @@ latency_line(const char *s, const char *pool, json_t *members,
     }
     errno = 0;
     v = strtod(s, &end);
-    if (l == NULL || end == s || errno != 0 || !(v >= 0))
+    /* counts go into uint64_t: no NaN, no negative, nothing from 2^64 */
+    if (l == NULL || end == s || errno != 0 || !(v >= 0) ||
+        v >= 18446744073709551616.0)
         return;
     l->seen = true;
     if (sum) {

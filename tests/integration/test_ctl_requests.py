@@ -254,3 +254,102 @@ def test_show_counts_in_flight_timeouts_and_a_slow_reply(procs, backends):
     assert not above and p50 < 0.25, r
     mean, _ = seconds(r["MEAN"])
     assert mean >= 0.3 / (len(fast_keys) + 1), r
+
+
+HOSTILE_METRICS = "\n".join([
+    "# HELP chashd_member_request_duration_seconds Time ...",
+    "# TYPE chashd_member_request_duration_seconds histogram",
+    # a name with a quote and a backslash, escaped as the format says
+    'chashd_member_request_duration_seconds_bucket{pool="p",'
+    'member="we\\"ird\\\\name",le="0.001"} 10',
+    'chashd_member_request_duration_seconds_bucket{pool="p",'
+    'member="we\\"ird\\\\name",le="+Inf"} 10',
+    'chashd_member_request_duration_seconds_sum{pool="p",'
+    'member="we\\"ird\\\\name"} 0.005',
+    'chashd_member_request_duration_seconds_count{pool="p",'
+    'member="we\\"ird\\\\name"} 10',
+    # nothing of these may count for "plain"
+    'chashd_member_request_duration_seconds_bucket{pool="p",'
+    'member="plain",le="0.001"} 1e30',
+    'chashd_member_request_duration_seconds_bucket{pool="p",'
+    'member="plain",le="+Inf"} NaN',
+    'chashd_member_request_duration_seconds_count{pool="p",'
+    'member="plain"} -1',
+    'chashd_member_request_duration_seconds_sum{pool="p",member="plain"} x',
+    'chashd_member_request_duration_seconds_bucket{pool="p",member="plain',
+    'chashd_member_request_duration_seconds_bucket{pool="p",'
+    'member="pl\\qain",le="1"} 5',
+    # another pool's member of the same name
+    'chashd_member_request_duration_seconds_bucket{pool="q",'
+    'member="plain",le="0.001"} 7',
+    'chashd_member_request_duration_seconds_count{pool="q",'
+    'member="plain"} 7',
+] + [
+    # more buckets than chashd has, all empty
+    'chashd_member_request_duration_seconds_bucket{pool="p",'
+    'member="many",le="%d"} 0' % i for i in range(40)
+]) + "\nchashd_member_request_duration_seconds_bucket{pool="
+
+
+def test_show_survives_a_hostile_metrics_page(tmp_path):
+    """`ctl show` reads latency from /metrics, network bytes like any
+    other: escaped label values are matched unescaped, and lines with
+    huge, negative, NaN or missing values, cut labels, bad escapes,
+    another pool's series, too many buckets or no end give "-", never a
+    crash or a wrong figure. (A stand-in admin API: chashd itself never
+    sends such a page.)"""
+    import http.server
+    import threading
+
+    weird = 'we"ird\\name'
+    members = [{"name": n, "address": "127.0.0.1:1", "state": "up",
+                "weight": 1, "ramp": 1.0, "share": 1 / 3,
+                "bytes_in": 1, "bytes_out": 2,
+                "requests": {"total": 10, "error_replies": 0,
+                             "timeouts": 0, "failed": 0, "inflight": 0}}
+               for n in (weird, "plain", "many")]
+    pool = {"name": "p", "mode": "redis", "listen": "127.0.0.1:1",
+            "algorithm": "ketama", "hash": "murmur", "snapshot": 1,
+            "checksum": "0", "active": 0,
+            "settings": {"hash_key": "source_ip"},
+            "stats": {"requests": {"total": 30, "fragments": 30, "local": 0,
+                                   "refused": 0, "errors": 0,
+                                   "protocol_errors": 0}},
+            "members": members}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/api/pools/p":
+                body, ctype = json.dumps(pool).encode(), "application/json"
+            elif self.path == "/metrics":
+                body, ctype = HOSTILE_METRICS.encode(), "text/plain"
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        p = subprocess.run([CHASH, "ctl", "--admin",
+                            "127.0.0.1:%d" % srv.server_address[1], "show",
+                            "p"], capture_output=True, text=True, timeout=30)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join(timeout=5)
+    assert p.returncode == 0 and p.stderr == "", (p.stdout, p.stderr)
+    # the weird name has no space: the table splits on whitespace
+    rows = requests_table(p.stdout)
+    assert set(rows) == {weird, "plain", "many"}
+    lat = {n: (r["P50"], r["P99"], r["MEAN"]) for n, r in rows.items()}
+    assert lat == {weird: ("500us", "990us", "500us"),
+                   "plain": ("-", "-", "-"), "many": ("-", "-", "-")}
