@@ -10,6 +10,7 @@
 #include <math.h>
 #include <netdb.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,10 @@ static const char usage_text[] =
     "usage: chash ctl [--admin HOST:PORT] [--token T] [--json] COMMAND\n"
     "commands:\n"
     "  pools                                 list the pools\n"
-    "  show POOL                             a pool's settings and members\n"
+    "  show POOL                             a pool's settings and members;\n"
+    "                                        in the request modes (redis)\n"
+    "                                        also their requests, errors,\n"
+    "                                        latency and bytes\n"
     "  add POOL NAME ADDRESS [--weight W] [--dry-run]\n"
     "                                        add a member\n"
     "  remove POOL NAME [--dry-run]          remove a member\n"
@@ -403,6 +407,300 @@ real(json_t *j, const char *key)
     return json_number_value(json_object_get(j, key));
 }
 
+/* ---- request statistics (redis and the other request modes) ------------ */
+
+/* Room for the latency buckets /metrics gives per member: chashd has 12
+ * (src/stats.h); more are ignored rather than overrun. */
+#define CTL_LATENCY_BUCKETS 32
+
+/*
+ * One member's reply latency as the Prometheus histogram
+ * chashd_member_request_duration_seconds holds it: cumulative counts per
+ * upper bound, in /metrics order (ascending, +Inf last).
+ */
+struct latency {
+    double le[CTL_LATENCY_BUCKETS];    /* upper bounds, seconds */
+    uint64_t cum[CTL_LATENCY_BUCKETS]; /* replies at or under le[i] */
+    size_t nbuckets;
+    double sum;     /* seconds, all replies */
+    uint64_t count; /* replies timed */
+    bool seen;      /* the member has a series at all */
+};
+
+/* Whether pool <p> serves requests (a request engine mode, not tcp) and
+ * its answer carries the request counters. A tcp pool's output stays as
+ * it was: its "requests" blocks are all zero and say nothing. */
+static bool
+serves_requests(json_t *p)
+{
+    return strcmp(str(p, "mode"), "tcp") != 0 &&
+           json_is_object(
+               json_object_get(json_object_get(p, "stats"), "requests"));
+}
+
+/*
+ * Read a quoted label value at *<s> (just after its opening quote) into
+ * <out>, undoing the exposition format's escapes (\\, \", \n), and move
+ * *<s> past the closing quote. false on a value that does not end on
+ * the line; a value longer than <outlen> is cut (it then matches no
+ * name).
+ */
+static bool
+label_value(const char **s, char *out, size_t outlen)
+{
+    const char *p = *s;
+    size_t o = 0;
+
+    for (; *p != '"'; p++) {
+        char ch = *p;
+
+        if (ch == '\0' || ch == '\n')
+            return false;
+        if (ch == '\\') {
+            p++;
+            if (*p == 'n')
+                ch = '\n';
+            else if (*p == '\\' || *p == '"')
+                ch = *p;
+            else
+                return false;
+        }
+        if (o + 1 < outlen)
+            out[o++] = ch;
+    }
+    out[o] = '\0';
+    *s = p + 1;
+    return true;
+}
+
+/* Skip <lit> at *<s>: true and *<s> past it when it is there. */
+static bool
+skip(const char **s, const char *lit)
+{
+    size_t n = strlen(lit);
+
+    if (strncmp(*s, lit, n) != 0)
+        return false;
+    *s += n;
+    return true;
+}
+
+/*
+ * One line of /metrics into <lat> when it is a sample of
+ * chashd_member_request_duration_seconds for pool <pool> and one of
+ * <members> (<lat> indexed like <members>). Labels come in chashd's
+ * order: pool, member[, le]. Any other line, or one that does not parse,
+ * is passed over: that latency then shows as "-".
+ */
+static void
+latency_line(const char *s, const char *pool, json_t *members,
+             struct latency *lat)
+{
+    char pname[1024], mname[1024], le[64] = "";
+    struct latency *l = NULL;
+    bool bucket = false, sum = false;
+    json_t *m;
+    size_t i;
+    char *end;
+    double v;
+
+    if (!skip(&s, "chashd_member_request_duration_seconds_"))
+        return;
+    if (skip(&s, "bucket{"))
+        bucket = true;
+    else if (skip(&s, "sum{"))
+        sum = true;
+    else if (!skip(&s, "count{"))
+        return;
+    if (!skip(&s, "pool=\"") || !label_value(&s, pname, sizeof(pname)) ||
+        strcmp(pname, pool) != 0 || !skip(&s, ",member=\"") ||
+        !label_value(&s, mname, sizeof(mname)))
+        return;
+    if (bucket && (!skip(&s, ",le=\"") || !label_value(&s, le, sizeof(le))))
+        return;
+    if (!skip(&s, "} "))
+        return;
+    json_array_foreach(members, i, m)
+    {
+        if (strcmp(str(m, "name"), mname) == 0) {
+            l = &lat[i];
+            break;
+        }
+    }
+    errno = 0;
+    v = strtod(s, &end);
+    /* counts go into uint64_t: no NaN, no negative, nothing from 2^64 */
+    if (l == NULL || end == s || errno != 0 || !(v >= 0) ||
+        v >= 18446744073709551616.0)
+        return;
+    l->seen = true;
+    if (sum) {
+        l->sum = v;
+    } else if (!bucket) {
+        l->count = (uint64_t)v;
+    } else if (l->nbuckets < CTL_LATENCY_BUCKETS) {
+        /* strtod() reads "+Inf" as infinity */
+        l->le[l->nbuckets] = strtod(le, NULL);
+        l->cum[l->nbuckets] = (uint64_t)v;
+        l->nbuckets++;
+    }
+}
+
+/*
+ * The latency of each of <members> (pool <pool>) from the /metrics text
+ * <text> into <lat>: the admin API's JSON has no latency histogram, and
+ * /metrics has it, one sample a line.
+ */
+static void
+latency_parse(const char *text, const char *pool, json_t *members,
+              struct latency *lat)
+{
+    for (const char *line = text; line != NULL && *line != '\0';) {
+        const char *nl = strchr(line, '\n');
+
+        latency_line(line, pool, members, lat);
+        line = nl ? nl + 1 : NULL;
+    }
+}
+
+/*
+ * The <q> quantile of <l> into *<out> (seconds), estimated as Prometheus'
+ * histogram_quantile() does: find the bucket holding rank q * count and
+ * interpolate linearly inside it (from 0 for the first bucket). 0 done;
+ * 1 when the rank falls in the +Inf bucket, *<out> then being the last
+ * finite bound (the quantile is above it: nothing finer is known); -1 with
+ * no reply timed.
+ */
+static int
+latency_quantile(const struct latency *l, double q, double *out)
+{
+    double rank, lo = 0, below = 0;
+
+    if (!l->seen || l->nbuckets == 0 || l->cum[l->nbuckets - 1] == 0)
+        return -1;
+    rank = q * (double)l->cum[l->nbuckets - 1];
+    for (size_t i = 0; i < l->nbuckets; i++) {
+        double c = (double)l->cum[i];
+
+        if (c >= rank && c > below) {
+            if (isinf(l->le[i])) {
+                *out = lo;
+                return 1;
+            }
+            *out = lo + (l->le[i] - lo) * (rank - below) / (c - below);
+            return 0;
+        }
+        lo = l->le[i];
+        below = c;
+    }
+    *out = lo;
+    return 1;
+}
+
+/* <s> seconds for a table cell, in the unit that keeps 2-3 digits:
+ * "85us", "1.25ms", "37.5ms", "250ms", "1.50s". */
+static void
+duration_cell(double s, char *buf, size_t len)
+{
+    if (s < 1e-3)
+        snprintf(buf, len, "%.0fus", s * 1e6);
+    else if (s < 1e-2)
+        snprintf(buf, len, "%.2fms", s * 1e3);
+    else if (s < 1e-1)
+        snprintf(buf, len, "%.1fms", s * 1e3);
+    else if (s < 1)
+        snprintf(buf, len, "%.0fms", s * 1e3);
+    else
+        snprintf(buf, len, "%.2fs", s);
+}
+
+/* The <q> quantile of <l> as a cell: "-" with no reply timed, ">250ms"
+ * when it lies above the last finite bucket. */
+static void
+quantile_cell(const struct latency *l, double q, char *buf, size_t len)
+{
+    double v;
+    int rc = latency_quantile(l, q, &v);
+
+    if (rc < 0) {
+        snprintf(buf, len, "-");
+        return;
+    }
+    buf[0] = '>';
+    duration_cell(v, rc == 1 ? buf + 1 : buf, rc == 1 ? len - 1 : len);
+}
+
+/*
+ * GET /metrics and the latency histograms of <p>'s members into <lat>
+ * (zeroed, one per member). On any failure <lat> stays empty, so the
+ * latency columns show "-", and a note says why: the counters from the
+ * JSON are still worth showing.
+ */
+static void
+latency_fetch(const struct ctl *c, json_t *p, struct latency *lat)
+{
+    struct reply r;
+
+    if (http_request(c, "GET", "/metrics", NULL, &r) != 0)
+        return;
+    if (r.status != 200)
+        cli_error(CMD, "latency not shown: GET /metrics answered HTTP %d",
+                  r.status);
+    else
+        latency_parse(r.body, str(p, "name"), json_object_get(p, "members"),
+                      lat);
+    free(r.body);
+}
+
+/* The pool's request counters, one line under its connection counters. */
+static void
+print_pool_requests(json_t *p)
+{
+    json_t *rq = json_object_get(json_object_get(p, "stats"), "requests");
+
+    printf("  requests %lld (local %lld, refused %lld), fragments %lld, "
+           "errors %lld, protocol errors %lld\n",
+           num(rq, "total"), num(rq, "local"), num(rq, "refused"),
+           num(rq, "fragments"), num(rq, "errors"), num(rq, "protocol_errors"));
+}
+
+/*
+ * Each member's requests: how many were sent, in flight, how they failed
+ * (the JSON's error_replies, timeouts, failed), reply latency, bytes to
+ * and from it. <lat> is indexed like <members>.
+ */
+static void
+print_member_requests(json_t *members, const struct latency *lat)
+{
+    char p50[32], p99[32], mean[32];
+    json_t *m;
+    size_t i;
+
+    printf("%-20s %10s %8s %11s %8s %8s %8s %8s %8s %12s %12s\n", "MEMBER",
+           "REQUESTS", "INFLIGHT", "ERR_REPLIES", "TIMEOUTS", "FAILED", "P50",
+           "P99", "MEAN", "BYTES_IN", "BYTES_OUT");
+    json_array_foreach(members, i, m)
+    {
+        json_t *rq = json_object_get(m, "requests");
+        const struct latency *l = &lat[i];
+
+        quantile_cell(l, 0.50, p50, sizeof(p50));
+        quantile_cell(l, 0.99, p99, sizeof(p99));
+        if (l->count > 0)
+            duration_cell(l->sum / (double)l->count, mean, sizeof(mean));
+        else
+            snprintf(mean, sizeof(mean), "-");
+        printf("%-20s %10lld %8lld %11lld %8lld %8lld %8s %8s %8s %12lld "
+               "%12lld\n",
+               str(m, "name"), num(rq, "total"), num(rq, "inflight"),
+               num(rq, "error_replies"), num(rq, "timeouts"), num(rq, "failed"),
+               p50, p99, mean, num(m, "bytes_in"), num(m, "bytes_out"));
+    }
+    printf("P50, P99: reply latency estimated from the histogram buckets "
+           "(linear within\na bucket, as Prometheus' histogram_quantile); "
+           "MEAN: exact, sum / count\n");
+}
+
 static void
 print_pools(json_t *j)
 {
@@ -438,12 +736,32 @@ print_members(json_t *members)
     }
 }
 
+/*
+ * `show`: the pool's settings, counters and members. A pool that serves
+ * requests adds its request counters and a second table of each member's
+ * requests, errors, latency (from /metrics) and bytes; a tcp pool's
+ * output is what it always was.
+ */
 static void
-print_pool(json_t *p)
+print_pool(const struct ctl *c, json_t *p)
 {
     json_t *s = json_object_get(p, "settings"),
-           *st = json_object_get(p, "stats");
+           *st = json_object_get(p, "stats"),
+           *members = json_object_get(p, "members");
+    bool requests = serves_requests(p);
+    struct latency *lat = NULL;
 
+    if (requests) {
+        size_t n = json_array_size(members);
+
+        lat = calloc(n ? n : 1, sizeof(*lat));
+        if (lat == NULL) {
+            cli_error(CMD, "out of memory");
+            requests = false;
+        } else {
+            latency_fetch(c, p, lat);
+        }
+    }
     printf("pool %s: %s on %s, %s/%s, hash_key %s\n", str(p, "name"),
            str(p, "mode"), str(p, "listen"), str(p, "algorithm"),
            str(p, "hash"), str(s, "hash_key"));
@@ -452,10 +770,18 @@ print_pool(json_t *p)
            real(s, "balance_factor"), num(s, "slow_start_ms"),
            str(s, "on_failure"), num(p, "snapshot"), str(p, "checksum"));
     printf("  active %lld, accepted %lld, first choice %lld, spilled %lld, "
-           "failed over %lld\n\n",
+           "failed over %lld\n",
            num(p, "active"), num(st, "accepted"), num(st, "first_choice"),
            num(st, "spilled"), num(st, "failed_over"));
-    print_members(json_object_get(p, "members"));
+    if (requests)
+        print_pool_requests(p);
+    printf("\n");
+    print_members(members);
+    if (requests) {
+        printf("\n");
+        print_member_requests(members, lat);
+    }
+    free(lat);
 }
 
 static void
@@ -803,7 +1129,7 @@ cmd_ctl(int argc, char **argv)
         snprintf(path, sizeof(path), "/api/pools/%s", pool);
         j = call(&c, "GET", path, NULL, &ex);
         if (j != NULL && !c.json)
-            print_pool(j);
+            print_pool(&c, j);
         json_decref(j);
         return ex;
     }

@@ -1,7 +1,10 @@
 # test_admin_dashboard.py -- the dashboard in a real browser: headless
 # Chromium loads GET / from a running chashd, its scripts fetch the JSON
 # API, and the rendered DOM shows an arc per member, the member table and
-# the change log, before and after a member is added through the API.
+# the change log, before and after a member is added through the API; for
+# a redis pool (real redis-servers) each member's requests, requests/s
+# from successive polls, in-flight requests and errors, beside a tcp pool
+# whose rows stay as they were.
 # SPDX-License-Identifier: BSD-2-Clause
 import os
 import re
@@ -9,9 +12,11 @@ import shutil
 
 import pytest
 
-from admin_util import (CHROMIUM, REPO, Api, cluster, dashboard_c,  # noqa
-                        dom_elements, dump_dom)
-from conftest import Backend
+from admin_util import (CHASH, CHROMIUM, REPO, Api, admin_global,  # noqa
+                        cluster, dashboard_c, dom_elements, dump_dom)
+from conftest import Backend, can_connect, free_port, pool_yaml, wait_for
+from redis_util import (REDIS_BENCHMARK, ChashdRedis, Err, RedisServer,
+                        Simple, need_chashd_redis, redis_pool, spread_keys)
 
 pytestmark = pytest.mark.skipif(
     not os.access(CHROMIUM, os.X_OK),
@@ -102,3 +107,139 @@ def test_screenshot_renders(cluster, tmp_path):
         head = f.read(8)
     assert head == b"\x89PNG\r\n\x1a\n"
     assert os.path.getsize(path) > 20000  # more than a blank page
+
+
+# ---- request modes: requests/s, in flight and errors per member --------
+
+def dashboard_reads(html, obj):
+    """The fields of <obj> ("q", a member's or the pool's "requests"
+    block as the page names it) that the page's script reads."""
+    return set(re.findall(r"\b%s\.([a-z_]+)" % obj, html))
+
+
+class RedisDashboard:
+    """3 redis-servers in redis pool "cache" (cache-1..cache-3) and 2
+    `chash serve` backends in tcp pool "web", one chashd, its admin API
+    on; <owner>: which member owns each of <keys> (`chash lookup
+    --config`, independent of the proxy)."""
+
+    def __init__(self, procs, backends):
+        need_chashd_redis()
+        self.servers = [RedisServer(procs) for _ in range(3)]
+        self.port, web_port, self.admin_port = (free_port(), free_port(),
+                                                free_port())
+        text = (admin_global(self.admin_port) +
+                redis_pool("cache", self.port, self.servers, hash="murmur",
+                           distribution="ketama", timeout=5000,
+                           auto_eject_hosts="false") +
+                pool_yaml("web", web_port, backends(2)))
+        self.d = ChashdRedis(procs, text)
+        wait_for(lambda: can_connect(self.admin_port), what="admin API")
+        self.api = Api(self.admin_port)
+        self.keys = ["dash:%d" % i for i in range(90)]
+        self.owner = spread_keys(self.d.conf, "cache", self.keys, CHASH)
+
+
+def cache_rows(dom):
+    return {r["data-member"]: r for r in dom_elements(dom, "tr", "member")
+            if r["data-pool"] == "cache"}
+
+
+def test_request_pool_members_show_requests_in_flight_and_errors(
+        procs, backends):
+    """A redis pool's member rows carry the requests each member got, none
+    in flight, and the request that failed on a killed member; the rate
+    column is computed from two polls (0 req/s at rest); the tcp pool's
+    rows and header stay as they were. Every field the page reads from the
+    "requests" blocks exists in the API's answer for a redis pool."""
+    env = RedisDashboard(procs, backends)
+    with env.d.client() as c:
+        assert c.pipeline([("SET", k, "v") for k in env.keys]) == \
+            [Simple("OK")] * len(env.keys)
+        env.servers[0].stop()
+        dead_key = next(k for k in env.keys if env.owner[k] == "cache-1")
+        assert c.call("GET", dead_key) == Err("ERR Connection refused")
+    want = {n: sum(1 for k in env.keys if env.owner[k] == n)
+            for n in ("cache-1", "cache-2", "cache-3")}
+    want["cache-1"] += 1
+    assert all(n > 10 for n in want.values())
+
+    # the fields the page reads are in the API's answer
+    with open(os.path.join(REPO, "src", "dashboard.html")) as f:
+        html = f.read()
+    pool = env.api.pool("cache")
+    member_fields = dashboard_reads(html, "q") - {"fragments", "local",
+                                                  "refused", "errors",
+                                                  "protocol_errors"}
+    assert member_fields == {"total", "error_replies", "timeouts", "failed",
+                             "inflight"}, member_fields
+    for m in pool["members"]:
+        assert member_fields <= set(m["requests"]), m["requests"]
+    assert {"total", "fragments", "local", "refused", "errors",
+            "protocol_errors"} <= set(pool["stats"]["requests"])
+
+    dom = dump_dom("http://127.0.0.1:%d/" % env.admin_port)
+    rows = cache_rows(dom)
+    assert set(rows) == {"cache-1", "cache-2", "cache-3"}, dom[-2000:]
+    assert {n: int(r["data-requests"]) for n, r in rows.items()} == want
+    assert {n: int(r["data-errors"]) for n, r in rows.items()} == \
+        {"cache-1": 1, "cache-2": 0, "cache-3": 0}
+    assert {n: int(r["data-inflight"]) for n, r in rows.items()} == \
+        {"cache-1": 0, "cache-2": 0, "cache-3": 0}
+    # nothing sent while the page polled: a rate, and it is 0
+    assert {n: float(r["data-rps"]) for n, r in rows.items()} == \
+        {"cache-1": 0, "cache-2": 0, "cache-3": 0}
+    card = re.search(r'<section class="pool" data-pool="cache">.*?</section>',
+                     dom, re.S).group(0)
+    assert "<th class=\"num\">req/s</th>" in card
+    assert "<th class=\"num\">in flight</th>" in card
+    pstats = dom_elements(card, "div", "requests")
+    assert len(pstats) == 1
+    assert int(pstats[0]["data-requests"]) == \
+        pool["stats"]["requests"]["total"] == len(env.keys) + 1
+
+    # the tcp pool: no request columns, no request attributes
+    web = re.search(r'<section class="pool" data-pool="web">.*?</section>',
+                    dom, re.S).group(0)
+    assert "req/s" not in web and "in flight" not in web
+    web_rows = [r for r in dom_elements(dom, "tr", "member")
+                if r["data-pool"] == "web"]
+    assert len(web_rows) == 2
+    assert not any("data-rps" in r or "data-requests" in r for r in web_rows)
+    assert dom_elements(web, "div", "requests") == []
+
+
+def test_request_pool_rate_follows_live_traffic(procs, backends):
+    """With redis-benchmark sending to the pool while the page polls, every
+    member's requests/s and the pool's are above 0; once it stops, the
+    next rendering shows 0 again. (dump_dom runs the page in Chromium's
+    virtual time: its polls are a virtual second apart but only some real
+    milliseconds, so the figure is not redis-benchmark's real rate; what
+    this proves is that the rate follows the counters between polls.)"""
+    env = RedisDashboard(procs, backends)
+    bench = procs.start([REDIS_BENCHMARK, "-p", str(env.port), "-t",
+                         "set,get", "-n", "100000000", "-r", "100000",
+                         "-P", "16", "-c", "4", "-q"], "bench.log")
+
+    def total():
+        return env.api.pool("cache")["stats"]["requests"]["total"]
+    start = total()
+    wait_for(lambda: total() > start + 1000, timeout=10,
+             what="redis-benchmark's requests through chashd")
+    try:
+        dom = dump_dom("http://127.0.0.1:%d/" % env.admin_port)
+    finally:
+        bench.kill()
+        bench.wait(timeout=5)
+    rows = cache_rows(dom)
+    assert set(rows) == {"cache-1", "cache-2", "cache-3"}, dom[-2000:]
+    assert all(float(r["data-rps"]) > 0 for r in rows.values()), rows
+    pstats = dom_elements(dom, "div", "requests")
+    assert len(pstats) == 1 and float(pstats[0]["data-rps"]) > 0
+
+    # at rest again (the last requests answered), the rate falls to 0
+    wait_for(lambda: all(m["requests"]["inflight"] == 0 for m in
+                         env.api.pool("cache")["members"]),
+             what="the benchmark's requests to be answered")
+    rows = cache_rows(dump_dom("http://127.0.0.1:%d/" % env.admin_port))
+    assert all(float(r["data-rps"]) == 0 for r in rows.values()), rows
