@@ -48,6 +48,11 @@
 #define WRITE_BATCH 64
 /* How long a closing client may go on sending before we close anyway. */
 #define LINGER_MS 2000
+/* A client that streams a value into a member connection and then sends
+ * nothing for this long (in a pool without `timeout`) loses the value:
+ * the connection is shared, the other requests on it would wait for
+ * good. */
+#define STREAM_STALL_MS 10000
 /* Initial sizes of the per-client parse arrays. */
 #define KEYS_INIT 16
 #define SCRATCH_INIT 1024
@@ -89,6 +94,7 @@ struct rworker {
 static void client_flush(struct rclient *c);
 static void client_read(struct rclient *c);
 static void client_close(struct rclient *c);
+static void client_unstream(struct rclient *c, int kind);
 static void conn_flush(struct rserver *s);
 static void conn_fail(struct rserver *s, int kind, int err);
 static void conn_read(struct rserver *s);
@@ -491,6 +497,41 @@ conn_fail(struct rserver *s, int kind, int err)
         later = f->next;
         f->next = NULL;
         frag_fail(f, kind);
+    }
+}
+
+static void conn_queue(struct rserver *s, struct rfrag *f, const char *buf,
+                       size_t len, struct rclient *streamer);
+
+/*
+ * The value being streamed into <s> will never be whole (its client went
+ * or stalled): the connection cannot be used past it. The requests
+ * written on it before the value fail with <kind>; those still waiting
+ * unsent behind it go to a new connection, in their order.
+ */
+static void
+conn_abandon(struct rserver *s, int kind)
+{
+    struct rfrag *later = s->lhead;
+
+    for (struct rfrag *f = later; f != NULL; f = f->next)
+        s->nfifo--;
+    s->lhead = s->ltail = NULL;
+    s->stream_from = NULL;
+    conn_fail(s, kind, ECONNABORTED);
+    while (later != NULL) {
+        struct rfrag *f = later;
+        struct rbuf b = f->pending;
+        struct rclient *streamer = f->streamer;
+
+        later = f->next;
+        f->next = NULL;
+        f->streamer = NULL;
+        memset(&f->pending, 0, sizeof(f->pending));
+        conn_queue(s, f, b.data + b.off, rbuf_size(&b), streamer);
+        rbuf_free(&b);
+        if (streamer != NULL && !streamer->stream_wait)
+            worker_soon(s->w, &streamer->more); /* its turn now */
     }
 }
 
@@ -1128,8 +1169,29 @@ client_linger(struct rclient *c)
 static void
 client_timer(struct worker *w, struct timer *t)
 {
-    (void)w;
-    client_close(OF(t, struct rclient, timer));
+    struct rclient *c = OF(t, struct rclient, timer);
+    struct rserver *s = c->stream_to;
+
+    if (c->lingering) {
+        client_close(c);
+        return;
+    }
+    c->stall_armed = false;
+    if (s == NULL || c->stream_wait || c->stream_left == 0)
+        return; /* the value went through (or failed) meanwhile */
+    if (rbuf_size(&s->out) > OUT_HIGH / 2 ||
+        w->now_ms < c->stream_seen_ms + STREAM_STALL_MS) {
+        /* the member is the slow one, or bytes came meanwhile */
+        c->stall_armed = true;
+        worker_timer_set(w, &c->timer, w->now_ms + STREAM_STALL_MS);
+        return;
+    }
+    log_info_limited(10,
+                     "pool %s: a client stopped in the middle of a value "
+                     "for member %s: the member connection is reset",
+                     c->pool->name, s->m->server->name);
+    client_unstream(c, PROTO_ERR_TIMEOUT);
+    worker_soon(w, &c->more);
 }
 
 /* A new request of <c>, at the end of its queue. */
@@ -1207,6 +1269,8 @@ client_grow(struct rclient *c, struct proto_request *rq)
 static bool
 client_stream(struct rclient *c)
 {
+    bool progress = false;
+
     if (c->stream_wait)
         return false; /* another client's value goes first */
     while (c->stream_left > 0 && rbuf_size(&c->in) > 0) {
@@ -1225,11 +1289,30 @@ client_stream(struct rclient *c)
         }
         c->in.off += n;
         c->stream_left -= n;
+        progress = true;
         if (s != NULL)
             conn_flush(s);
     }
-    if (c->stream_left > 0)
+    if (c->stream_left > 0) {
+        /* Watched while it holds the member connection (not needed with
+         * `timeout`: the member's deadline covers it). */
+        if (c->stream_to != NULL && !c->stream_wait && !c->lingering &&
+            request_snapshot(c)->set.timeout_ms == 0) {
+            if (progress || !c->stall_armed)
+                c->stream_seen_ms = c->w->now_ms;
+            if (!c->stall_armed) {
+                c->stall_armed = true;
+                worker_timer_set(c->w, &c->timer,
+                                 c->w->now_ms + STREAM_STALL_MS);
+            }
+        }
         return false;
+    }
+    if (c->stall_armed) {
+        c->stall_armed = false;
+        if (!c->lingering)
+            worker_timer_del(c->w, &c->timer);
+    }
     if (c->stream_to != NULL) {
         struct rserver *s = c->stream_to;
         c->stream_to = NULL;
@@ -1309,6 +1392,13 @@ client_parse(struct rclient *c)
         if (c->closed)
             return;
         c->in.off += rq.head;
+        if (r->quit) {
+            /* As Redis: nothing after QUIT runs, even in the same read;
+             * the replies before it are written, then the close. */
+            c->closing = true;
+            c->in.off = c->in.len = 0;
+            break;
+        }
         if (rq.body > 0 && c->stream_left == 0) {
             /* Not forwarded (refused or answered locally): dropped. */
             c->stream_left = rq.body;
@@ -1354,7 +1444,16 @@ client_read(struct rclient *c)
             return;
     }
     if (c->side.eof_in && !c->closed) {
-        /* The client sent FIN: answer what it asked, then close. */
+        /* The client sent FIN: answer what it asked, then close. A value
+         * it was in the middle of, and has not sent whole, fails (and
+         * the member connection it held with it). */
+        if (c->stream_left > rbuf_size(&c->in)) {
+            client_unstream(c, PROTO_ERR_CLOSED);
+            c->stream_left = 0;
+            c->in.off = c->in.len = 0;
+        } else if (c->stream_left > 0) {
+            return; /* all here: it goes on its turn, the close after */
+        }
         c->closing = true;
         client_flush(c);
     }
@@ -1401,25 +1500,29 @@ client_event(struct worker *w, struct ev *ev, uint32_t events)
 }
 
 /*
- * Close <c>. Requests still waiting for members stay alive as orphans
- * until their replies come (a member answers in order: its FIFO must keep
- * them), then go with their last fragment.
+ * <c> will not send the rest of the value it streams (it closed, or
+ * stalled): a value that never started leaves its member's queue unsent;
+ * one under way fails its member connection (conn_abandon), its own
+ * request and those written before it with <kind>. What is left of the
+ * value, should it still come, is read and dropped.
  */
 static void
-client_close(struct rclient *c)
+client_unstream(struct rclient *c, int kind)
 {
-    struct rreq *r = c->head;
+    struct rserver *s = c->stream_to;
 
-    if (c->closed)
+    if (c->stall_armed) {
+        c->stall_armed = false;
+        if (!c->lingering)
+            worker_timer_del(c->w, &c->timer);
+    }
+    if (s == NULL)
         return;
-    c->closed = true;
-    worker_soon_cancel(c->w, &c->more);
-    worker_timer_del(c->w, &c->timer);
-    if (c->stream_to != NULL && c->stream_wait) {
-        /* Its value never started: its request leaves the queue unsent. */
-        struct rserver *s = c->stream_to;
+    c->stream_to = NULL;
+    if (c->stream_wait) {
         struct rfrag **pp = &s->lhead, *prev = NULL;
 
+        c->stream_wait = false;
         while (*pp != NULL && (*pp)->streamer != c) {
             prev = *pp;
             pp = &(*pp)->next;
@@ -1434,17 +1537,31 @@ client_close(struct rclient *c)
             f->streamer = NULL;
             f->next = NULL;
             rbuf_free(&f->pending);
-            c->stream_to = NULL;
-            frag_fail(f, PROTO_ERR_CLOSED);
+            frag_fail(f, kind);
         }
-    } else if (c->stream_to != NULL) {
-        /* The value it was sending will never be whole: the member's
-         * connection cannot be used past it. */
-        struct rserver *s = c->stream_to;
-        c->stream_to = NULL;
-        s->stream_from = NULL;
-        conn_fail(s, PROTO_ERR_CLOSED, ECONNABORTED);
+        return;
     }
+    conn_abandon(s, kind);
+}
+
+/*
+ * Close <c>. Requests still waiting for members stay alive as orphans
+ * until their replies come (a member answers in order: its FIFO must keep
+ * them), then go with their last fragment.
+ */
+static void
+client_close(struct rclient *c)
+{
+    struct rreq *r = c->head;
+
+    if (c->closed)
+        return;
+    c->closed = true;
+    /* first: failing its value's connection answers its requests, which
+     * schedules <more>, cancelled here */
+    client_unstream(c, PROTO_ERR_CLOSED);
+    worker_soon_cancel(c->w, &c->more);
+    worker_timer_del(c->w, &c->timer);
     while (r != NULL) {
         struct rreq *next = r->next;
         if (r->pending > 0) {

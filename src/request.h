@@ -141,7 +141,9 @@ struct rclient {
                          (so its kernel does not reset the
                          connection before it reads our last
                          reply), until its FIN or <timer> */
-    struct timer timer;
+    struct timer timer; /* lingering, or watching a value's stream */
+    bool stall_armed;   /* <timer> watches the stream */
+    uint64_t stream_seen_ms; /* when its value last moved */
     bool closed;
     char *name; /* CLIENT SETNAME */
 };

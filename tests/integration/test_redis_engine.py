@@ -542,3 +542,95 @@ def test_idle_close_by_a_member_is_not_a_failure(env):
              what="redis-server to close chashd's idle connections")
     with p.client() as c:
         assert c.call("GET", k) == b"kept"
+
+
+# ------------------------------------------ a client stopping mid-value --
+
+def one_worker(env, **opts):
+    """chashd with ONE worker on the pool: every client shares its one
+    connection to each member."""
+    need_chashd_redis()
+    port = free_port()
+    return ChashdRedis(env.procs, "global:\n  admin: off\n  workers: 1\n" +
+                       env.pool_text(port, **opts))
+
+
+def half_a_value(key, size):
+    """The bytes of SET <key> <size-byte value> up to half its value."""
+    whole = encode("SET", key, b"v" * size)
+    return whole, whole[:len(whole) - size // 2]
+
+
+def test_fin_in_the_middle_of_a_value_frees_the_member(env):
+    """A client sends half of a 100 KB value (streamed into the member's
+    connection) and then closes its side (FIN). Its SET fails, nothing is
+    stored, and another client's request for the same member is answered
+    at once -- in a pool without `timeout`, where a held connection would
+    make it wait for good. A client that sends the WHOLE value and then
+    FIN gets its +OK, the value stored."""
+    p = one_worker(env, timeout=0)
+    k1, k2, k3 = env.keys[0][:3]
+    env.servers[0].call("SET", k2, "other")
+    whole, half = half_a_value(k1, 100 * 1024)
+    with p.client() as a, p.client(timeout=5) as b:
+        a.send(half)
+        time.sleep(0.3)             # the head is forwarded, then silence
+        a.sock.shutdown(socket.SHUT_WR)
+        got = a.read_reply()
+        assert isinstance(got, Err), got
+        assert a.peer_closed(timeout=3)
+        assert b.call("GET", k2) == b"other"
+    assert env.servers[0].call("EXISTS", k1) == 0
+    whole3 = encode("SET", k3, b"w" * (100 * 1024))
+    with p.client() as a:
+        a.send(whole3)
+        a.sock.shutdown(socket.SHUT_WR)
+        assert a.read_reply() == Simple("OK")
+        assert a.peer_closed(timeout=3)
+    assert env.servers[0].call("STRLEN", k3) == 100 * 1024
+
+
+def test_stalled_value_is_dropped_and_the_queue_goes_on(env):
+    """A client sends half of a value and then nothing (no FIN), in a pool
+    without `timeout`. Another client's GET for that member waits behind
+    it, unsent -- then, after the stall limit (10 s), is sent on a new
+    member connection and answered with the value (not an error). The
+    stalled client gets an error reply for its SET and keeps its
+    connection: the rest of its value, when it comes, is dropped, and its
+    next command is served."""
+    p = one_worker(env, timeout=0)
+    k1, k2 = env.keys[0][:2]
+    big = 100 * 1024
+    env.servers[0].call("SET", k2, "queued")
+    whole, half = half_a_value(k1, big)
+    with p.client(timeout=20) as a, p.client(timeout=20) as b:
+        a.send(half)
+        time.sleep(0.3)
+        # a second streamed value for the member waits behind the first
+        b.send(encode("SET", k2 + "x", b"y" * big) + encode("GET", k2))
+        t0 = time.monotonic()
+        assert b.read_reply() == Simple("OK")
+        assert b.read_reply() == b"queued"
+        waited = time.monotonic() - t0
+        assert 5 < waited < 16, waited
+        assert a.read_reply() == Err("ERR Connection timed out")
+        a.send(whole[len(half):] + encode("PING"))
+        assert a.read_reply() == Simple("PONG")
+    assert env.servers[0].call("EXISTS", k1) == 0
+    assert env.servers[0].call("STRLEN", k2 + "x") == big
+
+
+@pytest.mark.parametrize("kind", ["redis", "chashd"])
+def test_nothing_runs_after_quit(env, kind):
+    """SET, QUIT and another SET in ONE write: as on redis-server itself,
+    the first SET and QUIT are answered (+OK, +OK), then the connection
+    closes, and the SET after QUIT never runs."""
+    k = env.keys[1][0]
+    port = env.proxy("chashd").port if kind == "chashd" else \
+        env.servers[1].port
+    with Resp(port) as c:
+        c.send(encode("SET", k, "before") + encode("QUIT") +
+               encode("SET", k, "after"))
+        assert c.read_replies(2) == [Simple("OK"), Simple("OK")]
+        assert c.peer_closed(timeout=3)
+    assert env.servers[1].call("GET", k) == b"before"
