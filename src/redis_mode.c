@@ -182,7 +182,37 @@ key_member(const struct pool_snapshot *snap, const char *key, size_t len,
     for (size_t i = 1; i < np; i++)
         if (server_usable(snap->servers[pref[i]]))
             return snap->servers[pref[i]];
+    if (np == 16 && snap->n > 16) {
+        /* the 16 first in the key's order are all out: the rest of it */
+        size_t *all = malloc(snap->n * sizeof(*all));
+
+        *why = "out of memory";
+        if (all == NULL)
+            return NULL;
+        np = chash_ring_lookup_n(snap->ring, *hash, all, snap->n);
+        s = NULL;
+        for (size_t i = 16; i < np && s == NULL; i++)
+            if (server_usable(snap->servers[all[i]]))
+                s = snap->servers[all[i]];
+        free(all);
+        if (s != NULL)
+            return s;
+    }
     *why = "no member is up";
+    return NULL;
+}
+
+/* Any member that is up, for a command whose reply is the same on every
+ * member (LOLWUT, OBJECT HELP ...): spread by client. */
+static struct server *
+any_member(const struct pool_snapshot *snap, uint64_t client)
+{
+    for (size_t i = 0; i < snap->n; i++) {
+        struct server *s = snap->servers[(client + i) % snap->n];
+
+        if (server_usable(s))
+            return s;
+    }
     return NULL;
 }
 
@@ -813,6 +843,16 @@ redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
     case REDIS_KEY:
     case REDIS_SAME:
     case REDIS_NUMKEYS:
+        if (rq->nkeys == 0 && cmd->kind == REDIS_KEY) {
+            /* LOLWUT, and the HELP of OBJECT, MEMORY, XINFO, XGROUP: the
+             * table says any member answers */
+            s = any_member(snap, c->id);
+            if (s == NULL) {
+                request_error(r, PROTO_ERR_NO_MEMBER, "no member is up");
+                return 0;
+            }
+            return send_whole(r, &pr, s, 0);
+        }
         if (rq->nkeys == 0) {
             answer_error(r,
                          "ERR '%s' names no key: chashd cannot tell which "

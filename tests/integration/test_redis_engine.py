@@ -634,3 +634,67 @@ def test_nothing_runs_after_quit(env, kind):
         assert c.read_replies(2) == [Simple("OK"), Simple("OK")]
         assert c.peer_closed(timeout=3)
     assert env.servers[1].call("GET", k) == b"before"
+
+
+def test_keyless_commands_any_member_answers(env):
+    """LOLWUT VERSION 5 and the HELP of OBJECT, MEMORY, XINFO and XGROUP
+    name no key; every member answers them the same, so chashd sends
+    them to one that is up and relays its reply -- the same reply a
+    redis-server gives directly. With two members down (and ejected after
+    their first failure), the third answers."""
+    p = env.proxy("chashd", auto_eject_hosts="true", server_failure_limit=1,
+                  server_retry_timeout=60000)
+    cmds = [("LOLWUT", "VERSION", "5"), ("OBJECT", "HELP"), ("MEMORY", "HELP"),
+            ("XINFO", "HELP"), ("XGROUP", "HELP")]
+    want = [env.servers[0].call(*cmd) for cmd in cmds]
+    assert all(not isinstance(w, Err) for w in want), want
+    with p.client() as c:
+        got = c.pipeline(cmds)
+    # LOLWUT's art is random; its signature line is not
+    tail = want[0].rsplit(b"\n", 2)[-2]
+    assert b"Redis ver." in tail and got[0].rsplit(b"\n", 2)[-2] == tail, \
+        got[0][-200:]
+    assert got[1:] == want[1:]
+    env.servers[0].stop()
+    env.servers[1].stop()
+    with p.client() as c:
+        wait_for(lambda: c.pipeline(cmds[1:]) == want[1:], timeout=5,
+                 what="the HELP replies from the member still up")
+
+
+def test_failover_past_sixteen_members_down(procs, tmp_path):
+    """18 members, 16 of them down (on_failure: failover, ejected after one
+    failure): every key is served by one of the two still up -- also the
+    keys whose first 16 members in preference order are all down (found
+    with `chash lookup --replicas 17` on the pool)."""
+    need_chashd_redis()
+    servers = [RedisServer(procs) for _ in range(18)]
+    port = free_port()
+    text = redis_pool("big", port, servers, hash="murmur",
+                      distribution="ketama", on_failure="failover",
+                      auto_eject_hosts="true", server_failure_limit=1,
+                      server_retry_timeout=60000)
+    conf = tmp_path / "big.yml"
+    conf.write_text(text)
+    cands = ["k:%d" % i for i in range(8000)]
+    r = subprocess.run([CHASH, "lookup", "--config", str(conf), "--pool",
+                        "big", "--replicas", "17"],
+                       input="\n".join(cands) + "\n", capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    deep = [ln.split("\t")[0] for ln in r.stdout.splitlines()
+            if not {"big-1", "big-2"} & set(ln.split("\t")[1:17])]
+    assert len(deep) >= 3, deep
+    keys = deep + cands[:200]
+    p = ChashdRedis(procs, GLOBAL + text)
+    for s in servers[2:]:
+        s.stop()
+    with p.client() as c:
+        for _ in range(20):          # each round ejects the members it met
+            got = c.pipeline([("SET", k, k) for k in keys])
+            if got == [Simple("OK")] * len(keys):
+                break
+        assert got == [Simple("OK")] * len(keys), \
+            [(k, g) for k, g in zip(keys, got) if g != Simple("OK")][:3]
+        assert c.call("MGET", *keys) == [k.encode() for k in keys]
+    assert servers[0].dbsize() + servers[1].dbsize() == len(keys)
