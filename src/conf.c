@@ -1617,8 +1617,10 @@ static const struct conf_key pool_keys[] = {
                                  M_ALL, true},
     [PK_TCPKEEPALIVE] = {"tcpkeepalive", set_bool, POOL(tcpkeepalive), 0, 0,
                          NULL, M_ALL, true},
-    [PK_COMMAND] = {"command", set_commands, POOL(commands), 0, 0, NULL,
-                    M_REDIS, true},
+    /* twemproxy forks' extra module commands: loaded, and a warning that
+     * chashd refuses a command its table does not know */
+    [PK_COMMAND] = {"command", set_commands, POOL(commands), 0, 0, NULL, 0,
+                    true},
     [PK_SERVERS] = {"servers", set_servers, POOL(servers), 0, 0, NULL, M_ALL,
                     true},
     [PK_MODE] = {"mode", set_enum, POOL(mode), 0, 0, mode_names, M_ALL, false},

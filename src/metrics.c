@@ -466,8 +466,8 @@ pool_requests_family(FILE *f)
 {
     family(f, "chashd_pool_requests_total", "counter",
            "Client requests (store modes), by how they were served: sent "
-           "to members (forwarded), answered by chashd (local), refused "
-           "with an error reply (refused).");
+           "to members (forwarded), answered by chashd (local), answered "
+           "by chashd with an error (refused).");
     for (size_t i = 0; i < pool_count(); i++) {
         struct pool *p = pool_at(i);
         struct stats_pool_sum sum;

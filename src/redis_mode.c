@@ -127,7 +127,6 @@ answer_error(struct rreq *r, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     request_error(r, PROTO_ERR_REQUEST, msg);
-    stats_add(&r->client->pool->stats[r->client->w->id].refused, 1);
 }
 
 /* The command's name as the client wrote it, lower-cased, for messages. */
@@ -715,7 +714,6 @@ local(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
     size_t n;
     const char *a;
 
-    stats_add(&c->pool->stats[c->w->id].local, 1);
     if (strcmp(name, "ping") == 0) {
         if (pr->rq->nargs > 1) {
             a = arg(pr, 1, &n);
@@ -816,7 +814,6 @@ redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
         pr.len = rq->head;
     }
     r->kind = cmd ? cmd->kind : REDIS_REFUSED;
-    stats_add(&c->pool->stats[c->w->id].requests, 1);
     command_name(&pr, name, sizeof(name));
     /* Nothing but AUTH (and HELLO, QUIT) before a client authenticates. */
     if (!c->authed && strcmp(name, "auth") != 0 && strcmp(name, "hello") != 0 &&
@@ -1064,7 +1061,6 @@ redis_complete(struct rreq *r)
         /* One failed fragment fails the request: its error, once. */
         rep = frag_reply(err, &len);
         request_answer(r, rep, len);
-        stats_add(&r->client->pool->stats[r->client->w->id].errors, 1);
         return;
     }
     switch (m->kind) {

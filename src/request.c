@@ -311,6 +311,15 @@ request_error(struct rreq *r, int kind, const char *msg)
     request_answer(r, buf, n);
 }
 
+/* Whether <r>'s reply (whole: a streamed one is a value) is an error. */
+static bool
+reply_is_error(const struct rreq *r)
+{
+    if (r->nfrags == 1 && r->mode_data == NULL)
+        return r->frags[0].error;
+    return rbuf_size(&r->reply) > 0 && r->reply.data[r->reply.off] == '-';
+}
+
 /* <r>'s last fragment is answered: merge, or it was the reply itself. */
 static void
 req_complete(struct rreq *r)
@@ -321,6 +330,8 @@ req_complete(struct rreq *r)
     if (r->nfrags > 1 || r->mode_data != NULL)
         mode->complete(r);
     r->done = true;
+    if (r->client != NULL && reply_is_error(r))
+        stats_add(&r->client->pool->stats[r->client->w->id].errors, 1);
 }
 
 /* Fragment <f>'s reply bytes (the whole reply, or a part of a streamed
@@ -1228,6 +1239,7 @@ client_bad(struct rclient *c, const char *err, bool fatal)
         return;
     }
     request_error(r, PROTO_ERR_REQUEST, err);
+    stats_add(&c->pool->stats[c->w->id].requests, 1);
     stats_add(&c->pool->stats[c->w->id].refused, 1);
     if (fatal) {
         stats_add(&c->pool->stats[c->w->id].protocol_errors, 1);
@@ -1385,9 +1397,17 @@ client_parse(struct rclient *c)
         r->command = rq.command;
         r->flags = rq.flags;
         stats_add(&c->pool->stats[c->w->id].bytes_in, rq.head + rq.body);
+        stats_add(&c->pool->stats[c->w->id].requests, 1);
         if (c->mode->dispatch(c, r, c->in.data + c->in.off, &rq) < 0) {
             client_close(c);
             return;
+        }
+        if (r->nfrags == 0) {
+            /* chashd answered it: with an error (refused), or not */
+            bool err = reply_is_error(r);
+            stats_add(err ? &c->pool->stats[c->w->id].refused
+                          : &c->pool->stats[c->w->id].local,
+                      1);
         }
         if (c->closed)
             return;

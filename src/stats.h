@@ -75,12 +75,17 @@ struct stats_pool {
     _Atomic uint64_t bytes_in;      /* bytes read from clients */
     _Atomic uint64_t bytes_out;     /* bytes written to clients */
     /* store modes */
-    _Atomic uint64_t requests;        /* client requests parsed */
+    /* requests = forwarded + local + refused */
+    _Atomic uint64_t requests;        /* client requests (also unparsable) */
     _Atomic uint64_t fragments;       /* pieces sent to members (a split
                                          request counts one per member) */
-    _Atomic uint64_t local;           /* answered by chashd itself */
-    _Atomic uint64_t refused;         /* refused with an error reply */
-    _Atomic uint64_t errors;          /* answered with an error reply */
+    _Atomic uint64_t local;           /* answered by chashd, no error */
+    _Atomic uint64_t refused;         /* answered by chashd with an error:
+                                         refused, unparsable, no member,
+                                         a wrong AUTH ... */
+    _Atomic uint64_t errors;          /* forwarded, and the reply is an
+                                         error: the member's, a timeout,
+                                         a failed connection */
     _Atomic uint64_t protocol_errors; /* unparsable input: closed */
 } __attribute__((aligned(64)));
 

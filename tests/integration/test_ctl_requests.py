@@ -180,11 +180,17 @@ def test_show_lists_each_members_requests_errors_bytes_and_the_pool(
         assert mean == pytest.approx(want_mean, rel=0.01, abs=1e-6), \
             (r, hist[n])
 
-    # the pool: every parsed request (the protocol error is not one),
-    # PING local, KEYS and the protocol error refused
+    # the pool: every request, the unparsable one too (requests =
+    # forwarded + local + refused); PING local, KEYS and the protocol
+    # error refused; errors: the forwarded requests answered with an error
+    # (the INCR's error reply, the GET on the dead member)
     assert pool_line(out) == {
-        "requests": to_members + 2, "local": 1, "refused": 2,
-        "fragments": to_members, "errors": 0, "protocol_errors": 1}
+        "requests": to_members + 3, "local": 1, "refused": 2,
+        "fragments": to_members, "errors": 2, "protocol_errors": 1}
+    served = {labels["served"]: value for name, labels, value in samples
+              if name == "chashd_pool_requests_total" and
+              labels.get("pool") == "cache"}
+    assert served == {"forwarded": to_members, "local": 1, "refused": 2}
 
     # --json is still the API's answer, untouched
     j = json.loads(env.ctl("--json", "show", "cache"))

@@ -1531,6 +1531,8 @@ test_warn_keys_without_effect(void **state)
         "milliseconds (write 5s for seconds)",
         "t.yml:23: warning: 'timeout' has no effect in pool 'api' "
         "(mode http)",
+        "t.yml:30: warning: 'command' has no effect in pool 'rd' "
+        "(mode redis)",
         NULL};
 
     (void)state;
@@ -1548,12 +1550,18 @@ test_no_warnings_in_shipped_configs(void **state)
     static const char *const design_want[] = {
         "t.yml:19: warning: 'timeout' has no effect in pool 'web' (mode tcp)",
         NULL};
+    /* twemproxy's example has a `command:` list (a fork's module
+     * commands): chashd refuses commands it does not know, and says so */
+    static const char *const nutcracker_want[] = {
+        "t.yml:57: warning: 'command' has no effect in pool 'omega' "
+        "(mode redis)",
+        NULL};
     static const char *const none[] = {NULL};
     struct conf *c;
 
     (void)state;
     expect_warnings(conf_default_yaml, none);
-    expect_warnings(nutcracker_yaml, none);
+    expect_warnings(nutcracker_yaml, nutcracker_want);
     expect_warnings(design_yaml, design_want);
     for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
         c = conf_load(files[i], err, sizeof(err));
