@@ -56,7 +56,8 @@
 const char conf_default_yaml[] =
     "# The embedded demo config (make run): three local backends behind a\n"
     "# tcp pool hashed by client address, and three redis-servers behind a\n"
-    "# redis pool.\n"
+    "# redis pool. conf/demo.yml is this text, for tools that take a file\n"
+    "# (chash lookup --config conf/demo.yml --pool kv KEY).\n"
     "global:\n"
     "  admin: 127.0.0.1:8404\n"
     "  workers: 2\n"

@@ -809,7 +809,8 @@ static void
 test_example_files(void **state)
 {
     static const char *const files[] = {"conf/chashd.yml",
-                                        "conf/nutcracker.yml"};
+                                        "conf/nutcracker.yml",
+                                        "conf/demo.yml"};
     (void)state;
     for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
         struct conf *c = conf_load(files[i], err, sizeof(err));
@@ -1546,7 +1547,8 @@ static void
 test_no_warnings_in_shipped_configs(void **state)
 {
     static const char *const files[] = {"conf/chashd.yml",
-                                        "conf/nutcracker.yml"};
+                                        "conf/nutcracker.yml",
+                                        "conf/demo.yml"};
     static const char *const design_want[] = {
         "t.yml:19: warning: 'timeout' has no effect in pool 'web' (mode tcp)",
         NULL};
@@ -1572,6 +1574,24 @@ test_no_warnings_in_shipped_configs(void **state)
         assert_int_equal(c->nwarnings, 0);
         conf_destroy(c);
     }
+}
+
+/* conf/demo.yml is the embedded demo config, byte for byte: what
+ * `chash lookup --config conf/demo.yml` maps is what `chashd --demo`
+ * (make run) serves. */
+static void
+test_demo_file_is_the_embedded_config(void **state)
+{
+    static char buf[64 * 1024];
+    FILE *f = fopen("conf/demo.yml", "rb");
+    size_t n;
+
+    (void)state;
+    assert_non_null(f);
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    assert_string_equal(buf, conf_default_yaml);
 }
 
 /* ---- a member that is chashd itself ---- */
@@ -2112,6 +2132,7 @@ main(void)
         cmocka_unit_test(test_warn_unitless_durations),
         cmocka_unit_test(test_warn_keys_without_effect),
         cmocka_unit_test(test_no_warnings_in_shipped_configs),
+        cmocka_unit_test(test_demo_file_is_the_embedded_config),
         cmocka_unit_test(test_addr_reaches),
         cmocka_unit_test(test_addr_reaches_agrees_with_kernel),
         cmocka_unit_test(test_self_address),
