@@ -762,19 +762,32 @@ print_pool(const struct ctl *c, json_t *p)
             latency_fetch(c, p, lat);
         }
     }
-    printf("pool %s: %s on %s, %s/%s, hash_key %s\n", str(p, "name"),
-           str(p, "mode"), str(p, "listen"), str(p, "algorithm"),
-           str(p, "hash"), str(s, "hash_key"));
-    printf("  balance_factor %g, slow_start %lld ms, on_failure %s, "
-           "snapshot v%lld, checksum %s\n",
-           real(s, "balance_factor"), num(s, "slow_start_ms"),
-           str(s, "on_failure"), num(p, "snapshot"), str(p, "checksum"));
-    printf("  active %lld, accepted %lld, first choice %lld, spilled %lld, "
-           "failed over %lld\n",
-           num(p, "active"), num(st, "accepted"), num(st, "first_choice"),
-           num(st, "spilled"), num(st, "failed_over"));
-    if (requests)
+    if (requests) {
+        /* keys route requests: the tcp pools' client-address hashing,
+         * bounded loads and per-connection counters do not apply */
+        printf("pool %s: %s on %s, %s/%s\n", str(p, "name"), str(p, "mode"),
+               str(p, "listen"), str(p, "algorithm"), str(p, "hash"));
+        printf("  slow_start %lld ms, on_failure %s, snapshot v%lld, "
+               "checksum %s\n",
+               num(s, "slow_start_ms"), str(s, "on_failure"),
+               num(p, "snapshot"), str(p, "checksum"));
+        printf("  active %lld, accepted %lld\n", num(p, "active"),
+               num(st, "accepted"));
         print_pool_requests(p);
+    } else {
+        printf("pool %s: %s on %s, %s/%s, hash_key %s\n", str(p, "name"),
+               str(p, "mode"), str(p, "listen"), str(p, "algorithm"),
+               str(p, "hash"), str(s, "hash_key"));
+        printf("  balance_factor %g, slow_start %lld ms, on_failure %s, "
+               "snapshot v%lld, checksum %s\n",
+               real(s, "balance_factor"), num(s, "slow_start_ms"),
+               str(s, "on_failure"), num(p, "snapshot"), str(p, "checksum"));
+        printf("  active %lld, accepted %lld, first choice %lld, spilled "
+               "%lld, failed over %lld\n",
+               num(p, "active"), num(st, "accepted"),
+               num(st, "first_choice"), num(st, "spilled"),
+               num(st, "failed_over"));
+    }
     printf("\n");
     print_members(members);
     if (requests) {

@@ -245,8 +245,7 @@ def test_chashd_places_every_key_as_nutcracker(procs):
 
 
 def test_chashd_check_accepts_the_file(procs):
-    """`chashd -t` on the unchanged nutcracker.yml passes (today it names
-    the one thing missing, the redis mode: that is the skip)."""
+    """`chashd -t` on the unchanged nutcracker.yml passes."""
     need_chashd_redis()
     cluster = Cluster(procs)
     r = subprocess.run([CHASHD, "-t", "-c", cluster.conf],
