@@ -258,10 +258,18 @@ same_member(struct rreq *r, const struct pool_snapshot *snap,
         } else if (s != first) {
             cross = true;
         }
-        if (used + 1 < sizeof(list))
-            used += (size_t)snprintf(
-                list + used, sizeof(list) - used, "%s%.*s: %s", i ? ", " : "",
-                (int)(rq->keys[i].len > 40 ? 40 : rq->keys[i].len), k, s->name);
+    }
+    /* the error names where each key lives: built only when it is sent */
+    for (size_t i = 0; cross && i < rq->nkeys && used + 1 < sizeof(list);
+         i++) {
+        const char *k = pr->buf + rq->keys[i].off;
+        uint64_t h;
+        struct server *s = key_member(snap, k, rq->keys[i].len, &h, &why);
+
+        used += (size_t)snprintf(
+            list + used, sizeof(list) - used, "%s%.*s: %s", i ? ", " : "",
+            (int)(rq->keys[i].len > 40 ? 40 : rq->keys[i].len), k,
+            s != NULL ? s->name : "?");
         if (used >= sizeof(list))
             used = sizeof(list) - 1;
     }
