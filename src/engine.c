@@ -3,7 +3,13 @@
  */
 #include "engine.h"
 
+#include <stdatomic.h>
+#include <unistd.h>
+
 #include "conf.h"
+#include "log.h"
+#include "stats.h"
+#include "worker.h"
 #include "pool.h"
 #include "request.h"
 #include "splice.h"
@@ -26,4 +32,27 @@ engine_listening(struct worker *w, struct pool *p)
 {
     if (pool_snapshot(p)->set.mode == CONF_MODE_REDIS)
         request_preconnect(w, p);
+}
+
+bool
+engine_admit(struct worker *w, struct pool *p, int fd)
+{
+    const struct pool_snapshot *snap = pool_snapshot(p);
+    struct stats_pool *st = &p->stats[w->id];
+    uint64_t active;
+
+    stats_add(&st->accepted, 1);
+    active = atomic_fetch_add_explicit(&p->active, 1, memory_order_relaxed);
+    if (snap->set.client_connections > 0 &&
+        active >= snap->set.client_connections) {
+        atomic_fetch_sub_explicit(&p->active, 1, memory_order_relaxed);
+        stats_add(&st->refused_limit, 1);
+        log_info_limited(10,
+                         "pool %s: client refused: client_connections %u "
+                         "reached",
+                         p->name, snap->set.client_connections);
+        close(fd);
+        return false;
+    }
+    return true;
 }

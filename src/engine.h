@@ -7,6 +7,7 @@
 #ifndef CHASHD_ENGINE_H
 #define CHASHD_ENGINE_H
 
+#include <stdbool.h>
 #include <sys/socket.h>
 
 struct worker;
@@ -25,5 +26,10 @@ engine_accept_fn *engine_accept(int mode);
 /* Worker <w> has started listening for pool <p> (at start, or the pool
  * came with a reload): the engine's chance to get ready (preconnect). */
 void engine_listening(struct worker *w, struct pool *p);
+
+/* A client of pool <p> accepted by worker <w>: counted, and admitted
+ * (true: <p>'s `active` counts it, the engine's to give back at its
+ * close) or refused at `client_connections` (false: <fd> is closed). */
+bool engine_admit(struct worker *w, struct pool *p, int fd);
 
 #endif /* CHASHD_ENGINE_H */

@@ -23,6 +23,7 @@
 
 #include "chash/chash.h"
 #include "conf.h"
+#include "engine.h"
 #include "health.h"
 #include "invariant.h"
 #include "log.h"
@@ -1622,27 +1623,14 @@ request_accept(struct worker *w, struct listener *l, int fd,
 {
     struct pool *p = l->pool;
     struct pool_snapshot *snap = pool_snapshot(p);
-    struct stats_pool *st = &p->stats[w->id];
     struct rworker *rw = rworker_get(w);
     struct rclient *c;
-    uint64_t active;
     int one = 1;
 
     (void)peer;
     (void)peerlen;
-    stats_add(&st->accepted, 1);
-    active = atomic_fetch_add_explicit(&p->active, 1, memory_order_relaxed);
-    if (snap->set.client_connections > 0 &&
-        active >= snap->set.client_connections) {
-        atomic_fetch_sub_explicit(&p->active, 1, memory_order_relaxed);
-        stats_add(&st->refused_limit, 1);
-        log_info_limited(10,
-                         "pool %s: client refused: client_connections %u "
-                         "reached",
-                         p->name, snap->set.client_connections);
-        close(fd);
+    if (!engine_admit(w, p, fd))
         return;
-    }
     c = rw != NULL ? calloc(1, sizeof(*c)) : NULL;
     if (c == NULL) {
         atomic_fetch_sub_explicit(&p->active, 1, memory_order_relaxed);

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "engine.h"
 #include "chash/chash.h"
 #include "conf.h"
 #include "health.h"
@@ -483,22 +484,10 @@ splice_accept(struct worker *w, struct listener *l, int fd,
     struct stats_pool *st = &p->stats[w->id];
     char key[PROTO_KEY_MAX];
     struct splice *c;
-    uint64_t active;
     int klen, one = 1;
 
-    stats_add(&st->accepted, 1);
-    active = atomic_fetch_add_explicit(&p->active, 1, memory_order_relaxed);
-    if (snap->set.client_connections > 0 &&
-        active >= snap->set.client_connections) {
-        atomic_fetch_sub_explicit(&p->active, 1, memory_order_relaxed);
-        stats_add(&st->refused_limit, 1);
-        log_info_limited(10,
-                         "pool %s: client refused: client_connections %u "
-                         "reached",
-                         p->name, snap->set.client_connections);
-        close(fd);
+    if (!engine_admit(w, p, fd))
         return;
-    }
     klen = snap->set.proto->conn_key(peer, peerlen, snap->set.hash_key, key,
                                      sizeof(key));
     c = klen >= 0 ? calloc(1, sizeof(*c)) : NULL;

@@ -698,3 +698,46 @@ def test_failover_past_sixteen_members_down(procs, tmp_path):
             [(k, g) for k, g in zip(keys, got) if g != Simple("OK")][:3]
         assert c.call("MGET", *keys) == [k.encode() for k in keys]
     assert servers[0].dbsize() + servers[1].dbsize() == len(keys)
+
+
+def test_client_connections_limit(env):
+    """client_connections: 2 in a redis pool: a third client is closed at
+    once (as nutcracker does at its limit) while the two keep being
+    served; once one leaves, a new client is served."""
+    p = env.proxy("chashd", client_connections=2)
+    k = env.keys[0][0]
+
+    def served(*clients):
+        try:
+            return all(c.call("PING") == Simple("PONG") for c in clients)
+        except Exception:
+            return False
+
+    def two_clients():
+        """two served clients (the readiness probe's connection may still
+        hold a slot for a moment after it closed)"""
+        pair = [p.client(timeout=2), p.client(timeout=2)]
+        if served(*pair):
+            return pair
+        for c in pair:
+            c.close()
+        return None
+    a, b = wait_for(two_clients, timeout=5, what="two clients served")
+    try:
+        assert a.call("SET", k, "1") == Simple("OK")
+        assert b.call("GET", k) == b"1"
+        with p.client() as third:
+            assert third.peer_closed(timeout=3)
+        assert a.call("GET", k) == b"1"
+    finally:
+        a.close()
+        b.close()
+
+    def new_client_served():
+        try:
+            with p.client(timeout=2) as c:
+                return served(c)
+        except OSError:
+            return False
+    wait_for(new_client_served, timeout=5,
+             what="a new client served after the others left")
