@@ -23,8 +23,6 @@
 #   PIN=0          1: proxies with one thread on CPU 0, chashd 2 workers
 #                  on CPUs 0-1, redis-benchmark and the servers on CPU 1
 #
-# Until chashd serves redis pools, the direct and nutcracker columns run
-# and chashd's say so.
 # SPDX-License-Identifier: BSD-2-Clause
 set -eu
 
@@ -53,7 +51,6 @@ KEYSPACE = int(os.environ.get("KEYSPACE", "100000"))
 THREADS = int(os.environ.get("THREADS", "1"))
 PIN = os.environ.get("PIN", "0") == "1" and os.cpu_count() >= 2
 HZ = os.sysconf("SC_CLK_TCK")
-NOT_YET = "does not serve redis pools yet"
 
 TMP = tempfile.mkdtemp(prefix="chash-bench-redis.")
 procs = []
@@ -204,7 +201,6 @@ p = start(pinned("0", ["nutcracker", "-c", os.path.join(TMP, "nutcracker.yml"),
 wait_port(nc_port, p, "nutcracker")
 targets["nutcracker"] = {"port": nc_port, "pid": p.pid}
 
-chashd_ok = None
 for workers, cpus in ((1, "0"), (2, "0,1")):
     name = "chashd-%dw" % workers
     port = free_port()
@@ -215,12 +211,7 @@ for workers, cpus in ((1, "0"), (2, "0,1")):
     t = subprocess.run([CHASHD, "-t", "-c", conf], capture_output=True,
                        text=True, timeout=30, stdin=subprocess.DEVNULL)
     if t.returncode != 0:
-        if t.returncode == 2 and "mode redis is not supported yet" in \
-                t.stdout + t.stderr:
-            chashd_ok = False
-            continue
         sys.exit("bench/redis.sh: chashd -t: " + t.stdout + t.stderr)
-    chashd_ok = True
     p = start(pinned(cpus, [CHASHD, "-c", conf]), name + ".log")
     wait_port(port, p, name)
     targets[name] = {"port": port, "pid": p.pid}
@@ -296,8 +287,6 @@ print("server_connections 1; %d rounds, medians; -r %d, %d client "
       "thread(s), pinned: %s; %d cores, load average %s"
       % (ROUNDS, KEYSPACE, THREADS, "yes" if PIN else "no", os.cpu_count(),
          " ".join(open("/proc/loadavg").read().split()[:3])))
-if not chashd_ok:
-    print("chashd: " + NOT_YET)
 print()
 
 balance = None
@@ -351,10 +340,7 @@ print("|---|---:|---:|---:|---|---:|---:|---:|---:|")
 for case in cases:
     for target in ORDER:
         m = med(case, target)
-        if target.startswith("chashd") and not chashd_ok:
-            print("| %s | %d | %d | %d | %s | chashd: %s | | | |"
-                  % (case + (LABEL[target], NOT_YET)))
-        elif m is None:
+        if m is None:
             print("| %s | %d | %d | %d | %s | failed | | | |"
                   % (case + (LABEL[target],)))
         else:
@@ -375,11 +361,8 @@ print("| test | -P | -c | -d | nutcracker / direct req/s "
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for case in cases:
     nc, di = med(case, "nutcracker"), med(case, "direct")
-    if chashd_ok:
-        c1, c2 = med(case, "chashd-1w"), med(case, "chashd-2w")
-        cols = (ratio(c2, nc, 0), ratio(c1, nc, 3), ratio(c1, nc, 2))
-    else:
-        cols = ("chashd: " + NOT_YET,) * 3
+    c1, c2 = med(case, "chashd-1w"), med(case, "chashd-2w")
+    cols = (ratio(c2, nc, 0), ratio(c1, nc, 3), ratio(c1, nc, 2))
     print("| %s | %d | %d | %d | %s | %s | %s | %s |"
           % (case + (ratio(nc, di, 0),) + cols))
 print()

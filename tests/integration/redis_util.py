@@ -24,8 +24,6 @@ REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 REDIS_BENCHMARK = shutil.which("redis-benchmark") or "/usr/bin/redis-benchmark"
 NUTCRACKER = shutil.which("nutcracker") or "/usr/sbin/nutcracker"
 
-NOT_YET = "chashd does not serve redis pools yet"
-
 # ------------------------------------------------------------ replies --
 
 
@@ -411,13 +409,12 @@ def nutcracker(procs):
 _SERVES = {}
 
 
-def chashd_serves_redis():
-    """Whether this chashd serves redis pools: `chashd -t` on a small redis
-    pool. True when it passes; False when it is refused with chashd's "mode
-    redis is not supported yet"; any other outcome is a failure (a probe
-    that breaks must not turn into a silent skip)."""
-    if CHASHD in _SERVES:
-        return _SERVES[CHASHD]
+def need_chashd_redis():
+    """This chashd must serve redis pools: `chashd -t` on a small redis
+    pool passes (checked once). Any other outcome fails the calling test;
+    it is never a skip, so a regression cannot hide as one."""
+    if _SERVES.get(CHASHD):
+        return
     with tempfile.TemporaryDirectory(prefix="chash-redis-probe") as d:
         conf = os.path.join(d, "probe.yml")
         with open(conf, "w") as f:
@@ -428,22 +425,9 @@ def chashd_serves_redis():
                     % (free_port(), free_port()))
         r = subprocess.run([CHASHD, "-t", "-c", conf], capture_output=True,
                            text=True, timeout=30)
-    out = r.stdout + r.stderr
-    if r.returncode == 0:
-        _SERVES[CHASHD] = True
-    elif r.returncode == 2 and "mode redis is not supported yet" in out:
-        _SERVES[CHASHD] = False
-    else:
-        raise AssertionError("chashd -t on a plain redis pool: exit %d: %s"
-                             % (r.returncode, out))
-    return _SERVES[CHASHD]
-
-
-def need_chashd_redis():
-    """Skip the calling test while chashd refuses redis pools; the only
-    skip the redis suites make."""
-    if not chashd_serves_redis():
-        pytest.skip(NOT_YET)
+    assert r.returncode == 0, "chashd -t on a plain redis pool: exit %d: %s" \
+        % (r.returncode, r.stdout + r.stderr)
+    _SERVES[CHASHD] = True
 
 
 class ChashdRedis:
