@@ -26,6 +26,7 @@
 #include "membership.h"
 #include "pool.h"
 #include "proto/proto.h"
+#include "proto/redis.h"
 #include "state.h"
 
 struct health_probe {
@@ -126,21 +127,19 @@ static void
 probe_ask(struct health_probe *pr)
 {
     const struct proto *pt = probe_proto(pr->s);
-    const char *auth = pr->s->pool->cfg.redis_auth;
     char out[600];
-    size_t n = 0;
+    unsigned swallow;
+    int k = redis_prelude(out, sizeof(out) - pt->probe_len,
+                          pr->s->pool->cfg.redis_auth, 0, &swallow);
+    size_t n;
     ssize_t w;
 
-    if (auth != NULL) {
-        int k = snprintf(out, sizeof(out), "*2\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n",
-                         strlen(auth), auth);
-        if (k < 0 || (size_t)k >= sizeof(out) - pt->probe_len) {
-            probe_done(pr->s, false, "redis_auth too long for a probe");
-            return;
-        }
-        n = (size_t)k;
-        pr->swallow = 1;
+    if (k < 0) {
+        probe_done(pr->s, false, "redis_auth too long for a probe");
+        return;
     }
+    n = (size_t)k;
+    pr->swallow = swallow;
     memcpy(out + n, pt->probe, pt->probe_len);
     n += pt->probe_len;
     /* A probe is a few bytes into an empty socket buffer: all or nothing. */

@@ -1169,34 +1169,12 @@ redis_release(struct rreq *r)
 }
 
 /* AUTH <redis_auth> and SELECT <redis_db> on a fresh member connection. */
-static size_t
+static int
 redis_handshake(const struct pool_snapshot *snap, char *out, size_t cap,
                 unsigned *replies)
 {
-    size_t n = 0;
-    int k;
-
-    *replies = 0;
-    if (snap->set.redis_auth != NULL) {
-        size_t pl = strlen(snap->set.redis_auth);
-        k = snprintf(out, cap, "*2\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n", pl,
-                     snap->set.redis_auth);
-        if (k < 0 || (size_t)k >= cap)
-            return 0;
-        n += (size_t)k;
-        (*replies)++;
-    }
-    if (snap->set.redis_db != 0) {
-        char db[16];
-        snprintf(db, sizeof(db), "%d", snap->set.redis_db);
-        k = snprintf(out + n, cap - n, "*2\r\n$6\r\nSELECT\r\n$%zu\r\n%s\r\n",
-                     strlen(db), db);
-        if (k < 0 || (size_t)k >= cap - n)
-            return 0;
-        n += (size_t)k;
-        (*replies)++;
-    }
-    return n;
+    return redis_prelude(out, cap, snap->set.redis_auth, snap->set.redis_db,
+                         replies);
 }
 
 const struct request_mode redis_request_mode = {

@@ -293,6 +293,14 @@ req_free(struct rreq *r)
     free(r);
 }
 
+/* The protocol <r>'s replies are written in (an orphan's, whose client
+ * is gone, are dropped: any will do). */
+static const struct proto *
+req_proto(const struct rreq *r)
+{
+    return r->client ? request_snapshot(r->client)->set.proto : &proto_redis;
+}
+
 void
 request_answer(struct rreq *r, const char *reply, size_t len)
 {
@@ -305,9 +313,7 @@ void
 request_error(struct rreq *r, int kind, const char *msg)
 {
     char buf[512];
-    const struct proto *pr =
-        r->client ? request_snapshot(r->client)->set.proto : &proto_redis;
-    size_t n = pr->error_reply(buf, sizeof(buf), kind, msg);
+    size_t n = req_proto(r)->error_reply(buf, sizeof(buf), kind, msg);
 
     request_answer(r, buf, n);
 }
@@ -374,12 +380,8 @@ static void
 frag_fail(struct rfrag *f, int kind)
 {
     char buf[256];
-    size_t n = proto_redis.error_reply(buf, sizeof(buf), kind, NULL);
-    struct rreq *r = f->req;
+    size_t n = req_proto(f->req)->error_reply(buf, sizeof(buf), kind, NULL);
 
-    if (r->client != NULL)
-        n = request_snapshot(r->client)->set.proto->error_reply(
-            buf, sizeof(buf), kind, NULL);
     f->error = true;
     frag_data(f, buf, n);
     frag_done(f);
@@ -477,7 +479,6 @@ conn_fail(struct rserver *s, int kind, int err)
             stats_add(&st->request_failures, s->nfifo);
         health_passive_failure(p, fails);
     }
-    s->m->inflight = s->m->inflight > s->nfifo ? s->m->inflight - s->nfifo : 0;
     stats_sub(&st->inflight, s->nfifo);
     s->head = s->tail = s->lhead = s->ltail = NULL;
     s->nfifo = 0;
@@ -547,6 +548,15 @@ conn_abandon(struct rserver *s, int kind)
     }
 }
 
+/* The store mode serving pools of <snap>'s mode (redis; memcache to
+ * come): its routing and its member connections' handshake. */
+static const struct request_mode *
+mode_of(const struct pool_snapshot *snap)
+{
+    INVARIANT(snap->set.mode == CONF_MODE_REDIS);
+    return &redis_request_mode;
+}
+
 /* Start connecting <s>: the handshake (AUTH, SELECT) goes first. 0, or -1
  * with errno (the caller fails what it queued). */
 static int
@@ -556,9 +566,13 @@ conn_open(struct rserver *s)
     struct pool_snapshot *snap = pool_snapshot(s->m->pool);
     char hs[1024];
     unsigned replies = 0;
-    size_t n;
-    int fd, one = 1;
+    int n, fd, one = 1;
 
+    n = mode_of(snap)->handshake(snap, hs, sizeof(hs), &replies);
+    if (n < 0) {
+        errno = EMSGSIZE; /* a redis_auth of a kilobyte */
+        return -1;
+    }
     fd =
         socket(srv->addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -585,13 +599,10 @@ conn_open(struct rserver *s)
     s->state = RS_CONNECTING;
     worker_timer_set(s->w, &s->timer,
                      s->w->now_ms + snap->set.connect_timeout_ms);
-    n = s->m->pool && snap->set.proto == &proto_redis
-            ? redis_request_mode.handshake(snap, hs, sizeof(hs), &replies)
-            : 0;
     if (n > 0) {
         /* ahead of anything queued */
         struct rbuf b = {0};
-        if (rbuf_append(&b, hs, n) < 0 ||
+        if (rbuf_append(&b, hs, (size_t)n) < 0 ||
             rbuf_append(&b, s->out.data + s->out.off, rbuf_size(&s->out)) < 0) {
             rbuf_free(&b);
             io_side_close(&s->side);
@@ -849,8 +860,6 @@ conn_replies(struct rserver *s)
             atomic_store_explicit(&s->m->server->fails, 0,
                                   memory_order_relaxed);
         }
-        if (s->m->inflight > 0)
-            s->m->inflight--;
         stats_sub(&s->m->server->stats[s->w->id].inflight, 1);
         if (frag_data(f, buf, (size_t)rp.len) < 0) {
             conn_fail(s, PROTO_ERR_CLOSED, ENOMEM);
@@ -1046,7 +1055,6 @@ request_send(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash,
         return;
     }
     s = m->conns[i];
-    m->inflight++;
     stats_add(&srv->stats[c->w->id].inflight, 1);
     stats_add(&c->pool->stats[c->w->id].fragments, 1);
     stats_add(&srv->stats[c->w->id].requests, 1);
@@ -1644,7 +1652,7 @@ request_accept(struct worker *w, struct listener *l, int fd,
     c->w = w;
     c->pool = p;
     pool_ref(p);
-    c->mode = &redis_request_mode;
+    c->mode = mode_of(snap);
     c->id = ++rw->next_client_id;
     c->link.close = link_close;
     c->more.run = client_more;

@@ -88,7 +88,6 @@ struct rmember {
     struct pool *pool;      /* (ref held) */
     struct rserver **conns; /* [nconns] server_connections of it */
     size_t nconns;
-    uint64_t inflight;    /* requests of this worker on it now */
     struct rmember *next; /* hash chain */
 };
 
@@ -108,9 +107,10 @@ struct request_mode {
     /* Free what dispatch hung on r->mode_data. */
     void (*release)(struct rreq *r);
     /* The bytes a fresh server connection sends first (AUTH, SELECT) and
-     * how many replies they produce (swallowed). */
-    size_t (*handshake)(const struct pool_snapshot *snap, char *out, size_t cap,
-                        unsigned *replies);
+     * how many replies they produce (swallowed): their length, or -1 when
+     * they do not fit <cap>. */
+    int (*handshake)(const struct pool_snapshot *snap, char *out, size_t cap,
+                     unsigned *replies);
 };
 
 /* A client of a store pool. */

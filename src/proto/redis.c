@@ -1471,6 +1471,59 @@ redis_reply_elements(const char *buf, size_t len, struct proto_span *out,
     return (long)n;
 }
 
+/* A two-word command, <name> <arg> (<n> bytes), at <out>: its bytes, or 0
+ * when it does not fit in <room>. */
+static size_t
+put_command2(char *out, size_t room, const char *name, const char *arg,
+             size_t n)
+{
+    size_t nl = strlen(name), w;
+
+    if (4 + ndigits(nl) + 5 + nl + ndigits(n) + 5 + n > room)
+        return 0;
+    w = put_header(out, '*', 2);
+    w += put_header(out + w, '$', nl);
+    memcpy(out + w, name, nl);
+    w += nl;
+    out[w++] = '\r';
+    out[w++] = '\n';
+    w += put_header(out + w, '$', n);
+    memcpy(out + w, arg, n);
+    w += n;
+    out[w++] = '\r';
+    out[w++] = '\n';
+    return w;
+}
+
+int
+redis_prelude(char *out, size_t cap, const char *auth, int db,
+              unsigned *replies)
+{
+    size_t n = 0, k;
+
+    *replies = 0;
+    if (auth != NULL) {
+        k = put_command2(out, cap, "AUTH", auth, strlen(auth));
+        if (k == 0)
+            return -1;
+        n = k;
+        (*replies)++;
+    }
+    if (db > 0) {
+        char num[3 + sizeof(int) * 3];
+        size_t d = ndigits((size_t)db), v = (size_t)db;
+
+        for (size_t i = d; i > 0; i--, v /= 10)
+            num[i - 1] = (char)('0' + v % 10);
+        k = put_command2(out + n, cap - n, "SELECT", num, d);
+        if (k == 0)
+            return -1;
+        n += k;
+        (*replies)++;
+    }
+    return (int)n;
+}
+
 int
 redis_reply_integer(const char *buf, size_t len, long long *value)
 {

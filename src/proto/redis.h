@@ -164,6 +164,16 @@ long redis_reply_elements(const char *buf, size_t len, struct proto_span *out,
 int redis_reply_integer(const char *buf, size_t len, long long *value);
 
 /*
+ * What a fresh connection to a member says first: AUTH <auth> (when not
+ * NULL), then SELECT <db> (when not 0), into <out> (<cap> bytes), with
+ * the count of replies they produce in <replies>. Returns the bytes (0:
+ * nothing to say), or -1 when they do not fit. For member connections
+ * and health probes alike.
+ */
+int redis_prelude(char *out, size_t cap, const char *auth, int db,
+                  unsigned *replies);
+
+/*
  * proto_redis.error_reply texts (one line, CR and LF in <msg> made blanks,
  * cut to fit <cap>, always ending "\r\n"; 0 when <cap> < 3):
  *   PROTO_ERR_REFUSED    "-ERR Connection refused"      (twemproxy's)

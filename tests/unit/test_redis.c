@@ -722,6 +722,35 @@ test_grow(void **state)
     assert_int_equal(rq.nargs, 2);
 }
 
+/* ---- what a member connection says first -------------------------------- */
+
+static void
+test_prelude(void **state)
+{
+    static const char want[] = "*2\r\n$4\r\nAUTH\r\n$6\r\ns3cret\r\n"
+                               "*2\r\n$6\r\nSELECT\r\n$2\r\n12\r\n";
+    char out[128];
+    unsigned replies = 9;
+
+    (void)state;
+    assert_int_equal(redis_prelude(out, sizeof(out), NULL, 0, &replies), 0);
+    assert_int_equal(replies, 0);
+    assert_int_equal(redis_prelude(out, sizeof(out), "s3cret", 12, &replies),
+                     (int)sizeof(want) - 1);
+    assert_int_equal(replies, 2);
+    assert_memory_equal(out, want, sizeof(want) - 1);
+    /* exactly the room it needs, and one byte less */
+    assert_int_equal(redis_prelude(out, sizeof(want) - 1, "s3cret", 12,
+                                   &replies),
+                     (int)sizeof(want) - 1);
+    assert_int_equal(redis_prelude(out, sizeof(want) - 2, "s3cret", 12,
+                                   &replies),
+                     -1);
+    assert_int_equal(redis_prelude(out, sizeof(out), NULL, 7, &replies), 23);
+    assert_memory_equal(out, "*2\r\n$6\r\nSELECT\r\n$1\r\n7\r\n", 23);
+    assert_int_equal(replies, 1);
+}
+
 /* ---- resuming a request that comes in pieces ----------------------------- */
 
 /* An MSET of 2000 arguments fed 100 bytes more at a time, as the engine
@@ -1157,6 +1186,7 @@ main(void)
         cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_grow),
         cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_prelude),
         cmocka_unit_test(test_every_prefix),
         cmocka_unit_test(test_replies),
         cmocka_unit_test(test_reply_streaming),
