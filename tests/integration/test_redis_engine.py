@@ -11,6 +11,7 @@
 import hashlib
 import os
 import select
+import signal
 import socket
 import subprocess
 import threading
@@ -18,6 +19,7 @@ import time
 
 import pytest
 
+from admin_util import Api
 from conftest import CHASH, free_port, wait_for
 from redis_util import (CLOSED, REDIS_BENCHMARK, ChashdRedis, Err,
                         Nutcracker, RedisServer, Resp, Simple, encode,
@@ -741,3 +743,77 @@ def test_client_connections_limit(env):
             return False
     wait_for(new_client_served, timeout=5,
              what="a new client served after the others left")
+
+
+# ------------------------------------------------ redis_db, health checks --
+
+def test_redis_db_is_selected_on_member_connections(env):
+    """redis_db: 3 -- chashd's member connections SELECT 3, so what a
+    client writes lands in database 3 of its member, not in 0; the client
+    may SELECT 3 (the pool's) but not another database."""
+    p = env.proxy("chashd", redis_db=3)
+    k = env.keys[2][0]
+    with p.client() as c:
+        assert c.call("SET", k, "in-3") == Simple("OK")
+        assert c.call("SELECT", "3") == Simple("OK")
+        r = c.call("SELECT", "0")
+        assert isinstance(r, Err) and "redis_db" in r, r
+        assert c.call("GET", k) == b"in-3"
+    with env.servers[2].client() as direct:
+        assert direct.call("GET", k) is None                 # database 0
+        assert direct.pipeline([("SELECT", "3"), ("GET", k)]) == \
+            [Simple("OK"), b"in-3"]
+
+
+def admin_chashd(procs, env, health, **opts):
+    """chashd with the admin API on, on env's pool with <health> as its
+    health_check (a flow map)."""
+    need_chashd_redis()
+    admin = free_port()
+    text = env.pool_text(free_port(), **opts)
+    text = text.replace("  servers:\n", "  health_check: %s\n  servers:\n"
+                        % health, 1)
+    d = ChashdRedis(procs, "global:\n  admin: 127.0.0.1:%d\n  workers: 2\n"
+                    % admin + text)
+    return d, Api(admin)
+
+
+def states(api):
+    return {n: m["state"] for n, m in api.members(POOL).items()}
+
+
+def test_health_redis_sees_a_hung_member(procs):
+    """health_check type redis (AUTH first, then PING, expects PONG): a
+    member that is stopped (SIGSTOP) still accepts TCP connections -- a
+    tcp check would keep it up -- but answers no PING, so it goes down;
+    after SIGCONT it comes back. The members require a password: the
+    probe's AUTH is what lets the others stay up."""
+    env = Env(procs, password="s3cret")
+    d, api = admin_chashd(procs, env, "{ type: redis, interval: 200ms, "
+                          "timeout: 300ms, rise: 1, fall: 1 }",
+                          redis_auth="s3cret")
+    wait_for(lambda: set(states(api).values()) == {"up"}, timeout=5,
+             what="every member up")
+    hung = env.servers[1]
+    os.kill(hung.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: states(api)["eng-2"] == "down", timeout=5,
+                 what="the stopped member down")
+        assert states(api)["eng-1"] == states(api)["eng-3"] == "up"
+    finally:
+        os.kill(hung.proc.pid, signal.SIGCONT)
+    wait_for(lambda: states(api)["eng-2"] == "up", timeout=5,
+             what="the member back up after SIGCONT")
+
+
+def test_health_redis_with_a_wrong_password_is_down(procs):
+    """The members require a password the pool does not have: the probe's
+    AUTH is refused, and every member is down -- the check does not pass
+    on a PONG it never got."""
+    env = Env(procs, password="s3cret")
+    d, api = admin_chashd(procs, env, "{ type: redis, interval: 200ms, "
+                          "timeout: 300ms, rise: 1, fall: 1 }",
+                          redis_auth="wrong")
+    wait_for(lambda: set(states(api).values()) == {"down"}, timeout=5,
+             what="every member down")
+    assert "AUTH refused" in d.log()
