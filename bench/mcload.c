@@ -1,7 +1,7 @@
 /* mcload.c -- a load generator for the memcached text protocol, written for
  * bench/memcache.sh: get, set or a 10-key multi-get over many connections,
- * each with a fixed pipeline depth, one epoll loop per thread. It checks
- * every reply (the key of each VALUE, the length and the bytes of each
+ * each with batches of -P pipelined requests, one epoll loop per thread. It
+ * checks every reply (the key of each VALUE, the length and the bytes of each
  * value, STORED), measures each request from its send to its reply, and
  * prints one machine-readable line. It exits non-zero on an error reply, a
  * protocol error, a closed connection or a stall, so a broken proxy cannot
@@ -68,6 +68,7 @@ static struct {
     uint64_t seed;
     bool prefill;
     bool verify;
+    bool refill;
 } opt = {
     .host = "127.0.0.1",
     .conns = 50,
@@ -377,15 +378,20 @@ conn_flush(struct conn *c)
     conn_want_out(c, false);
 }
 
-/* Tops <c> up to <pipeline> requests in flight (while the run still
- * issues) and sends what it can: a closed loop, each reply makes room for
- * one new request, so the depth stays at <pipeline>. */
+/* Gives <c> its next requests while the run still issues, and sends what
+ * it can. By default <c> gets a batch of <pipeline> requests, written
+ * together, once every reply of the previous batch is in: redis-benchmark's
+ * -P, so bench/redis.sh and bench/memcache.sh mean the same by -P 16. With
+ * --refill every reply makes room for one new request at once, keeping
+ * <pipeline> in flight (memtier_benchmark's --pipeline); a server that
+ * answers a batch in pieces then gets its requests in pieces too. */
 static void
 conn_fill(struct conn *c)
 {
     uint64_t now = now_ns();
 
-    if (c->pending >= opt.pipeline || !can_issue(c->worker, now))
+    if (c->pending >= (opt.refill ? opt.pipeline : 1) ||
+        !can_issue(c->worker, now))
         return;
     if (c->out_off > 0) {
         memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
@@ -669,8 +675,12 @@ usage(FILE *f)
             "  -t, --test TEST      get | set | mget (get of %d random keys); "
             "default get\n"
             "  -c, --conns N        connections (default 50)\n"
-            "  -P, --pipeline N     requests in flight per connection "
+            "  -P, --pipeline N     requests per connection written "
+            "together; the next\n"
+            "                       batch once all replies are in "
             "(default 1)\n"
+            "  --refill             with -P: a new request for every "
+            "reply, keeping N in flight\n"
             "  -T, --threads N      threads, each with its share of the "
             "connections (default 1)\n"
             "  -d, --size N         value bytes (default 16)\n"
@@ -726,7 +736,14 @@ parse_seconds(const char *what, const char *s)
 static void
 parse_options(int argc, char **argv)
 {
-    enum { O_PREFILL = 256, O_SEED, O_TIMEOUT, O_MAX_TIME, O_NO_VERIFY };
+    enum {
+        O_PREFILL = 256,
+        O_SEED,
+        O_TIMEOUT,
+        O_MAX_TIME,
+        O_NO_VERIFY,
+        O_REFILL
+    };
     static const struct option longs[] = {
         {"host", required_argument, NULL, 'h'},
         {"port", required_argument, NULL, 'p'},
@@ -743,6 +760,7 @@ parse_options(int argc, char **argv)
         {"timeout", required_argument, NULL, O_TIMEOUT},
         {"max-time", required_argument, NULL, O_MAX_TIME},
         {"no-verify", no_argument, NULL, O_NO_VERIFY},
+        {"refill", no_argument, NULL, O_REFILL},
         {"help", no_argument, NULL, 'H'},
         {NULL, 0, NULL, 0},
     };
@@ -803,6 +821,9 @@ parse_options(int argc, char **argv)
             break;
         case O_NO_VERIFY:
             opt.verify = false;
+            break;
+        case O_REFILL:
+            opt.refill = true;
             break;
         case 'H':
             usage(stdout);
