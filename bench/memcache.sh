@@ -26,7 +26,8 @@
 #
 # Every get and multi-get must hit (the keys were written through
 # nutcracker, so a proxy that places keys differently misses) and every
-# reply is checked by mcload; a run that fails either shows as failed.
+# reply is checked by mcload; a run that fails either shows as failed (and
+# MISSED), and the script then exits 1.
 # SPDX-License-Identifier: BSD-2-Clause
 set -eu
 
@@ -279,6 +280,7 @@ for d in (16, 4096):
                 cases.append((test, P, c, d))
 ARG = dict(TESTS)
 results = {}               # (case, target) -> [(rps, p50, p99, cpu_us)]
+failures = []              # (target, case) of every failed run
 seed = 0
 
 
@@ -301,12 +303,14 @@ def run(case, target):
     c1, l1 = cpu_seconds(t["pid"]), children_cpu()
     if got is None:
         sys.stderr.write("  %s %s: mcload failed: %s\n" % (target, case, why))
+        failures.append((target, case))
         return None
     if test != "set" and int(got["misses"]) > 0:
         sys.stderr.write("  %s %s: %s misses of %s keys on a prefilled "
                          "keyspace\n" % (target, case, got["misses"],
                                          int(got["misses"]) +
                                          int(got["hits"])))
+        failures.append((target, case))
         return None
     done = int(got["requests"])
     rps, p50, p99 = (float(got["rps"]), float(got["p50_ms"]),
@@ -406,13 +410,14 @@ def ratio_cell(case, rt):
     a, b = med(case, num), med(case, den)
     if num not in WANT or den not in WANT:
         return "not run"
+    if goal is not None:
+        score[title][1] += 1      # a failed run counts as MISSED
     if a is None or b is None or not b[i]:
-        return "n/a"
+        return "n/a" if goal is None else "failed: MISSED"
     x = a[i] / b[i]
     if goal is None:
         return "x%.2f" % x
     met = x >= goal if how == ">=" else x <= goal
-    score[title][1] += 1
     score[title][0] += met
     return "x%.2f %s" % (x, "MET" if met else "MISSED")
 
@@ -428,4 +433,9 @@ print("Targets: chashd 2 workers >= x1.5 nutcracker's req/s; chashd 1 "
 for title, (met, measured) in score.items():
     print("  %s: %s" % (title, "%d of %d lines MET" % (met, measured)
                         if measured else "not measured"))
+if failures:
+    print("%d runs FAILED (wrong replies, misses or errors: the messages "
+          "above): %s" % (len(failures), ", ".join(sorted(set(
+              t for t, _ in failures)))))
+    sys.exit(1)
 EOF
