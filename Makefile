@@ -149,8 +149,15 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/run-demo $(B)
 
+# bench/mcload: the memcached load generator of bench/memcache.sh (libc
+# only); built by make bench, not by make all.
+$(B)/mcload: bench/mcload.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CHASH_CPPFLAGS) $(CPPFLAGS) $(CHASH_CFLAGS) $(CFLAGS) \
+	    $(CHASH_LDFLAGS) $(LDFLAGS) -pthread -o $@ $<
+
 bench: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all $(B)/mcload
 	@set -e; for s in bench/*.sh; do echo "== $$s"; B=$(B) $$s; done
 
 fuzz: deps
