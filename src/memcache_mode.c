@@ -163,18 +163,6 @@ oom:
 
 /* ---- retrievals ---------------------------------------------------------- */
 
-static struct merge *
-merge_new(struct rreq *r, int kind)
-{
-    struct merge *m = calloc(1, sizeof(*m));
-
-    if (m != NULL) {
-        m->kind = kind;
-        r->mode_data = m;
-    }
-    return m;
-}
-
 /*
  * get/gets/gat/gats over keys that live on several members: one request
  * per member with its keys in the client's order (gat's exptime before
@@ -184,43 +172,28 @@ static int
 retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
           const struct proto_request *rq)
 {
-    size_t nkeys = rq->nkeys, nmembers = 0, first;
-    size_t textlen = 0;
-    struct server **owner = calloc(nkeys, sizeof(*owner));
-    struct server **members = calloc(nkeys, sizeof(*members));
-    uint64_t *hash = calloc(nkeys, sizeof(*hash));
+    size_t nkeys = rq->nkeys, first, textlen = 0;
+    struct request_route rt;
     struct merge *m;
-    const char *why;
-    int rc = -1;
+    int rc = request_route(r, snap, buf, rq->keys, nkeys, &rt);
 
-    if (owner == NULL || members == NULL || hash == NULL)
+    if (rc <= 0)
         goto out;
-    for (size_t i = 0; i < nkeys; i++) {
-        size_t j;
-
-        owner[i] = request_key_member(snap, buf + rq->keys[i].off,
-                                      rq->keys[i].len, &hash[i], &why);
-        if (owner[i] == NULL) {
-            request_error(r, PROTO_ERR_NO_MEMBER, why);
-            rc = 0;
-            goto out;
-        }
-        for (j = 0; j < nmembers && members[j] != owner[i]; j++)
-            ;
-        if (j == nmembers)
-            members[nmembers++] = owner[i];
+    rc = -1;
+    for (size_t i = 0; i < nkeys; i++)
         textlen += rq->keys[i].len;
-    }
-    if (nmembers == 1) {
+    if (rt.nmembers == 1) {
         if (request_frags(r, 1) == 0) {
-            request_send(r, &r->frags[0], owner[0], hash[0], buf, rq->head, 0);
+            request_send(r, &r->frags[0], rt.owner[0], rt.hash[0], buf,
+                         rq->head, 0);
             rc = 0;
         }
         goto out;
     }
-    m = merge_new(r, MERGE_GET);
-    if (m == NULL || request_frags(r, nmembers) < 0)
+    m = request_mode_data(r, sizeof(*m));
+    if (m == NULL || request_frags(r, rt.nmembers) < 0)
         goto out;
+    m->kind = MERGE_GET;
     m->nkeys = nkeys;
     m->frag = calloc(nkeys, sizeof(*m->frag));
     m->key = calloc(nkeys, sizeof(*m->key));
@@ -235,7 +208,7 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
         textlen += rq->keys[i].len;
     }
     first = rq->command == MC_GAT || rq->command == MC_GATS ? 2 : 1;
-    for (size_t f = 0; f < nmembers; f++) {
+    for (size_t f = 0; f < rt.nmembers; f++) {
         struct rbuf b = {0};
         uint64_t fhash = 0;
         int bad = 0;
@@ -246,11 +219,11 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
             bad |= rbuf_append(&b, " ", 1);
         }
         for (size_t i = 0; i < nkeys; i++) {
-            if (owner[i] != members[f])
+            if (rt.owner[i] != rt.members[f])
                 continue;
             m->frag[i] = (uint32_t)f;
             if (fhash == 0)
-                fhash = hash[i];
+                fhash = rt.hash[i];
             bad |= rbuf_append(&b, buf + rq->keys[i].off, rq->keys[i].len);
             bad |= rbuf_append(&b, " ", 1);
         }
@@ -264,14 +237,12 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
             goto out;
         }
         r->frags[f].member = f;
-        request_send(r, &r->frags[f], members[f], fhash, b.data, b.len, 0);
+        request_send(r, &r->frags[f], rt.members[f], fhash, b.data, b.len, 0);
         rbuf_free(&b);
     }
     rc = 0;
 out:
-    free(owner);
-    free(members);
-    free(hash);
+    request_route_free(&rt);
     return rc;
 }
 
@@ -284,6 +255,7 @@ flush_all(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
     bool quiet = rq->flags & PROTO_REQ_NOREPLY;
     size_t n = snap->ring != NULL ? snap->n : 0;
     struct rbuf b = {0};
+    struct merge *m;
 
     if (!snap->set.allow_fanout_admin) {
         answer(r, quiet ? ""
@@ -313,10 +285,12 @@ flush_all(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
         }
         buf = b.data;
     }
-    if (merge_new(r, MERGE_FLUSH) == NULL || request_frags(r, n) < 0) {
+    m = request_mode_data(r, sizeof(*m));
+    if (m == NULL || request_frags(r, n) < 0) {
         rbuf_free(&b);
         return -1;
     }
+    m->kind = MERGE_FLUSH;
     for (size_t i = 0; i < n; i++) {
         r->frags[i].member = i;
         request_send(r, &r->frags[i], snap->servers[i], snap->servers[i]->id,
@@ -438,15 +412,6 @@ mc_dispatch(struct rclient *c, struct rreq *r, const char *buf,
 
 /* ---- merging ------------------------------------------------------------- */
 
-static const struct rfrag *
-first_error(const struct rreq *r)
-{
-    for (size_t i = 0; i < r->nfrags; i++)
-        if (r->frags[i].error)
-            return &r->frags[i];
-    return NULL;
-}
-
 static void
 merge_get(struct rreq *r, struct merge *m)
 {
@@ -493,7 +458,7 @@ static void
 mc_complete(struct rreq *r)
 {
     struct merge *m = r->mode_data;
-    const struct rfrag *err = first_error(r);
+    const struct rfrag *err = request_first_error(r);
     const struct rfrag *f0 = &r->frags[0];
     const char *rep;
     size_t len;

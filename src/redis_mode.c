@@ -222,12 +222,10 @@ same_member(struct rreq *r, const struct pool_snapshot *snap,
 static struct merge *
 merge_new(struct rreq *r, int kind)
 {
-    struct merge *m = calloc(1, sizeof(*m));
+    struct merge *m = request_mode_data(r, sizeof(*m));
 
-    if (m != NULL) {
+    if (m != NULL)
         m->kind = kind;
-        r->mode_data = m;
-    }
     return m;
 }
 
@@ -264,50 +262,33 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
       int pairs, int kind)
 {
     const struct proto_request *rq = pr->rq;
-    size_t nkeys = rq->nkeys, nmembers = 0;
-    struct server **owner = calloc(nkeys ? nkeys : 1, sizeof(*owner));
-    struct server **members = calloc(nkeys ? nkeys : 1, sizeof(*members));
-    uint64_t *hash = calloc(nkeys ? nkeys : 1, sizeof(*hash));
+    size_t nkeys = rq->nkeys;
+    struct request_route rt;
     struct merge *m = NULL;
-    const char *why;
-    int rc = -1;
+    int rc = request_route(r, snap, pr->buf, rq->keys, nkeys, &rt);
 
-    if (owner == NULL || members == NULL || hash == NULL)
+    if (rc <= 0)
         goto out;
-    for (size_t i = 0; i < nkeys; i++) {
-        size_t j;
-
-        owner[i] = request_key_member(snap, pr->buf + rq->keys[i].off, rq->keys[i].len,
-                              &hash[i], &why);
-        if (owner[i] == NULL) {
-            request_error(r, PROTO_ERR_NO_MEMBER, why);
-            rc = 0;
-            goto out;
-        }
-        for (j = 0; j < nmembers && members[j] != owner[i]; j++)
-            ;
-        if (j == nmembers)
-            members[nmembers++] = owner[i];
-    }
-    if (nmembers == 1) {
-        rc = send_whole(r, pr, owner[0], hash[0]);
+    rc = -1;
+    if (rt.nmembers == 1) {
+        rc = send_whole(r, pr, rt.owner[0], rt.hash[0]);
         goto out;
     }
     m = merge_new(r, kind);
-    if (m == NULL || request_frags(r, nmembers) < 0)
+    if (m == NULL || request_frags(r, rt.nmembers) < 0)
         goto out;
     m->nkeys = nkeys;
     m->frag = calloc(nkeys, sizeof(*m->frag));
     m->pos = calloc(nkeys, sizeof(*m->pos));
     if (m->frag == NULL || m->pos == NULL)
         goto out;
-    for (size_t f = 0; f < nmembers; f++) {
+    for (size_t f = 0; f < rt.nmembers; f++) {
         struct rbuf b = {0};
         size_t mine = 0;
         uint64_t fhash = 0;
 
         for (size_t i = 0; i < nkeys; i++)
-            mine += owner[i] == members[f];
+            mine += rt.owner[i] == rt.members[f];
         if (frag_header(&b, pr, 1 + mine * (size_t)pairs) < 0) {
             rbuf_free(&b);
             goto out;
@@ -315,12 +296,12 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
         for (size_t i = 0; i < nkeys; i++) {
             size_t a = 1 + i * (size_t)pairs; /* the key's argument */
 
-            if (owner[i] != members[f])
+            if (rt.owner[i] != rt.members[f])
                 continue;
             m->frag[i] = (uint32_t)f;
             m->pos[i] = (uint32_t)r->frags[f].nkeys++;
             if (fhash == 0)
-                fhash = hash[i];
+                fhash = rt.hash[i];
             for (int k = 0; k < pairs; k++) {
                 size_t n;
                 const char *v = arg(pr, a + (size_t)k, &n);
@@ -330,14 +311,12 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
                 }
             }
         }
-        request_send(r, &r->frags[f], members[f], fhash, b.data, b.len, 0);
+        request_send(r, &r->frags[f], rt.members[f], fhash, b.data, b.len, 0);
         rbuf_free(&b);
     }
     rc = 0;
 out:
-    free(owner);
-    free(members);
-    free(hash);
+    request_route_free(&rt);
     return rc;
 }
 
@@ -841,16 +820,6 @@ redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
 
 /* ---- merging ------------------------------------------------------------- */
 
-/* The first fragment whose reply is an error, or NULL. */
-static const struct rfrag *
-first_error(const struct rreq *r)
-{
-    for (size_t i = 0; i < r->nfrags; i++)
-        if (r->frags[i].error)
-            return &r->frags[i];
-    return NULL;
-}
-
 static const char *
 frag_reply(const struct rfrag *f, size_t *len)
 {
@@ -992,7 +961,7 @@ static void
 redis_complete(struct rreq *r)
 {
     struct merge *m = r->mode_data;
-    const struct rfrag *err = first_error(r);
+    const struct rfrag *err = request_first_error(r);
     struct rbuf b = {0};
     size_t len;
     const char *rep;

@@ -305,6 +305,45 @@ req_proto(const struct rreq *r)
 
 /* ---- routing (for the modes) ------------------------------------------- */
 
+int
+request_route(struct rreq *r, const struct pool_snapshot *snap,
+              const char *buf, const struct proto_span *keys, size_t nkeys,
+              struct request_route *rt)
+{
+    size_t n = nkeys ? nkeys : 1;
+    const char *why;
+
+    rt->owner = calloc(n, sizeof(*rt->owner));
+    rt->hash = calloc(n, sizeof(*rt->hash));
+    rt->members = calloc(n, sizeof(*rt->members));
+    rt->nmembers = 0;
+    if (rt->owner == NULL || rt->hash == NULL || rt->members == NULL)
+        return -1;
+    for (size_t i = 0; i < nkeys; i++) {
+        size_t j;
+
+        rt->owner[i] = request_key_member(snap, buf + keys[i].off,
+                                          keys[i].len, &rt->hash[i], &why);
+        if (rt->owner[i] == NULL) {
+            request_error(r, PROTO_ERR_NO_MEMBER, why);
+            return 0;
+        }
+        for (j = 0; j < rt->nmembers && rt->members[j] != rt->owner[i]; j++)
+            ;
+        if (j == rt->nmembers)
+            rt->members[rt->nmembers++] = rt->owner[i];
+    }
+    return 1;
+}
+
+void
+request_route_free(struct request_route *rt)
+{
+    free(rt->owner);
+    free(rt->hash);
+    free(rt->members);
+}
+
 /*
  * The member of <key> in <snap>, with the key's ring hash in *<hash>: the
  * ring's owner, hashing only the hash tag when the pool has one. An owner
@@ -366,6 +405,22 @@ request_any_member(const struct pool_snapshot *snap, uint64_t client)
         if (server_usable(s))
             return s;
     }
+    return NULL;
+}
+
+void *
+request_mode_data(struct rreq *r, size_t size)
+{
+    r->mode_data = calloc(1, size);
+    return r->mode_data;
+}
+
+const struct rfrag *
+request_first_error(const struct rreq *r)
+{
+    for (size_t i = 0; i < r->nfrags; i++)
+        if (r->frags[i].error)
+            return &r->frags[i];
     return NULL;
 }
 

@@ -194,10 +194,37 @@ struct server *request_key_member(const struct pool_snapshot *snap,
                                   const char *key, size_t len, uint64_t *hash,
                                   const char **why);
 
+/* Where the keys of a multi-key request live. */
+struct request_route {
+    struct server **owner;   /* [nkeys] key i's member */
+    uint64_t *hash;          /* [nkeys] key i's ring hash */
+    struct server **members; /* the distinct ones, in their first key's
+                                order */
+    size_t nmembers;
+};
+
+/*
+ * Route the <nkeys> keys of <r> (spans of <buf>) into <rt>: 1 when every
+ * key has a member; 0 when one has none, and <r> is answered with the
+ * error; -1 when out of memory. <rt> is the caller's to
+ * request_route_free in every case.
+ */
+int request_route(struct rreq *r, const struct pool_snapshot *snap,
+                  const char *buf, const struct proto_span *keys,
+                  size_t nkeys, struct request_route *rt);
+void request_route_free(struct request_route *rt);
+
 /* Any member that is up, spread by <client>, for a request whose reply
  * is the same on every member. NULL when none is. */
 struct server *request_any_member(const struct pool_snapshot *snap,
                                   uint64_t client);
+
+/* The mode's state of <r> (a merge): <size> zeroed bytes, hung on
+ * r->mode_data (the mode's release frees it). NULL when out of memory. */
+void *request_mode_data(struct rreq *r, size_t size);
+
+/* The first fragment of <r> whose reply is an error, or NULL. */
+const struct rfrag *request_first_error(const struct rreq *r);
 
 /* Answer <r> with <len> bytes (a local reply, an error): it is done. */
 void request_answer(struct rreq *r, const char *reply, size_t len);

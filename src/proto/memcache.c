@@ -626,50 +626,21 @@ has_code(const char *msg)
     return is_error_line(msg, strlen(msg));
 }
 
-static void
-put_text(char *out, size_t *w, size_t cap, const char *s)
-{
-    for (; *s != '\0' && *w < cap; s++)
-        out[(*w)++] = *s == '\r' || *s == '\n' ? ' ' : *s;
-}
+static const struct proto_error_texts mc_errors = {
+    .lead = "",
+    .kinds = {"SERVER_ERROR Connection refused",
+              "SERVER_ERROR Connection timed out",
+              "SERVER_ERROR Connection reset by peer",
+              "SERVER_ERROR no member available"},
+    .request = "CLIENT_ERROR invalid request",
+    .request_prefix = "CLIENT_ERROR ",
+    .has_code = has_code,
+};
 
 static size_t
 mc_error_reply(char *out, size_t cap, int kind, const char *msg)
 {
-    const char *text;
-    size_t w = 0;
-
-    if (cap < 2)
-        return 0;
-    switch (kind) {
-    case PROTO_ERR_REFUSED:
-        text = "SERVER_ERROR Connection refused";
-        break;
-    case PROTO_ERR_TIMEOUT:
-        text = "SERVER_ERROR Connection timed out";
-        break;
-    case PROTO_ERR_CLOSED:
-        text = "SERVER_ERROR Connection reset by peer";
-        break;
-    case PROTO_ERR_NO_MEMBER:
-        text = "SERVER_ERROR no member available";
-        break;
-    default: /* PROTO_ERR_REQUEST */
-        if (msg == NULL || msg[0] == '\0')
-            text = "CLIENT_ERROR invalid request";
-        else
-            text = has_code(msg) ? "" : "CLIENT_ERROR ";
-        break;
-    }
-    put_text(out, &w, cap - 2, text);
-    if (msg != NULL && msg[0] != '\0') {
-        if (kind != PROTO_ERR_REQUEST)
-            put_text(out, &w, cap - 2, ": ");
-        put_text(out, &w, cap - 2, msg);
-    }
-    out[w++] = '\r';
-    out[w++] = '\n';
-    return w;
+    return proto_error_reply(&mc_errors, out, cap, kind, msg);
 }
 
 /* ---- base64 -------------------------------------------------------------- */

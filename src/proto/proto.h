@@ -168,6 +168,23 @@ struct proto {
     int (*probe_reply)(const char *buf, size_t len);
 };
 
+/* A request mode's error texts, for proto_error_reply. */
+struct proto_error_texts {
+    const char *lead;                     /* the line's first bytes ("-") */
+    const char *kinds[PROTO_ERR_REQUEST]; /* refused, timed out, closed, no
+                                             member; a detail follows ": " */
+    const char *request;        /* a bad request, without a message */
+    const char *request_prefix; /* before a message without its own code */
+    bool (*has_code)(const char *msg); /* the message has its code */
+};
+
+/* The error reply of <kind> (enum proto_error; <msg>: a detail, may be
+ * NULL) in the texts <t>, into <out> (<cap> bytes): one line, CR and LF
+ * of the texts made blanks, cut to fit and still ended. Its length, or
+ * 0 when <cap> cannot hold an empty one. Pure. */
+size_t proto_error_reply(const struct proto_error_texts *t, char *out,
+                         size_t cap, int kind, const char *msg);
+
 /* The table of <mode> (enum conf_mode), or NULL when that mode is not
  * implemented yet. */
 const struct proto *proto_find(int mode);

@@ -1554,53 +1554,19 @@ has_code(const char *msg)
     return i >= 3 && msg[i] == ' ';
 }
 
-/* Append <s> at <out>[*<w>], up to <room>, CR and LF made blanks: an
- * error reply is one line whatever the detail says. */
-static void
-put_text(char *out, size_t *w, size_t room, const char *s)
-{
-    for (; *s != '\0' && *w < room; s++)
-        out[(*w)++] = *s == '\r' || *s == '\n' ? ' ' : *s;
-}
+static const struct proto_error_texts redis_errors = {
+    .lead = "-",
+    .kinds = {"ERR Connection refused", "ERR Connection timed out",
+              "ERR Connection reset by peer", "ERR no member available"},
+    .request = "ERR invalid request",
+    .request_prefix = "ERR ",
+    .has_code = has_code,
+};
 
 static size_t
 redis_error_reply(char *out, size_t cap, int kind, const char *msg)
 {
-    const char *text;
-    size_t w = 0;
-
-    if (cap < 3) /* not even "-\r\n" */
-        return 0;
-    switch (kind) {
-    case PROTO_ERR_REFUSED:
-        text = "ERR Connection refused";
-        break;
-    case PROTO_ERR_TIMEOUT:
-        text = "ERR Connection timed out";
-        break;
-    case PROTO_ERR_CLOSED:
-        text = "ERR Connection reset by peer";
-        break;
-    case PROTO_ERR_NO_MEMBER:
-        text = "ERR no member available";
-        break;
-    default: /* PROTO_ERR_REQUEST */
-        if (msg == NULL || msg[0] == '\0')
-            text = "ERR invalid request";
-        else
-            text = has_code(msg) ? "" : "ERR ";
-        break;
-    }
-    out[w++] = '-';
-    put_text(out, &w, cap - 2, text);
-    if (msg != NULL && msg[0] != '\0') {
-        if (kind != PROTO_ERR_REQUEST)
-            put_text(out, &w, cap - 2, ": ");
-        put_text(out, &w, cap - 2, msg);
-    }
-    out[w++] = '\r';
-    out[w++] = '\n';
-    return w;
+    return proto_error_reply(&redis_errors, out, cap, kind, msg);
 }
 
 static const char redis_ping[] = "*1\r\n$4\r\nPING\r\n";

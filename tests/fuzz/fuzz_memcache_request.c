@@ -18,49 +18,19 @@
 
 #include "proto/memcache.h"
 #include "proto/proto.h"
+#include "request_harness.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define CAP 4 /* small, so that PROTO_KEYS and growth are exercised */
 
-struct arrays {
-    struct proto_span *args, *keys;
-    size_t argcap, keycap;
-};
-
 static int
 parse(const char *buf, size_t len, struct arrays *a, struct proto_request *rq,
       uint64_t value_max, struct proto_progress *progress)
 {
-    int st, rounds = 0;
-
-    for (;;) {
-        memset(rq, 0, sizeof(*rq));
-        rq->progress = progress;
-        rq->args = a->args;
-        rq->argcap = a->argcap;
-        rq->keys = a->keys;
-        rq->keycap = a->keycap;
-        rq->max = 64 * 1024;
-        rq->value_max = value_max;
-        st = proto_memcache.parse_request(buf, len, rq);
-        if (progress != NULL && (st != PROTO_AGAIN || rq->head > 0))
-            memset(progress, 0, sizeof(*progress)); /* as the engine does */
-        if (st != PROTO_KEYS)
-            return st;
-        if (++rounds > 1)
-            abort(); /* one growth is enough */
-        if (rq->nargs > a->argcap) {
-            a->argcap = rq->nargs;
-            a->args = realloc(a->args, a->argcap * sizeof(*a->args));
-        }
-        if (rq->nkeys > a->keycap) {
-            a->keycap = rq->nkeys;
-            a->keys = realloc(a->keys, a->keycap * sizeof(*a->keys));
-        }
-        if (a->args == NULL || a->keys == NULL)
-            abort();
-    }
+    /* one growth is enough: room for every word */
+    return harness_parse(&proto_memcache, buf, len, a, rq, 64 * 1024,
+                         value_max, progress, 1);
 }
 
 static void
@@ -112,33 +82,6 @@ check_ok(const char *buf, size_t len, const struct proto_request *rq)
         abort(); /* forwarded, so routed by a key */
 }
 
-static void
-pieces(const char *buf, struct arrays *a, const struct proto_request *whole,
-       uint64_t value_max, size_t step)
-{
-    struct proto_progress progress = {0};
-    struct proto_request rq;
-    size_t len;
-    int st;
-
-    for (len = step;; len += step) {
-        if (len > whole->head)
-            len = whole->head;
-        st = parse(buf, len, a, &rq, value_max, &progress);
-        if (len < whole->head) {
-            if (st != PROTO_AGAIN)
-                abort();
-            continue;
-        }
-        if (st != PROTO_OK || rq.head != whole->head ||
-            rq.body != whole->body || rq.flags != whole->flags ||
-            rq.nkeys != whole->nkeys || rq.nargs != whole->nargs ||
-            rq.command != whole->command)
-            abort();
-        break;
-    }
-}
-
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -150,11 +93,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the value limit comes from the input too: some runs hit it */
     uint64_t value_max = size > 0 && (data[0] & 1) ? 16 : 0;
 
-    a.argcap = a.keycap = CAP;
-    a.args = malloc(a.argcap * sizeof(*a.args));
-    a.keys = malloc(a.keycap * sizeof(*a.keys));
-    if (a.args == NULL || a.keys == NULL)
-        abort();
+    arrays_init(&a, CAP, 1);
     while (pos < size && n++ < 1000) {
         st = parse(buf + pos, size - pos, &a, &rq, value_max, NULL);
         if (st == PROTO_AGAIN)
@@ -176,12 +115,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (parse(buf + pos, rq.head - 1, &a, &again, value_max, NULL) !=
             PROTO_AGAIN)
             abort();
-        pieces(buf + pos, &a, &rq, value_max, data[pos] % 7 + 1);
+        harness_pieces(&proto_memcache, buf + pos, &a, &rq, 64 * 1024, value_max,
+                       data[pos] % 7 + 1, 1);
         if (rq.body != 0)
             break; /* the engine drops the value unparsed */
         pos += rq.head;
     }
-    free(a.args);
-    free(a.keys);
+    arrays_free(&a);
     return 0;
 }

@@ -15,64 +15,18 @@
 
 #include "proto/proto.h"
 #include "proto/redis.h"
+#include "request_harness.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define CAP 8 /* small, so that PROTO_KEYS and growth are exercised */
 
-struct arrays {
-    struct proto_span *args, *keys;
-    char *scratch;
-    size_t argcap, keycap, scratchcap;
-};
-
-static void
-grow(struct arrays *a, const struct proto_request *rq)
-{
-    if (rq->nkeys > rq->nargs)
-        abort(); /* the contract: nkeys never exceeds nargs */
-    if (rq->nargs > a->argcap) {
-        a->argcap = rq->nargs;
-        a->args = realloc(a->args, a->argcap * sizeof(*a->args));
-    }
-    if (rq->nkeys > a->keycap) {
-        a->keycap = rq->nkeys;
-        a->keys = realloc(a->keys, a->keycap * sizeof(*a->keys));
-    }
-    if (rq->scratchlen > a->scratchcap) {
-        a->scratchcap = rq->scratchlen;
-        a->scratch = realloc(a->scratch, a->scratchcap);
-    }
-    if (a->args == NULL || a->keys == NULL || a->scratch == NULL)
-        abort();
-}
-
 static int
 parse(const char *buf, size_t len, struct arrays *a, struct proto_request *rq,
       uint64_t max, struct proto_progress *progress)
 {
-    int st, rounds = 0;
-
-    for (;;) {
-        memset(rq, 0, sizeof(*rq));
-        rq->progress = progress;
-        rq->args = a->args;
-        rq->argcap = a->argcap;
-        rq->keys = a->keys;
-        rq->keycap = a->keycap;
-        rq->scratch = a->scratch;
-        rq->scratchcap = a->scratchcap;
-        rq->max = max;
-        st = proto_redis.parse_request(buf, len, rq);
-        if (progress != NULL && (st != PROTO_AGAIN || rq->head > 0))
-            memset(progress, 0, sizeof(*progress)); /* as the engine does */
-        if (st != PROTO_KEYS)
-            return st;
-        /* the args first, then the keys: two rounds at most */
-        if (++rounds > 2)
-            abort();
-        grow(a, rq);
-    }
+    /* the args first, then the keys: two rounds at most */
+    return harness_parse(&proto_redis, buf, len, a, rq, max, 0, progress, 2);
 }
 
 static void
@@ -134,43 +88,13 @@ check_ok(const char *buf, size_t len, const struct proto_request *rq)
         abort();
 }
 
-/* <buf>'s request <whole> fed <step> bytes more at a time, resuming: it
- * waits until its head is in, then parses as it did whole (its spans
- * too). */
 static void
 pieces(const char *buf, struct arrays *a, const struct proto_request *whole,
        uint64_t max, size_t step)
 {
-    struct proto_progress progress = {0};
-    struct proto_request rq;
-    struct proto_span *args;
-    size_t len, nargs = whole->nargs;
-    int st;
-
     if (whole->flags & PROTO_REQ_INLINE)
         return; /* inline lines do not resume: parsed whole each time */
-    args = malloc((nargs ? nargs : 1) * sizeof(*args));
-    if (args == NULL)
-        abort();
-    memcpy(args, whole->args, nargs * sizeof(*args));
-    for (len = step;; len += step) {
-        if (len > whole->head)
-            len = whole->head;
-        st = parse(buf, len, a, &rq, max, &progress);
-        if (len < whole->head) {
-            if (st != PROTO_AGAIN)
-                abort();
-            continue;
-        }
-        if (st != PROTO_OK || rq.head != whole->head ||
-            rq.body != whole->body || rq.flags != whole->flags ||
-            rq.nkeys != whole->nkeys || rq.nargs != nargs ||
-            rq.command != whole->command ||
-            memcmp(rq.args, args, nargs * sizeof(*args)) != 0)
-            abort();
-        break;
-    }
-    free(args);
+    harness_pieces(&proto_redis, buf, a, whole, max, 0, step, 2);
 }
 
 int
@@ -184,13 +108,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the size limit comes from the input too: some runs hit it */
     uint64_t max = size > 0 && (data[0] & 1) ? 4096 : 0;
 
-    a.argcap = a.keycap = CAP;
-    a.scratchcap = 64;
-    a.args = malloc(a.argcap * sizeof(*a.args));
-    a.keys = malloc(a.keycap * sizeof(*a.keys));
-    a.scratch = malloc(a.scratchcap);
-    if (a.args == NULL || a.keys == NULL || a.scratch == NULL)
-        abort();
+    arrays_init(&a, CAP, 64);
     while (pos < size && n++ < 1000) {
         st = parse(buf + pos, size - pos, &a, &rq, max, NULL);
         if (st == PROTO_AGAIN)
@@ -216,8 +134,6 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break; /* the engine would forward the value unparsed */
         pos += rq.head;
     }
-    free(a.args);
-    free(a.keys);
-    free(a.scratch);
+    arrays_free(&a);
     return 0;
 }
