@@ -346,6 +346,10 @@ local(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
     case MC_MN:
         answer(r, "MN\r\n");
         return;
+    case MC_GAT: /* an exptime and no key: nothing found, as memcached */
+    case MC_GATS:
+        answer(r, "END\r\n");
+        return;
     case MC_VERSION:
         answer(r, "VERSION " VERSION_TEXT "\r\n");
         return;

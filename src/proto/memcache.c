@@ -228,6 +228,7 @@ meta_set(const char *buf, size_t len, struct proto_request *rq, size_t line)
 {
     const struct proto_span *w = rq->args;
     uint64_t bytes = 0;
+    int st;
 
     if (rq->nargs == 1)
         return invalid(rq, line, E_ERROR);
@@ -243,11 +244,15 @@ meta_set(const char *buf, size_t len, struct proto_request *rq, size_t line)
         return invalid(rq, line, E_FORMAT);
     if (rq->nargs > MS_WORDS_MAX)
         return invalid(rq, line, E_FLAGS);
-    for (size_t i = 3; i < rq->nargs; i++)
-        if (word_is(buf, &w[i], "q"))
-            rq->flags |= PROTO_REQ_NOREPLY;
     rq->flags |= PROTO_REQ_WRITE;
-    return value(buf, len, rq, line, bytes);
+    st = value(buf, len, rq, line, bytes);
+    /* quiet mode hides a member's HD, never an error (too large, a bad
+     * chunk) */
+    if (st == PROTO_OK && !(rq->flags & PROTO_REQ_REFUSED))
+        for (size_t i = 3; i < rq->nargs; i++)
+            if (word_is(buf, &w[i], "q"))
+                rq->flags |= PROTO_REQ_NOREPLY;
+    return st;
 }
 
 /* Split the line [0, end) into words: as many as fit in rq->args, the
@@ -337,8 +342,21 @@ mc_parse_request(const char *buf, size_t len, struct proto_request *rq)
     case MC_GAT:
     case MC_GATS:
         first = rq->command >= MC_GAT ? 2 : 1;
-        if (rq->nargs <= first)
+        if (rq->nargs == 1)
             return invalid(rq, line, E_ERROR);
+        if (first == 2) {
+            /* memcached reads gat's exptime before it counts keys */
+            uint64_t t;
+            bool neg;
+            if (word_number(buf, &w[1], true, &t, &neg) < 0)
+                return invalid(rq, line,
+                               "CLIENT_ERROR invalid exptime argument");
+            if (rq->nargs == 2) { /* no key: nothing found */
+                rq->flags |= PROTO_REQ_LOCAL;
+                rq->head = line;
+                return PROTO_OK;
+            }
+        }
         for (size_t i = first; i < rq->nargs; i++) {
             if (w[i].len > MC_KEY_MAX)
                 return invalid(rq, line, E_FORMAT);
@@ -409,14 +427,21 @@ mc_parse_request(const char *buf, size_t len, struct proto_request *rq)
         rq->flags |= PROTO_REQ_LOCAL | PROTO_REQ_QUIT;
         rq->head = line;
         return PROTO_OK;
-    case MC_VERBOSITY:
+    case MC_VERBOSITY: {
+        uint64_t level;
+        bool neg;
+
         if (rq->nargs < 2 || rq->nargs > 3)
             return invalid(rq, line, E_ERROR);
         if (word_is(buf, &w[rq->nargs - 1], "noreply"))
             rq->flags |= PROTO_REQ_NOREPLY;
+        /* the level must be a number (a third word is ignored) */
+        if (word_number(buf, &w[1], false, &level, &neg) < 0)
+            return mistake(rq, line, E_FORMAT);
         rq->flags |= PROTO_REQ_LOCAL;
         rq->head = line;
         return PROTO_OK;
+    }
     case MC_FLUSH_ALL:
         if (rq->nargs > 3)
             return invalid(rq, line, E_ERROR);

@@ -101,7 +101,14 @@ test_get_keys(void **state)
     /* no key: memcached's ERROR */
     assert_int_equal(parse(&p, "get\r\n"), PROTO_INVALID);
     assert_string_equal(p.rq.err, "ERROR");
-    assert_int_equal(parse(&p, "gat 10\r\n"), PROTO_INVALID);
+    assert_int_equal(parse(&p, "gat\r\n"), PROTO_INVALID);
+    assert_string_equal(p.rq.err, "ERROR");
+    /* gat's exptime is read first: none is an error, no key finds none */
+    assert_int_equal(parse(&p, "gat a\r\n"), PROTO_INVALID);
+    assert_string_equal(p.rq.err, "CLIENT_ERROR invalid exptime argument");
+    assert_int_equal(parse(&p, "gats -1\r\n"), PROTO_OK);
+    assert_true(p.rq.flags & PROTO_REQ_LOCAL);
+    assert_int_equal(p.rq.nkeys, 0);
     assert_prefixes_again(get, strlen(get));
 }
 
@@ -204,6 +211,12 @@ test_too_large(void **state)
     assert_int_equal(parse_n(&p, ms, strlen(ms), 10), PROTO_OK);
     assert_true(p.rq.flags & PROTO_REQ_REFUSED);
     assert_int_equal(p.rq.body, 13);
+    /* quiet mode hides no error: too large, a bad chunk */
+    assert_int_equal(parse_n(&p, "ms k 11 q\r\n", 11, 10), PROTO_OK);
+    assert_true(p.rq.flags & PROTO_REQ_REFUSED);
+    assert_false(p.rq.flags & PROTO_REQ_NOREPLY);
+    assert_int_equal(parse(&p, "ms k 1 q\r\nxy\r\n"), PROTO_INVALID);
+    assert_string_equal(p.rq.err, "CLIENT_ERROR bad data chunk");
     /* the default is memcached's 1 MB */
     assert_int_equal(parse(&p, "set k 0 0 1048577\r\n"), PROTO_OK);
     assert_true(p.rq.flags & PROTO_REQ_REFUSED);
@@ -302,6 +315,13 @@ test_local_and_unknown(void **state)
     assert_int_equal(parse(&p, "verbosity 1 noreply\r\n"), PROTO_OK);
     assert_true(p.rq.flags & PROTO_REQ_NOREPLY);
     assert_int_equal(parse(&p, "verbosity\r\n"), PROTO_INVALID);
+    assert_int_equal(parse(&p, "verbosity x\r\n"), PROTO_INVALID);
+    assert_string_equal(p.rq.err, "CLIENT_ERROR bad command line format");
+    assert_int_equal(parse(&p, "verbosity 1 x\r\n"), PROTO_OK);
+    /* noreply silences the mistake too, as in memcached */
+    assert_int_equal(parse(&p, "verbosity noreply\r\n"), PROTO_OK);
+    assert_true(p.rq.flags & PROTO_REQ_REFUSED);
+    assert_true(p.rq.flags & PROTO_REQ_NOREPLY);
     assert_int_equal(parse(&p, "flush_all 10\r\n"), PROTO_OK);
     assert_true(p.rq.flags & PROTO_REQ_FANOUT);
     assert_int_equal(parse(&p, "flush_all noreply\r\n"), PROTO_OK);
