@@ -11,6 +11,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -339,6 +340,31 @@ class MemcachedServer:
 
     def holds(self, keys):
         return set(self.values(keys))
+
+
+def task_states(pid):
+    """The state letter of every thread of <pid> (/proc/<pid>/task)."""
+    out = []
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                out.append(f.read().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            pass
+    return out
+
+
+def sigstop(srv):
+    """SIGSTOP <srv> and wait until every thread of it is stopped: the
+    signal is taken asynchronously, and a request sent in between would
+    still be answered."""
+    os.kill(srv.proc.pid, signal.SIGSTOP)
+    wait_for(lambda: all(s == "T" for s in task_states(srv.proc.pid)),
+             timeout=5, interval=0.005, what="%s stopped" % srv.addr)
+
+
+def sigcont(srv):
+    os.kill(srv.proc.pid, signal.SIGCONT)
 
 
 def start_memcached_on_free_host(procs, port):

@@ -192,7 +192,7 @@ def normalize(data):
     return re.sub(rb"(ME \S+ .*?)la=\d+", rb"\1la=N", data)
 
 
-def first_diff(got, ref, label):
+def first_diff(got, ref, label, names=("chashd", "memcached")):
     """A readable account of the first unit where <got> and <ref> (bytes
     of replies) differ; "" when they are the same bytes."""
     if got == ref:
@@ -202,9 +202,10 @@ def first_diff(got, ref, label):
         a = g[i] if i < len(g) else b"<nothing>"
         b = r[i] if i < len(r) else b"<nothing>"
         if a != b:
-            return ("%s: reply unit #%d differs\n  chashd:    %r\n"
-                    "  memcached: %r\n  (memcached before it: %r)"
-                    % (label, i, a[:200], b[:200],
+            return ("%s: reply unit #%d differs\n  %-10s %r\n"
+                    "  %-10s %r\n  (%s before it: %r)"
+                    % (label, i, names[0] + ":", a[:200], names[1] + ":",
+                       b[:200], names[1],
                        [u[:60] for u in r[max(0, i - 3):i]]))
     return "%s: same units, different bytes" % label
 
@@ -261,7 +262,8 @@ def test_script_holds_on_memcached(procs):
     steps = script()
     one_a = run_one_by_one(a.port, steps)
     one_b = run_one_by_one(b.port, steps)
-    bad = [first_diff(normalize(x), normalize(y), label)
+    bad = [first_diff(normalize(x), normalize(y), label,
+                      ("memcached", "memcached"))
            for (label, _), x, y in zip(steps, one_a, one_b) if
            normalize(x) != normalize(y)]
     assert not bad, "\n".join(bad)
@@ -289,7 +291,8 @@ def test_script_holds_on_memcached(procs):
     assert normalize(pa) == normalize(pb)
     one_e = run_one_by_one(e.port, psteps)
     msg = first_diff(normalize(pa), normalize(b"".join(one_e)),
-                     "memcached pipelined vs one by one")
+                     "memcached pipelined vs one by one",
+                     ("pipelined", "one by one"))
     assert not msg, msg
 
 
@@ -593,8 +596,7 @@ def test_large_values_split_across_reads(three):
     hold exactly those bytes."""
     cd = three.chashd()
     ks = [three.keys.on(i) for i in range(3)]
-    vals = [bytes(random.Random(i).getrandbits(8) for _ in range(200000))
-            for i in range(3)]
+    vals = [random.Random(i).randbytes(200000) for i in range(3)]
     with cd.client(timeout=10) as c:
         for x, v in zip(ks, vals):
             data = b"set %s 1 0 %d\r\n%s\r\n" % (x.encode(), len(v), v)

@@ -12,7 +12,6 @@
 # SPDX-License-Identifier: BSD-2-Clause
 import os
 import random
-import signal
 import socket
 import struct
 import threading
@@ -23,7 +22,7 @@ import pytest
 from admin_util import Api
 from conftest import free_port, wait_for
 from mc_util import (GLOBAL, ChashdMemcache, KeysByMember, MemcachedServer,
-                     mc_pool, need_chashd_memcache)
+                     mc_pool, need_chashd_memcache, sigcont, sigstop)
 
 POOL = "err"
 REFUSED = b"SERVER_ERROR Connection refused\r\n"
@@ -76,12 +75,8 @@ def value_of(k):
             b"END\r\n"]
 
 
-def stop(srv):
-    os.kill(srv.proc.pid, signal.SIGSTOP)
-
-
-def cont(srv):
-    os.kill(srv.proc.pid, signal.SIGCONT)
+stop = sigstop
+cont = sigcont
 
 
 # --------------------------------------------------------- refused member --
