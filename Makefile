@@ -82,10 +82,11 @@ UT_MODS_test_conf      := conf
 UT_MODS_test_log       := log
 UT_MODS_test_pool      := pool conf log health control invariant builder \
                           membership report state text proto/proto proto/tcp \
-                          proto/redis
+                          proto/redis proto/memcache
 UT_MODS_test_state     := state conf
-UT_MODS_test_tcp       := proto/proto proto/tcp proto/redis conf
+UT_MODS_test_tcp       := proto/proto proto/tcp proto/redis proto/memcache conf
 UT_MODS_test_redis     := proto/redis
+UT_MODS_test_memcache  := proto/memcache
 UT_SRC    := $(wildcard tests/unit/test_*.c)
 UT_OBJ    := $(UT_SRC:%.c=$(B)/%.o)
 UT_BIN    := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)

@@ -43,6 +43,8 @@
  * proto-max-bulk-len; and the most client_max_request may say. */
 #define DEFAULT_MAX_REQUEST (512ULL * 1024 * 1024)
 #define MAX_SIZE (4ULL * 1024 * 1024 * 1024)
+/* memcached's default largest item (-I 1m). */
+#define DEFAULT_ITEM_SIZE_MAX (1024 * 1024)
 
 /* Default max_points: ten times a large pool (1000 members x 160 points
  * is 160000), about 32 MB of ring at 16 bytes a point, built in well
@@ -55,8 +57,9 @@
 
 const char conf_default_yaml[] =
     "# The embedded demo config (make run): three local backends behind a\n"
-    "# tcp pool hashed by client address, and three redis-servers behind a\n"
-    "# redis pool. conf/demo.yml is this text, for tools that take a file\n"
+    "# tcp pool hashed by client address, three redis-servers behind a\n"
+    "# redis pool and three memcacheds behind a memcache pool. conf/demo.yml\n"
+    "# is this text, for tools that take a file\n"
     "# (chash lookup --config conf/demo.yml --pool kv KEY).\n"
     "global:\n"
     "  admin: 127.0.0.1:8404\n"
@@ -91,7 +94,23 @@ const char conf_default_yaml[] =
     "  servers:\n"
     "    - 127.0.0.1:7001:1 kv-1\n"
     "    - 127.0.0.1:7002:1 kv-2\n"
-    "    - 127.0.0.1:7003:1 kv-3\n";
+    "    - 127.0.0.1:7003:1 kv-3\n"
+    "# A memcache pool as twemproxy writes it (no `redis:`): ketama, and\n"
+    "# murmur rather than the default fnv1a_64, which sends keys that\n"
+    "# differ only at their end (user:1, user:2...) to few members.\n"
+    "mc:\n"
+    "  listen: 127.0.0.1:11311\n"
+    "  hash: murmur\n"
+    "  hash_tag: \"{}\"\n"
+    "  timeout: 1000\n"
+    "  auto_eject_hosts: true\n"
+    "  server_failure_limit: 2\n"
+    "  server_retry_timeout: 2000\n"
+    "  health_check: { type: memcache, interval: 1s, timeout: 500ms }\n"
+    "  servers:\n"
+    "    - 127.0.0.1:7101:1 mc-1\n"
+    "    - 127.0.0.1:7102:1 mc-2\n"
+    "    - 127.0.0.1:7103:1 mc-3\n";
 
 /* One load in progress: where messages go and what they name. */
 struct load {
@@ -281,7 +300,8 @@ static const char *const hash_key_names[] = {"source_ip", "source_ip_port",
                                              NULL};
 static const char *const on_failure_names[] = {"failover", "remap", "error",
                                                NULL};
-static const char *const health_type_names[] = {"tcp", "redis", NULL};
+static const char *const health_type_names[] = {"tcp", "redis", "memcache",
+                                                NULL};
 static const char *const log_level_names[] = {"error", "warn", "info", "debug",
                                               NULL};
 
@@ -1097,6 +1117,9 @@ set_size(struct load *ld, const struct conf_key *key, yaml_node_t *node,
     if (n < key->min)
         return fail(ld, node, "'%s' is too small: %s is less than %u bytes",
                     key->name, v, key->min);
+    if (key->max != 0 && n > key->max)
+        return fail(ld, node, "'%s' is too large: %s is more than %u bytes",
+                    key->name, v, key->max);
     *FIELD(base, key, uint64_t) = n;
     return 0;
 bad:
@@ -1572,6 +1595,7 @@ enum pool_key {
     PK_SHUTDOWN_TIMEOUT,
     PK_CLIENT_MAX_REQUEST,
     PK_ALLOW_FANOUT_ADMIN,
+    PK_ITEM_SIZE_MAX,
     PK_COUNT
 };
 
@@ -1635,10 +1659,10 @@ static const struct conf_key pool_keys[] = {
     [PK_MAX_POINTS] = {"max_points", set_u32, POOL(max_points), 1, UINT32_MAX,
                        NULL, M_ALL, false},
     /* Not in redis pools: a spilled key read from a member that does not
-     * own it is wrong data, not a cache miss. */
+     * own it is wrong data, not a cache miss. Memcache pools route every
+     * key to its owner (bounded loads for hot keys are to come). */
     [PK_BALANCE_FACTOR] = {"balance_factor", set_balance_factor,
-                           POOL(balance_factor), 0, 0, NULL,
-                           M_CONN | M_MEMCACHE, false},
+                           POOL(balance_factor), 0, 0, NULL, M_CONN, false},
     [PK_SLOW_START] = {"slow_start", set_ms, POOL(slow_start_ms), 0,
                        MAX_DURATION, NULL, M_ALL, false},
     [PK_ON_FAILURE] = {"on_failure", set_enum, POOL(on_failure), 0, 0,
@@ -1662,6 +1686,9 @@ static const struct conf_key pool_keys[] = {
     [PK_ALLOW_FANOUT_ADMIN] = {"allow_fanout_admin", set_bool,
                                POOL(allow_fanout_admin), 0, 0, NULL, M_STORE,
                                false},
+    /* memcached's -I: a larger value is refused as memcached refuses it */
+    [PK_ITEM_SIZE_MAX] = {"item_size_max", set_size, POOL(item_size_max), 1,
+                          1024u * 1024 * 1024, NULL, M_MEMCACHE, false},
 };
 _Static_assert(ARRAY_SIZE(pool_keys) == PK_COUNT, "one entry per pool key");
 
@@ -1835,6 +1862,7 @@ pool_init(struct conf_pool *pool)
     pool->ring.table_size = CHASH_DEFAULT_TABLE_SIZE;
     pool->max_points = DEFAULT_MAX_POINTS;
     pool->client_max_request = DEFAULT_MAX_REQUEST;
+    pool->item_size_max = DEFAULT_ITEM_SIZE_MAX;
     pool->health.interval_ms = 1000;
     pool->health.timeout_ms = 500;
     pool->health.rise = 2;
@@ -2103,12 +2131,17 @@ parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
                  conf_mode_name(pool->mode));
         return -1;
     }
-    if (pool->health.enabled && pool->health.type == CONF_HEALTH_REDIS &&
-        pool->mode != CONF_MODE_REDIS) {
+    if (pool->health.enabled && pool->health.type != CONF_HEALTH_TCP &&
+        pool->mode != (pool->health.type == CONF_HEALTH_REDIS
+                           ? CONF_MODE_REDIS
+                           : CONF_MODE_MEMCACHE)) {
         snprintf(ld->err, ld->errlen,
-                 "%s:%d: health_check type redis (PING) is for redis pools; "
+                 "%s:%d: health_check type %s (%s) is for %s pools; "
                  "pool '%s' is %s (use type: tcp)",
-                 ld->file, lines[PK_HEALTH_CHECK], pool->name,
+                 ld->file, lines[PK_HEALTH_CHECK],
+                 health_type_names[pool->health.type],
+                 pool->health.type == CONF_HEALTH_REDIS ? "PING" : "version",
+                 health_type_names[pool->health.type], pool->name,
                  conf_mode_name(pool->mode));
         return -1;
     }

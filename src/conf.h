@@ -33,7 +33,11 @@ enum conf_on_failure {
     CONF_ON_FAILURE_ERROR
 };
 /* tcp: a connect; redis: AUTH (with redis_auth) then PING, +PONG */
-enum conf_health_type { CONF_HEALTH_TCP, CONF_HEALTH_REDIS };
+enum conf_health_type {
+    CONF_HEALTH_TCP,
+    CONF_HEALTH_REDIS,
+    CONF_HEALTH_MEMCACHE
+};
 enum conf_log_level {
     CONF_LOG_ERROR,
     CONF_LOG_WARN,
@@ -104,6 +108,8 @@ struct conf_pool {
                                      512 MB as Redis' proto-max-bulk-len) */
     bool allow_fanout_admin;      /* FLUSHDB, FLUSHALL, KEYS across
                                      every member (default false) */
+    uint64_t item_size_max;       /* memcache: the largest value stored
+                                     (default 1 MB, memcached's -I) */
     bool preconnect;
     bool auto_eject_hosts;
     uint32_t server_failure_limit;    /* default 2, as twemproxy */

@@ -21,16 +21,19 @@ engine_accept(int mode)
     case CONF_MODE_TCP:
         return splice_accept;
     case CONF_MODE_REDIS:
+    case CONF_MODE_MEMCACHE:
         return request_accept;
     default:
-        return NULL; /* http, memcache: not served yet */
+        return NULL; /* http: not served yet */
     }
 }
 
 void
 engine_listening(struct worker *w, struct pool *p)
 {
-    if (pool_snapshot(p)->set.mode == CONF_MODE_REDIS)
+    int mode = pool_snapshot(p)->set.mode;
+
+    if (mode == CONF_MODE_REDIS || mode == CONF_MODE_MEMCACHE)
         request_preconnect(w, p);
 }
 

@@ -116,23 +116,26 @@ probe_proto(const struct server *s)
     const struct pool *p = s->pool;
 
     if (p == NULL || !p->cfg.health.enabled ||
-        p->cfg.health.type != CONF_HEALTH_REDIS)
+        p->cfg.health.type == CONF_HEALTH_TCP)
         return NULL;
     return proto_find(p->cfg.mode);
 }
 
-/* Connected: send the pool's probe (AUTH first with redis_auth), then
+/* Connected: send the pool's probe (redis: AUTH first with redis_auth), then
  * wait for its answer. */
 static void
 probe_ask(struct health_probe *pr)
 {
     const struct proto *pt = probe_proto(pr->s);
     char out[600];
-    unsigned swallow;
-    int k = redis_prelude(out, sizeof(out) - pt->probe_len,
-                          pr->s->pool->cfg.redis_auth, 0, &swallow);
+    unsigned swallow = 0;
+    int k = 0;
     size_t n;
     ssize_t w;
+
+    if (pr->s->pool->cfg.health.type == CONF_HEALTH_REDIS)
+        k = redis_prelude(out, sizeof(out) - pt->probe_len,
+                          pr->s->pool->cfg.redis_auth, 0, &swallow);
 
     if (k < 0) {
         probe_done(pr->s, false, "redis_auth too long for a probe");

@@ -35,6 +35,16 @@ metrics_init(void)
     clock_gettime(CLOCK_MONOTONIC, &M.start);
 }
 
+double
+metrics_uptime(void)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - M.start.tv_sec) +
+           (now.tv_nsec - M.start.tv_nsec) / 1e9;
+}
+
 void
 metrics_note_reload(bool ok)
 {
@@ -545,7 +555,6 @@ metrics_render(size_t *len)
 {
     char *buf = NULL;
     size_t size = 0;
-    struct timespec now;
     FILE *f;
 
     metrics_init();
@@ -556,12 +565,9 @@ metrics_render(size_t *len)
     family(f, "chashd_build_info", "gauge",
            "Build information: always 1, the version in a label.");
     fprintf(f, "chashd_build_info{version=\"%s\"} 1\n", CHASH_VERSION_STRING);
-    clock_gettime(CLOCK_MONOTONIC, &now);
     family(f, "chashd_uptime_seconds", "gauge",
            "Seconds since chashd started.");
-    fprintf(f, "chashd_uptime_seconds %.3f\n",
-            (double)(now.tv_sec - M.start.tv_sec) +
-                (now.tv_nsec - M.start.tv_nsec) / 1e9);
+    fprintf(f, "chashd_uptime_seconds %.3f\n", metrics_uptime());
     family(f, "chashd_start_time_seconds", "gauge",
            "Start time of chashd since the Unix epoch, in seconds.");
     fprintf(f, "chashd_start_time_seconds %.3f\n", M.start_unix);

@@ -14,6 +14,9 @@
  * are ignored. */
 void metrics_init(void);
 
+/* Seconds since metrics_init (any thread). */
+double metrics_uptime(void);
+
 /* Count a config reload, successful or refused (main.c's reload path). */
 void metrics_note_reload(bool ok);
 

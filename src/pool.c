@@ -387,6 +387,7 @@ settings_from_conf(struct pool_settings *set, const struct conf_pool *cp)
     set->server_connections =
         cp->server_connections > 0 ? cp->server_connections : 1;
     set->client_max_request = cp->client_max_request;
+    set->item_size_max = cp->item_size_max;
     set->redis_db = cp->redis_db;
     set->allow_fanout_admin = cp->allow_fanout_admin;
     set->preconnect = cp->preconnect;

@@ -121,6 +121,7 @@ struct pool_settings {
     uint32_t timeout_ms;         /* per request, 0 = none (twemproxy) */
     uint32_t server_connections; /* per worker per member, >= 1 */
     uint64_t client_max_request; /* bytes */
+    uint64_t item_size_max;      /* memcache: bytes */
     char *redis_auth;            /* owned by the snapshot, NULL: none */
     int redis_db;
     bool allow_fanout_admin;

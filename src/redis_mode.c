@@ -149,72 +149,6 @@ command_name(const struct parsed *pr, char *out, size_t cap)
 
 /* ---- routing ------------------------------------------------------------- */
 
-/*
- * The member of <key> in <snap>, with the key's ring hash in *<hash>: the
- * ring's owner, hashing only the hash tag when the pool has one. An owner
- * that is not up: with on_failure error, no member (*<why> says so); else
- * its next member in preference order that is (remap rebuilds the ring
- * without it; failover keeps the ring and skips it -- for a store, both
- * send its keys to another member while it is out, as twemproxy's
- * auto_eject_hosts does).
- */
-static struct server *
-key_member(const struct pool_snapshot *snap, const char *key, size_t len,
-           uint64_t *hash, const char **why)
-{
-    size_t off, n, idx, pref[16], np;
-    struct server *s;
-
-    *why = "no member owns any key";
-    if (snap->ring == NULL)
-        return NULL;
-    n = chash_key_tag(key, len, snap->set.hash_tag, &off);
-    *hash = chash_ring_hash(snap->ring, key + off, n);
-    idx = chash_ring_lookup(snap->ring, *hash);
-    s = snap->servers[idx];
-    if (server_usable(s))
-        return s;
-    *why = "the key's member is not up (on_failure: error)";
-    if (snap->set.on_failure == CONF_ON_FAILURE_ERROR)
-        return NULL;
-    np = chash_ring_lookup_n(snap->ring, *hash, pref, 16);
-    for (size_t i = 1; i < np; i++)
-        if (server_usable(snap->servers[pref[i]]))
-            return snap->servers[pref[i]];
-    if (np == 16 && snap->n > 16) {
-        /* the 16 first in the key's order are all out: the rest of it */
-        size_t *all = malloc(snap->n * sizeof(*all));
-
-        *why = "out of memory";
-        if (all == NULL)
-            return NULL;
-        np = chash_ring_lookup_n(snap->ring, *hash, all, snap->n);
-        s = NULL;
-        for (size_t i = 16; i < np && s == NULL; i++)
-            if (server_usable(snap->servers[all[i]]))
-                s = snap->servers[all[i]];
-        free(all);
-        if (s != NULL)
-            return s;
-    }
-    *why = "no member is up";
-    return NULL;
-}
-
-/* Any member that is up, for a command whose reply is the same on every
- * member (LOLWUT, OBJECT HELP ...): spread by client. */
-static struct server *
-any_member(const struct pool_snapshot *snap, uint64_t client)
-{
-    for (size_t i = 0; i < snap->n; i++) {
-        struct server *s = snap->servers[(client + i) % snap->n];
-
-        if (server_usable(s))
-            return s;
-    }
-    return NULL;
-}
-
 /* Send the whole request (<pr>) to <s> as its one fragment. */
 static int
 send_whole(struct rreq *r, const struct parsed *pr, struct server *s,
@@ -246,7 +180,7 @@ same_member(struct rreq *r, const struct pool_snapshot *snap,
     for (size_t i = 0; i < rq->nkeys; i++) {
         const char *k = pr->buf + rq->keys[i].off;
         uint64_t h;
-        struct server *s = key_member(snap, k, rq->keys[i].len, &h, &why);
+        struct server *s = request_key_member(snap, k, rq->keys[i].len, &h, &why);
 
         if (s == NULL) {
             request_error(r, PROTO_ERR_NO_MEMBER, why);
@@ -264,7 +198,7 @@ same_member(struct rreq *r, const struct pool_snapshot *snap,
          i++) {
         const char *k = pr->buf + rq->keys[i].off;
         uint64_t h;
-        struct server *s = key_member(snap, k, rq->keys[i].len, &h, &why);
+        struct server *s = request_key_member(snap, k, rq->keys[i].len, &h, &why);
 
         used += (size_t)snprintf(
             list + used, sizeof(list) - used, "%s%.*s: %s", i ? ", " : "",
@@ -343,7 +277,7 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
     for (size_t i = 0; i < nkeys; i++) {
         size_t j;
 
-        owner[i] = key_member(snap, pr->buf + rq->keys[i].off, rq->keys[i].len,
+        owner[i] = request_key_member(snap, pr->buf + rq->keys[i].off, rq->keys[i].len,
                               &hash[i], &why);
         if (owner[i] == NULL) {
             request_error(r, PROTO_ERR_NO_MEMBER, why);
@@ -851,7 +785,7 @@ redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
         if (rq->nkeys == 0 && cmd->kind == REDIS_KEY) {
             /* LOLWUT, and the HELP of OBJECT, MEMORY, XINFO, XGROUP: the
              * table says any member answers */
-            s = any_member(snap, c->id);
+            s = request_any_member(snap, c->id);
             if (s == NULL) {
                 request_error(r, PROTO_ERR_NO_MEMBER, "no member is up");
                 return 0;
@@ -1177,9 +1111,17 @@ redis_handshake(const struct pool_snapshot *snap, char *out, size_t cap,
                          replies);
 }
 
+/* A merged reply is an error when it is one error reply. */
+static bool
+redis_is_error(const char *buf, size_t len)
+{
+    return len > 0 && buf[0] == '-';
+}
+
 const struct request_mode redis_request_mode = {
     .dispatch = redis_dispatch,
     .complete = redis_complete,
     .release = redis_release,
     .handshake = redis_handshake,
+    .is_error = redis_is_error,
 };

@@ -28,6 +28,8 @@
 #include "invariant.h"
 #include "log.h"
 #include "pool.h"
+#include "memcache_mode.h"
+#include "proto/memcache.h"
 #include "proto/redis.h"
 #include "redis_mode.h"
 
@@ -298,7 +300,73 @@ req_free(struct rreq *r)
 static const struct proto *
 req_proto(const struct rreq *r)
 {
-    return r->client ? request_snapshot(r->client)->set.proto : &proto_redis;
+    return r->mode == &memcache_request_mode ? &proto_memcache : &proto_redis;
+}
+
+/* ---- routing (for the modes) ------------------------------------------- */
+
+/*
+ * The member of <key> in <snap>, with the key's ring hash in *<hash>: the
+ * ring's owner, hashing only the hash tag when the pool has one. An owner
+ * that is not up: with on_failure error, no member (*<why> says so); else
+ * its next member in preference order that is (remap rebuilds the ring
+ * without it; failover keeps the ring and skips it -- for a store, both
+ * send its keys to another member while it is out, as twemproxy's
+ * auto_eject_hosts does).
+ */
+struct server *
+request_key_member(const struct pool_snapshot *snap, const char *key, size_t len,
+           uint64_t *hash, const char **why)
+{
+    size_t off, n, idx, pref[16], np;
+    struct server *s;
+
+    *why = "no member owns any key";
+    if (snap->ring == NULL)
+        return NULL;
+    n = chash_key_tag(key, len, snap->set.hash_tag, &off);
+    *hash = chash_ring_hash(snap->ring, key + off, n);
+    idx = chash_ring_lookup(snap->ring, *hash);
+    s = snap->servers[idx];
+    if (server_usable(s))
+        return s;
+    *why = "the key's member is not up (on_failure: error)";
+    if (snap->set.on_failure == CONF_ON_FAILURE_ERROR)
+        return NULL;
+    np = chash_ring_lookup_n(snap->ring, *hash, pref, 16);
+    for (size_t i = 1; i < np; i++)
+        if (server_usable(snap->servers[pref[i]]))
+            return snap->servers[pref[i]];
+    if (np == 16 && snap->n > 16) {
+        /* the 16 first in the key's order are all out: the rest of it */
+        size_t *all = malloc(snap->n * sizeof(*all));
+
+        *why = "out of memory";
+        if (all == NULL)
+            return NULL;
+        np = chash_ring_lookup_n(snap->ring, *hash, all, snap->n);
+        s = NULL;
+        for (size_t i = 16; i < np && s == NULL; i++)
+            if (server_usable(snap->servers[all[i]]))
+                s = snap->servers[all[i]];
+        free(all);
+        if (s != NULL)
+            return s;
+    }
+    *why = "no member is up";
+    return NULL;
+}
+
+struct server *
+request_any_member(const struct pool_snapshot *snap, uint64_t client)
+{
+    for (size_t i = 0; i < snap->n; i++) {
+        struct server *s = snap->servers[(client + i) % snap->n];
+
+        if (server_usable(s))
+            return s;
+    }
+    return NULL;
 }
 
 void
@@ -324,18 +392,15 @@ reply_is_error(const struct rreq *r)
 {
     if (r->nfrags == 1 && r->mode_data == NULL)
         return r->frags[0].error;
-    return rbuf_size(&r->reply) > 0 && r->reply.data[r->reply.off] == '-';
+    return r->mode->is_error(r->reply.data + r->reply.off, rbuf_size(&r->reply));
 }
 
 /* <r>'s last fragment is answered: merge, or it was the reply itself. */
 static void
 req_complete(struct rreq *r)
 {
-    const struct request_mode *mode =
-        r->client ? r->client->mode : &redis_request_mode;
-
     if (r->nfrags > 1 || r->mode_data != NULL)
-        mode->complete(r);
+        r->mode->complete(r);
     r->done = true;
     if (r->client != NULL && reply_is_error(r))
         stats_add(&r->client->pool->stats[r->client->w->id].errors, 1);
@@ -548,13 +613,15 @@ conn_abandon(struct rserver *s, int kind)
     }
 }
 
-/* The store mode serving pools of <snap>'s mode (redis; memcache to
- * come): its routing and its member connections' handshake. */
+/* The store mode serving pools of <snap>'s mode: its routing and its
+ * member connections' handshake. */
 static const struct request_mode *
 mode_of(const struct pool_snapshot *snap)
 {
-    INVARIANT(snap->set.mode == CONF_MODE_REDIS);
-    return &redis_request_mode;
+    INVARIANT(snap->set.mode == CONF_MODE_REDIS ||
+              snap->set.mode == CONF_MODE_MEMCACHE);
+    return snap->set.mode == CONF_MODE_MEMCACHE ? &memcache_request_mode
+                                                : &redis_request_mode;
 }
 
 /* Start connecting <s>: the handshake (AUTH, SELECT) goes first. 0, or -1
@@ -780,6 +847,7 @@ conn_replies(struct rserver *s)
     while (rbuf_size(&s->in) > 0 && !s->paused) {
         struct rfrag *f;
         struct proto_reply rp = {0};
+        struct proto_request ctx = {0};
         const char *buf = s->in.data + s->in.off;
         size_t len = rbuf_size(&s->in);
         int st;
@@ -807,7 +875,12 @@ conn_replies(struct rserver *s)
             }
             continue;
         }
-        st = pr->parse_reply(buf, len, NULL, &rp);
+        if (s->head != NULL) {
+            /* what was asked, for a protocol whose replies depend on it */
+            ctx.command = s->head->req->command;
+            ctx.flags = s->head->req->flags;
+        }
+        st = pr->parse_reply(buf, len, s->head != NULL ? &ctx : NULL, &rp);
         if (st == PROTO_AGAIN)
             return;
         if (st != PROTO_OK) {
@@ -1223,6 +1296,7 @@ client_push(struct rclient *c)
     if (r == NULL)
         return NULL;
     r->client = c;
+    r->mode = c->mode;
     r->command = -1;
     r->start_ms = c->w->now_ms;
     r->start_us = now_us();
@@ -1365,6 +1439,7 @@ client_parse(struct rclient *c)
         rq.scratch = c->scratch;
         rq.scratchcap = c->scratchcap;
         rq.max = snap->set.client_max_request;
+        rq.value_max = snap->set.item_size_max;
         rq.progress = &c->progress;
         st = pr->parse_request(c->in.data + c->in.off, rbuf_size(&c->in), &rq);
         if (st != PROTO_AGAIN || rq.head > 0)

@@ -65,6 +65,7 @@ struct rfrag {
 /* A client request, from parse to the last byte of its reply. */
 struct rreq {
     struct rclient *client;
+    const struct request_mode *mode; /* its client's (an orphan keeps it) */
     struct rreq *next;      /* the client's FIFO */
     int command;            /* the mode's command index, -1 unknown */
     int kind;               /* the mode's class of it */
@@ -111,6 +112,9 @@ struct request_mode {
      * they do not fit <cap>. */
     int (*handshake)(const struct pool_snapshot *snap, char *out, size_t cap,
                      unsigned *replies);
+    /* Whether the reply <buf> (<len> bytes) a mode wrote (a merge) is an
+     * error, for the pool's error count. */
+    bool (*is_error)(const char *buf, size_t len);
 };
 
 /* A client of a store pool. */
@@ -179,6 +183,21 @@ int rbuf_append(struct rbuf *b, const void *data, size_t len);
 int rbuf_printf(struct rbuf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void rbuf_free(struct rbuf *b);
+
+/*
+ * The member that serves <key> (<len> bytes) in <snap>: the ring's owner
+ * of its hash tag's part (*<hash>), or, when that member is not up and
+ * on_failure allows it, the next up member in the key's preference order.
+ * NULL when none may: *<why> says why.
+ */
+struct server *request_key_member(const struct pool_snapshot *snap,
+                                  const char *key, size_t len, uint64_t *hash,
+                                  const char **why);
+
+/* Any member that is up, spread by <client>, for a request whose reply
+ * is the same on every member. NULL when none is. */
+struct server *request_any_member(const struct pool_snapshot *snap,
+                                  uint64_t client);
 
 /* Answer <r> with <len> bytes (a local reply, an error): it is done. */
 void request_answer(struct rreq *r, const char *reply, size_t len);

@@ -4,6 +4,7 @@
 #include "proto.h"
 
 #include "../conf.h"
+#include "memcache.h"
 #include "redis.h"
 #include "tcp.h"
 
@@ -15,7 +16,9 @@ proto_find(int mode)
         return &proto_tcp;
     case CONF_MODE_REDIS:
         return &proto_redis;
+    case CONF_MODE_MEMCACHE:
+        return &proto_memcache;
     default:
-        return NULL; /* http, memcache: not implemented yet */
+        return NULL; /* http: not implemented yet */
     }
 }

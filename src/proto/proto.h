@@ -98,6 +98,8 @@ struct proto_request {
     size_t scratchlen;       /* bytes of it used */
     uint64_t max;            /* the largest request accepted (bytes); more
                                 is PROTO_FATAL ("too large") */
+    uint64_t value_max;      /* memcache: the largest value stored (the
+                                pool's item_size_max); 0: MC_ITEM_SIZE_MAX */
     struct proto_progress *progress; /* (caller's, may be NULL) where a
                                         parse that said PROTO_AGAIN goes
                                         on from */

@@ -52,10 +52,10 @@ def test_reload_refuses_a_mode_it_cannot_run(backends, chashd):
     port = free_port()
     d = chashd(GLOBAL + pool_yaml("web", port, bs), port)
     d.reload(GLOBAL + pool_yaml("web", port, bs).replace(
-        "mode: tcp", "mode: memcache"))
+        "mode: tcp", "mode: http"))
     # the same check and message as `chashd -t` and a start: file:line
     assert re.search(r"reload refused, the running config stays: "
-                     + re.escape(d.conf) + r":4: pool 'web': mode memcache "
+                     + re.escape(d.conf) + r":4: pool 'web': mode http "
                      r"is not supported yet", d.log()), d.log()
     assert fetch(port) == "web-1"
 

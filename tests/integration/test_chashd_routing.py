@@ -60,6 +60,10 @@ def test_check_embedded_config():
                           "127.0.0.1:8080, 3 servers, ring/xxh3",
                           "pool kv: mode redis (from twemproxy's 'redis:' "
                           "key), listen 127.0.0.1:6380, 3 servers, "
+                          "ketama/murmur",
+                          "pool mc: mode memcache (the default: neither "
+                          "'mode:' nor 'redis:' is given (twemproxy's "
+                          "rule)), listen 127.0.0.1:11311, 3 servers, "
                           "ketama/murmur"]
 
 
@@ -133,12 +137,12 @@ def test_check_config_ok_and_errors(tmp_path, backends):
 
 
 def test_unsupported_mode_is_refused_at_start(tmp_path):
-    conf = tmp_path / "memcache.yml"
+    conf = tmp_path / "http.yml"
     conf.write_text(GLOBAL + "alpha:\n  listen: 127.0.0.1:%d\n"
-                    "  mode: memcache\n"
+                    "  mode: http\n"
                     "  servers:\n    - 127.0.0.1:11211:1 m1\n" % free_port())
     # -t refuses what a start refuses, with the same file:line message
-    want = "%s:4: pool 'alpha': mode memcache is not supported yet" % conf
+    want = "%s:4: pool 'alpha': mode http is not supported yet" % conf
     for args in (["-t", "-c", str(conf)], ["-c", str(conf)]):
         p = subprocess.run([CHASHD, *args], capture_output=True, text=True,
                            timeout=10)

@@ -1,8 +1,7 @@
 """test_conf_example.py -- conf/chashd.yml, the annotated example, as a user
-meets it: `chashd -t` passes it, the memcache pool it keeps commented out
-loads once uncommented, and chashd started on the file exactly as shipped
-listens on its four ports (two tcp pools, a redis pool, the admin API) and
-stops cleanly on SIGTERM.
+meets it: `chashd -t` passes it, and chashd started on the file exactly as
+shipped listens on its five ports (two tcp pools, a redis pool, a memcache
+pool, the admin API) and stops cleanly on SIGTERM.
 SPDX-License-Identifier: BSD-2-Clause
 """
 import os
@@ -29,6 +28,7 @@ needs_chashd = pytest.mark.skipif(not CHASHD.exists(),
 LISTENS = [(socket.AF_INET, "127.0.0.1", 8080),   # web
            (socket.AF_INET6, "::1", 8081),        # api
            (socket.AF_INET, "127.0.0.1", 22121),  # sessions (redis)
+           (socket.AF_INET, "127.0.0.1", 22122),  # cache (memcache)
            (socket.AF_INET, "127.0.0.1", 8404)]   # admin
 
 
@@ -54,47 +54,16 @@ def test_check_passes_without_warnings():
 
 def test_example_keeps_its_promises():
     """What the task asks of the file itself: every pool says its mode, no
-    pid or state file in /tmp, no active pool of a mode not served yet
-    (memcache)."""
+    pid or state file in /tmp, one pool of each mode served."""
     text = EXAMPLE.read_text()
     pools = re.findall(r"^([A-Za-z0-9_.-]+):\s*$", text, re.M)
     pools = [p for p in pools if p != "global"]
-    assert pools == ["web", "api", "sessions"]
-    for pool, mode in zip(pools, ("tcp", "tcp", "redis")):
+    assert pools == ["web", "api", "sessions", "cache"]
+    for pool, mode in zip(pools, ("tcp", "tcp", "redis", "memcache")):
         body = re.search(rf"^{pool}:\n((?:[ #].*\n|\n)*)", text, re.M).group(1)
         assert re.search(rf"^  mode: {mode}\b", body, re.M), pool
     assert example_value("pid_file") == "/run/chashd/chashd.pid"
     assert example_value("state_file") == "/var/lib/chashd/state.json"
-
-
-def commented_pools():
-    """The commented-out example pools, uncommented: lines "# name:" and
-    "#   key: value" after the first "# When the" paragraph."""
-    text = EXAMPLE.read_text()
-    tail = text[text.index("# When the"):]
-    lines = [m.group(1) for m in
-             re.finditer(r"^# ([a-z_]+:\s*|  +\S.*)$", tail, re.M)]
-    return "\n".join(lines) + "\n"
-
-
-@needs_chashd
-def test_commented_pools_load(tmp_path):
-    """The memcache pool kept as an example is a valid config (mode and
-    twemproxy keys agree), ready for when that mode arrives."""
-    text = commented_pools()
-    assert re.search(r"^cache:$", text, re.M)
-    path = tmp_path / "pools.yml"
-    path.write_text(text)
-    # The loader takes them (chashd -t refuses them until those modes are
-    # served: it checks what a start would run); `chash lookup --config`
-    # uses the same loader and maps keys with them today.
-    for pool in ("cache",):
-        r = run([CHASH, "lookup", "--config", path, "--pool", pool, "k1"])
-        assert r.returncode == 0, (text, r.stderr)
-        assert r.stdout.startswith("k1\t"), r.stdout
-    r = run([CHASHD, "-t", "-c", path])
-    assert r.returncode == 2 and "is not supported yet" in r.stderr
-    assert "warning" not in (r.stdout + r.stderr).lower(), r.stdout + r.stderr
 
 
 def port_free(family, host, port):

@@ -163,14 +163,15 @@ def test_check_accepts_the_annotated_example():
 @needs_chashd
 def test_check_refuses_what_cannot_run_yet():
     """nutcracker.yml loads whole (the loader takes it), and `chashd -t`
-    refuses, as a start does, what chashd cannot run yet (its memcache
-    pool), naming the first such pool with file:line."""
+    refuses, as a start does, what chashd cannot run (a pool with
+    twemproxy's modula distribution, which is not consistent hashing),
+    naming the first such pool with file:line."""
     path = ROOT / "conf" / "nutcracker.yml"
     r = run([CHASHD, "-t", "-c", path])
     assert r.returncode == 2, r.stdout
-    assert re.fullmatch(re.escape(str(path)) + r":\d+: pool '\w+': mode "
-                        r"(http|memcache) is not supported yet( \(.*\))?\n",
-                        r.stderr), r.stderr
+    assert re.fullmatch(re.escape(str(path)) + r":\d+: pool '\w+': "
+                        r"distribution (modula|random) is not supported by "
+                        r"chashd yet \(.*\)\n", r.stderr), r.stderr
 
 
 @needs_chashd
@@ -388,11 +389,9 @@ def test_check_names_each_pools_mode_and_where_it_came_from(tmp_path):
     r = run([CHASH, "lookup", "--config", conf, "--pool", "cache", "k"])
     assert r.returncode == 0, r.stderr
     r = run([CHASHD, "-t", "-c", conf])
-    # memcache is not served yet: refused with the line, and the mode's
-    # source is part of the refusal
-    assert r.returncode == 2
-    assert "pool 'cache': mode memcache is not supported yet" in r.stderr
-    assert "the default" in r.stderr, r.stderr
+    # served, and the mode's source is said
+    assert r.returncode == 0, r.stderr
+    assert "pool cache: mode memcache (the default" in r.stdout, r.stdout
 
 
 @needs_chashd

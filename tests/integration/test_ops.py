@@ -478,12 +478,35 @@ def test_demo_runs_only_when_asked():
     assert "--demo" in r.stdout and DEFAULT_CONF in r.stdout
 
 
+def mc_exchange(port, request, skip):
+    """Send <request> to the memcache text port, read the <skip> bytes of
+    replies that come first, then one reply: a line, or VALUE blocks to
+    END (bounded by a timeout)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        buf = b""
+        while True:
+            if len(buf) >= len(skip):
+                rest = buf[len(skip):]
+                if rest.endswith(b"END\r\n") or (
+                        rest.endswith(b"\r\n") and
+                        not rest.startswith(b"VALUE")):
+                    if not rest.startswith(b"VA ") or rest.count(b"\r\n") > 1:
+                        assert buf.startswith(skip), buf[:200]
+                        return rest
+            chunk = s.recv(65536)
+            assert chunk, "closed: %r" % buf[-200:]
+            buf += chunk
+
+
 def test_make_run_starts_the_demo(tmp_path):
     """scripts/run-demo (make run) on the build: the demo answers on
     127.0.0.1:8080 from its three backends, its redis pool on 6380 stores
     keys spread over the three redis-servers (each key on exactly one),
-    and SIGTERM stops it all."""
-    ports = (9001, 9002, 9003, 8080, 8404, 6380, 7001, 7002, 7003)
+    its memcache pool on 11311 over the three memcacheds, and SIGTERM
+    stops it all."""
+    ports = (9001, 9002, 9003, 8080, 8404, 6380, 7001, 7002, 7003, 11311,
+             7101, 7102, 7103)
     busy = [p for p in ports if can_connect(p)]
     if busy:
         pytest.skip("the demo's ports are in use: %s" % busy)
@@ -510,6 +533,20 @@ def test_make_run_starts_the_demo(tmp_path):
                 held.append({k for k, v in zip(keys, c.call("MGET", *keys))
                              if v is not None})
         assert all(held), held          # every member holds some
+        assert sorted(k for h in held for k in h) == sorted(keys), held
+        # the memcache pool: a multi-get of keys spread over its members
+        req = b"".join(b"set %s 0 0 %d\r\n%s\r\n" % (k.encode(), len(k),
+                                                       k.encode())
+                       for k in keys)
+        got = mc_exchange(11311, req + b"get " +
+                          " ".join(keys).encode() + b"\r\n",
+                          b"STORED\r\n" * len(keys))
+        assert got == b"".join(b"VALUE %s 0 %d\r\n%s\r\n" % (
+            k.encode(), len(k), k.encode()) for k in keys) + b"END\r\n"
+        held = [{k for k in keys
+                 if mc_exchange(port, b"mg %s v\r\n" % k.encode(), b"")
+                 .startswith(b"VA")} for port in (7101, 7102, 7103)]
+        assert all(held), held
         assert sorted(k for h in held for k in h) == sorted(keys), held
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=20) == 0, read(out)
@@ -811,11 +848,6 @@ POOL = "global:\n  admin: off\np:\n  listen: %s\n"
 REFUSED = [
     ("mode-http", POOL + "  mode: http\n  servers: [127.0.0.1:9001]\n",
      3, "pool 'p': mode http is not supported yet"),
-    ("mode-memcache", POOL + "  mode: memcache\n"
-     "  servers: [127.0.0.1:9001]\n",
-     3, "pool 'p': mode memcache is not supported yet"),
-    ("twemproxy-default", POOL + "  servers: [127.0.0.1:9001]\n",
-     3, "pool 'p': mode memcache is not supported yet (the default"),
     ("modula", POOL + "  mode: tcp\n  distribution: modula\n"
      "  servers: [127.0.0.1:9001]\n",
      3, "pool 'p': distribution modula is not supported by chashd yet"),

@@ -169,7 +169,9 @@ def check_complete(cluster, where):
     for pool in cluster.pools:
         used = {where[k] for k in pool_keys(pool)}
         if pool[2:] in NARROW:
-            assert len(used) == 1, (pool, used)
+            # one server, or two in the ~1% of runs where a point of the
+            # ring (ports are random) falls below 32768 itself
+            assert len(used) <= 2, (pool, used)
         else:
             assert used == {s.addr for s in cluster.servers}, (pool, used)
         if pool[2:] in TAGGED:

@@ -109,7 +109,15 @@ test_default_yaml(void **state)
     assert_string_equal(c->admin.text, "127.0.0.1:8404");
     assert_int_equal(c->admin.port, 8404);
     assert_int_equal(c->workers, 2);
-    assert_int_equal(c->npools, 2);
+    assert_int_equal(c->npools, 3);
+    /* the memcache pool of the demo: twemproxy's rule makes it memcache */
+    p = conf_pool_find(c, "mc");
+    assert_non_null(p);
+    assert_int_equal(p->mode, CONF_MODE_MEMCACHE);
+    assert_int_equal(p->mode_source, CONF_MODE_SRC_DEFAULT);
+    assert_int_equal(p->health.type, CONF_HEALTH_MEMCACHE);
+    assert_int_equal(p->item_size_max, 1024 * 1024);
+    assert_int_equal(p->nservers, 3);
     /* the redis pool of the demo: twemproxy's keys, three redis-servers */
     p = conf_pool_find(c, "kv");
     assert_non_null(p);

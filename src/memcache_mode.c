@@ -1,0 +1,577 @@
+/* memcache_mode.c -- the memcache mode's part of the request engine.
+ *
+ * A request with one key goes whole to its key's member (a base64 key,
+ * meta's `b`, by what it decodes to: where the same key sent as text
+ * lives). A retrieval of keys on several members is split, one get per
+ * member, and the replies merged into one: VALUE blocks in the client's
+ * key order, one END. Replies stay matched to requests because every
+ * request sent gets exactly one reply: a text request's noreply is taken
+ * off on the way (its reply is dropped here), and a quiet meta request
+ * (q) is followed by an mn, so its reply is whatever the member says up
+ * to MN -- exactly what memcached would have sent the client. version,
+ * verbosity, stats, mn and quit are chashd's; flush_all goes to every
+ * member only where the pool allows it (allow_fanout_admin).
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "memcache_mode.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chash/chash.h"
+#include "conf.h"
+#include "metrics.h"
+#include "pool.h"
+#include "proto/memcache.h"
+#include "stats.h"
+
+/* The memcached protocol level chashd speaks (meta commands: 1.6), then
+ * what it is: clients that parse the number read "1.6.0". */
+#define VERSION_TEXT "1.6.0 (chashd " CHASH_VERSION_STRING ")"
+
+/* How the replies of a request become the client's reply. */
+enum merge_kind {
+    MERGE_GET,     /* a split retrieval: VALUE blocks in key order, END */
+    MERGE_FLUSH,   /* flush_all: OK when every member said OK */
+    MERGE_NOREPLY, /* noreply: nothing */
+    MERGE_QUIET    /* q: the member's reply up to its MN, MN left out */
+};
+
+struct merge {
+    int kind;          /* enum merge_kind */
+    size_t nkeys;      /* MERGE_GET: the client's keys */
+    uint32_t *frag;    /* [nkeys] the fragment of key i */
+    struct proto_span *key; /* [nkeys] key i in <text> */
+    char *text;        /* the keys' bytes */
+};
+
+/* noreply and q need no state: one shared merge each, never freed. */
+static struct merge noreply_merge = {.kind = MERGE_NOREPLY};
+static struct merge quiet_merge = {.kind = MERGE_QUIET};
+
+static void
+answer(struct rreq *r, const char *text)
+{
+    request_answer(r, text, strlen(text));
+}
+
+static const char *
+word(const char *buf, const struct proto_request *rq, size_t i, size_t *len)
+{
+    *len = rq->args[i].len;
+    return buf + rq->args[i].off;
+}
+
+static bool
+word_is(const char *buf, const struct proto_request *rq, size_t i,
+        const char *text)
+{
+    size_t n;
+    const char *w = word(buf, rq, i, &n);
+
+    return n == strlen(text) && memcmp(w, text, n) == 0;
+}
+
+/* ---- one key ------------------------------------------------------------- */
+
+/* The member of <rq>'s key: a meta request's base64 key (flag b) by what
+ * it decodes to; one that does not decode by its text (the member then
+ * says "CLIENT_ERROR error decoding key", as it would directly). */
+static struct server *
+member_of(const struct pool_snapshot *snap, const char *buf,
+          const struct proto_request *rq, uint64_t *hash, const char **why)
+{
+    const char *key = buf + rq->keys[0].off;
+    size_t len = rq->keys[0].len;
+
+    if (mc_is_meta(rq->command)) {
+        size_t first = rq->command == MC_MS ? 3 : 2;
+
+        for (size_t i = first; i < rq->nargs; i++) {
+            unsigned char raw[MC_KEY_MAX];
+            long n;
+
+            if (!word_is(buf, rq, i, "b"))
+                continue;
+            n = mc_base64_decode(key, len, raw, sizeof(raw));
+            if (n > 0)
+                return request_key_member(snap, (const char *)raw, (size_t)n,
+                                          hash, why);
+            break;
+        }
+    }
+    return request_key_member(snap, key, len, hash, why);
+}
+
+/*
+ * Send <rq> to its key's member. A text noreply is sent without the
+ * word (the member answers, and the answer is dropped: memcached stays
+ * silent about errors too); a quiet meta request with an mn after it.
+ */
+static int
+one_key(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
+        const struct proto_request *rq)
+{
+    const char *why;
+    uint64_t hash = 0;
+    struct server *s = member_of(snap, buf, rq, &hash, &why);
+    struct rbuf b = {0};
+
+    if (s == NULL) {
+        if (rq->flags & PROTO_REQ_NOREPLY)
+            answer(r, "");
+        else
+            request_error(r, PROTO_ERR_NO_MEMBER, why);
+        return 0;
+    }
+    if (request_frags(r, 1) < 0)
+        return -1;
+    if (!(rq->flags & PROTO_REQ_NOREPLY)) {
+        request_send(r, &r->frags[0], s, hash, buf, rq->head, 0);
+        return 0;
+    }
+    if (mc_is_meta(rq->command)) {
+        r->mode_data = &quiet_merge;
+        if (rbuf_append(&b, buf, rq->head) < 0 ||
+            rbuf_append(&b, "mn\r\n", 4) < 0)
+            goto oom;
+    } else {
+        /* the line up to its last word (noreply), then any value */
+        const struct proto_span *last = &rq->args[rq->nargs - 1];
+        const char *nl = memchr(buf, '\n', rq->head);
+        size_t line = (size_t)(nl - buf) + 1, cut = last->off;
+
+        r->mode_data = &noreply_merge;
+        while (cut > 0 && buf[cut - 1] == ' ')
+            cut--;
+        if (rbuf_append(&b, buf, cut) < 0 || rbuf_append(&b, "\r\n", 2) < 0 ||
+            rbuf_append(&b, buf + line, rq->head - line) < 0)
+            goto oom;
+    }
+    request_send(r, &r->frags[0], s, hash, b.data + b.off, b.len - b.off, 0);
+    rbuf_free(&b);
+    return 0;
+oom:
+    rbuf_free(&b);
+    return -1;
+}
+
+/* ---- retrievals ---------------------------------------------------------- */
+
+static struct merge *
+merge_new(struct rreq *r, int kind)
+{
+    struct merge *m = calloc(1, sizeof(*m));
+
+    if (m != NULL) {
+        m->kind = kind;
+        r->mode_data = m;
+    }
+    return m;
+}
+
+/*
+ * get/gets/gat/gats over keys that live on several members: one request
+ * per member with its keys in the client's order (gat's exptime before
+ * them), merged by MERGE_GET. Keys all on one member: the line as it is.
+ */
+static int
+retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
+          const struct proto_request *rq)
+{
+    size_t nkeys = rq->nkeys, nmembers = 0, first;
+    size_t textlen = 0;
+    struct server **owner = calloc(nkeys, sizeof(*owner));
+    struct server **members = calloc(nkeys, sizeof(*members));
+    uint64_t *hash = calloc(nkeys, sizeof(*hash));
+    struct merge *m;
+    const char *why;
+    int rc = -1;
+
+    if (owner == NULL || members == NULL || hash == NULL)
+        goto out;
+    for (size_t i = 0; i < nkeys; i++) {
+        size_t j;
+
+        owner[i] = request_key_member(snap, buf + rq->keys[i].off,
+                                      rq->keys[i].len, &hash[i], &why);
+        if (owner[i] == NULL) {
+            request_error(r, PROTO_ERR_NO_MEMBER, why);
+            rc = 0;
+            goto out;
+        }
+        for (j = 0; j < nmembers && members[j] != owner[i]; j++)
+            ;
+        if (j == nmembers)
+            members[nmembers++] = owner[i];
+        textlen += rq->keys[i].len;
+    }
+    if (nmembers == 1) {
+        if (request_frags(r, 1) == 0) {
+            request_send(r, &r->frags[0], owner[0], hash[0], buf, rq->head, 0);
+            rc = 0;
+        }
+        goto out;
+    }
+    m = merge_new(r, MERGE_GET);
+    if (m == NULL || request_frags(r, nmembers) < 0)
+        goto out;
+    m->nkeys = nkeys;
+    m->frag = calloc(nkeys, sizeof(*m->frag));
+    m->key = calloc(nkeys, sizeof(*m->key));
+    m->text = malloc(textlen ? textlen : 1);
+    if (m->frag == NULL || m->key == NULL || m->text == NULL)
+        goto out;
+    textlen = 0;
+    for (size_t i = 0; i < nkeys; i++) {
+        memcpy(m->text + textlen, buf + rq->keys[i].off, rq->keys[i].len);
+        m->key[i].off = textlen;
+        m->key[i].len = rq->keys[i].len;
+        textlen += rq->keys[i].len;
+    }
+    first = rq->command == MC_GAT || rq->command == MC_GATS ? 2 : 1;
+    for (size_t f = 0; f < nmembers; f++) {
+        struct rbuf b = {0};
+        uint64_t fhash = 0;
+        int bad = 0;
+
+        /* the command word, and gat's exptime */
+        for (size_t a = 0; a < first; a++) {
+            bad |= rbuf_append(&b, buf + rq->args[a].off, rq->args[a].len);
+            bad |= rbuf_append(&b, " ", 1);
+        }
+        for (size_t i = 0; i < nkeys; i++) {
+            if (owner[i] != members[f])
+                continue;
+            m->frag[i] = (uint32_t)f;
+            if (fhash == 0)
+                fhash = hash[i];
+            bad |= rbuf_append(&b, buf + rq->keys[i].off, rq->keys[i].len);
+            bad |= rbuf_append(&b, " ", 1);
+        }
+        if (bad < 0) {
+            rbuf_free(&b);
+            goto out;
+        }
+        b.len--; /* the last space */
+        if (rbuf_append(&b, "\r\n", 2) < 0) {
+            rbuf_free(&b);
+            goto out;
+        }
+        r->frags[f].member = f;
+        request_send(r, &r->frags[f], members[f], fhash, b.data, b.len, 0);
+        rbuf_free(&b);
+    }
+    rc = 0;
+out:
+    free(owner);
+    free(members);
+    free(hash);
+    return rc;
+}
+
+/* ---- every member -------------------------------------------------------- */
+
+static int
+flush_all(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
+          const struct proto_request *rq)
+{
+    bool quiet = rq->flags & PROTO_REQ_NOREPLY;
+    size_t n = snap->ring != NULL ? snap->n : 0;
+    struct rbuf b = {0};
+
+    if (!snap->set.allow_fanout_admin) {
+        answer(r, quiet ? ""
+                        : "SERVER_ERROR flush_all runs on every member: "
+                          "refused in this pool (allow_fanout_admin: false)"
+                          "\r\n");
+        return 0;
+    }
+    if (n == 0) {
+        if (quiet)
+            answer(r, "");
+        else
+            request_error(r, PROTO_ERR_NO_MEMBER, "the pool has no member");
+        return 0;
+    }
+    if (quiet) {
+        /* each member answers (noreply taken off); nothing reaches the
+         * client */
+        const struct proto_span *last = &rq->args[rq->nargs - 1];
+        size_t cut = last->off;
+
+        while (cut > 0 && buf[cut - 1] == ' ')
+            cut--;
+        if (rbuf_append(&b, buf, cut) < 0 || rbuf_append(&b, "\r\n", 2) < 0) {
+            rbuf_free(&b);
+            return -1;
+        }
+        buf = b.data;
+    }
+    if (merge_new(r, MERGE_FLUSH) == NULL || request_frags(r, n) < 0) {
+        rbuf_free(&b);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        r->frags[i].member = i;
+        request_send(r, &r->frags[i], snap->servers[i], snap->servers[i]->id,
+                     buf, quiet ? b.len : rq->head, 0);
+    }
+    rbuf_free(&b);
+    return 0;
+}
+
+/* ---- chashd's own -------------------------------------------------------- */
+
+/* stats: chashd's figures for this pool, in memcached's form. */
+static void
+stats(struct rreq *r, const struct pool_snapshot *snap)
+{
+    struct pool *p = r->client->pool;
+    struct stats_pool_sum ps;
+    struct rbuf b = {0};
+    size_t up = 0;
+
+    stats_pool_sum(p->stats, pool_workers(), &ps);
+    for (size_t i = 0; i < snap->n; i++)
+        up += server_usable(snap->servers[i]);
+    rbuf_printf(&b,
+                "STAT pid %ld\r\nSTAT uptime %.0f\r\nSTAT time %ld\r\n"
+                "STAT version %s\r\nSTAT threads %u\r\n"
+                "STAT curr_connections %" PRIu64
+                "\r\nSTAT total_connections %" PRIu64
+                "\r\nSTAT cmd_total %" PRIu64 "\r\nSTAT cmd_forwarded %" PRIu64
+                "\r\nSTAT cmd_local %" PRIu64 "\r\nSTAT cmd_refused %" PRIu64
+                "\r\nSTAT cmd_errors %" PRIu64 "\r\nSTAT bytes_read %" PRIu64
+                "\r\nSTAT bytes_written %" PRIu64
+                "\r\nSTAT pool %s\r\nSTAT members %zu\r\n"
+                "STAT members_up %zu\r\nEND\r\n",
+                (long)getpid(), metrics_uptime(), (long)time(NULL),
+                VERSION_TEXT, (unsigned)pool_workers(),
+                atomic_load_explicit(&p->active, memory_order_relaxed),
+                ps.accepted, ps.requests, ps.fragments, ps.local, ps.refused,
+                ps.errors, ps.bytes_in, ps.bytes_out, p->name, snap->n, up);
+    if (b.data == NULL) {
+        request_error(r, PROTO_ERR_REQUEST, "SERVER_ERROR out of memory");
+        return;
+    }
+    request_answer(r, b.data, b.len);
+    rbuf_free(&b);
+}
+
+static void
+local(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
+      const struct proto_request *rq)
+{
+    switch (rq->command) {
+    case MC_MN:
+        answer(r, "MN\r\n");
+        return;
+    case MC_VERSION:
+        answer(r, "VERSION " VERSION_TEXT "\r\n");
+        return;
+    case MC_VERBOSITY: /* the members' log levels are their own */
+        answer(r, rq->flags & PROTO_REQ_NOREPLY ? "" : "OK\r\n");
+        return;
+    case MC_QUIT:
+        r->quit = true;
+        answer(r, "");
+        return;
+    case MC_STATS:
+        if (rq->nargs == 1) {
+            stats(r, snap);
+            return;
+        }
+        {
+            char msg[128];
+            size_t n;
+            const char *w = word(buf, rq, 1, &n);
+
+            snprintf(msg, sizeof(msg),
+                     "SERVER_ERROR stats %.*s is a member's own: chashd "
+                     "answers plain stats only\r\n",
+                     (int)(n > 40 ? 40 : n), w);
+            for (char *c = msg + 13; *c != '\r'; c++)
+                if ((unsigned char)*c < ' ' || *c == 127)
+                    *c = '?';
+            answer(r, msg);
+        }
+        return;
+    default:
+        answer(r, "ERROR\r\n");
+        return;
+    }
+}
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+static int
+mc_dispatch(struct rclient *c, struct rreq *r, const char *buf,
+            const struct proto_request *rq)
+{
+    struct pool_snapshot *snap = request_snapshot(c);
+
+    r->kind = rq->command;
+    if (rq->flags & PROTO_REQ_REFUSED) {
+        /* a value too large (memcached's words), a member's command */
+        if (rq->flags & PROTO_REQ_NOREPLY)
+            answer(r, "");
+        else
+            request_error(r, PROTO_ERR_REQUEST, rq->err);
+        return 0;
+    }
+    if (rq->flags & PROTO_REQ_LOCAL) {
+        local(r, snap, buf, rq);
+        return 0;
+    }
+    if (rq->command == MC_FLUSH_ALL)
+        return flush_all(r, snap, buf, rq);
+    if (mc_is_retrieval(rq->command))
+        return retrieval(r, snap, buf, rq);
+    return one_key(r, snap, buf, rq);
+}
+
+/* ---- merging ------------------------------------------------------------- */
+
+static const struct rfrag *
+first_error(const struct rreq *r)
+{
+    for (size_t i = 0; i < r->nfrags; i++)
+        if (r->frags[i].error)
+            return &r->frags[i];
+    return NULL;
+}
+
+static void
+merge_get(struct rreq *r, struct merge *m)
+{
+    size_t *at = calloc(r->nfrags, sizeof(*at));
+    struct rbuf b = {0};
+
+    if (at == NULL)
+        goto oom;
+    for (size_t i = 0; i < m->nkeys; i++) {
+        const struct rfrag *f = &r->frags[m->frag[i]];
+        const char *rep = f->reply.data + f->reply.off;
+        size_t len = f->reply.len - f->reply.off, *pos = &at[m->frag[i]];
+        struct proto_span k;
+        size_t block;
+        int st = mc_value_block(rep + *pos, len - *pos, &k, &block);
+
+        if (st < 0) {
+            request_error(r, PROTO_ERR_REQUEST,
+                          "SERVER_ERROR a member answered get with an "
+                          "unexpected reply");
+            goto out;
+        }
+        /* a member answers a get's hits in its order: a block for
+         * another key means this one missed */
+        if (st == 1 && k.len == m->key[i].len &&
+            memcmp(rep + *pos + k.off, m->text + m->key[i].off, k.len) == 0) {
+            if (rbuf_append(&b, rep + *pos, block) < 0)
+                goto oom;
+            *pos += block;
+        }
+    }
+    if (rbuf_append(&b, "END\r\n", 5) < 0)
+        goto oom;
+    request_answer(r, b.data, b.len);
+    goto out;
+oom:
+    request_error(r, PROTO_ERR_REQUEST, "SERVER_ERROR out of memory");
+out:
+    free(at);
+    rbuf_free(&b);
+}
+
+static void
+mc_complete(struct rreq *r)
+{
+    struct merge *m = r->mode_data;
+    const struct rfrag *err = first_error(r);
+    const struct rfrag *f0 = &r->frags[0];
+    const char *rep;
+    size_t len;
+
+    if (m == NULL)
+        return;
+    switch (m->kind) {
+    case MERGE_NOREPLY:
+        answer(r, "");
+        return;
+    case MERGE_QUIET:
+        /* what the member said, then "MN\r\n" of our mn; a failed
+         * connection's error has no MN */
+        rep = f0->reply.data + f0->reply.off;
+        len = f0->reply.len - f0->reply.off;
+        if (!f0->error || (len >= 4 && memcmp(rep + len - 4, "MN\r\n", 4) == 0))
+            len = len >= 4 ? len - 4 : 0;
+        request_answer(r, rep, len);
+        return;
+    default:
+        break;
+    }
+    if (r->flags & PROTO_REQ_NOREPLY) {
+        answer(r, ""); /* flush_all noreply: silent, errors too */
+        return;
+    }
+    if (err != NULL) {
+        /* One failed fragment fails the request: its error, once. */
+        request_answer(r, err->reply.data + err->reply.off,
+                       err->reply.len - err->reply.off);
+        return;
+    }
+    if (m->kind == MERGE_GET) {
+        merge_get(r, m);
+        return;
+    }
+    /* MERGE_FLUSH: every member said OK (an error would be <err>) */
+    answer(r, "OK\r\n");
+}
+
+static void
+mc_release(struct rreq *r)
+{
+    struct merge *m = r->mode_data;
+
+    r->mode_data = NULL;
+    if (m == NULL || m == &noreply_merge || m == &quiet_merge)
+        return;
+    free(m->frag);
+    free(m->key);
+    free(m->text);
+    free(m);
+}
+
+/* memcached needs no handshake. */
+static int
+mc_handshake(const struct pool_snapshot *snap, char *out, size_t cap,
+             unsigned *replies)
+{
+    (void)snap;
+    (void)out;
+    (void)cap;
+    *replies = 0;
+    return 0;
+}
+
+static bool
+mc_is_error(const char *buf, size_t len)
+{
+    return (len >= 5 && memcmp(buf, "ERROR", 5) == 0) ||
+           (len >= 12 && (memcmp(buf, "CLIENT_ERROR", 12) == 0 ||
+                          memcmp(buf, "SERVER_ERROR", 12) == 0));
+}
+
+const struct request_mode memcache_request_mode = {
+    .dispatch = mc_dispatch,
+    .complete = mc_complete,
+    .release = mc_release,
+    .handshake = mc_handshake,
+    .is_error = mc_is_error,
+};
