@@ -8,7 +8,9 @@
 # protocol (refused with a CLIENT_ERROR line, then closed), flush_all
 # (refused unless allow_fanout_admin, then every member flushed), quit
 # after the earlier replies, garbage from one client that another never
-# notices, and health_check type memcache taking a hung member down.
+# notices, a member's administration commands kept from the members, a
+# member that closes mid-request (SERVER_ERROR Connection reset by peer),
+# and health_check type memcache taking a hung member down.
 # SPDX-License-Identifier: BSD-2-Clause
 import os
 import random
@@ -205,6 +207,81 @@ def test_unknown_command_keeps_the_connection(env):
         c.send(b"get %s\r\n" % k.encode())
         assert c.get_reply() == value_of(k)
     assert cd.alive()
+
+
+def test_member_administration_refused_and_kept_from_members(env):
+    """A member's own administration commands (shutdown, slabs,
+    lru_crawler, watch, cache_memlimit) get a SERVER_ERROR line from
+    chashd and never reach a member: after `shutdown` every member still
+    runs, and the connection goes on."""
+    cd = env.chashd()
+    k = env.on(1)[0]
+    with cd.client() as c:
+        set_keys(c, [k])
+        for cmd in (b"shutdown\r\n", b"shutdown graceful\r\n",
+                    b"slabs reassign 1 2\r\n", b"lru_crawler metadump all\r\n",
+                    b"watch\r\n", b"cache_memlimit 10\r\n"):
+            r = c.call(cmd)
+            assert r.startswith(b"SERVER_ERROR") and r.endswith(b"\r\n"), \
+                (cmd, r)
+        c.send(b"get %s\r\n" % k.encode())
+        assert c.get_reply() == value_of(k)
+    for srv in env.servers:
+        assert srv.proc.poll() is None, srv.addr
+        assert srv.call(b"version\r\n").startswith(b"VERSION ")
+
+
+def test_member_that_closes_mid_request(procs):
+    """A member that reads a request and closes without answering: the
+    client gets SERVER_ERROR Connection reset by peer for it (not a hang,
+    not a close of its own connection), and the next request is served
+    by the real member next to it."""
+    need_chashd_memcache()
+    real = MemcachedServer(procs)
+    closer = socket.socket()
+    closer.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    closer.bind(("127.0.0.1", 0))
+    closer.listen(64)
+    stop_flag = threading.Event()
+
+    def read_then_close():
+        closer.settimeout(0.1)
+        while not stop_flag.is_set():
+            try:
+                s, _ = closer.accept()
+            except OSError:
+                continue
+            s.settimeout(2)
+            try:
+                s.recv(4096)
+            except OSError:
+                pass
+            s.close()
+
+    t = threading.Thread(target=read_then_close)
+    t.start()
+    try:
+        port = free_port()
+        text = GLOBAL + ("shut:\n  listen: 127.0.0.1:%d\n  hash: murmur\n"
+                         "  distribution: ketama\n  timeout: 2000\n"
+                         "  auto_eject_hosts: false\n  servers:\n"
+                         "    - %s:1 real\n    - 127.0.0.1:%d:1 closer\n"
+                         % (port, real.addr, closer.getsockname()[1]))
+        cd = ChashdMemcache(procs, text)
+        keys = KeysByMember(cd.conf, "shut")
+        k_real, k_closer = keys.by_member["real"][0], \
+            keys.by_member["closer"][0]
+        with cd.client() as c:
+            assert c.call(b"get %s\r\n" % k_closer.encode()) == \
+                b"SERVER_ERROR Connection reset by peer\r\n"
+            set_keys(c, [k_real])
+            c.send(b"get %s\r\n" % k_real.encode())
+            assert c.get_reply() == value_of(k_real)
+        assert cd.alive()
+    finally:
+        stop_flag.set()
+        t.join(timeout=5)
+        closer.close()
 
 
 def binary_get(key):
