@@ -241,7 +241,8 @@ def dumper(tmp_path_factory):
     if san:
         flags += ["-fsanitize=" + san, "-fno-sanitize-recover=all"]
     r = subprocess.run([cc] + flags + ["-o", exe, str(src),
-                                       os.path.join(ROOT, "src/proto/redis.c")],
+                                       os.path.join(ROOT, "src/proto/redis.c"),
+                                       os.path.join(ROOT, "src/proto/error.c")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return exe
