@@ -538,6 +538,7 @@ mc_is_error(const char *buf, size_t len)
 }
 
 const struct request_mode memcache_request_mode = {
+    .proto = &proto_memcache,
     .dispatch = mc_dispatch,
     .complete = mc_complete,
     .release = mc_release,

@@ -1088,6 +1088,7 @@ redis_is_error(const char *buf, size_t len)
 }
 
 const struct request_mode redis_request_mode = {
+    .proto = &proto_redis,
     .dispatch = redis_dispatch,
     .complete = redis_complete,
     .release = redis_release,

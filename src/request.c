@@ -207,13 +207,16 @@ rworker_get(struct worker *w)
 
 /* The connections of member <s> in this worker (created on first use). */
 static struct rmember *
-member_get(struct rworker *rw, struct server *s, struct pool *p, size_t nconns)
+member_get(struct rworker *rw, struct server *s, struct pool *p, size_t nconns,
+           const struct request_mode *mode)
 {
     size_t b = s->id % MEMBER_BUCKETS;
     struct rmember *m;
 
+    /* by mode too: after a reload that changed the pool's mode, the
+     * clients of the old one keep their own connections */
     for (m = rw->table[b]; m != NULL; m = m->next)
-        if (m->id == s->id)
+        if (m->id == s->id && m->mode == mode)
             return m;
     m = calloc(1, sizeof(*m));
     if (m == NULL)
@@ -225,6 +228,7 @@ member_get(struct rworker *rw, struct server *s, struct pool *p, size_t nconns)
     }
     m->nconns = nconns ? nconns : 1;
     m->id = s->id;
+    m->mode = mode;
     m->server = s;
     server_ref(s);
     m->pool = p;
@@ -295,12 +299,12 @@ req_free(struct rreq *r)
     free(r);
 }
 
-/* The protocol <r>'s replies are written in (an orphan's, whose client
- * is gone, are dropped: any will do). */
+/* The protocol <r>'s replies are written in: its client's, fixed when
+ * the client was accepted. */
 static const struct proto *
 req_proto(const struct rreq *r)
 {
-    return r->mode == &memcache_request_mode ? &proto_memcache : &proto_redis;
+    return r->mode->proto;
 }
 
 /* ---- routing (for the modes) ------------------------------------------- */
@@ -690,7 +694,7 @@ conn_open(struct rserver *s)
     unsigned replies = 0;
     int n, fd, one = 1;
 
-    n = mode_of(snap)->handshake(snap, hs, sizeof(hs), &replies);
+    n = s->m->mode->handshake(snap, hs, sizeof(hs), &replies);
     if (n < 0) {
         errno = EMSGSIZE; /* a redis_auth of a kilobyte */
         return -1;
@@ -897,7 +901,7 @@ conn_stream_done(struct rserver *s)
 static void
 conn_replies(struct rserver *s)
 {
-    const struct proto *pr = pool_snapshot(s->m->pool)->set.proto;
+    const struct proto *pr = s->m->mode->proto;
 
     while (rbuf_size(&s->in) > 0 && !s->paused) {
         struct rfrag *f;
@@ -1140,7 +1144,8 @@ request_preconnect(struct worker *w, struct pool *p)
         return;
     for (size_t i = 0; i < snap->n; i++) {
         struct rmember *m = member_get(rw, snap->servers[i], p,
-                                       snap->set.server_connections);
+                                       snap->set.server_connections,
+                                       mode_of(snap));
 
         for (size_t c = 0; m != NULL && c < m->nconns; c++) {
             if (m->conns[c] == NULL &&
@@ -1172,7 +1177,9 @@ request_send(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash,
     struct rserver *s;
     size_t i;
 
-    m = rw ? member_get(rw, srv, c->pool, snap->set.server_connections) : NULL;
+    m = rw ? member_get(rw, srv, c->pool, snap->set.server_connections,
+                        r->mode)
+           : NULL;
     if (m == NULL) {
         frag_fail(f, PROTO_ERR_CLOSED);
         return;
@@ -1476,7 +1483,9 @@ static void
 client_parse(struct rclient *c)
 {
     struct pool_snapshot *snap = request_snapshot(c);
-    const struct proto *pr = snap->set.proto;
+    /* the client's protocol, fixed at its accept: a reload that changes
+     * the pool's mode applies to the clients that come after it */
+    const struct proto *pr = c->mode->proto;
 
     while (!c->closing && !c->closed && c->nreqs < MAX_PIPELINE) {
         struct proto_request rq = {0};

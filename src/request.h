@@ -89,11 +89,13 @@ struct rmember {
     struct pool *pool;      /* (ref held) */
     struct rserver **conns; /* [nconns] server_connections of it */
     size_t nconns;
+    const struct request_mode *mode; /* the protocol its connections speak */
     struct rmember *next; /* hash chain */
 };
 
 /* What a store mode supplies to the engine (redis.c, later memcache.c). */
 struct request_mode {
+    const struct proto *proto; /* its parsers and error replies */
     /*
      * Route parsed request <rq> (its bytes at <buf>, <rq->head> of them,
      * then <rq->body> streamed) of client <c>: answer it locally, refuse
