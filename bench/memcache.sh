@@ -36,6 +36,7 @@ PY=/usr/bin/python3
 TARGETS=${TARGETS:-direct,nutcracker,chashd-1w,chashd-2w}
 MCLOAD=$(cd "$B" && pwd)/mcload
 CHASHD=$(cd "$B" && pwd)/chashd
+BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
 
 need="memcached nutcracker taskset $MCLOAD"
 case ",$TARGETS," in *,chashd-*) need="$need $CHASHD" ;; esac
@@ -47,87 +48,26 @@ for tool in $need; do
     fi
 done
 
-export MCLOAD CHASHD TARGETS
+export MCLOAD CHASHD TARGETS BENCH_DIR
 exec $PY - <<'EOF'
-import atexit, os, resource, signal, socket, statistics, subprocess, sys
-import tempfile, time
+import os, resource, socket, subprocess, sys
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.environ["BENCH_DIR"])
+import benchlib
+from benchlib import KEYSPACE, THREADS, free_port, pinned
 
 MCLOAD = os.environ["MCLOAD"]
 CHASHD = os.environ["CHASHD"]
-ROUNDS = int(os.environ.get("ROUNDS", "3"))
-REQUESTS = int(os.environ.get("REQUESTS", "30000"))
-DURATION = float(os.environ.get("DURATION", "0.6"))
-KEYSPACE = int(os.environ.get("KEYSPACE", "100000"))
-THREADS = int(os.environ.get("THREADS", "1"))
-PIN = os.environ.get("PIN", "0") == "1" and os.cpu_count() >= 2
-HZ = os.sysconf("SC_CLK_TCK")
-ORDER = ["direct", "nutcracker", "chashd-1w", "chashd-2w"]
-LABEL = {"direct": "direct memcached", "nutcracker": "nutcracker 0.5.0",
-         "chashd-1w": "chashd 1 worker", "chashd-2w": "chashd 2 workers"}
+ORDER = benchlib.ORDER
+LABEL = dict(benchlib.LABEL, direct="direct memcached")
 WANT = [t.strip() for t in os.environ["TARGETS"].split(",") if t.strip()]
 for t in WANT:
     if t not in ORDER:
         sys.exit("bench/memcache.sh: TARGETS: '%s' is not one of %s"
                  % (t, ",".join(ORDER)))
 
-TMP = tempfile.mkdtemp(prefix="chash-bench-memcache.")
-procs = []
-
-
-def cleanup(*_):
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    for p in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-    procs.clear()
-    subprocess.run(["rm", "-rf", TMP], stdin=subprocess.DEVNULL)
-
-
-atexit.register(cleanup)
-
-
-def on_signal(sig, _):
-    cleanup()
-    sys.exit(130)
-
-
-signal.signal(signal.SIGINT, on_signal)
-signal.signal(signal.SIGTERM, on_signal)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pinned(cpus, args):
-    return ["taskset", "-c", cpus] + args if PIN else args
-
-
-def start(args, log):
-    p = subprocess.Popen(args, stdout=open(os.path.join(TMP, log), "wb"),
-                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    procs.append(p)
-    return p
-
-
-def wait_port(port, proc, what):
-    end = time.monotonic() + 10
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            sys.exit("bench/memcache.sh: %s exited: %s" % (what, open(
-                os.path.join(TMP, what + ".log"), errors="replace").read()))
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit("bench/memcache.sh: %s does not listen on %d" % (what, port))
+bench = benchlib.Bench("memcache")
 
 
 def admin(port, command, last):
@@ -173,7 +113,7 @@ def prefill(port, size, what):
     got, why = mcload(port, ["--prefill", "-d", str(size), "-c", "20",
                              "-P", "32"])
     if got is None:
-        sys.exit("bench/memcache.sh: prefill of %s failed: %s" % (what, why))
+        bench.die("prefill of %s failed: %s" % (what, why))
 
 
 # ---- the members, the direct server and the proxies -----------------------
@@ -187,10 +127,10 @@ DIRECT_MB = max(256, KEYSPACE * 6 // 1024 + 64)
 
 def memcached(name, mb):
     port = free_port()
-    p = start(pinned("1", ["memcached", "-p", str(port), "-l", "127.0.0.1",
-                           "-U", "0", "-t", "1", "-m", str(mb)] + ROOT),
-              name + ".log")
-    wait_port(port, p, name)
+    p = bench.start(pinned("1", ["memcached", "-p", str(port), "-l",
+                                 "127.0.0.1", "-U", "0", "-t", "1",
+                                 "-m", str(mb)] + ROOT), name + ".log")
+    bench.wait_port(port, p, name)
     return port, p
 
 
@@ -198,13 +138,7 @@ members = [memcached("memcached-%d" % (i + 1), 256) for i in range(3)]
 
 
 def pool_text(port):
-    lines = ["bench:", "  listen: 127.0.0.1:%d" % port,
-             "  hash: fnv1a_64", "  distribution: ketama",
-             "  server_connections: 1", "  preconnect: true",
-             "  auto_eject_hosts: false", "  timeout: 10000", "  servers:"]
-    for i, (mport, _) in enumerate(members):
-        lines.append("    - 127.0.0.1:%d:1 memcached-%d" % (mport, i + 1))
-    return "\n".join(lines) + "\n"
+    return benchlib.pool_text(port, [m[0] for m in members], "memcached")
 
 
 targets = {}
@@ -214,53 +148,27 @@ if "direct" in WANT:
 
 # nutcracker always runs: the keys are written through it, its placement
 # is the reference the chashd targets must find them with.
-nc_port = free_port()
-with open(os.path.join(TMP, "nutcracker.yml"), "w") as f:
-    f.write(pool_text(nc_port))
-p = start(pinned("0", ["nutcracker", "-c", os.path.join(TMP, "nutcracker.yml"),
-                       "-s", str(free_port()), "-a", "127.0.0.1",
-                       "-p", os.path.join(TMP, "nutcracker.pid"),
-                       "-o", os.path.join(TMP, "nutcracker.err")]),
-          "nutcracker.log")
-wait_port(nc_port, p, "nutcracker")
+nc_port, p = bench.nutcracker(pool_text)
 if "nutcracker" in WANT:
     targets["nutcracker"] = {"port": nc_port, "pid": p.pid}
-
-for workers, cpus in ((1, "0"), (2, "0,1")):
-    name = "chashd-%dw" % workers
-    if name not in WANT:
-        continue
-    port = free_port()
-    conf = os.path.join(TMP, name + ".yml")
-    with open(conf, "w") as f:
-        f.write("global:\n  admin: off\n  workers: %d\n  log_level: warn\n"
-                % workers + pool_text(port))
-    t = subprocess.run([CHASHD, "-t", "-c", conf], capture_output=True,
-                       text=True, timeout=30, stdin=subprocess.DEVNULL)
-    if t.returncode != 0:
-        sys.exit("bench/memcache.sh: chashd -t: " + (t.stdout + t.stderr)
-                 .strip() + "\n(TARGETS=direct,nutcracker runs without it)")
-    p = start(pinned(cpus, [CHASHD, "-c", conf]), name + ".log")
-    wait_port(port, p, name)
-    targets[name] = {"port": port, "pid": p.pid}
+targets.update(bench.chashds(CHASHD, pool_text, WANT,
+                             "(TARGETS=direct,nutcracker runs without it)"))
 
 
 def cpu_seconds(pid):
     """The CPU time of process <pid>: the sum of its threads' schedstat run
     times (nanoseconds; the 10 ms ticks of /proc/PID/stat are too coarse
     for a run of 0.6 s), or those ticks where schedstat is missing."""
-    if os.path.exists("/proc/self/schedstat"):
-        total = 0
-        for tid in os.listdir("/proc/%d/task" % pid):
-            try:
-                with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
-                    total += int(f.read().split()[0])
-            except (FileNotFoundError, ProcessLookupError):
-                pass      # a thread that just ended
-        return total / 1e9
-    with open("/proc/%d/stat" % pid) as f:
-        v = f.read().rsplit(")", 1)[1].split()
-    return (int(v[11]) + int(v[12])) / HZ
+    if not os.path.exists("/proc/self/schedstat"):
+        return benchlib.stat_cpu_seconds(pid)
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass      # a thread that just ended
+    return total / 1e9
 
 
 def children_cpu():
@@ -272,14 +180,9 @@ def children_cpu():
 
 # ---- the cases -------------------------------------------------------------
 TESTS = [("get", "get"), ("set", "set"), ("mget10", "mget")]
-cases = []                 # (test, P, c, d)
-for d in (16, 4096):
-    for test, _ in TESTS:
-        for P in (1, 16):
-            for c in (50, 500):
-                cases.append((test, P, c, d))
+cases = benchlib.make_cases([t for t, _ in TESTS])        # (test, P, c, d)
 ARG = dict(TESTS)
-results = {}               # (case, target) -> [(rps, p50, p99, cpu_us)]
+results = benchlib.Results()
 failures = []              # (target, case) of every failed run
 seed = 0
 
@@ -288,13 +191,8 @@ def run(case, target):
     global seed
     test, P, c, d = case
     t = targets[target]
-    past = [r[0] for r in results.get((case, target), [])]
-    if past:
-        n = int(statistics.median(past) * DURATION)
-    else:
-        n = REQUESTS * (8 if P > 1 else 1) // (2 if test == "mget10" else 1)
     # every connection gets a few pipelines' worth, whatever REQUESTS says
-    n = max(2000, 4 * c * P, min(n, 5000000))
+    n = results.size(case, target, test == "mget10", max(2000, 4 * c * P))
     seed += 1
     args = ["-t", ARG[test], "-c", str(c), "-P", str(P), "-d", str(d),
             "-n", str(n), "-T", str(THREADS), "--seed", str(seed)]
@@ -313,126 +211,50 @@ def run(case, target):
         failures.append((target, case))
         return None
     done = int(got["requests"])
-    rps, p50, p99 = (float(got["rps"]), float(got["p50_ms"]),
-                     float(got["p99_ms"]))
-    cpu_us = (c1 - c0) * 1e6 / done
-    results.setdefault((case, target), []).append((rps, p50, p99, cpu_us))
-    return rps, p50, p99, cpu_us, (l1 - l0) * 1e6 / done
+    row = (float(got["rps"]), float(got["p50_ms"]), float(got["p99_ms"]),
+           (c1 - c0) * 1e6 / done, (l1 - l0) * 1e6 / done)
+    results.add(case, target, row)
+    return row
 
 
 # ---- rounds ------------------------------------------------------------------
 present = [t for t in ORDER if t in targets]
 print("bench/mcload against %s on the same 3 memcached members, fnv1a_64 "
       "+ ketama," % ", ".join(LABEL[t] for t in present))
-print("server_connections 1; %d rounds, medians; -r %d, %d mcload "
-      "thread(s), pinned: %s; %d cores, load average %s"
-      % (ROUNDS, KEYSPACE, THREADS, "yes" if PIN else "no", os.cpu_count(),
-         " ".join(open("/proc/loadavg").read().split()[:3])))
+print(benchlib.settings("mcload"))
 print()
 
 balance = None
-t_start = time.monotonic()
-for rnd in range(1, ROUNDS + 1):
-    for d in (16, 4096):
-        # a fresh keyspace of <d>-byte values for every read: through
-        # nutcracker (the proxies' placement), and all of it on the direct
-        # server
-        for port in [m[0] for m in members] + (
-                [targets["direct"]["port"]] if "direct" in targets else []):
-            admin(port, b"flush_all", b"OK")
-        prefill(nc_port, d, "the pool through nutcracker")
-        if balance is None:
-            # curr_items is exact only before the first flush_all (flushed
-            # items are reclaimed lazily)
-            balance = [curr_items(m[0]) for m in members]
-        if "direct" in targets:
-            prefill(targets["direct"]["port"], d, "the direct memcached")
-        rot = present[(rnd - 1) % len(present):] + \
-            present[:(rnd - 1) % len(present)]
-        for case in [c for c in cases if c[3] == d]:
-            for target in rot:
-                got = run(case, target)
-                if got:
-                    print("  round %d %-10s %-6s -P %-2d -c %-3d -d %-4d "
-                          "%9.0f req/s p50 %.3f p99 %.3f ms cpu %.2f us/req "
-                          "(mcload %.2f)"
-                          % ((rnd, target) + case + got), flush=True)
-print("(%.0f s)" % (time.monotonic() - t_start))
-print()
 
-total = sum(balance) or 1
+
+def prepare(rnd, d):
+    # a fresh keyspace of <d>-byte values for every read: through
+    # nutcracker (the proxies' placement), and all of it on the direct
+    # server
+    global balance
+    for port in [m[0] for m in members] + (
+            [targets["direct"]["port"]] if "direct" in targets else []):
+        admin(port, b"flush_all", b"OK")
+    prefill(nc_port, d, "the pool through nutcracker")
+    if balance is None:
+        # curr_items is exact only before the first flush_all (flushed
+        # items are reclaimed lazily)
+        balance = [curr_items(m[0]) for m in members]
+    if "direct" in targets:
+        prefill(targets["direct"]["port"], d, "the direct memcached")
+
+
+benchlib.rounds(cases, present, prepare, run, " (mcload %.2f)")
+
 print("keys per member after writing the %d keys through nutcracker "
-      "(curr_items): %s" % (KEYSPACE, ", ".join(
-          "memcached-%d %d (%.1f%%)" % (i + 1, n, 100.0 * n / total)
-          for i, n in enumerate(balance))))
+      "(curr_items): %s" % (KEYSPACE, benchlib.shares("memcached", balance)))
 print("A multi-get of 10 keys counts as one request. CPU us/req: the target "
       "process's own CPU time per request -- the memcached itself for "
       "direct, the proxy for the others; (mcload x) in the round lines: the "
       "load generator's.")
 print()
-
-
-def med(case, target):
-    rows = results.get((case, target))
-    if not rows:
-        return None
-    return [statistics.median(r[i] for r in rows) for i in range(4)]
-
-
-print("| test | -P | -c | -d | target | req/s | p50 ms | p99 ms "
-      "| CPU us/req |")
-print("|---|---:|---:|---:|---|---:|---:|---:|---:|")
-for case in cases:
-    for target in present:
-        m = med(case, target)
-        if m is None:
-            print("| %s | %d | %d | %d | %s | failed | | | |"
-                  % (case + (LABEL[target],)))
-        else:
-            print("| %s | %d | %d | %d | %s | %.0f | %.3f | %.3f | %.2f |"
-                  % (case + (LABEL[target],) + tuple(m)))
-print()
-
-# (column title, numerator, denominator, index, target, better when)
-RATIOS = [("nutcracker / direct req/s", "nutcracker", "direct", 0, None,
-           None),
-          ("chashd 2w / nutcracker req/s", "chashd-2w", "nutcracker", 0, 1.5,
-           ">="),
-          ("chashd 1w / nutcracker CPU/req", "chashd-1w", "nutcracker", 3,
-           1.0, "<="),
-          ("chashd 1w / nutcracker p99", "chashd-1w", "nutcracker", 2, 1.0,
-           "<=")]
-score = {r[0]: [0, 0] for r in RATIOS if r[4]}   # met, measured
-
-
-def ratio_cell(case, rt):
-    title, num, den, i, goal, how = rt
-    a, b = med(case, num), med(case, den)
-    if num not in WANT or den not in WANT:
-        return "not run"
-    if goal is not None:
-        score[title][1] += 1      # a failed run counts as MISSED
-    if a is None or b is None or not b[i]:
-        return "n/a" if goal is None else "failed: MISSED"
-    x = a[i] / b[i]
-    if goal is None:
-        return "x%.2f" % x
-    met = x >= goal if how == ">=" else x <= goal
-    score[title][0] += met
-    return "x%.2f %s" % (x, "MET" if met else "MISSED")
-
-
-print("| test | -P | -c | -d | " + " | ".join(r[0] for r in RATIOS) + " |")
-print("|---|---:|---:|---:|" + "---:|" * len(RATIOS))
-for case in cases:
-    print("| %s | %d | %d | %d | " % case +
-          " | ".join(ratio_cell(case, rt) for rt in RATIOS) + " |")
-print()
-print("Targets: chashd 2 workers >= x1.5 nutcracker's req/s; chashd 1 "
-      "worker's CPU per request and p99 <= nutcracker's (ratios <= x1.00).")
-for title, (met, measured) in score.items():
-    print("  %s: %s" % (title, "%d of %d lines MET" % (met, measured)
-                        if measured else "not measured"))
+benchlib.print_table(results, cases, present, LABEL)
+benchlib.print_ratios(results, cases, WANT, judge=True)
 if failures:
     print("%d runs FAILED (wrong replies, misses or errors: the messages "
           "above): %s" % (len(failures), ", ".join(sorted(set(

@@ -29,6 +29,7 @@ set -eu
 B=${B:-build}
 PY=/usr/bin/python3
 CHASHD=$(cd "$B" && pwd)/chashd
+BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
 
 for tool in redis-server redis-benchmark nutcracker taskset "$CHASHD"; do
     if ! command -v "$tool" >/dev/null 2>&1; then
@@ -38,78 +39,17 @@ for tool in redis-server redis-benchmark nutcracker taskset "$CHASHD"; do
     fi
 done
 
-export CHASHD
+export CHASHD BENCH_DIR
 exec $PY - <<'EOF'
-import atexit, csv, os, re, signal, socket, statistics, subprocess, sys
-import tempfile, time
+import csv, os, re, socket, subprocess, sys
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.environ["BENCH_DIR"])
+import benchlib
+from benchlib import KEYSPACE, THREADS, free_port, pinned
 
 CHASHD = os.environ["CHASHD"]
-ROUNDS = int(os.environ.get("ROUNDS", "3"))
-REQUESTS = int(os.environ.get("REQUESTS", "30000"))
-DURATION = float(os.environ.get("DURATION", "0.6"))
-KEYSPACE = int(os.environ.get("KEYSPACE", "100000"))
-THREADS = int(os.environ.get("THREADS", "1"))
-PIN = os.environ.get("PIN", "0") == "1" and os.cpu_count() >= 2
-HZ = os.sysconf("SC_CLK_TCK")
-
-TMP = tempfile.mkdtemp(prefix="chash-bench-redis.")
-procs = []
-
-
-def cleanup(*_):
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    for p in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-    procs.clear()
-    subprocess.run(["rm", "-rf", TMP], stdin=subprocess.DEVNULL)
-
-
-atexit.register(cleanup)
-
-
-def on_signal(sig, _):
-    cleanup()
-    sys.exit(130)
-
-
-signal.signal(signal.SIGINT, on_signal)
-signal.signal(signal.SIGTERM, on_signal)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pinned(cpus, args):
-    return ["taskset", "-c", cpus] + args if PIN else args
-
-
-def start(args, log):
-    p = subprocess.Popen(args, stdout=open(os.path.join(TMP, log), "wb"),
-                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    procs.append(p)
-    return p
-
-
-def wait_port(port, proc, what):
-    end = time.monotonic() + 10
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            sys.exit("bench/redis.sh: %s exited: %s" % (what, open(
-                os.path.join(TMP, what + ".log"), errors="replace").read()))
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit("bench/redis.sh: %s does not listen on %d" % (what, port))
+bench = benchlib.Bench("redis")
 
 
 # ---- a RESP client for populating and DBSIZE ------------------------------
@@ -168,63 +108,29 @@ def populate(port, size):
 servers = []
 for i in range(3):
     port = free_port()
-    d = os.path.join(TMP, "redis-%d" % (i + 1))
+    d = bench.path("redis-%d" % (i + 1))
     os.mkdir(d)
-    p = start(pinned("1", ["redis-server", "--port", str(port), "--bind",
-                           "127.0.0.1", "--save", "", "--appendonly", "no",
-                           "--dir", d, "--daemonize", "no"]),
-              "redis-%d.log" % (i + 1))
-    wait_port(port, p, "redis-%d" % (i + 1))
+    p = bench.start(pinned("1", ["redis-server", "--port", str(port),
+                                 "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no", "--dir", d,
+                                 "--daemonize", "no"]),
+                    "redis-%d.log" % (i + 1))
+    bench.wait_port(port, p, "redis-%d" % (i + 1))
     servers.append((port, p))
 
 
 def pool_text(port):
-    lines = ["bench:", "  listen: 127.0.0.1:%d" % port, "  redis: true",
-             "  hash: fnv1a_64", "  distribution: ketama",
-             "  server_connections: 1", "  preconnect: true",
-             "  auto_eject_hosts: false", "  timeout: 10000", "  servers:"]
-    for i, (sport, _) in enumerate(servers):
-        lines.append("    - 127.0.0.1:%d:1 redis-%d" % (sport, i + 1))
-    return "\n".join(lines) + "\n"
+    return benchlib.pool_text(port, [s[0] for s in servers], "redis",
+                              redis=True)
 
 
 targets = {"direct": {"port": servers[0][0], "pid": servers[0][1].pid}}
-
-nc_port = free_port()
-with open(os.path.join(TMP, "nutcracker.yml"), "w") as f:
-    f.write(pool_text(nc_port))
-p = start(pinned("0", ["nutcracker", "-c", os.path.join(TMP, "nutcracker.yml"),
-                       "-s", str(free_port()), "-a", "127.0.0.1",
-                       "-p", os.path.join(TMP, "nutcracker.pid"),
-                       "-o", os.path.join(TMP, "nutcracker.err")]),
-          "nutcracker.log")
-wait_port(nc_port, p, "nutcracker")
+nc_port, p = bench.nutcracker(pool_text)
 targets["nutcracker"] = {"port": nc_port, "pid": p.pid}
+targets.update(bench.chashds(CHASHD, pool_text))
 
-for workers, cpus in ((1, "0"), (2, "0,1")):
-    name = "chashd-%dw" % workers
-    port = free_port()
-    conf = os.path.join(TMP, name + ".yml")
-    with open(conf, "w") as f:
-        f.write("global:\n  admin: off\n  workers: %d\n  log_level: warn\n"
-                % workers + pool_text(port))
-    t = subprocess.run([CHASHD, "-t", "-c", conf], capture_output=True,
-                       text=True, timeout=30, stdin=subprocess.DEVNULL)
-    if t.returncode != 0:
-        sys.exit("bench/redis.sh: chashd -t: " + t.stdout + t.stderr)
-    p = start(pinned(cpus, [CHASHD, "-c", conf]), name + ".log")
-    wait_port(port, p, name)
-    targets[name] = {"port": port, "pid": p.pid}
-
-ORDER = ["direct", "nutcracker", "chashd-1w", "chashd-2w"]
-LABEL = {"direct": "direct redis", "nutcracker": "nutcracker 0.5.0",
-         "chashd-1w": "chashd 1 worker", "chashd-2w": "chashd 2 workers"}
-
-
-def cpu_ticks(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        v = f.read().rsplit(")", 1)[1].split()
-    return int(v[11]) + int(v[12])
+ORDER = benchlib.ORDER
+LABEL = dict(benchlib.LABEL, direct="direct redis")
 
 
 # ---- the cases -------------------------------------------------------------
@@ -234,36 +140,24 @@ TESTS = [("SET", ["-t", "set"]), ("GET", ["-t", "get"]),
          ("MSET10", ["-t", "mset"]), ("MGET10", MGET)]
 BIG = ("SET", "GET")       # the only tests run with 4096-byte values
 
-cases = []                 # (test, P, c, d)
-for d in (16, 4096):
-    for test, _ in TESTS:
-        if d != 16 and test not in BIG:
-            continue
-        for P in (1, 16):
-            for c in (50, 500):
-                cases.append((test, P, c, d))
+cases = benchlib.make_cases([t for t, _ in TESTS], BIG)   # (test, P, c, d)
 ARGS = dict(TESTS)
-results = {}               # (case, target) -> [(rps, p50, p99, cpu_us)]
+results = benchlib.Results()
 
 
 def run(case, target):
     test, P, c, d = case
     t = targets[target]
-    past = [r[0] for r in results.get((case, target), [])]
-    if past:
-        n = int(statistics.median(past) * DURATION)
-    else:
-        n = REQUESTS * (8 if P > 1 else 1) // (2 if "10" in test else 1)
-    n = max(2000, min(n, 5000000))
+    n = results.size(case, target, "10" in test)
     args = pinned("1", ["redis-benchmark", "-h", "127.0.0.1", "-p",
                         str(t["port"]), "-c", str(c), "-n", str(n), "-P",
                         str(P), "-d", str(d), "-r", str(KEYSPACE),
                         "--csv"] + (["--threads", str(THREADS)]
                                     if THREADS > 1 else [])) + ARGS[test]
-    c0 = cpu_ticks(t["pid"])
+    c0 = benchlib.stat_cpu_seconds(t["pid"])
     r = subprocess.run(args, capture_output=True, text=True, timeout=600,
                        stdin=subprocess.DEVNULL)
-    c1 = cpu_ticks(t["pid"])
+    c1 = benchlib.stat_cpu_seconds(t["pid"])
     rows = [line for line in r.stdout.splitlines()
             if line.startswith('"') and not line.startswith('"test"')]
     noise = re.sub(r"WARNING: Could not fetch server CONFIG\n?", "",
@@ -273,100 +167,44 @@ def run(case, target):
                          % (target, case, r.stdout[-400:], noise[-400:]))
         return None
     v = next(csv.reader([rows[0]]))
-    rps, p50, p99 = float(v[1]), float(v[4]), float(v[6])
-    cpu_us = (c1 - c0) * 1e6 / HZ / n
-    results.setdefault((case, target), []).append((rps, p50, p99, cpu_us))
-    return rps, p50, p99, cpu_us
+    got = (float(v[1]), float(v[4]), float(v[6]), (c1 - c0) * 1e6 / n)
+    results.add(case, target, got)
+    return got
 
 
 # ---- rounds ------------------------------------------------------------------
 present = [t for t in ORDER if t in targets]
 print("redis-benchmark against direct redis, nutcracker and chashd (1 and 2")
 print("workers) on the same 3 redis-servers, fnv1a_64 + ketama,")
-print("server_connections 1; %d rounds, medians; -r %d, %d client "
-      "thread(s), pinned: %s; %d cores, load average %s"
-      % (ROUNDS, KEYSPACE, THREADS, "yes" if PIN else "no", os.cpu_count(),
-         " ".join(open("/proc/loadavg").read().split()[:3])))
+print(benchlib.settings("client"))
 print()
 
 balance = None
-t_start = time.monotonic()
-for rnd in range(1, ROUNDS + 1):
-    for d in (16, 4096):
-        # a fresh keyspace of <d>-byte values for every read: through
-        # nutcracker (the proxies' placement), and all of it on the server
-        # the direct runs use
-        for sport, _ in servers:
-            Conn(sport).call("FLUSHALL")
-        populate(nc_port, d)
-        if balance is None:
-            balance = [int(Conn(sport).call("DBSIZE")[1:])
-                       for sport, _ in servers]
-        populate(servers[0][0], d)
-        rot = present[(rnd - 1) % len(present):] + \
-            present[:(rnd - 1) % len(present)]
-        for case in [c for c in cases if c[3] == d]:
-            for target in rot:
-                got = run(case, target)
-                if got:
-                    print("  round %d %-10s %-6s -P %-2d -c %-3d -d %-4d "
-                          "%9.0f req/s p50 %.3f p99 %.3f ms cpu %.2f us/req"
-                          % ((rnd, target) + case + got), flush=True)
-print("(%.0f s)" % (time.monotonic() - t_start))
-print()
 
-total = sum(balance)
+
+def prepare(rnd, d):
+    # a fresh keyspace of <d>-byte values for every read: through
+    # nutcracker (the proxies' placement), and all of it on the server
+    # the direct runs use
+    global balance
+    for sport, _ in servers:
+        Conn(sport).call("FLUSHALL")
+    populate(nc_port, d)
+    if balance is None:
+        balance = [int(Conn(sport).call("DBSIZE")[1:])
+                   for sport, _ in servers]
+    populate(servers[0][0], d)
+
+
+benchlib.rounds(cases, present, prepare, run)
+
 print("keys per server after writing the %d keys through nutcracker "
-      "(DBSIZE): %s" % (KEYSPACE, ", ".join(
-          "redis-%d %d (%.1f%%)" % (i + 1, n, 100.0 * n / total)
-          for i, n in enumerate(balance))))
+      "(DBSIZE): %s" % (KEYSPACE, benchlib.shares("redis", balance)))
 print("LPUSH pushes to one key (redis-benchmark's \"mylist\"): one member "
       "takes it all through a proxy.")
 print("CPU us/req: the target process's own CPU time per request -- the "
       "redis-server itself for direct, the proxy for the others.")
 print()
-
-
-def med(case, target):
-    rows = results.get((case, target))
-    if not rows:
-        return None
-    return [statistics.median(r[i] for r in rows) for i in range(4)]
-
-
-print("| test | -P | -c | -d | target | req/s | p50 ms | p99 ms "
-      "| CPU us/req |")
-print("|---|---:|---:|---:|---|---:|---:|---:|---:|")
-for case in cases:
-    for target in ORDER:
-        m = med(case, target)
-        if m is None:
-            print("| %s | %d | %d | %d | %s | failed | | | |"
-                  % (case + (LABEL[target],)))
-        else:
-            print("| %s | %d | %d | %d | %s | %.0f | %.3f | %.3f | %.2f |"
-                  % (case + (LABEL[target],) + tuple(m)))
-print()
-
-
-def ratio(a, b, i):
-    if a is None or b is None or not b[i]:
-        return "n/a"
-    return "x%.2f" % (a[i] / b[i])
-
-
-print("| test | -P | -c | -d | nutcracker / direct req/s "
-      "| chashd 2w / nutcracker req/s | chashd 1w / nutcracker CPU/req "
-      "| chashd 1w / nutcracker p99 |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
-for case in cases:
-    nc, di = med(case, "nutcracker"), med(case, "direct")
-    c1, c2 = med(case, "chashd-1w"), med(case, "chashd-2w")
-    cols = (ratio(c2, nc, 0), ratio(c1, nc, 3), ratio(c1, nc, 2))
-    print("| %s | %d | %d | %d | %s | %s | %s | %s |"
-          % (case + (ratio(nc, di, 0),) + cols))
-print()
-print("Targets: chashd 2 workers >= x1.5 nutcracker's "
-      "req/s; chashd 1 worker's CPU per request and p99 <= nutcracker's "
-      "(ratios <= x1.00).")
+benchlib.print_table(results, cases, ORDER, LABEL)
+benchlib.print_ratios(results, cases)
 EOF

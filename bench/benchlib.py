@@ -1,0 +1,298 @@
+# benchlib.py -- what bench/redis.sh and bench/memcache.sh share: the knobs
+# from the environment, the processes they start (and always stop), the
+# proxies' pool, nutcracker and chashd with 1 and 2 workers, the sizes of
+# the runs, the interleaved rounds and the tables of medians and ratios.
+# Standard library only; each script imports it from $BENCH_DIR.
+#
+# SPDX-License-Identifier: BSD-2-Clause
+import atexit, os, signal, socket, statistics, subprocess, sys, tempfile
+import time
+
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+REQUESTS = int(os.environ.get("REQUESTS", "30000"))
+DURATION = float(os.environ.get("DURATION", "0.6"))
+KEYSPACE = int(os.environ.get("KEYSPACE", "100000"))
+THREADS = int(os.environ.get("THREADS", "1"))
+PIN = os.environ.get("PIN", "0") == "1" and os.cpu_count() >= 2
+HZ = os.sysconf("SC_CLK_TCK")
+
+ORDER = ["direct", "nutcracker", "chashd-1w", "chashd-2w"]
+LABEL = {"nutcracker": "nutcracker 0.5.0", "chashd-1w": "chashd 1 worker",
+         "chashd-2w": "chashd 2 workers"}     # + "direct", per script
+# the chashd targets: name, workers, the CPUs they are pinned to
+CHASHDS = (("chashd-1w", 1, "0"), ("chashd-2w", 2, "0,1"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pinned(cpus, args):
+    return ["taskset", "-c", cpus] + args if PIN else args
+
+
+class Bench:
+    """The processes of bench/<name>.sh and their directory: killed, waited
+    for and removed at exit, on SIGINT and on SIGTERM."""
+
+    def __init__(self, name):
+        self.name = "bench/%s.sh" % name
+        self.tmp = tempfile.mkdtemp(prefix="chash-bench-%s." % name)
+        self.procs = []
+        atexit.register(self.cleanup)
+        signal.signal(signal.SIGINT, self.on_signal)
+        signal.signal(signal.SIGTERM, self.on_signal)
+
+    def cleanup(self, *_):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self.procs.clear()
+        subprocess.run(["rm", "-rf", self.tmp], stdin=subprocess.DEVNULL)
+
+    def on_signal(self, sig, _):
+        self.cleanup()
+        sys.exit(130)
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def die(self, message):
+        sys.exit("%s: %s" % (self.name, message))
+
+    def start(self, args, log):
+        with open(self.path(log), "wb") as out:
+            p = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL)
+        self.procs.append(p)
+        return p
+
+    def wait_port(self, port, proc, what):
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            if proc.poll() is not None:
+                self.die("%s exited: %s" % (what, open(
+                    self.path(what + ".log"), errors="replace").read()))
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.die("%s does not listen on %d" % (what, port))
+
+    def nutcracker(self, pool):
+        """nutcracker on CPU 0 (if pinned) with pool(port)'s text as its
+        configuration; its port and process."""
+        port = free_port()
+        with open(self.path("nutcracker.yml"), "w") as f:
+            f.write(pool(port))
+        p = self.start(pinned("0", [
+            "nutcracker", "-c", self.path("nutcracker.yml"),
+            "-s", str(free_port()), "-a", "127.0.0.1",
+            "-p", self.path("nutcracker.pid"),
+            "-o", self.path("nutcracker.err")]), "nutcracker.log")
+        self.wait_port(port, p, "nutcracker")
+        return port, p
+
+    def chashds(self, chashd, pool, want=ORDER, hint=""):
+        """chashd with 1 and 2 workers (those of them in <want>), each with
+        pool(port)'s pool, checked by chashd -t first (a failure names
+        <hint> too); {name: {"port", "pid"}}."""
+        out = {}
+        for name, workers, cpus in CHASHDS:
+            if name not in want:
+                continue
+            port = free_port()
+            conf = self.path(name + ".yml")
+            with open(conf, "w") as f:
+                f.write("global:\n  admin: off\n  workers: %d\n"
+                        "  log_level: warn\n" % workers + pool(port))
+            t = subprocess.run([chashd, "-t", "-c", conf],
+                               capture_output=True, text=True, timeout=30,
+                               stdin=subprocess.DEVNULL)
+            if t.returncode != 0:
+                self.die("chashd -t: " + (t.stdout + t.stderr).strip() +
+                         ("\n" + hint if hint else ""))
+            p = self.start(pinned(cpus, [chashd, "-c", conf]), name + ".log")
+            self.wait_port(port, p, name)
+            out[name] = {"port": port, "pid": p.pid}
+        return out
+
+
+def pool_text(port, members, kind, redis=False):
+    """The pool both proxies run: fnv1a_64 + ketama, server_connections 1,
+    preconnect, no auto-eject; <members> ports named <kind>-1, -2, ..."""
+    lines = ["bench:", "  listen: 127.0.0.1:%d" % port] + \
+        (["  redis: true"] if redis else []) + \
+        ["  hash: fnv1a_64", "  distribution: ketama",
+         "  server_connections: 1", "  preconnect: true",
+         "  auto_eject_hosts: false", "  timeout: 10000", "  servers:"]
+    for i, mport in enumerate(members):
+        lines.append("    - 127.0.0.1:%d:1 %s-%d" % (mport, kind, i + 1))
+    return "\n".join(lines) + "\n"
+
+
+def stat_cpu_seconds(pid):
+    """User + system time of process <pid> from /proc/PID/stat (in ticks
+    of 1/HZ s)."""
+    with open("/proc/%d/stat" % pid) as f:
+        v = f.read().rsplit(")", 1)[1].split()
+    return (int(v[11]) + int(v[12])) / HZ
+
+
+# ---- the cases and their results ----------------------------------------
+def make_cases(tests, big=None):
+    """(test, P, c, d) for d 16 and 4096 (only the tests in <big>, if given,
+    at 4096), P 1 and 16, c 50 and 500."""
+    cases = []
+    for d in (16, 4096):
+        for test in tests:
+            if d != 16 and big is not None and test not in big:
+                continue
+            for P in (1, 16):
+                for c in (50, 500):
+                    cases.append((test, P, c, d))
+    return cases
+
+
+class Results:
+    """(case, target) -> [(rps, p50, p99, cpu_us)], one per round."""
+
+    def __init__(self):
+        self.rows = {}
+
+    def add(self, case, target, row):
+        self.rows.setdefault((case, target), []).append(tuple(row[:4]))
+
+    def size(self, case, target, multi, least=2000):
+        """-n of the next run: REQUESTS (x8 pipelined, /2 for a multi-key
+        test) in the first round, then the median req/s so far x
+        DURATION; at least <least>, at most 5000000."""
+        P = case[1]
+        past = [r[0] for r in self.rows.get((case, target), [])]
+        if past:
+            n = int(statistics.median(past) * DURATION)
+        else:
+            n = REQUESTS * (8 if P > 1 else 1) // (2 if multi else 1)
+        return max(least, min(n, 5000000))
+
+    def med(self, case, target):
+        rows = self.rows.get((case, target))
+        if not rows:
+            return None
+        return [statistics.median(r[i] for r in rows) for i in range(4)]
+
+
+# ---- the run -------------------------------------------------------------
+def settings(client):
+    """The header's line of the settings and the machine."""
+    return ("server_connections 1; %d rounds, medians; -r %d, %d %s "
+            "thread(s), pinned: %s; %d cores, load average %s"
+            % (ROUNDS, KEYSPACE, THREADS, client, "yes" if PIN else "no",
+               os.cpu_count(),
+               " ".join(open("/proc/loadavg").read().split()[:3])))
+
+
+def rounds(cases, present, prepare, run, note=""):
+    """ROUNDS interleaved rounds: for each value size, prepare(rnd, d),
+    then every case of that size on every target, the targets' order
+    rotated by one each round. run(case, target) gives (rps, p50, p99,
+    cpu_us, more...) or None; <note> formats the more."""
+    t_start = time.monotonic()
+    for rnd in range(1, ROUNDS + 1):
+        for d in (16, 4096):
+            prepare(rnd, d)
+            k = (rnd - 1) % len(present)
+            rot = present[k:] + present[:k]
+            for case in [c for c in cases if c[3] == d]:
+                for target in rot:
+                    got = run(case, target)
+                    if got:
+                        print("  round %d %-10s %-6s -P %-2d -c %-3d -d %-4d "
+                              "%9.0f req/s p50 %.3f p99 %.3f ms cpu %.2f "
+                              "us/req" % ((rnd, target) + case +
+                                          tuple(got[:4])) +
+                              (note % tuple(got[4:]) if note else ""),
+                              flush=True)
+    print("(%.0f s)" % (time.monotonic() - t_start))
+    print()
+
+
+def shares(kind, counts):
+    """<kind>-1 n (x%), ... of the keys per member."""
+    total = sum(counts) or 1
+    return ", ".join("%s-%d %d (%.1f%%)" % (kind, i + 1, n, 100.0 * n / total)
+                     for i, n in enumerate(counts))
+
+
+def print_table(results, cases, present, label):
+    print("| test | -P | -c | -d | target | req/s | p50 ms | p99 ms "
+          "| CPU us/req |")
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|")
+    for case in cases:
+        for target in present:
+            m = results.med(case, target)
+            if m is None:
+                print("| %s | %d | %d | %d | %s | failed | | | |"
+                      % (case + (label[target],)))
+            else:
+                print("| %s | %d | %d | %d | %s | %.0f | %.3f | %.3f | %.2f |"
+                      % (case + (label[target],) + tuple(m)))
+    print()
+
+
+# (column title, numerator, denominator, index, target, better when)
+RATIOS = [("nutcracker / direct req/s", "nutcracker", "direct", 0, None,
+           None),
+          ("chashd 2w / nutcracker req/s", "chashd-2w", "nutcracker", 0, 1.5,
+           ">="),
+          ("chashd 1w / nutcracker CPU/req", "chashd-1w", "nutcracker", 3,
+           1.0, "<="),
+          ("chashd 1w / nutcracker p99", "chashd-1w", "nutcracker", 2, 1.0,
+           "<=")]
+
+
+def print_ratios(results, cases, want=ORDER, judge=False):
+    """The ratios of the medians per case and the targets. judge: each
+    ratio with a target also MET or MISSED (a failed run: MISSED), and
+    how many lines met it."""
+    score = {r[0]: [0, 0] for r in RATIOS if r[4]}   # met, measured
+
+    def cell(case, rt):
+        title, num, den, i, goal, how = rt
+        goal = goal if judge else None
+        a, b = results.med(case, num), results.med(case, den)
+        if num not in want or den not in want:
+            return "not run"
+        if goal is not None:
+            score[title][1] += 1
+        if a is None or b is None or not b[i]:
+            return "n/a" if goal is None else "failed: MISSED"
+        x = a[i] / b[i]
+        if goal is None:
+            return "x%.2f" % x
+        met = x >= goal if how == ">=" else x <= goal
+        score[title][0] += met
+        return "x%.2f %s" % (x, "MET" if met else "MISSED")
+
+    print("| test | -P | -c | -d | " + " | ".join(r[0] for r in RATIOS) +
+          " |")
+    print("|---|---:|---:|---:|" + "---:|" * len(RATIOS))
+    for case in cases:
+        print("| %s | %d | %d | %d | " % case +
+              " | ".join(cell(case, rt) for rt in RATIOS) + " |")
+    print()
+    print("Targets: chashd 2 workers >= x1.5 nutcracker's req/s; chashd 1 "
+          "worker's CPU per request and p99 <= nutcracker's (ratios <= "
+          "x1.00).")
+    if judge:
+        for title, (met, measured) in score.items():
+            print("  %s: %s" % (title, "%d of %d lines MET" % (met, measured)
+                                if measured else "not measured"))
