@@ -50,6 +50,9 @@ struct merge {
     char *text;        /* the keys' bytes */
 };
 
+/* Kinds of batches (request_send_batch): gets of one kind share a line. */
+enum { BATCH_GET = 1, BATCH_GETS };
+
 /* noreply and q need no state: one shared merge each, never freed. */
 static struct merge noreply_merge = {.kind = MERGE_NOREPLY};
 static struct merge quiet_merge = {.kind = MERGE_QUIET};
@@ -173,6 +176,9 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
           const struct proto_request *rq)
 {
     size_t nkeys = rq->nkeys, first, textlen = 0;
+    int batch = rq->command == MC_GET    ? BATCH_GET
+                : rq->command == MC_GETS ? BATCH_GETS
+                                         : 0;
     struct request_route rt;
     struct merge *m;
     int rc = request_route(r, snap, buf, rq->keys, nkeys, &rt);
@@ -184,8 +190,16 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
         textlen += rq->keys[i].len;
     if (rt.nmembers == 1) {
         if (request_frags(r, 1) == 0) {
-            request_send(r, &r->frags[0], rt.owner[0], rt.hash[0], buf,
-                         rq->head, 0);
+            if (batch == 0) /* gat: its exptime is its own */
+                request_send(r, &r->frags[0], rt.owner[0], rt.hash[0], buf,
+                             rq->head, 0);
+            else /* the keys as the line has them, spaces and all */
+                request_send_batch(
+                    r, &r->frags[0], rt.owner[0], rt.hash[0], batch,
+                    rq->command == MC_GETS ? "gets" : "get",
+                    buf + rq->keys[0].off,
+                    rq->keys[nkeys - 1].off + rq->keys[nkeys - 1].len -
+                        rq->keys[0].off);
             rc = 0;
         }
         goto out;
@@ -237,7 +251,16 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
             goto out;
         }
         r->frags[f].member = f;
-        request_send(r, &r->frags[f], rt.members[f], fhash, b.data, b.len, 0);
+        if (batch == 0) {
+            request_send(r, &r->frags[f], rt.members[f], fhash, b.data, b.len,
+                         0);
+        } else {
+            /* the keys, without the command word and the CRLF */
+            size_t word = rq->args[0].len + 1;
+            request_send_batch(r, &r->frags[f], rt.members[f], fhash, batch,
+                               rq->command == MC_GETS ? "gets" : "get",
+                               b.data + word, b.len - word - 2);
+        }
         rbuf_free(&b);
     }
     rc = 0;
@@ -517,6 +540,43 @@ mc_release(struct rreq *r)
     free(m);
 }
 
+/*
+ * A batch's reply: the VALUE blocks of every fragment's keys, in their
+ * order on the line (memcached answers a get's hits in the order asked),
+ * then END. Each fragment gets the blocks of its own keys, then its END.
+ */
+static void
+mc_unbatch(const char *buf, size_t len, struct rfrag *const *frags, size_t n)
+{
+    size_t pos = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        struct rfrag *f = frags[i];
+        const char *k = f->bkeys.data + f->bkeys.off;
+        size_t klen = f->bkeys.len - f->bkeys.off, at = 0;
+
+        while (at < klen) {
+            struct proto_span key;
+            size_t start, block;
+
+            while (at < klen && k[at] == ' ')
+                at++;
+            start = at;
+            while (at < klen && k[at] != ' ')
+                at++;
+            if (at == start)
+                break;
+            if (mc_value_block(buf + pos, len - pos, &key, &block) == 1 &&
+                key.len == at - start &&
+                memcmp(buf + pos + key.off, k + start, key.len) == 0) {
+                request_frag_reply(f, buf + pos, block);
+                pos += block;
+            }
+        }
+        request_frag_reply(f, "END\r\n", 5);
+    }
+}
+
 /* memcached needs no handshake. */
 static int
 mc_handshake(const struct pool_snapshot *snap, char *out, size_t cap,
@@ -544,4 +604,5 @@ const struct request_mode memcache_request_mode = {
     .release = mc_release,
     .handshake = mc_handshake,
     .is_error = mc_is_error,
+    .unbatch = mc_unbatch,
 };

@@ -49,6 +49,11 @@
 #define OUT_HIGH (1024 * 1024)
 /* Replies written to a client per writev(). */
 #define WRITE_BATCH 64
+/* A batch (request_send_batch): at most this many requests ride on one
+ * line, and the line is at most this long (memcached takes longer get
+ * lines; a bound keeps one reply, and its latency, reasonable). */
+#define BATCH_MAX 128
+#define BATCH_LINE_MAX (16 * 1024)
 /* How long a closing client may go on sending before we close anyway. */
 #define LINGER_MS 2000
 /* A client that streams a value into a member connection and then sends
@@ -84,6 +89,9 @@ struct rserver {
     struct rfrag *reply_to;      /* the fragment a value streams to */
     uint64_t reply_left;         /* its bytes still to come */
     bool paused;                 /* not read: a reply waits for its client */
+    struct rfrag *open; /* a batch whose line ends <out>, unwritten: more
+                           keys may join it until the next flush */
+    size_t open_len;    /* that line's length */
 };
 
 /* The engine's state of one worker. */
@@ -292,6 +300,7 @@ req_free(struct rreq *r)
         free(r->frags[i].keys);
         rbuf_free(&r->frags[i].reply);
         rbuf_free(&r->frags[i].pending);
+        rbuf_free(&r->frags[i].bkeys);
     }
     if (r->frags != &r->one)
         free(r->frags);
@@ -564,6 +573,7 @@ conn_reset(struct rserver *s)
     s->reply_to = NULL;
     s->reply_left = 0;
     s->paused = false;
+    s->open = NULL;
     worker_timer_del(s->w, &s->timer);
     worker_soon_cancel(s->w, &s->more);
     worker_soon_cancel(s->w, &s->flush);
@@ -782,6 +792,7 @@ fifo_push(struct rfrag **head, struct rfrag **tail, struct rfrag *f)
 static void
 conn_flush(struct rserver *s)
 {
+    s->open = NULL; /* the batch is closed: its line goes now */
     while (s->state == RS_READY && rbuf_size(&s->out) > 0) {
         ssize_t n =
             write(s->side.fd, s->out.data + s->out.off, rbuf_size(&s->out));
@@ -817,6 +828,7 @@ conn_queue(struct rserver *s, struct rfrag *f, const char *buf, size_t len,
     int kind = PROTO_ERR_REFUSED;
     uint32_t timeout = request_snapshot(f->req->client)->set.timeout_ms;
 
+    s->open = NULL; /* other bytes follow the batch's line */
     f->conn = s;
     f->deadline_ms = timeout > 0 ? s->w->now_ms + timeout : 0;
     if (rbuf_append(wait ? &f->pending : &s->out, buf, len) < 0) {
@@ -889,6 +901,45 @@ conn_stream_done(struct rserver *s)
         }
     }
     conn_flush(s);
+    conn_arm(s);
+}
+
+/*
+ * The reply <rp> at <buf> answers batch <f> and the fragments riding on
+ * its line, next in the FIFO: an error reply is each one's; else the
+ * mode gives each its own part.
+ */
+static void
+conn_unbatch(struct rserver *s, struct rfrag *f, const char *buf,
+             const struct proto_reply *rp)
+{
+    struct rfrag *frags[BATCH_MAX + 1];
+    size_t n = 1;
+
+    frags[0] = f;
+    while (n <= f->riders && s->head != NULL) {
+        struct rfrag *g = s->head;
+
+        s->head = g->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        s->nfifo--;
+        g->next = NULL;
+        stats_sub(&s->m->server->stats[s->w->id].inflight, 1);
+        request_latency(s, g);
+        frags[n++] = g;
+    }
+    if (rp->error || rp->body > 0 || n != f->riders + 1) {
+        /* (a batch's reply is never streamed; nor are riders missing) */
+        for (size_t i = 0; i < n; i++) {
+            frags[i]->error = true;
+            request_frag_reply(frags[i], buf, (size_t)rp->len);
+        }
+    } else {
+        s->m->mode->unbatch(buf, (size_t)rp->len, frags, n);
+    }
+    for (size_t i = 0; i < n; i++)
+        frag_done(frags[i]);
     conn_arm(s);
 }
 
@@ -993,6 +1044,10 @@ conn_replies(struct rserver *s)
                                   memory_order_relaxed);
         }
         stats_sub(&s->m->server->stats[s->w->id].inflight, 1);
+        if (f->riders > 0) {
+            conn_unbatch(s, f, buf, &rp);
+            continue;
+        }
         if (frag_data(f, buf, (size_t)rp.len) < 0) {
             conn_fail(s, PROTO_ERR_CLOSED, ENOMEM);
             frag_fail(f, PROTO_ERR_CLOSED);
@@ -1166,15 +1221,16 @@ request_snapshot(struct rclient *c)
     return pool_snapshot(c->pool);
 }
 
-void
-request_send(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash,
-             const char *buf, size_t len, uint64_t stream)
+/* The connection to member <srv> that fragment <f> of <r> goes on (by
+ * <hash> among its server_connections), counted as sent; NULL when none
+ * can be had (<f> is answered with the error). */
+static struct rserver *
+send_to(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash)
 {
     struct rclient *c = r->client;
     struct rworker *rw = rworker_get(c->w);
     struct pool_snapshot *snap = request_snapshot(c);
     struct rmember *m;
-    struct rserver *s;
     size_t i;
 
     m = rw ? member_get(rw, srv, c->pool, snap->set.server_connections,
@@ -1182,17 +1238,93 @@ request_send(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash,
            : NULL;
     if (m == NULL) {
         frag_fail(f, PROTO_ERR_CLOSED);
-        return;
+        return NULL;
     }
     i = m->nconns > 1 ? (size_t)(hash % m->nconns) : 0;
     if (m->conns[i] == NULL && (m->conns[i] = conn_create(c->w, m)) == NULL) {
         frag_fail(f, PROTO_ERR_CLOSED);
-        return;
+        return NULL;
     }
-    s = m->conns[i];
     stats_add(&srv->stats[c->w->id].inflight, 1);
     stats_add(&c->pool->stats[c->w->id].fragments, 1);
     stats_add(&srv->stats[c->w->id].requests, 1);
+    return m->conns[i];
+}
+
+void
+request_send_batch(struct rreq *r, struct rfrag *f, struct server *srv,
+                   uint64_t hash, int kind, const char *cmd, const char *keys,
+                   size_t keyslen)
+{
+    struct rserver *s = send_to(r, f, srv, hash);
+    struct rfrag *o;
+    size_t cmdlen = strlen(cmd);
+    struct rbuf line = {0};
+
+    if (s == NULL)
+        return;
+    f->batch = kind;
+    if (rbuf_append(&f->bkeys, keys, keyslen) < 0) {
+        stats_sub(&srv->stats[s->w->id].inflight, 1);
+        frag_fail(f, PROTO_ERR_CLOSED);
+        return;
+    }
+    o = s->open;
+    if (o != NULL && o->batch == kind && o->riders < BATCH_MAX &&
+        s->open_len + 1 + keyslen <= BATCH_LINE_MAX &&
+        rbuf_size(&s->out) >= 2) {
+        /* ride on <o>'s line: " <keys>" before its CRLF */
+        uint32_t timeout = request_snapshot(r->client)->set.timeout_ms;
+
+        s->out.len -= 2;
+        if (rbuf_append(&s->out, " ", 1) < 0 ||
+            rbuf_append(&s->out, keys, keyslen) < 0 ||
+            rbuf_append(&s->out, "\r\n", 2) < 0) {
+            stats_sub(&srv->stats[s->w->id].inflight, 1);
+            conn_fail(s, PROTO_ERR_CLOSED, ENOMEM);
+            frag_fail(f, PROTO_ERR_CLOSED);
+            return;
+        }
+        s->open_len += 1 + keyslen;
+        o->riders++;
+        f->conn = s;
+        f->deadline_ms = timeout > 0 ? s->w->now_ms + timeout : 0;
+        fifo_push(&s->head, &s->tail, f);
+        s->nfifo++;
+        return;
+    }
+    if (rbuf_append(&line, cmd, cmdlen) < 0 || rbuf_append(&line, " ", 1) < 0 ||
+        rbuf_append(&line, keys, keyslen) < 0 ||
+        rbuf_append(&line, "\r\n", 2) < 0) {
+        rbuf_free(&line);
+        stats_sub(&srv->stats[s->w->id].inflight, 1);
+        frag_fail(f, PROTO_ERR_CLOSED);
+        return;
+    }
+    conn_queue(s, f, line.data, line.len, NULL);
+    if (s->tail == f && s->stream_from == NULL && s->lhead == NULL) {
+        s->open = f; /* others may join it until the flush */
+        s->open_len = line.len - 2;
+    }
+    rbuf_free(&line);
+}
+
+void
+request_frag_reply(struct rfrag *f, const char *data, size_t len)
+{
+    if (frag_data(f, data, len) < 0 && f->req->client != NULL)
+        f->req->client->closing = true; /* out of memory: close, in order */
+}
+
+void
+request_send(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash,
+             const char *buf, size_t len, uint64_t stream)
+{
+    struct rclient *c = r->client;
+    struct rserver *s = send_to(r, f, srv, hash);
+
+    if (s == NULL)
+        return;
     /* The client's next <stream> bytes are this value: they go to <s> as
      * they come (once <s> carries no other value), and nothing else is
      * sent to it meanwhile. A request that failed at once has its value

@@ -60,6 +60,13 @@ struct rfrag {
      * when a value of its own follows them. */
     struct rbuf pending;
     struct rclient *streamer;
+    /* Batched (request_send_batch): its kind, the keys it asks for (as
+     * the line carries them), and, for the first of a batch, how many
+     * fragments that follow it in the FIFO ride on its line (one line,
+     * one reply, split by the mode's unbatch). */
+    int batch;
+    struct rbuf bkeys;
+    uint32_t riders;
 };
 
 /* A client request, from parse to the last byte of its reply. */
@@ -117,6 +124,11 @@ struct request_mode {
     /* Whether the reply <buf> (<len> bytes) a mode wrote (a merge) is an
      * error, for the pool's error count. */
     bool (*is_error)(const char *buf, size_t len);
+    /* A batch's reply <buf> (<len> bytes, not an error): give each of the
+     * <n> fragments <frags> its own (request_frag_reply). NULL: the mode
+     * does not batch. */
+    void (*unbatch)(const char *buf, size_t len, struct rfrag *const *frags,
+                    size_t n);
 };
 
 /* A client of a store pool. */
@@ -178,6 +190,20 @@ int request_frags(struct rreq *r, size_t n);
  */
 void request_send(struct rreq *r, struct rfrag *f, struct server *s,
                   uint64_t hash, const char *buf, size_t len, uint64_t stream);
+
+/*
+ * Queue fragment <f> of <r> as request_send does, as the line "<cmd>
+ * <keys>\r\n" -- or, when the connection's last queued line is a batch
+ * of the same <kind> not written yet, by adding " <keys>" to that line:
+ * many requests, one request on the wire, one reply that the mode's
+ * unbatch splits. For reads whose reply names its keys (memcached's get).
+ */
+void request_send_batch(struct rreq *r, struct rfrag *f, struct server *s,
+                        uint64_t hash, int kind, const char *cmd,
+                        const char *keys, size_t keyslen);
+
+/* For unbatch: <len> bytes of <f>'s reply. */
+void request_frag_reply(struct rfrag *f, const char *data, size_t len);
 
 /* Append bytes to <b> (grows it). 0 or -1 (out of memory). */
 int rbuf_append(struct rbuf *b, const void *data, size_t len);
