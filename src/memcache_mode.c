@@ -439,14 +439,17 @@ mc_dispatch(struct rclient *c, struct rreq *r, const char *buf,
 
 /* ---- merging ------------------------------------------------------------- */
 
+/* The blocks go straight into the client's reply (empty until now: a
+ * merged request's fragments keep their own), not through a copy. */
 static void
 merge_get(struct rreq *r, struct merge *m)
 {
     size_t *at = calloc(r->nfrags, sizeof(*at));
-    struct rbuf b = {0};
+    struct rbuf *b = &r->reply;
+    const char *err = "SERVER_ERROR out of memory";
 
     if (at == NULL)
-        goto oom;
+        goto fail;
     for (size_t i = 0; i < m->nkeys; i++) {
         const struct rfrag *f = &r->frags[m->frag[i]];
         const char *rep = f->reply.data + f->reply.off;
@@ -456,29 +459,28 @@ merge_get(struct rreq *r, struct merge *m)
         int st = mc_value_block(rep + *pos, len - *pos, &k, &block);
 
         if (st < 0) {
-            request_error(r, PROTO_ERR_REQUEST,
-                          "SERVER_ERROR a member answered get with an "
-                          "unexpected reply");
-            goto out;
+            err = "SERVER_ERROR a member answered get with an unexpected "
+                  "reply";
+            goto fail;
         }
         /* a member answers a get's hits in its order: a block for
          * another key means this one missed */
         if (st == 1 && k.len == m->key[i].len &&
             memcmp(rep + *pos + k.off, m->text + m->key[i].off, k.len) == 0) {
-            if (rbuf_append(&b, rep + *pos, block) < 0)
-                goto oom;
+            if (rbuf_append(b, rep + *pos, block) < 0)
+                goto fail;
             *pos += block;
         }
     }
-    if (rbuf_append(&b, "END\r\n", 5) < 0)
-        goto oom;
-    request_answer(r, b.data, b.len);
-    goto out;
-oom:
-    request_error(r, PROTO_ERR_REQUEST, "SERVER_ERROR out of memory");
-out:
+    if (rbuf_append(b, "END\r\n", 5) < 0)
+        goto fail;
+    r->done = true;
     free(at);
-    rbuf_free(&b);
+    return;
+fail:
+    b->off = b->len = 0;
+    request_error(r, PROTO_ERR_REQUEST, err);
+    free(at);
 }
 
 static void
