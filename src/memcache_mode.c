@@ -43,11 +43,11 @@ enum merge_kind {
 };
 
 struct merge {
-    int kind;          /* enum merge_kind */
-    size_t nkeys;      /* MERGE_GET: the client's keys */
-    uint32_t *frag;    /* [nkeys] the fragment of key i */
+    int kind;               /* enum merge_kind */
+    size_t nkeys;           /* MERGE_GET: the client's keys */
+    uint32_t *frag;         /* [nkeys] the fragment of key i */
     struct proto_span *key; /* [nkeys] key i in <text> */
-    char *text;        /* the keys' bytes */
+    char *text;             /* the keys' bytes */
 };
 
 /* Kinds of batches (request_send_batch): gets of one kind share a line. */

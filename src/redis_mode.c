@@ -180,7 +180,8 @@ same_member(struct rreq *r, const struct pool_snapshot *snap,
     for (size_t i = 0; i < rq->nkeys; i++) {
         const char *k = pr->buf + rq->keys[i].off;
         uint64_t h;
-        struct server *s = request_key_member(snap, k, rq->keys[i].len, &h, &why);
+        struct server *s =
+            request_key_member(snap, k, rq->keys[i].len, &h, &why);
 
         if (s == NULL) {
             request_error(r, PROTO_ERR_NO_MEMBER, why);
@@ -194,11 +195,11 @@ same_member(struct rreq *r, const struct pool_snapshot *snap,
         }
     }
     /* the error names where each key lives: built only when it is sent */
-    for (size_t i = 0; cross && i < rq->nkeys && used + 1 < sizeof(list);
-         i++) {
+    for (size_t i = 0; cross && i < rq->nkeys && used + 1 < sizeof(list); i++) {
         const char *k = pr->buf + rq->keys[i].off;
         uint64_t h;
-        struct server *s = request_key_member(snap, k, rq->keys[i].len, &h, &why);
+        struct server *s =
+            request_key_member(snap, k, rq->keys[i].len, &h, &why);
 
         used += (size_t)snprintf(
             list + used, sizeof(list) - used, "%s%.*s: %s", i ? ", " : "",

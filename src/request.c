@@ -72,9 +72,9 @@ enum rs_state { RS_IDLE, RS_CONNECTING, RS_READY };
 /* A connection of this worker to one member. */
 struct rserver {
     struct io_side side;
-    struct worker_task more; /* input left after the read budget */
+    struct worker_task more;  /* input left after the read budget */
     struct worker_task flush; /* write what was queued this iteration */
-    struct timer timer;      /* connect deadline, or the oldest request's */
+    struct timer timer;       /* connect deadline, or the oldest request's */
     struct worker *w;
     struct rmember *m;         /* its member (owns it) */
     int state;                 /* enum rs_state */
@@ -319,8 +319,8 @@ req_proto(const struct rreq *r)
 /* ---- routing (for the modes) ------------------------------------------- */
 
 int
-request_route(struct rreq *r, const struct pool_snapshot *snap,
-              const char *buf, const struct proto_span *keys, size_t nkeys,
+request_route(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
+              const struct proto_span *keys, size_t nkeys,
               struct request_route *rt)
 {
     size_t n = nkeys ? nkeys : 1;
@@ -335,8 +335,8 @@ request_route(struct rreq *r, const struct pool_snapshot *snap,
     for (size_t i = 0; i < nkeys; i++) {
         size_t j;
 
-        rt->owner[i] = request_key_member(snap, buf + keys[i].off,
-                                          keys[i].len, &rt->hash[i], &why);
+        rt->owner[i] = request_key_member(snap, buf + keys[i].off, keys[i].len,
+                                          &rt->hash[i], &why);
         if (rt->owner[i] == NULL) {
             request_error(r, PROTO_ERR_NO_MEMBER, why);
             return 0;
@@ -367,8 +367,8 @@ request_route_free(struct request_route *rt)
  * auto_eject_hosts does).
  */
 struct server *
-request_key_member(const struct pool_snapshot *snap, const char *key, size_t len,
-           uint64_t *hash, const char **why)
+request_key_member(const struct pool_snapshot *snap, const char *key,
+                   size_t len, uint64_t *hash, const char **why)
 {
     size_t off, n, idx, pref[16], np;
     struct server *s;
@@ -460,7 +460,8 @@ reply_is_error(const struct rreq *r)
 {
     if (r->nfrags == 1 && r->mode_data == NULL)
         return r->frags[0].error;
-    return r->mode->is_error(r->reply.data + r->reply.off, rbuf_size(&r->reply));
+    return r->mode->is_error(r->reply.data + r->reply.off,
+                             rbuf_size(&r->reply));
 }
 
 /* <r>'s last fragment is answered: merge, or it was the reply itself. */
@@ -596,9 +597,8 @@ conn_fail(struct rserver *s, int kind, int err)
     /* Our own doing (a client gone mid-value, worker exit) is not the
      * member's failure; nor is a member closing a connection that had
      * nothing in flight (Redis' `timeout`): the next request reconnects. */
-    if (err != ECONNABORTED &&
-        (s->nfifo > 0 || s->state == RS_CONNECTING ||
-         kind != PROTO_ERR_CLOSED)) {
+    if (err != ECONNABORTED && (s->nfifo > 0 || s->state == RS_CONNECTING ||
+                                kind != PROTO_ERR_CLOSED)) {
         uint32_t fails =
             atomic_fetch_add_explicit(&srv->fails, 1, memory_order_relaxed) + 1;
 
@@ -1198,9 +1198,9 @@ request_preconnect(struct worker *w, struct pool *p)
     if (!snap->set.preconnect || (rw = rworker_get(w)) == NULL)
         return;
     for (size_t i = 0; i < snap->n; i++) {
-        struct rmember *m = member_get(rw, snap->servers[i], p,
-                                       snap->set.server_connections,
-                                       mode_of(snap));
+        struct rmember *m =
+            member_get(rw, snap->servers[i], p, snap->set.server_connections,
+                       mode_of(snap));
 
         for (size_t c = 0; m != NULL && c < m->nconns; c++) {
             if (m->conns[c] == NULL &&
@@ -1233,8 +1233,7 @@ send_to(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash)
     struct rmember *m;
     size_t i;
 
-    m = rw ? member_get(rw, srv, c->pool, snap->set.server_connections,
-                        r->mode)
+    m = rw ? member_get(rw, srv, c->pool, snap->set.server_connections, r->mode)
            : NULL;
     if (m == NULL) {
         frag_fail(f, PROTO_ERR_CLOSED);
@@ -1375,8 +1374,8 @@ client_writev(struct rclient *c)
     }
     stats_add(&c->pool->stats[c->w->id].bytes_out, (uint64_t)w);
     for (r = c->head; r != NULL && w > 0; r = r->next) {
-        size_t k = rbuf_size(&r->reply) < (size_t)w ? rbuf_size(&r->reply)
-                                                    : (size_t)w;
+        size_t k =
+            rbuf_size(&r->reply) < (size_t)w ? rbuf_size(&r->reply) : (size_t)w;
         r->reply.off += k;
         w -= (ssize_t)k;
     }

@@ -89,7 +89,8 @@ static int
 command_find(const char *s, size_t n)
 {
     for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
-        if (strlen(commands[i].name) == n && memcmp(commands[i].name, s, n) == 0)
+        if (strlen(commands[i].name) == n &&
+            memcmp(commands[i].name, s, n) == 0)
             return commands[i].command;
     return -1;
 }
@@ -373,8 +374,7 @@ mc_parse_request(const char *buf, size_t len, struct proto_request *rq)
     case MC_REPLACE:
     case MC_APPEND:
     case MC_PREPEND:
-    case MC_CAS:
-    {
+    case MC_CAS: {
         int st = storage(buf, len, rq, line);
         if (st == PROTO_OK && !(rq->flags & PROTO_REQ_REFUSED)) {
             rq->keys[0] = w[1];

@@ -37,14 +37,14 @@ check_reply(const char *buf, size_t size, const struct proto_request *ctx)
         if (proto_memcache.parse_reply(buf, rp.len, ctx, &again) != PROTO_OK ||
             again.len != rp.len || again.error != rp.error)
             abort();
-        if (!(ctx != NULL && (ctx->flags & PROTO_REQ_NOREPLY)) &&
-            size >= 6 && memcmp(buf, "VALUE ", 6) == 0 && !rp.error) {
+        if (!(ctx != NULL && (ctx->flags & PROTO_REQ_NOREPLY)) && size >= 6 &&
+            memcmp(buf, "VALUE ", 6) == 0 && !rp.error) {
             /* the walker steps through the same blocks to END */
             size_t off = 0, block;
             struct proto_span k;
             int n;
-            while ((n = mc_value_block(buf + off, rp.len - off, &k,
-                                       &block)) == 1) {
+            while ((n = mc_value_block(buf + off, rp.len - off, &k, &block)) ==
+                   1) {
                 if (k.off + k.len > block || block > rp.len - off)
                     abort();
                 off += block;
@@ -61,8 +61,7 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *buf = (const char *)data;
-    struct proto_request quiet = {.command = MC_MG,
-                                  .flags = PROTO_REQ_NOREPLY};
+    struct proto_request quiet = {.command = MC_MG, .flags = PROTO_REQ_NOREPLY};
     unsigned char out[MC_KEY_MAX];
     char msg[256], err[100];
     size_t n = size < sizeof(msg) - 1 ? size : sizeof(msg) - 1, w;

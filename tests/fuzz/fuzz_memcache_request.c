@@ -29,8 +29,8 @@ parse(const char *buf, size_t len, struct arrays *a, struct proto_request *rq,
       uint64_t value_max, struct proto_progress *progress)
 {
     /* one growth is enough: room for every word */
-    return harness_parse(&proto_memcache, buf, len, a, rq, 64 * 1024,
-                         value_max, progress, 1);
+    return harness_parse(&proto_memcache, buf, len, a, rq, 64 * 1024, value_max,
+                         progress, 1);
 }
 
 static void
@@ -115,8 +115,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (parse(buf + pos, rq.head - 1, &a, &again, value_max, NULL) !=
             PROTO_AGAIN)
             abort();
-        harness_pieces(&proto_memcache, buf + pos, &a, &rq, 64 * 1024, value_max,
-                       data[pos] % 7 + 1, 1);
+        harness_pieces(&proto_memcache, buf + pos, &a, &rq, 64 * 1024,
+                       value_max, data[pos] % 7 + 1, 1);
         if (rq.body != 0)
             break; /* the engine drops the value unparsed */
         pos += rq.head;

@@ -122,8 +122,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort(); /* PROTO_INVALID is never used, PROTO_KEYS grown */
         check_ok(buf + pos, size - pos, &rq);
         /* the same bytes minus one wait; exactly the head is the same */
-        if (parse(buf + pos, rq.head - 1, &a, &again, max, NULL) !=
-            PROTO_AGAIN)
+        if (parse(buf + pos, rq.head - 1, &a, &again, max, NULL) != PROTO_AGAIN)
             abort();
         if (parse(buf + pos, rq.head, &a, &again, max, NULL) != PROTO_OK ||
             again.head != rq.head || again.body != rq.body ||

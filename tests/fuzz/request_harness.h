@@ -66,8 +66,7 @@ arrays_grow(struct arrays *a, const struct proto_request *rq)
 static int
 harness_parse(const struct proto *p, const char *buf, size_t len,
               struct arrays *a, struct proto_request *rq, uint64_t max,
-              uint64_t value_max, struct proto_progress *progress,
-              int rounds)
+              uint64_t value_max, struct proto_progress *progress, int rounds)
 {
     int st;
 

@@ -164,8 +164,8 @@ test_storage_refusals(void **state)
 {
     struct parsed p;
     static const char *const format[] = {
-        "set k 0 0 1x\r\nx\r\n", "set k -1 0 1\r\nx\r\n",
-        "set k 0 x 1\r\nx\r\n",  "set k 0 0 -1\r\nx\r\n",
+        "set k 0 0 1x\r\nx\r\n",  "set k -1 0 1\r\nx\r\n",
+        "set k 0 x 1\r\nx\r\n",   "set k 0 0 -1\r\nx\r\n",
         "cas k 0 0 1 c\r\nx\r\n", "set k 0 0 4294967296\r\nx\r\n",
     };
 
@@ -378,8 +378,7 @@ test_grow_and_progress(void **state)
     rq.max = 1 << 20;
     rq.progress = &prog;
     /* in pieces: the search goes on from where it stopped */
-    assert_int_equal(proto_memcache.parse_request(line, 100, &rq),
-                     PROTO_AGAIN);
+    assert_int_equal(proto_memcache.parse_request(line, 100, &rq), PROTO_AGAIN);
     assert_int_equal(prog.pos, 100);
     assert_int_equal(proto_memcache.parse_request(line, (size_t)n, &rq),
                      PROTO_KEYS);
@@ -460,8 +459,7 @@ test_replies(void **state)
 static void
 test_quiet_reply(void **state)
 {
-    struct proto_request ctx = {.command = MC_MG,
-                                .flags = PROTO_REQ_NOREPLY};
+    struct proto_request ctx = {.command = MC_MG, .flags = PROTO_REQ_NOREPLY};
     struct proto_reply rp;
     static const char hidden[] = "MN\r\nHD\r\n";
     static const char shown[] = "VA 1 O9\r\nx\r\nMN\r\n";
