@@ -326,12 +326,18 @@ request_route(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
     size_t n = nkeys ? nkeys : 1;
     const char *why;
 
-    rt->owner = calloc(n, sizeof(*rt->owner));
-    rt->hash = calloc(n, sizeof(*rt->hash));
-    rt->members = calloc(n, sizeof(*rt->members));
     rt->nmembers = 0;
-    if (rt->owner == NULL || rt->hash == NULL || rt->members == NULL)
-        return -1;
+    if (n <= REQUEST_ROUTE_INLINE) {
+        rt->owner = rt->owner_in;
+        rt->hash = rt->hash_in;
+        rt->members = rt->members_in;
+    } else {
+        rt->owner = calloc(n, sizeof(*rt->owner));
+        rt->hash = calloc(n, sizeof(*rt->hash));
+        rt->members = calloc(n, sizeof(*rt->members));
+        if (rt->owner == NULL || rt->hash == NULL || rt->members == NULL)
+            return -1;
+    }
     for (size_t i = 0; i < nkeys; i++) {
         size_t j;
 
@@ -352,9 +358,11 @@ request_route(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
 void
 request_route_free(struct request_route *rt)
 {
-    free(rt->owner);
-    free(rt->hash);
-    free(rt->members);
+    if (rt->owner != rt->owner_in) {
+        free(rt->owner);
+        free(rt->hash);
+        free(rt->members);
+    }
 }
 
 /*

@@ -223,12 +223,18 @@ struct server *request_key_member(const struct pool_snapshot *snap,
                                   const char **why);
 
 /* Where the keys of a multi-key request live. */
+#define REQUEST_ROUTE_INLINE 16
 struct request_route {
     struct server **owner;   /* [nkeys] key i's member */
     uint64_t *hash;          /* [nkeys] key i's ring hash */
     struct server **members; /* the distinct ones, in their first key's
                                 order */
     size_t nmembers;
+    /* the arrays themselves for up to REQUEST_ROUTE_INLINE keys (no
+     * allocation for the usual request) */
+    struct server *owner_in[REQUEST_ROUTE_INLINE];
+    uint64_t hash_in[REQUEST_ROUTE_INLINE];
+    struct server *members_in[REQUEST_ROUTE_INLINE];
 };
 
 /*

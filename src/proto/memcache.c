@@ -34,44 +34,49 @@ static const char E_BINARY[] =
     "CLIENT_ERROR the binary protocol is not supported by chashd: use the "
     "text or meta protocol";
 
+/* clang-format off */
+#define C(name, command) {name, sizeof(name) - 1, command}
+/* clang-format on */
 static const struct {
     const char *name;
+    size_t len;
     int command;
 } commands[] = {
-    {"get", MC_GET},
-    {"gets", MC_GETS},
-    {"gat", MC_GAT},
-    {"gats", MC_GATS},
-    {"set", MC_SET},
-    {"add", MC_ADD},
-    {"replace", MC_REPLACE},
-    {"append", MC_APPEND},
-    {"prepend", MC_PREPEND},
-    {"cas", MC_CAS},
-    {"delete", MC_DELETE},
-    {"incr", MC_INCR},
-    {"decr", MC_DECR},
-    {"touch", MC_TOUCH},
-    {"mg", MC_MG},
-    {"ms", MC_MS},
-    {"md", MC_MD},
-    {"ma", MC_MA},
-    {"me", MC_ME},
-    {"mn", MC_MN},
-    {"version", MC_VERSION},
-    {"verbosity", MC_VERBOSITY},
-    {"stats", MC_STATS},
-    {"flush_all", MC_FLUSH_ALL},
-    {"quit", MC_QUIT},
+    C("get", MC_GET),
+    C("gets", MC_GETS),
+    C("gat", MC_GAT),
+    C("gats", MC_GATS),
+    C("set", MC_SET),
+    C("add", MC_ADD),
+    C("replace", MC_REPLACE),
+    C("append", MC_APPEND),
+    C("prepend", MC_PREPEND),
+    C("cas", MC_CAS),
+    C("delete", MC_DELETE),
+    C("incr", MC_INCR),
+    C("decr", MC_DECR),
+    C("touch", MC_TOUCH),
+    C("mg", MC_MG),
+    C("ms", MC_MS),
+    C("md", MC_MD),
+    C("ma", MC_MA),
+    C("me", MC_ME),
+    C("mn", MC_MN),
+    C("version", MC_VERSION),
+    C("verbosity", MC_VERBOSITY),
+    C("stats", MC_STATS),
+    C("flush_all", MC_FLUSH_ALL),
+    C("quit", MC_QUIT),
     /* a member's own administration: not proxied */
-    {"shutdown", MC_MEMBER_ADMIN},
-    {"cache_memlimit", MC_MEMBER_ADMIN},
-    {"slabs", MC_MEMBER_ADMIN},
-    {"lru", MC_MEMBER_ADMIN},
-    {"lru_crawler", MC_MEMBER_ADMIN},
-    {"watch", MC_MEMBER_ADMIN},
-    {"extstore", MC_MEMBER_ADMIN},
+    C("shutdown", MC_MEMBER_ADMIN),
+    C("cache_memlimit", MC_MEMBER_ADMIN),
+    C("slabs", MC_MEMBER_ADMIN),
+    C("lru", MC_MEMBER_ADMIN),
+    C("lru_crawler", MC_MEMBER_ADMIN),
+    C("watch", MC_MEMBER_ADMIN),
+    C("extstore", MC_MEMBER_ADMIN),
 };
+#undef C
 
 bool
 mc_is_meta(int command)
