@@ -13,15 +13,14 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
-import tempfile
 import time
 import urllib.parse
 
 import pytest
 
-from conftest import CHASH, CHASHD, can_connect, free_port, wait_for
-from redis_util import Nutcracker, listen_ports, port_is_free  # noqa: F401
+from conftest import CHASH, can_connect, free_port, wait_for
+from redis_util import (ChashdRedis, Nutcracker,  # noqa: F401
+                        need_chashd, pool_yaml, port_is_free, spread_keys)
 
 MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
 MEMCCAPABLE = shutil.which("memccapable") or "/usr/bin/memccapable"
@@ -420,57 +419,15 @@ def memcached_servers(procs):
 # -------------------------------------------------------------- chashd --
 
 
-_SERVES = {}
-
-
 def need_chashd_memcache():
-    """This chashd must serve memcache pools: `chashd -t` on a small
-    memcache pool (no `redis:` key: twemproxy's rule) passes, checked
-    once. Any other outcome fails the calling test; it is never a skip,
-    so a regression cannot hide as one."""
-    if _SERVES.get(CHASHD):
-        return
-    with tempfile.TemporaryDirectory(prefix="chash-mc-probe") as d:
-        conf = os.path.join(d, "probe.yml")
-        with open(conf, "w") as f:
-            f.write("global:\n  admin: off\n"
-                    "probe:\n  listen: 127.0.0.1:%d\n"
-                    "  hash: fnv1a_64\n  distribution: ketama\n"
-                    "  servers:\n    - 127.0.0.1:%d:1 probe-1\n"
-                    % (free_port(), free_port()))
-        r = subprocess.run([CHASHD, "-t", "-c", conf], capture_output=True,
-                           text=True, timeout=30)
-    assert r.returncode == 0, "chashd -t on a plain memcache pool: exit " \
-        "%d: %s" % (r.returncode, r.stdout + r.stderr)
-    _SERVES[CHASHD] = True
+    """This chashd must serve memcache pools (redis_util.need_chashd): the
+    probe pool has no `redis:` key, twemproxy's rule for memcache."""
+    need_chashd("memcache")
 
 
-class ChashdMemcache:
-    """chashd on a config written to the test's dir as <name>.yml. Ready
-    once every pool's listen port accepts."""
-
-    def __init__(self, procs, conf_text, name="chashd", args=()):
-        tmp = str(procs.tmp)
-        self.conf = os.path.join(tmp, name + ".yml")
-        self.log_path = os.path.join(tmp, name + ".log")
-        with open(self.conf, "w") as f:
-            f.write(conf_text)
-        self.ports = listen_ports(conf_text)
-        assert self.ports, "no listen port in the config"
-        self.port = self.ports[0]
-        self.proc = procs.start([CHASHD, "-c", self.conf, "--log-level",
-                                 "info", *args], name + ".log")
-
-        def up():
-            if self.proc.poll() is not None:
-                raise AssertionError("chashd exited %d: %s"
-                                     % (self.proc.returncode, self.log()))
-            return all(can_connect(p) for p in self.ports)
-        wait_for(up, timeout=10, what="chashd to listen")
-
-    def log(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()[-4000:]
+class ChashdMemcache(ChashdRedis):
+    """ChashdRedis (chashd on <conf_text>, ready once every listen port
+    accepts) whose client() speaks memcache's text protocol."""
 
     def alive(self):
         return self.proc.poll() is None
@@ -495,36 +452,17 @@ GLOBAL = "global:\n  admin: off\n  workers: 2\n"
 
 
 def mc_pool(name, port, servers, names=True, **opts):
-    """A memcache pool in twemproxy's form (no `redis:` key). <servers>:
-    MemcachedServer or (MemcachedServer, weight); <names>: True for
-    "<name>-1".. after the address (ketama then hashes the name), a list
-    of names, or False: unnamed. <opts>: more keys, written as given."""
-    lines = ["%s:" % name, "  listen: 127.0.0.1:%d" % port]
-    for k, v in opts.items():
-        lines.append("  %s: %s" % (k, v))
-    lines.append("  servers:")
-    for i, s in enumerate(servers):
-        srv, w = s if isinstance(s, tuple) else (s, 1)
-        if names is True:
-            label = " %s-%d" % (name, i + 1)
-        elif names:
-            label = " " + names[i]
-        else:
-            label = ""
-        lines.append("    - %s:%d%s" % (srv.addr, w, label))
-    return "\n".join(lines) + "\n"
+    """A memcache pool in twemproxy's form (redis_util.pool_yaml, no
+    `redis:` key). <servers>: MemcachedServer or (MemcachedServer,
+    weight); <names>: True for "<name>-1".. after the address (ketama
+    then hashes the name), a list of names, or False: unnamed."""
+    return pool_yaml(name, port, servers, names, **opts)
 
 
 def lookup(conf, pool, keys):
     """{key: member name} for <keys> from `chash lookup --config` (chashd's
-    own ring, independent of any proxy run)."""
-    r = subprocess.run([CHASH, "lookup", "--config", conf, "--pool", pool],
-                       input="".join(k + "\n" for k in keys),
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    out = dict(line.split("\t")[:2] for line in r.stdout.splitlines())
-    assert set(out) == set(keys), "lookup lost keys"
-    return out
+    own ring, independent of any proxy run): redis_util.spread_keys."""
+    return spread_keys(conf, pool, keys, CHASH)
 
 
 class KeysByMember:

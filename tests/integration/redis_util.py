@@ -406,33 +406,40 @@ def nutcracker(procs):
 # -------------------------------------------------------------- chashd --
 
 
-_SERVES = {}
+_SERVES = set()
 
 
-def need_chashd_redis():
-    """This chashd must serve redis pools: `chashd -t` on a small redis
-    pool passes (checked once). Any other outcome fails the calling test;
-    it is never a skip, so a regression cannot hide as one."""
-    if _SERVES.get(CHASHD):
+def need_chashd(mode, pool_keys=""):
+    """This chashd must serve <mode> pools ("redis", "memcache"): `chashd
+    -t` on a small pool with <pool_keys> (YAML lines) passes, checked once
+    per mode. Any other outcome fails the calling test; it is never a
+    skip, so a regression cannot hide as one."""
+    if (CHASHD, mode) in _SERVES:
         return
-    with tempfile.TemporaryDirectory(prefix="chash-redis-probe") as d:
+    with tempfile.TemporaryDirectory(prefix="chash-%s-probe" % mode) as d:
         conf = os.path.join(d, "probe.yml")
         with open(conf, "w") as f:
             f.write("global:\n  admin: off\n"
-                    "probe:\n  listen: 127.0.0.1:%d\n  redis: true\n"
+                    "probe:\n  listen: 127.0.0.1:%d\n%s"
                     "  hash: fnv1a_64\n  distribution: ketama\n"
                     "  servers:\n    - 127.0.0.1:%d:1 probe-1\n"
-                    % (free_port(), free_port()))
+                    % (free_port(), pool_keys, free_port()))
         r = subprocess.run([CHASHD, "-t", "-c", conf], capture_output=True,
                            text=True, timeout=30)
-    assert r.returncode == 0, "chashd -t on a plain redis pool: exit %d: %s" \
-        % (r.returncode, r.stdout + r.stderr)
-    _SERVES[CHASHD] = True
+    assert r.returncode == 0, "chashd -t on a plain %s pool: exit %d: %s" \
+        % (mode, r.returncode, r.stdout + r.stderr)
+    _SERVES.add((CHASHD, mode))
+
+
+def need_chashd_redis():
+    """This chashd must serve redis pools (need_chashd)."""
+    need_chashd("redis", "  redis: true\n")
 
 
 class ChashdRedis:
     """chashd on a config written to the test's dir as <name>.yml. Ready
-    once every pool's listen port accepts."""
+    once every pool's listen port accepts. client(): a Resp to a pool
+    (mc_util.ChashdMemcache is this with a memcache client)."""
 
     def __init__(self, procs, conf_text, name="chashd", args=()):
         tmp = str(procs.tmp)
@@ -481,12 +488,13 @@ def chashd_redis(procs):
 # ------------------------------------------------------------- configs --
 
 
-def redis_pool(name, port, servers, names=True, **opts):
-    """A redis pool in twemproxy's form. <servers>: RedisServer or
-    (RedisServer, weight); <names>: True for "<name>-1".. after the
-    address (twemproxy then hashes the name, not the address), a list of
-    names, or False: unnamed. <opts>: more keys, written as given."""
-    lines = ["%s:" % name, "  listen: 127.0.0.1:%d" % port, "  redis: true"]
+def pool_yaml(name, port, servers, names=True, head=(), **opts):
+    """A pool in twemproxy's form. <servers>: server objects (with .addr)
+    or (server, weight); <names>: True for "<name>-1".. after the address
+    (twemproxy then hashes the name, not the address), a list of names,
+    or False: unnamed. <head>: lines right after `listen:`; <opts>: more
+    keys, written as given."""
+    lines = ["%s:" % name, "  listen: 127.0.0.1:%d" % port, *head]
     for k, v in opts.items():
         lines.append("  %s: %s" % (k, v))
     lines.append("  servers:")
@@ -500,6 +508,12 @@ def redis_pool(name, port, servers, names=True, **opts):
             label = ""
         lines.append("    - %s:%d%s" % (srv.addr, w, label))
     return "\n".join(lines) + "\n"
+
+
+def redis_pool(name, port, servers, names=True, **opts):
+    """A redis pool in twemproxy's form (pool_yaml with `redis: true`).
+    <servers>: RedisServer or (RedisServer, weight)."""
+    return pool_yaml(name, port, servers, names, ["  redis: true"], **opts)
 
 
 def spread_keys(conf, pool, keys, chash):
