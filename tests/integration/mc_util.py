@@ -8,7 +8,6 @@
 # the test's Procs (killed at teardown); every read and wait is bounded.
 # SPDX-License-Identifier: BSD-2-Clause
 import os
-import random
 import re
 import shutil
 import signal
@@ -19,8 +18,9 @@ import urllib.parse
 import pytest
 
 from conftest import CHASH, can_connect, free_port, wait_for
-from redis_util import (ChashdRedis, Nutcracker,  # noqa: F401
-                        need_chashd, pool_yaml, port_is_free, spread_keys)
+from redis_util import (ChashdRedis, Nutcracker, flush_all,  # noqa: F401
+                        need_chashd, pool_yaml, port_is_free, spread_keys,
+                        start_on_free_host)
 
 MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
 MEMCCAPABLE = shutil.which("memccapable") or "/usr/bin/memccapable"
@@ -367,20 +367,9 @@ def sigcont(srv):
 
 
 def start_memcached_on_free_host(procs, port):
-    """A memcached on port <port> of some 127.0.0.x where it is free: a
-    fixed port (11211, twemproxy's special case) may be taken on
-    127.0.0.1, and the rest of 127/8 is ours on Linux."""
-    hosts = ["127.0.0.%d" % i for i in range(2, 255)]
-    random.shuffle(hosts)
-    last = None
-    for host in hosts[:20]:
-        if not port_is_free(port, host):
-            continue
-        try:
-            return MemcachedServer(procs, host=host, port=port)
-        except AssertionError as e:   # lost a race for the port
-            last = e
-    raise AssertionError("no 127.0.0.x with port %d free: %s" % (port, last))
+    """A memcached on port <port> of some 127.0.0.x where it is free
+    (redis_util.start_on_free_host)."""
+    return start_on_free_host(MemcachedServer, procs, port)
 
 
 def placement(servers, keys):
@@ -401,11 +390,6 @@ def placement(servers, keys):
 def which_member(servers, key):
     """The servers among <servers> that hold <key>."""
     return [s for s in servers if key in s.holds([key])]
-
-
-def flush_all(servers):
-    for s in servers:
-        s.flush()
 
 
 @pytest.fixture

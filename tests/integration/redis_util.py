@@ -297,10 +297,10 @@ class RedisServer:
         return {k for k, n in zip(keys, got) if n == 1}
 
 
-def start_redis_on_free_host(procs, port):
-    """A redis-server on port <port> of some 127.0.0.x where it is free: a
-    fixed port (11211, twemproxy's special case) can be taken on
-    127.0.0.1, and the rest of 127/8 is ours on Linux."""
+def start_on_free_host(server_class, procs, port):
+    """A <server_class>(procs, host=, port=<port>) on some 127.0.0.x where
+    the port is free: a fixed port (11211, twemproxy's special case) can
+    be taken on 127.0.0.1, and the rest of 127/8 is ours on Linux."""
     hosts = ["127.0.0.%d" % i for i in range(2, 255)]
     random.shuffle(hosts)
     last = None
@@ -308,10 +308,15 @@ def start_redis_on_free_host(procs, port):
         if not port_is_free(port, host):
             continue
         try:
-            return RedisServer(procs, host=host, port=port)
+            return server_class(procs, host=host, port=port)
         except AssertionError as e:   # lost a race for the port
             last = e
     raise AssertionError("no 127.0.0.x with port %d free: %s" % (port, last))
+
+
+def start_redis_on_free_host(procs, port):
+    """A redis-server on port <port> of some 127.0.0.x (start_on_free_host)."""
+    return start_on_free_host(RedisServer, procs, port)
 
 
 def which_server(servers, key):
