@@ -18,9 +18,9 @@ import urllib.parse
 import pytest
 
 from conftest import CHASH, can_connect, free_port, wait_for
-from redis_util import (ChashdRedis, Nutcracker, flush_all,  # noqa: F401
-                        need_chashd, pool_yaml, port_is_free, spread_keys,
-                        start_on_free_host)
+from redis_util import (ChashdRedis, Nutcracker, SockClient,  # noqa: F401
+                        flush_all, need_chashd, pool_yaml, port_is_free,
+                        spread_keys, start_on_free_host)
 
 MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
 MEMCCAPABLE = shutil.which("memccapable") or "/usr/bin/memccapable"
@@ -54,7 +54,7 @@ def value_header(line):
     return None
 
 
-class Mc:
+class Mc(SockClient):
     """A blocking memcache text-protocol client over one socket. It sends
     bytes as given (nothing appended) and reads replies as units: one line
     with its CRLF, or a VALUE/VA line together with its data block and
@@ -65,18 +65,6 @@ class Mc:
         self.timeout = timeout
         self.buf = bytearray()
         self.eof = False
-
-    def close(self):
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def send(self, data):
-        self.sock.sendall(data)
 
     def _fill(self, deadline):
         left = deadline - time.monotonic()

@@ -85,7 +85,24 @@ def encode(*args):
     return b"".join(out)
 
 
-class Resp:
+class SockClient:
+    """What a blocking client over one socket (self.sock) has whatever it
+    speaks: send() of bytes as given, close(), use in a `with`."""
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+
+class Resp(SockClient):
     """A blocking RESP2 client over one socket. Replies are returned, never
     raised: Simple, Err, int, bytes (None for a nil bulk), list (None for a
     nil array). A read that meets EOF raises Closed."""
@@ -97,20 +114,8 @@ class Resp:
             r = self.call("AUTH", password)
             assert r == Simple("OK"), r
 
-    def close(self):
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     def settimeout(self, t):
         self.sock.settimeout(t)
-
-    def send(self, data):
-        self.sock.sendall(data)
 
     def _fill(self):
         chunk = self.sock.recv(1 << 20)
