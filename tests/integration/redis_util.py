@@ -87,7 +87,8 @@ def encode(*args):
 
 class SockClient:
     """What a blocking client over one socket (self.sock) has whatever it
-    speaks: send() of bytes as given, close(), use in a `with`."""
+    speaks: send() of bytes as given, close(), use in a `with`, and
+    peer_closed()."""
 
     def close(self):
         self.sock.close()
@@ -100,6 +101,23 @@ class SockClient:
 
     def send(self, data):
         self.sock.sendall(data)
+
+    def peer_closed(self, timeout=2.0):
+        """True when the peer closes the connection within <timeout> s with
+        nothing more to read; False when it stays open; an AssertionError
+        when it sends bytes nobody asked for."""
+        old = self.sock.gettimeout()
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(4096)
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+        finally:
+            self.sock.settimeout(old)
+        assert not data, "unexpected bytes: %r" % data[:80]
+        return True
 
 
 class Resp(SockClient):
@@ -178,24 +196,6 @@ class Resp(SockClient):
                 out += [CLOSED] * (n - len(out))
                 break
         return out
-
-    def peer_closed(self, timeout=2.0):
-        """True when the peer closes the connection within <timeout> s with
-        nothing more to read; False when it stays open; an AssertionError
-        when it sends bytes nobody asked for."""
-        old = self.sock.gettimeout()
-        self.sock.settimeout(timeout)
-        try:
-            data = self.sock.recv(4096)
-        except socket.timeout:
-            return False
-        except ConnectionResetError:
-            return True
-        finally:
-            self.sock.settimeout(old)
-        assert not data, "unexpected bytes: %r" % data[:80]
-        return True
-
 
 # ------------------------------------------------------- redis-server --
 
