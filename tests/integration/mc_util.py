@@ -8,20 +8,19 @@
 # the test's Procs (killed at teardown); every read and wait is bounded.
 # SPDX-License-Identifier: BSD-2-Clause
 import os
-import random
 import re
 import shutil
 import signal
 import socket
-import subprocess
-import tempfile
 import time
 import urllib.parse
 
 import pytest
 
-from conftest import CHASH, CHASHD, can_connect, free_port, wait_for
-from redis_util import Nutcracker, listen_ports, port_is_free  # noqa: F401
+from conftest import CHASH, can_connect, free_port, wait_for
+from redis_util import (ChashdRedis, Nutcracker, SockClient,  # noqa: F401
+                        flush_all, need_chashd, pool_yaml, port_is_free,
+                        spread_keys, start_on_free_host)
 
 MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
 MEMCCAPABLE = shutil.which("memccapable") or "/usr/bin/memccapable"
@@ -55,7 +54,7 @@ def value_header(line):
     return None
 
 
-class Mc:
+class Mc(SockClient):
     """A blocking memcache text-protocol client over one socket. It sends
     bytes as given (nothing appended) and reads replies as units: one line
     with its CRLF, or a VALUE/VA line together with its data block and
@@ -66,18 +65,6 @@ class Mc:
         self.timeout = timeout
         self.buf = bytearray()
         self.eof = False
-
-    def close(self):
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def send(self, data):
-        self.sock.sendall(data)
 
     def _fill(self, deadline):
         left = deadline - time.monotonic()
@@ -183,23 +170,14 @@ class Mc:
         return out
 
     def peer_closed(self, timeout=2.0):
-        """True when the peer closes within <timeout> s with nothing more
-        to read; False when it stays open; an AssertionError when it sends
-        bytes nobody asked for."""
+        """SockClient.peer_closed, after the bytes already read: any is
+        an AssertionError, a close already seen is True."""
         if self.buf:
             raise AssertionError("unexpected bytes: %r" % bytes(self.buf[:80]))
         if self.eof:
             return True
-        self.sock.settimeout(timeout)
-        try:
-            data = self.sock.recv(4096)
-        except socket.timeout:
-            return False
-        except ConnectionResetError:
-            return True
-        assert not data, "unexpected bytes: %r" % data[:80]
-        self.eof = True
-        return True
+        self.eof = super().peer_closed(timeout)
+        return self.eof
 
 
 def count_mn(data):
@@ -368,20 +346,9 @@ def sigcont(srv):
 
 
 def start_memcached_on_free_host(procs, port):
-    """A memcached on port <port> of some 127.0.0.x where it is free: a
-    fixed port (11211, twemproxy's special case) may be taken on
-    127.0.0.1, and the rest of 127/8 is ours on Linux."""
-    hosts = ["127.0.0.%d" % i for i in range(2, 255)]
-    random.shuffle(hosts)
-    last = None
-    for host in hosts[:20]:
-        if not port_is_free(port, host):
-            continue
-        try:
-            return MemcachedServer(procs, host=host, port=port)
-        except AssertionError as e:   # lost a race for the port
-            last = e
-    raise AssertionError("no 127.0.0.x with port %d free: %s" % (port, last))
+    """A memcached on port <port> of some 127.0.0.x where it is free
+    (redis_util.start_on_free_host)."""
+    return start_on_free_host(MemcachedServer, procs, port)
 
 
 def placement(servers, keys):
@@ -404,11 +371,6 @@ def which_member(servers, key):
     return [s for s in servers if key in s.holds([key])]
 
 
-def flush_all(servers):
-    for s in servers:
-        s.flush()
-
-
 @pytest.fixture
 def memcached_servers(procs):
     """memcached_servers(n) -> [MemcachedServer] on free ports."""
@@ -420,57 +382,15 @@ def memcached_servers(procs):
 # -------------------------------------------------------------- chashd --
 
 
-_SERVES = {}
-
-
 def need_chashd_memcache():
-    """This chashd must serve memcache pools: `chashd -t` on a small
-    memcache pool (no `redis:` key: twemproxy's rule) passes, checked
-    once. Any other outcome fails the calling test; it is never a skip,
-    so a regression cannot hide as one."""
-    if _SERVES.get(CHASHD):
-        return
-    with tempfile.TemporaryDirectory(prefix="chash-mc-probe") as d:
-        conf = os.path.join(d, "probe.yml")
-        with open(conf, "w") as f:
-            f.write("global:\n  admin: off\n"
-                    "probe:\n  listen: 127.0.0.1:%d\n"
-                    "  hash: fnv1a_64\n  distribution: ketama\n"
-                    "  servers:\n    - 127.0.0.1:%d:1 probe-1\n"
-                    % (free_port(), free_port()))
-        r = subprocess.run([CHASHD, "-t", "-c", conf], capture_output=True,
-                           text=True, timeout=30)
-    assert r.returncode == 0, "chashd -t on a plain memcache pool: exit " \
-        "%d: %s" % (r.returncode, r.stdout + r.stderr)
-    _SERVES[CHASHD] = True
+    """This chashd must serve memcache pools (redis_util.need_chashd): the
+    probe pool has no `redis:` key, twemproxy's rule for memcache."""
+    need_chashd("memcache")
 
 
-class ChashdMemcache:
-    """chashd on a config written to the test's dir as <name>.yml. Ready
-    once every pool's listen port accepts."""
-
-    def __init__(self, procs, conf_text, name="chashd", args=()):
-        tmp = str(procs.tmp)
-        self.conf = os.path.join(tmp, name + ".yml")
-        self.log_path = os.path.join(tmp, name + ".log")
-        with open(self.conf, "w") as f:
-            f.write(conf_text)
-        self.ports = listen_ports(conf_text)
-        assert self.ports, "no listen port in the config"
-        self.port = self.ports[0]
-        self.proc = procs.start([CHASHD, "-c", self.conf, "--log-level",
-                                 "info", *args], name + ".log")
-
-        def up():
-            if self.proc.poll() is not None:
-                raise AssertionError("chashd exited %d: %s"
-                                     % (self.proc.returncode, self.log()))
-            return all(can_connect(p) for p in self.ports)
-        wait_for(up, timeout=10, what="chashd to listen")
-
-    def log(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()[-4000:]
+class ChashdMemcache(ChashdRedis):
+    """ChashdRedis (chashd on <conf_text>, ready once every listen port
+    accepts) whose client() speaks memcache's text protocol."""
 
     def alive(self):
         return self.proc.poll() is None
@@ -495,36 +415,17 @@ GLOBAL = "global:\n  admin: off\n  workers: 2\n"
 
 
 def mc_pool(name, port, servers, names=True, **opts):
-    """A memcache pool in twemproxy's form (no `redis:` key). <servers>:
-    MemcachedServer or (MemcachedServer, weight); <names>: True for
-    "<name>-1".. after the address (ketama then hashes the name), a list
-    of names, or False: unnamed. <opts>: more keys, written as given."""
-    lines = ["%s:" % name, "  listen: 127.0.0.1:%d" % port]
-    for k, v in opts.items():
-        lines.append("  %s: %s" % (k, v))
-    lines.append("  servers:")
-    for i, s in enumerate(servers):
-        srv, w = s if isinstance(s, tuple) else (s, 1)
-        if names is True:
-            label = " %s-%d" % (name, i + 1)
-        elif names:
-            label = " " + names[i]
-        else:
-            label = ""
-        lines.append("    - %s:%d%s" % (srv.addr, w, label))
-    return "\n".join(lines) + "\n"
+    """A memcache pool in twemproxy's form (redis_util.pool_yaml, no
+    `redis:` key). <servers>: MemcachedServer or (MemcachedServer,
+    weight); <names>: True for "<name>-1".. after the address (ketama
+    then hashes the name), a list of names, or False: unnamed."""
+    return pool_yaml(name, port, servers, names, **opts)
 
 
 def lookup(conf, pool, keys):
     """{key: member name} for <keys> from `chash lookup --config` (chashd's
-    own ring, independent of any proxy run)."""
-    r = subprocess.run([CHASH, "lookup", "--config", conf, "--pool", pool],
-                       input="".join(k + "\n" for k in keys),
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    out = dict(line.split("\t")[:2] for line in r.stdout.splitlines())
-    assert set(out) == set(keys), "lookup lost keys"
-    return out
+    own ring, independent of any proxy run): redis_util.spread_keys."""
+    return spread_keys(conf, pool, keys, CHASH)
 
 
 class KeysByMember:

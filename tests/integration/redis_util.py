@@ -85,7 +85,42 @@ def encode(*args):
     return b"".join(out)
 
 
-class Resp:
+class SockClient:
+    """What a blocking client over one socket (self.sock) has whatever it
+    speaks: send() of bytes as given, close(), use in a `with`, and
+    peer_closed()."""
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def peer_closed(self, timeout=2.0):
+        """True when the peer closes the connection within <timeout> s with
+        nothing more to read; False when it stays open; an AssertionError
+        when it sends bytes nobody asked for."""
+        old = self.sock.gettimeout()
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(4096)
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+        finally:
+            self.sock.settimeout(old)
+        assert not data, "unexpected bytes: %r" % data[:80]
+        return True
+
+
+class Resp(SockClient):
     """A blocking RESP2 client over one socket. Replies are returned, never
     raised: Simple, Err, int, bytes (None for a nil bulk), list (None for a
     nil array). A read that meets EOF raises Closed."""
@@ -97,20 +132,8 @@ class Resp:
             r = self.call("AUTH", password)
             assert r == Simple("OK"), r
 
-    def close(self):
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     def settimeout(self, t):
         self.sock.settimeout(t)
-
-    def send(self, data):
-        self.sock.sendall(data)
 
     def _fill(self):
         chunk = self.sock.recv(1 << 20)
@@ -173,24 +196,6 @@ class Resp:
                 out += [CLOSED] * (n - len(out))
                 break
         return out
-
-    def peer_closed(self, timeout=2.0):
-        """True when the peer closes the connection within <timeout> s with
-        nothing more to read; False when it stays open; an AssertionError
-        when it sends bytes nobody asked for."""
-        old = self.sock.gettimeout()
-        self.sock.settimeout(timeout)
-        try:
-            data = self.sock.recv(4096)
-        except socket.timeout:
-            return False
-        except ConnectionResetError:
-            return True
-        finally:
-            self.sock.settimeout(old)
-        assert not data, "unexpected bytes: %r" % data[:80]
-        return True
-
 
 # ------------------------------------------------------- redis-server --
 
@@ -297,10 +302,10 @@ class RedisServer:
         return {k for k, n in zip(keys, got) if n == 1}
 
 
-def start_redis_on_free_host(procs, port):
-    """A redis-server on port <port> of some 127.0.0.x where it is free: a
-    fixed port (11211, twemproxy's special case) can be taken on
-    127.0.0.1, and the rest of 127/8 is ours on Linux."""
+def start_on_free_host(server_class, procs, port):
+    """A <server_class>(procs, host=, port=<port>) on some 127.0.0.x where
+    the port is free: a fixed port (11211, twemproxy's special case) can
+    be taken on 127.0.0.1, and the rest of 127/8 is ours on Linux."""
     hosts = ["127.0.0.%d" % i for i in range(2, 255)]
     random.shuffle(hosts)
     last = None
@@ -308,10 +313,15 @@ def start_redis_on_free_host(procs, port):
         if not port_is_free(port, host):
             continue
         try:
-            return RedisServer(procs, host=host, port=port)
+            return server_class(procs, host=host, port=port)
         except AssertionError as e:   # lost a race for the port
             last = e
     raise AssertionError("no 127.0.0.x with port %d free: %s" % (port, last))
+
+
+def start_redis_on_free_host(procs, port):
+    """A redis-server on port <port> of some 127.0.0.x (start_on_free_host)."""
+    return start_on_free_host(RedisServer, procs, port)
 
 
 def which_server(servers, key):
@@ -406,33 +416,40 @@ def nutcracker(procs):
 # -------------------------------------------------------------- chashd --
 
 
-_SERVES = {}
+_SERVES = set()
 
 
-def need_chashd_redis():
-    """This chashd must serve redis pools: `chashd -t` on a small redis
-    pool passes (checked once). Any other outcome fails the calling test;
-    it is never a skip, so a regression cannot hide as one."""
-    if _SERVES.get(CHASHD):
+def need_chashd(mode, pool_keys=""):
+    """This chashd must serve <mode> pools ("redis", "memcache"): `chashd
+    -t` on a small pool with <pool_keys> (YAML lines) passes, checked once
+    per mode. Any other outcome fails the calling test; it is never a
+    skip, so a regression cannot hide as one."""
+    if (CHASHD, mode) in _SERVES:
         return
-    with tempfile.TemporaryDirectory(prefix="chash-redis-probe") as d:
+    with tempfile.TemporaryDirectory(prefix="chash-%s-probe" % mode) as d:
         conf = os.path.join(d, "probe.yml")
         with open(conf, "w") as f:
             f.write("global:\n  admin: off\n"
-                    "probe:\n  listen: 127.0.0.1:%d\n  redis: true\n"
+                    "probe:\n  listen: 127.0.0.1:%d\n%s"
                     "  hash: fnv1a_64\n  distribution: ketama\n"
                     "  servers:\n    - 127.0.0.1:%d:1 probe-1\n"
-                    % (free_port(), free_port()))
+                    % (free_port(), pool_keys, free_port()))
         r = subprocess.run([CHASHD, "-t", "-c", conf], capture_output=True,
                            text=True, timeout=30)
-    assert r.returncode == 0, "chashd -t on a plain redis pool: exit %d: %s" \
-        % (r.returncode, r.stdout + r.stderr)
-    _SERVES[CHASHD] = True
+    assert r.returncode == 0, "chashd -t on a plain %s pool: exit %d: %s" \
+        % (mode, r.returncode, r.stdout + r.stderr)
+    _SERVES.add((CHASHD, mode))
+
+
+def need_chashd_redis():
+    """This chashd must serve redis pools (need_chashd)."""
+    need_chashd("redis", "  redis: true\n")
 
 
 class ChashdRedis:
     """chashd on a config written to the test's dir as <name>.yml. Ready
-    once every pool's listen port accepts."""
+    once every pool's listen port accepts. client(): a Resp to a pool
+    (mc_util.ChashdMemcache is this with a memcache client)."""
 
     def __init__(self, procs, conf_text, name="chashd", args=()):
         tmp = str(procs.tmp)
@@ -481,12 +498,13 @@ def chashd_redis(procs):
 # ------------------------------------------------------------- configs --
 
 
-def redis_pool(name, port, servers, names=True, **opts):
-    """A redis pool in twemproxy's form. <servers>: RedisServer or
-    (RedisServer, weight); <names>: True for "<name>-1".. after the
-    address (twemproxy then hashes the name, not the address), a list of
-    names, or False: unnamed. <opts>: more keys, written as given."""
-    lines = ["%s:" % name, "  listen: 127.0.0.1:%d" % port, "  redis: true"]
+def pool_yaml(name, port, servers, names=True, head=(), **opts):
+    """A pool in twemproxy's form. <servers>: server objects (with .addr)
+    or (server, weight); <names>: True for "<name>-1".. after the address
+    (twemproxy then hashes the name, not the address), a list of names,
+    or False: unnamed. <head>: lines right after `listen:`; <opts>: more
+    keys, written as given."""
+    lines = ["%s:" % name, "  listen: 127.0.0.1:%d" % port, *head]
     for k, v in opts.items():
         lines.append("  %s: %s" % (k, v))
     lines.append("  servers:")
@@ -500,6 +518,12 @@ def redis_pool(name, port, servers, names=True, **opts):
             label = ""
         lines.append("    - %s:%d%s" % (srv.addr, w, label))
     return "\n".join(lines) + "\n"
+
+
+def redis_pool(name, port, servers, names=True, **opts):
+    """A redis pool in twemproxy's form (pool_yaml with `redis: true`).
+    <servers>: RedisServer or (RedisServer, weight)."""
+    return pool_yaml(name, port, servers, names, ["  redis: true"], **opts)
 
 
 def spread_keys(conf, pool, keys, chash):

@@ -12,6 +12,7 @@
 # member that closes mid-request (SERVER_ERROR Connection reset by peer),
 # and health_check type memcache taking a hung member down.
 # SPDX-License-Identifier: BSD-2-Clause
+import contextlib
 import os
 import random
 import socket
@@ -29,6 +30,42 @@ from mc_util import (GLOBAL, ChashdMemcache, KeysByMember, MemcachedServer,
 POOL = "err"
 REFUSED = b"SERVER_ERROR Connection refused\r\n"
 TIMED_OUT = b"SERVER_ERROR Connection timed out\r\n"
+
+
+@contextlib.contextmanager
+def stub_member(handle):
+    """A TCP listener on a free port of 127.0.0.1 that hands every
+    connection it accepts to <handle>(sock) (an OSError in it is ignored)
+    and then closes it, one at a time in a thread; yields the port, and
+    stops the thread (bounded) and the listener on leaving."""
+    lsn = socket.socket()
+    lsn.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsn.bind(("127.0.0.1", 0))
+    lsn.listen(64)
+    lsn.settimeout(0.1)
+    stop_flag = threading.Event()
+
+    def serve():
+        while not stop_flag.is_set():
+            try:
+                s, _ = lsn.accept()
+            except OSError:
+                continue
+            try:
+                handle(s)
+            except OSError:
+                pass
+            finally:
+                s.close()
+
+    t = threading.Thread(target=serve)
+    t.start()
+    try:
+        yield lsn.getsockname()[1]
+    finally:
+        stop_flag.set()
+        t.join(timeout=5)
+        lsn.close()
 
 
 class Env:
@@ -238,35 +275,18 @@ def test_member_that_closes_mid_request(procs):
     by the real member next to it."""
     need_chashd_memcache()
     real = MemcachedServer(procs)
-    closer = socket.socket()
-    closer.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    closer.bind(("127.0.0.1", 0))
-    closer.listen(64)
-    stop_flag = threading.Event()
 
-    def read_then_close():
-        closer.settimeout(0.1)
-        while not stop_flag.is_set():
-            try:
-                s, _ = closer.accept()
-            except OSError:
-                continue
-            s.settimeout(2)
-            try:
-                s.recv(4096)
-            except OSError:
-                pass
-            s.close()
+    def read_then_close(s):
+        s.settimeout(2)
+        s.recv(4096)
 
-    t = threading.Thread(target=read_then_close)
-    t.start()
-    try:
+    with stub_member(read_then_close) as closer_port:
         port = free_port()
         text = GLOBAL + ("shut:\n  listen: 127.0.0.1:%d\n  hash: murmur\n"
                          "  distribution: ketama\n  timeout: 2000\n"
                          "  auto_eject_hosts: false\n  servers:\n"
                          "    - %s:1 real\n    - 127.0.0.1:%d:1 closer\n"
-                         % (port, real.addr, closer.getsockname()[1]))
+                         % (port, real.addr, closer_port))
         cd = ChashdMemcache(procs, text)
         keys = KeysByMember(cd.conf, "shut")
         k_real, k_closer = keys.by_member["real"][0], \
@@ -278,10 +298,6 @@ def test_member_that_closes_mid_request(procs):
             c.send(b"get %s\r\n" % k_real.encode())
             assert c.get_reply() == value_of(k_real)
         assert cd.alive()
-    finally:
-        stop_flag.set()
-        t.join(timeout=5)
-        closer.close()
 
 
 def binary_get(key):
@@ -499,25 +515,11 @@ def test_health_memcache_sees_a_non_memcached(procs):
     would call it up; the real memcached next to it stays up."""
     need_chashd_memcache()
     real = MemcachedServer(procs)
-    liar = socket.socket()
-    liar.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    liar.bind(("127.0.0.1", 0))
-    liar.listen(64)
-    stop_flag = threading.Event()
 
-    def accept_and_close():
-        liar.settimeout(0.1)
-        while not stop_flag.is_set():
-            try:
-                s, _ = liar.accept()
-                s.sendall(b"HELLO\r\n")
-                s.close()
-            except OSError:
-                pass
+    def hello_and_close(s):
+        s.sendall(b"HELLO\r\n")
 
-    t = threading.Thread(target=accept_and_close)
-    t.start()
-    try:
+    with stub_member(hello_and_close) as liar_port:
         admin = free_port()
         port = free_port()
         text = ("global:\n  admin: 127.0.0.1:%d\n  workers: 1\n" % admin
@@ -525,7 +527,7 @@ def test_health_memcache_sees_a_non_memcached(procs):
                 + "  health_check: { type: memcache, interval: 200ms, "
                   "timeout: 300ms, rise: 1, fall: 1 }\n"
                 + "  servers:\n    - %s:1 real\n    - 127.0.0.1:%d:1 liar\n"
-                % (real.addr, liar.getsockname()[1]))
+                % (real.addr, liar_port))
         ChashdMemcache(procs, text)
         api = Api(admin)
         wait_for(lambda: can_reach(admin), timeout=5, what="admin API")
@@ -534,10 +536,6 @@ def test_health_memcache_sees_a_non_memcached(procs):
             return {n: m["state"] for n, m in api.members("liar").items()}
         wait_for(lambda: st() == {"real": "up", "liar": "down"}, timeout=5,
                  what="the non-memcached member down, the real one up")
-    finally:
-        stop_flag.set()
-        t.join(timeout=5)
-        liar.close()
 
 
 def can_reach(port):
