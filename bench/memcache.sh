@@ -23,6 +23,7 @@
 #   PIN=0          1: proxies with one thread on CPU 0, chashd 2 workers on
 #                  CPUs 0-1, mcload and the memcacheds on CPU 1
 #   TARGETS=direct,nutcracker,chashd-1w,chashd-2w   the targets to run
+#   CASES=get,set,mget10   the tests to run (all by default)
 #
 # Every get and multi-get must hit (the keys were written through
 # nutcracker, so a proxy that places keys differently misses) and every
@@ -181,6 +182,9 @@ def children_cpu():
 # ---- the cases -------------------------------------------------------------
 TESTS = [("get", "get"), ("set", "set"), ("mget10", "mget")]
 cases = benchlib.make_cases([t for t, _ in TESTS])        # (test, P, c, d)
+ONLY = [t for t in os.environ.get("CASES", "").split(",") if t]
+if ONLY:
+    cases = [c for c in cases if c[0] in ONLY]
 ARG = dict(TESTS)
 results = benchlib.Results()
 failures = []              # (target, case) of every failed run

@@ -54,6 +54,9 @@
  * lines; a bound keeps one reply, and its latency, reasonable). */
 #define BATCH_MAX 128
 #define BATCH_LINE_MAX (16 * 1024)
+/* ... and asks for at most this many keys: its reply is held whole before
+ * any of its requests is answered, so large values want small batches. */
+#define BATCH_KEYS_MAX 64
 /* How long a closing client may go on sending before we close anyway. */
 #define LINGER_MS 2000
 /* A client that streams a value into a member connection and then sends
@@ -92,6 +95,7 @@ struct rserver {
     struct rfrag *open; /* a batch whose line ends <out>, unwritten: more
                            keys may join it until the next flush */
     size_t open_len;    /* that line's length */
+    size_t open_keys;   /* the keys it asks for */
 };
 
 /* The engine's state of one worker. */
@@ -1265,11 +1269,13 @@ request_send_batch(struct rreq *r, struct rfrag *f, struct server *srv,
 {
     struct rserver *s = send_to(r, f, srv, hash);
     struct rfrag *o;
-    size_t cmdlen = strlen(cmd);
+    size_t cmdlen = strlen(cmd), nkeys = 0;
     struct rbuf line = {0};
 
     if (s == NULL)
         return;
+    for (size_t i = 0; i < keyslen; i++)
+        nkeys += keys[i] != ' ' && (i == 0 || keys[i - 1] == ' ');
     f->batch = kind;
     if (rbuf_append(&f->bkeys, keys, keyslen) < 0) {
         stats_sub(&srv->stats[s->w->id].inflight, 1);
@@ -1279,6 +1285,7 @@ request_send_batch(struct rreq *r, struct rfrag *f, struct server *srv,
     o = s->open;
     if (o != NULL && o->batch == kind && o->riders < BATCH_MAX &&
         s->open_len + 1 + keyslen <= BATCH_LINE_MAX &&
+        s->open_keys + nkeys <= BATCH_KEYS_MAX &&
         rbuf_size(&s->out) >= 2) {
         /* ride on <o>'s line: " <keys>" before its CRLF */
         uint32_t timeout = request_snapshot(r->client)->set.timeout_ms;
@@ -1293,6 +1300,7 @@ request_send_batch(struct rreq *r, struct rfrag *f, struct server *srv,
             return;
         }
         s->open_len += 1 + keyslen;
+        s->open_keys += nkeys;
         o->riders++;
         f->conn = s;
         f->deadline_ms = timeout > 0 ? s->w->now_ms + timeout : 0;
@@ -1312,6 +1320,7 @@ request_send_batch(struct rreq *r, struct rfrag *f, struct server *srv,
     if (s->tail == f && s->stream_from == NULL && s->lhead == NULL) {
         s->open = f; /* others may join it until the flush */
         s->open_len = line.len - 2;
+        s->open_keys = nkeys;
     }
     rbuf_free(&line);
 }
