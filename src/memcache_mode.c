@@ -591,20 +591,12 @@ mc_handshake(const struct pool_snapshot *snap, char *out, size_t cap,
     return 0;
 }
 
-static bool
-mc_is_error(const char *buf, size_t len)
-{
-    return (len >= 5 && memcmp(buf, "ERROR", 5) == 0) ||
-           (len >= 12 && (memcmp(buf, "CLIENT_ERROR", 12) == 0 ||
-                          memcmp(buf, "SERVER_ERROR", 12) == 0));
-}
-
 const struct request_mode memcache_request_mode = {
     .proto = &proto_memcache,
     .dispatch = mc_dispatch,
     .complete = mc_complete,
     .release = mc_release,
     .handshake = mc_handshake,
-    .is_error = mc_is_error,
+    .is_error = mc_reply_is_error,
     .unbatch = mc_unbatch,
 };

@@ -307,13 +307,7 @@ mc_parse_request(const char *buf, size_t len, struct proto_request *rq)
     size_t line, end, first;
     const struct proto_span *w;
 
-    rq->head = 0;
-    rq->body = 0;
-    rq->command = -1;
-    rq->flags = 0;
-    rq->nkeys = 0;
-    rq->nargs = 0;
-    rq->err = NULL;
+    proto_request_reset(rq);
     if (len == 0)
         return PROTO_AGAIN;
     if ((unsigned char)buf[0] == 0x80)
@@ -474,8 +468,8 @@ starts(const char *buf, size_t len, const char *text)
     return len >= n && memcmp(buf, text, n) == 0;
 }
 
-static bool
-is_error_line(const char *buf, size_t len)
+bool
+mc_reply_is_error(const char *buf, size_t len)
 {
     return starts(buf, len, "ERROR") || starts(buf, len, "CLIENT_ERROR") ||
            starts(buf, len, "SERVER_ERROR");
@@ -587,7 +581,7 @@ one_reply(const char *buf, size_t len, bool *error, bool *mn)
     if (starts(buf, text, "VA ")) /* mg, ma: a value */
         return with_value(buf, len, line, text, 1);
     if (!starts(buf, text, "VALUE ")) {
-        *error = is_error_line(buf, text);
+        *error = mc_reply_is_error(buf, text);
         *mn = text == 2 && buf[0] == 'M' && buf[1] == 'N';
         return line;
     }
@@ -610,7 +604,7 @@ one_reply(const char *buf, size_t len, bool *error, bool *mn)
             return line;
         if (text == 3 && memcmp(buf + off, "END", 3) == 0)
             return (long)(off + (size_t)line);
-        if (is_error_line(buf + off, text)) {
+        if (mc_reply_is_error(buf + off, text)) {
             *error = true;
             return (long)(off + (size_t)line);
         }
@@ -653,7 +647,7 @@ mc_parse_reply(const char *buf, size_t len, const struct proto_request *rq,
 static bool
 has_code(const char *msg)
 {
-    return is_error_line(msg, strlen(msg));
+    return mc_reply_is_error(msg, strlen(msg));
 }
 
 static const struct proto_error_texts mc_errors = {

@@ -61,6 +61,10 @@ enum mc_command {
 /* Whether <command> is one of the meta commands (mg ms md ma me mn). */
 bool mc_is_meta(int command);
 
+/* Whether the reply (or line) at <buf> is an error: ERROR, CLIENT_ERROR
+ * or SERVER_ERROR. */
+bool mc_reply_is_error(const char *buf, size_t len);
+
 /* Whether <command> is a retrieval (get gets gat gats): its reply is
  * VALUE blocks and END, split and merged over members. */
 bool mc_is_retrieval(int command);

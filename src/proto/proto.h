@@ -168,6 +168,21 @@ struct proto {
     int (*probe_reply)(const char *buf, size_t len);
 };
 
+/* What a parse_request sets before it looks at a byte: nothing parsed,
+ * no flags, no error. */
+static inline void
+proto_request_reset(struct proto_request *rq)
+{
+    rq->head = 0;
+    rq->body = 0;
+    rq->command = -1;
+    rq->flags = 0;
+    rq->nkeys = 0;
+    rq->nargs = 0;
+    rq->scratchlen = 0;
+    rq->err = NULL;
+}
+
 /* A request mode's error texts, for proto_error_reply. */
 struct proto_error_texts {
     const char *lead;                     /* the line's first bytes ("-") */

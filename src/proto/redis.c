@@ -1284,14 +1284,7 @@ parse_inline(const char *buf, size_t len, struct proto_request *rq)
 static int
 redis_parse_request(const char *buf, size_t len, struct proto_request *rq)
 {
-    rq->head = 0;
-    rq->body = 0;
-    rq->command = -1;
-    rq->flags = 0;
-    rq->nkeys = 0;
-    rq->nargs = 0;
-    rq->scratchlen = 0;
-    rq->err = NULL;
+    proto_request_reset(rq);
     if (len == 0)
         return PROTO_AGAIN;
     if (buf[0] == '*')

@@ -22,17 +22,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CAP 4 /* small, so that PROTO_KEYS and growth are exercised */
-
-static int
-parse(const char *buf, size_t len, struct arrays *a, struct proto_request *rq,
-      uint64_t value_max, struct proto_progress *progress)
-{
-    /* one growth is enough: room for every word */
-    return harness_parse(&proto_memcache, buf, len, a, rq, 64 * 1024, value_max,
-                         progress, 1);
-}
-
 static void
 check_ok(const char *buf, size_t len, const struct proto_request *rq)
 {
@@ -85,42 +74,19 @@ check_ok(const char *buf, size_t len, const struct proto_request *rq)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const char *buf = (const char *)data;
-    struct arrays a = {0};
-    struct proto_request rq, again;
-    size_t pos = 0;
-    int st, n = 0;
     /* the value limit comes from the input too: some runs hit it */
-    uint64_t value_max = size > 0 && (data[0] & 1) ? 16 : 0;
+    struct harness h = {
+        .proto = &proto_memcache,
+        .max = 64 * 1024,
+        .value_max = size > 0 && (data[0] & 1) ? 16 : 0,
+        .rounds = 1, /* one growth: room for every word */
+        .cap = 4,    /* small, so that PROTO_KEYS and growth happen */
+        .scratchcap = 1,
+        .fatal = "CLIENT_ERROR ",
+        .invalid = true,
+        .check_ok = check_ok,
+    };
 
-    arrays_init(&a, CAP, 1);
-    while (pos < size && n++ < 1000) {
-        st = parse(buf + pos, size - pos, &a, &rq, value_max, NULL);
-        if (st == PROTO_AGAIN)
-            break;
-        if (st == PROTO_FATAL) {
-            if (rq.err == NULL || strncmp(rq.err, "CLIENT_ERROR ", 13) != 0)
-                abort();
-            break;
-        }
-        if (st == PROTO_INVALID) {
-            if (rq.err == NULL || rq.head == 0 || rq.head > size - pos)
-                abort();
-            pos += rq.head;
-            continue;
-        }
-        if (st != PROTO_OK)
-            abort();
-        check_ok(buf + pos, size - pos, &rq);
-        if (parse(buf + pos, rq.head - 1, &a, &again, value_max, NULL) !=
-            PROTO_AGAIN)
-            abort();
-        harness_pieces(&proto_memcache, buf + pos, &a, &rq, 64 * 1024,
-                       value_max, data[pos] % 7 + 1, 1);
-        if (rq.body != 0)
-            break; /* the engine drops the value unparsed */
-        pos += rq.head;
-    }
-    arrays_free(&a);
+    harness_run(&h, data, size);
     return 0;
 }

@@ -19,16 +19,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CAP 8 /* small, so that PROTO_KEYS and growth are exercised */
-
-static int
-parse(const char *buf, size_t len, struct arrays *a, struct proto_request *rq,
-      uint64_t max, struct proto_progress *progress)
-{
-    /* the args first, then the keys: two rounds at most */
-    return harness_parse(&proto_redis, buf, len, a, rq, max, 0, progress, 2);
-}
-
 static void
 check_span(struct proto_span s, size_t limit)
 {
@@ -88,51 +78,29 @@ check_ok(const char *buf, size_t len, const struct proto_request *rq)
         abort();
 }
 
-static void
-pieces(const char *buf, struct arrays *a, const struct proto_request *whole,
-       uint64_t max, size_t step)
+/* Inline lines do not resume: they are parsed whole each time. */
+static bool
+resumes(const struct proto_request *rq)
 {
-    if (whole->flags & PROTO_REQ_INLINE)
-        return; /* inline lines do not resume: parsed whole each time */
-    harness_pieces(&proto_redis, buf, a, whole, max, 0, step, 2);
+    return !(rq->flags & PROTO_REQ_INLINE);
 }
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const char *buf = (const char *)data;
-    struct arrays a = {0};
-    struct proto_request rq, again;
-    size_t pos = 0;
-    int st, n = 0;
     /* the size limit comes from the input too: some runs hit it */
-    uint64_t max = size > 0 && (data[0] & 1) ? 4096 : 0;
+    struct harness h = {
+        .proto = &proto_redis,
+        .max = size > 0 && (data[0] & 1) ? 4096 : 0,
+        .rounds = 2, /* the args first, then the keys */
+        .cap = 8,    /* small, so that PROTO_KEYS and growth happen */
+        .scratchcap = 64,
+        .fatal = "Protocol error: ",
+        .invalid = false, /* never used: a refusal is PROTO_OK */
+        .check_ok = check_ok,
+        .resumes = resumes,
+    };
 
-    arrays_init(&a, CAP, 64);
-    while (pos < size && n++ < 1000) {
-        st = parse(buf + pos, size - pos, &a, &rq, max, NULL);
-        if (st == PROTO_AGAIN)
-            break;
-        if (st == PROTO_FATAL) {
-            if (rq.err == NULL || strncmp(rq.err, "Protocol error: ", 16))
-                abort();
-            break;
-        }
-        if (st != PROTO_OK)
-            abort(); /* PROTO_INVALID is never used, PROTO_KEYS grown */
-        check_ok(buf + pos, size - pos, &rq);
-        /* the same bytes minus one wait; exactly the head is the same */
-        if (parse(buf + pos, rq.head - 1, &a, &again, max, NULL) != PROTO_AGAIN)
-            abort();
-        if (parse(buf + pos, rq.head, &a, &again, max, NULL) != PROTO_OK ||
-            again.head != rq.head || again.body != rq.body ||
-            again.flags != rq.flags || again.nkeys != rq.nkeys)
-            abort();
-        pieces(buf + pos, &a, &rq, max, data[pos] % 7 + 1);
-        if (rq.body != 0)
-            break; /* the engine would forward the value unparsed */
-        pos += rq.head;
-    }
-    arrays_free(&a);
+    harness_run(&h, data, size);
     return 0;
 }

@@ -7,6 +7,7 @@
 #ifndef CHASH_FUZZ_REQUEST_HARNESS_H
 #define CHASH_FUZZ_REQUEST_HARNESS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,75 @@ harness_pieces(const struct proto *p, const char *buf, struct arrays *a,
         break;
     }
     free(args);
+}
+
+/* A request mode's parser as a fuzz target sees it. */
+struct harness {
+    const struct proto *proto;
+    uint64_t max, value_max; /* rq->max, rq->value_max */
+    int rounds;              /* array growths a parse may ask for */
+    size_t cap, scratchcap;  /* the arrays' first sizes */
+    const char *fatal;       /* what a PROTO_FATAL reason starts with */
+    bool invalid;            /* PROTO_INVALID may come (then skipped) */
+    /* The mode's own checks of a whole parse. */
+    void (*check_ok)(const char *buf, size_t len,
+                     const struct proto_request *rq);
+    /* Whether <rq> resumes from its progress (NULL: always). */
+    bool (*resumes)(const struct proto_request *rq);
+};
+
+/*
+ * <data> as a client's pipeline, request after request: each ends in a
+ * whole parse (the mode's checks; its prefix waits; exactly its head
+ * parses the same; fed in pieces it parses as it did whole), a refusal
+ * with a reason, a wait, or a close with <h>->fatal's reason.
+ */
+static void
+harness_run(const struct harness *h, const uint8_t *data, size_t size)
+{
+    const char *buf = (const char *)data;
+    struct arrays a = {0};
+    struct proto_request rq, again;
+    size_t pos = 0, fatal = strlen(h->fatal);
+    int st, n = 0;
+
+    arrays_init(&a, h->cap, h->scratchcap);
+    while (pos < size && n++ < 1000) {
+        st = harness_parse(h->proto, buf + pos, size - pos, &a, &rq, h->max,
+                           h->value_max, NULL, h->rounds);
+        if (st == PROTO_AGAIN)
+            break;
+        if (st == PROTO_FATAL) {
+            if (rq.err == NULL || strncmp(rq.err, h->fatal, fatal) != 0)
+                abort();
+            break;
+        }
+        if (st == PROTO_INVALID && h->invalid) {
+            if (rq.err == NULL || rq.head == 0 || rq.head > size - pos)
+                abort();
+            pos += rq.head;
+            continue;
+        }
+        if (st != PROTO_OK)
+            abort();
+        h->check_ok(buf + pos, size - pos, &rq);
+        /* the same bytes minus one wait; exactly the head is the same */
+        if (harness_parse(h->proto, buf + pos, rq.head - 1, &a, &again, h->max,
+                          h->value_max, NULL, h->rounds) != PROTO_AGAIN)
+            abort();
+        if (harness_parse(h->proto, buf + pos, rq.head, &a, &again, h->max,
+                          h->value_max, NULL, h->rounds) != PROTO_OK ||
+            again.head != rq.head || again.body != rq.body ||
+            again.flags != rq.flags || again.nkeys != rq.nkeys)
+            abort();
+        if (h->resumes == NULL || h->resumes(&rq))
+            harness_pieces(h->proto, buf + pos, &a, &rq, h->max, h->value_max,
+                           data[pos] % 7 + 1, h->rounds);
+        if (rq.body != 0)
+            break; /* the engine forwards or drops the value unparsed */
+        pos += rq.head;
+    }
+    arrays_free(&a);
 }
 
 #endif /* CHASH_FUZZ_REQUEST_HARNESS_H */
