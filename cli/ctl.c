@@ -35,15 +35,23 @@ static const char usage_text[] =
     "                                        in the request modes (redis)\n"
     "                                        also their requests, errors,\n"
     "                                        latency and bytes\n"
-    "  add POOL NAME ADDRESS [--weight W] [--dry-run]\n"
-    "                                        add a member\n"
-    "  remove POOL NAME [--dry-run]          remove a member\n"
+    "  add POOL NAME ADDRESS [--weight W] [--force] [--dry-run]\n"
+    "                                        add a member; --force: a redis\n"
+    "                                        member that holds keys is\n"
+    "                                        flushed first (migration: copy)\n"
+    "  remove POOL NAME [--now] [--dry-run]  remove a member; --now: at once,\n"
+    "                                        its keys are not moved off it\n"
+    "                                        (migration: copy)\n"
     "  weight POOL NAME W [--dry-run]        change a member's weight\n"
     "  reweight POOL NAME W [--dry-run]      the same as weight\n"
     "  drain POOL NAME [--dry-run]           no new keys to the member\n"
     "  up POOL NAME [--dry-run]              back in the ring\n"
     "  maint POOL NAME [--dry-run]           out of the ring, not checked\n"
     "  lookup POOL KEY [--replicas N]        the member(s) owning KEY\n"
+    "  migration POOL                        the live migration of a redis\n"
+    "                                        pool: phase, keys moved, rate,\n"
+    "                                        ETA, progress per source, and\n"
+    "                                        the last finished one\n"
     "  state                                 the runtime overrides of the\n"
     "                                        config (kept in the state file)\n"
     "  state --reset POOL [NAME] [--dry-run] drop the overrides of a pool or\n"
@@ -67,6 +75,9 @@ struct ctl {
     bool have_replicas;
     uint32_t replicas;
     bool reset;
+    bool force; /* add: "force": true, flush a joining member that holds
+                   keys */
+    bool now;   /* remove: ?now=true, leave at once, nothing moved */
 };
 
 /* ---- HTTP client ------------------------------------------------------- */
@@ -728,9 +739,14 @@ print_members(json_t *members)
            "STATE", "WEIGHT", "RAMP", "ACTIVE", "TOTAL", "FAILS", "SHARE");
     json_array_foreach(members, i, m)
     {
+        /* a member removed from a `migration: copy` pool stays, draining,
+         * until its keys are moved off it */
+        bool leaving = json_is_true(json_object_get(m, "leaving"));
+
         printf("%-20s %-22s %-9s %6lld %5.0f%% %7lld %9lld %6lld %7.3f%%\n",
-               str(m, "name"), str(m, "address"), str(m, "state"),
-               num(m, "weight"), 100 * real(m, "ramp"), num(m, "active"),
+               str(m, "name"), str(m, "address"),
+               leaving ? "leaving" : str(m, "state"), num(m, "weight"),
+               100 * real(m, "ramp"), num(m, "active"),
                num(m, "connections_total"), num(m, "connect_failures"),
                100 * real(m, "share"));
     }
@@ -797,8 +813,39 @@ print_pool(const struct ctl *c, json_t *p)
     free(lat);
 }
 
+/*
+ * What a change means for the data of a pool with `migration: copy`
+ * (redis): how many keys move (a dry run counts them: the exact moved
+ * fraction times the pool's keys), the migration the change started, and
+ * what a removal with --now lost. A report without these fields (a tcp
+ * pool, migration off, an older chashd) prints nothing here.
+ */
 static void
-print_report(json_t *r, const char *what)
+print_data_report(json_t *r, bool dry, const char *pool)
+{
+    json_t *mig = json_object_get(r, "migration"),
+           *lost = json_object_get(r, "lost_keys");
+
+    if (json_is_number(json_object_get(r, "keys_to_move")))
+        printf("  %s %lld of the pool's %lld keys\n",
+               dry ? "would move" : "moves", num(r, "keys_to_move"),
+               num(r, "keys_total"));
+    if (json_is_object(mig))
+        printf("  migration %lld started: %lld keys predicted to move; "
+               "follow it with `chash ctl migration %s`\n",
+               num(mig, "epoch"), num(mig, "keys_predicted"), pool);
+    if (json_is_number(lost))
+        printf("  %s at once: %lld key%s on it %s not moved\n",
+               dry ? "would leave" : "left", num(r, "lost_keys"),
+               num(r, "lost_keys") == 1 ? "" : "s", dry ? "would be" : "were");
+    else if (lost != NULL && json_is_null(lost))
+        printf("  %s at once: its keys %s not moved (how many is unknown: "
+               "it did not answer DBSIZE)\n",
+               dry ? "would leave" : "left", dry ? "would be" : "were");
+}
+
+static void
+print_report(json_t *r, const char *what, const char *pool)
 {
     json_t *flows = json_object_get(r, "flows"), *f, *imm;
     bool dry = json_is_true(json_object_get(r, "dry_run"));
@@ -814,6 +861,7 @@ print_report(json_t *r, const char *what)
     }
     if (json_is_null(json_object_get(r, "moved"))) {
         printf("  %s\n", str(r, "note"));
+        print_data_report(r, dry, pool);
         return;
     }
     printf("  moved %.4f%% of the key space at full ramp (optimal %.4f%%)%s\n",
@@ -835,6 +883,7 @@ print_report(json_t *r, const char *what)
         printf("  %-20s -> %-20s %9.4f%%\n", str(f, "from"), str(f, "to"),
                100 * real(f, "fraction"));
     }
+    print_data_report(r, dry, pool);
     if (json_object_get(r, "warning") != NULL)
         printf("  warning: %s\n", str(r, "warning"));
 }
@@ -946,6 +995,215 @@ print_state(json_t *j)
     return 0;
 }
 
+/* ---- live migration (redis pools, `migration: copy`) ------------------ */
+
+/* Width of the text progress bar of a migration's source. */
+#define CTL_BAR_WIDTH 20
+
+/* <v> as a number when it is one (the API's nullable figures: rate, ETA,
+ * progress), else false. */
+static bool
+number(json_t *j, const char *key, double *v)
+{
+    json_t *x = json_object_get(j, key);
+
+    if (!json_is_number(x))
+        return false;
+    *v = json_number_value(x);
+    return isfinite(*v);
+}
+
+/* <s> seconds as an operator reads a wait: "4.5s", "2m05s", "1h02m";
+ * "-" when not known. */
+static void
+span_cell(json_t *j, const char *key, char *buf, size_t len)
+{
+    double s;
+
+    if (!number(j, key, &s) || s < 0) {
+        snprintf(buf, len, "-");
+    } else if (s < 60) {
+        snprintf(buf, len, "%.1fs", s);
+    } else if (s < 3600) {
+        long t = lround(s);
+
+        snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+    } else {
+        long t = lround(s / 60);
+
+        snprintf(buf, len, "%ldh%02ldm", t / 60, t % 60);
+    }
+}
+
+/* <n> bytes with a binary unit: "900 B", "120.6 KiB", "8.6 MiB". */
+static void
+bytes_cell(double n, char *buf, size_t len)
+{
+    static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB"};
+    size_t u = 0;
+
+    if (n < 1024) {
+        snprintf(buf, len, "%.0f B", n);
+        return;
+    }
+    n /= 1024;
+    while (n >= 1024 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
+        n /= 1024;
+        u++;
+    }
+    snprintf(buf, len, "%.1f %s", n, unit[u]);
+}
+
+/*
+ * A source's progress as "[#########-----------]  45%": the part of its
+ * keys (DBSIZE when it started) the copier has scanned in this pass, as
+ * the API's "progress" says. A source that is done is full; one whose
+ * progress is not known (null) shows an empty bar and "-". The percent is
+ * rounded down, so 100% means done and never "almost".
+ */
+static void
+progress_cell(json_t *src, char *buf, size_t len)
+{
+    char bar[CTL_BAR_WIDTH + 1];
+    double p;
+    bool known = number(src, "progress", &p);
+    size_t fill;
+
+    if (json_is_true(json_object_get(src, "done"))) {
+        p = 1;
+        known = true;
+    }
+    if (known)
+        p = p < 0 ? 0 : p > 1 ? 1 : p;
+    fill = known ? (size_t)floor(p * CTL_BAR_WIDTH) : 0;
+    memset(bar, '#', fill);
+    memset(bar + fill, '-', CTL_BAR_WIDTH - fill);
+    bar[CTL_BAR_WIDTH] = '\0';
+    if (known)
+        snprintf(buf, len, "[%s] %3.0f%%", bar, floor(100 * p));
+    else
+        snprintf(buf, len, "[%s]    -", bar);
+}
+
+/* What migration <m> moved (the copier's keys and those a client request
+ * moved first), against the prediction, and what went wrong: the same
+ * lines for the running migration and the last finished one. */
+static void
+print_migration_counts(json_t *m)
+{
+    char bytes[32];
+
+    bytes_cell(real(m, "bytes_moved"), bytes, sizeof(bytes));
+    printf("  moved %lld of %lld predicted keys (%lld by the copier, %lld by "
+           "traffic), %s\n",
+           num(m, "keys_moved") + num(m, "keys_moved_by_traffic"),
+           num(m, "keys_predicted"), num(m, "keys_moved"),
+           num(m, "keys_moved_by_traffic"), bytes);
+    printf("  anomalies %lld, failed keys %lld, errors %lld\n",
+           num(m, "anomalies"), num(m, "failed_keys"), num(m, "errors"));
+}
+
+/* The sources of a running migration: one line each with its progress
+ * bar, then the last error of those that have one. */
+static void
+print_migration_sources(json_t *sources)
+{
+    char bar[64];
+    json_t *src;
+    size_t i;
+
+    printf("%-20s %-22s %-10s %4s %10s %10s %10s  %s\n", "SOURCE", "ADDRESS",
+           "PHASE", "PASS", "DBSIZE", "SCANNED", "MOVED", "PROGRESS");
+    json_array_foreach(sources, i, src)
+    {
+        progress_cell(src, bar, sizeof(bar));
+        printf("%-20s %-22s %-10s %4lld %10lld %10lld %10lld  %s\n",
+               str(src, "member"), str(src, "address"), str(src, "phase"),
+               num(src, "pass"), num(src, "dbsize_at_start"),
+               num(src, "keys_scanned"), num(src, "keys_moved"), bar);
+    }
+    json_array_foreach(sources, i, src)
+    {
+        if (json_is_string(json_object_get(src, "last_error")))
+            printf("  %s: last error: %s\n", str(src, "member"),
+                   str(src, "last_error"));
+    }
+}
+
+/* The keys big enough (migration_big_key) to be moved alone. */
+static void
+print_big_keys(json_t *big)
+{
+    char bytes[32], ms[32];
+    json_t *k;
+    size_t i;
+
+    if (json_array_size(big) == 0)
+        return;
+    printf("\nbig keys, moved one per MIGRATE:\n");
+    printf("%-20s %12s %10s  %s\n", "MEMBER", "BYTES", "TIME", "KEY");
+    json_array_foreach(big, i, k)
+    {
+        bytes_cell(real(k, "bytes"), bytes, sizeof(bytes));
+        snprintf(ms, sizeof(ms), "%lldms", num(k, "ms"));
+        printf("%-20s %12s %10s  %s\n", str(k, "member"), bytes, ms,
+               str(k, "key"));
+    }
+}
+
+/*
+ * `migration POOL`: GET /api/pools/{pool}/migration for an operator. A
+ * running migration shows its phase, the change that started it, keys
+ * moved (by the copier and by client traffic touching a moving key first)
+ * against the prediction, rate and ETA, what went wrong, a progress line
+ * per source member and the big keys; then, running or not, the last
+ * finished migration in one line.
+ */
+static void
+print_migration(json_t *j)
+{
+    json_t *last = json_object_get(j, "last");
+    char elapsed[32], eta[32];
+    double rate;
+
+    if (strcmp(str(j, "migration"), "copy") != 0) {
+        printf("pool %s: migration %s: a membership change moves which "
+               "member owns a key, not its data\n",
+               str(j, "pool"), str(j, "migration"));
+        return;
+    }
+    if (!json_is_true(json_object_get(j, "active"))) {
+        printf("pool %s: migration copy, none running\n", str(j, "pool"));
+    } else {
+        span_cell(j, "elapsed_s", elapsed, sizeof(elapsed));
+        span_cell(j, "eta_s", eta, sizeof(eta));
+        printf("pool %s: migration copy, epoch %lld, phase %s\n",
+               str(j, "pool"), num(j, "epoch"), str(j, "phase"));
+        printf("  change %s, started %s, elapsed %s\n", str(j, "change"),
+               str(j, "started"), elapsed);
+        if (number(j, "rate_keys_s", &rate))
+            printf("  scanned %lld of %lld keys, rate %.0f keys/s, ETA %s\n",
+                   num(j, "keys_scanned"), num(j, "keys_total"), rate, eta);
+        else
+            printf("  scanned %lld of %lld keys, rate -, ETA %s\n",
+                   num(j, "keys_scanned"), num(j, "keys_total"), eta);
+        print_migration_counts(j);
+        printf("\n");
+        print_migration_sources(json_object_get(j, "sources"));
+        print_big_keys(json_object_get(j, "big_keys"));
+        printf("\n");
+    }
+    if (!json_is_object(last)) {
+        printf("last migration: none\n");
+        return;
+    }
+    span_cell(last, "elapsed_s", elapsed, sizeof(elapsed));
+    printf("last migration: epoch %lld, %s, started %s, %s in %s\n",
+           num(last, "epoch"), str(last, "change"), str(last, "started"),
+           str(last, "phase"), elapsed);
+    print_migration_counts(last);
+}
+
 /* ---- commands -------------------------------------------------------------
  */
 
@@ -959,22 +1217,27 @@ need(int have, int want, const char *cmd)
     return 0;
 }
 
-/* A change: <method> on <path> with <body>, report printed as <what>. */
+/* A change: <method> on <path> (which may carry a query already) with
+ * <body>, report printed as <what>; <pool> (as typed) names the pool in
+ * the report's hints. */
 static int
 change(const struct ctl *c, const char *method, const char *path, json_t *body,
-       const char *what)
+       const char *what, const char *pool)
 {
     char full[2700];
     int ex;
     json_t *r;
 
-    snprintf(full, sizeof(full), "%s%s", path, c->dry_run ? "?dry_run=1" : "");
+    snprintf(full, sizeof(full), "%s%s", path,
+             !c->dry_run                 ? ""
+             : strchr(path, '?') != NULL ? "&dry_run=1"
+                                         : "?dry_run=1");
     r = call(c, method, full, body, &ex);
     json_decref(body);
     if (r == NULL)
         return ex;
     if (!c->json)
-        print_report(r, what);
+        print_report(r, what, pool);
     json_decref(r);
     return CLI_EXIT_OK;
 }
@@ -1018,7 +1281,7 @@ state_cmd(const struct ctl *c, char **args, int nargs)
         snprintf(what, sizeof(what), "pool %s: reset %s to its config", args[0],
                  args[1]);
     }
-    return change(c, "DELETE", path, NULL, what);
+    return change(c, "DELETE", path, NULL, what, args[0]);
 }
 
 /* After cli_parse_*() printed what is wrong: the usage, exit 2. */
@@ -1040,6 +1303,8 @@ cmd_ctl(int argc, char **argv)
         {"dry-run", no_argument, NULL, 'n'},
         {"replicas", required_argument, NULL, 'r'},
         {"reset", no_argument, NULL, 'R'},
+        {"force", no_argument, NULL, 'f'},
+        {"now", no_argument, NULL, 'N'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1056,7 +1321,8 @@ cmd_ctl(int argc, char **argv)
         c.token = NULL;
     opterr = 0;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, ":a:t:jw:nr:Rh", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":a:t:jw:nr:RfNh", opts, NULL)) !=
+           -1) {
         switch (opt) {
         case 'a':
             c.admin = optarg;
@@ -1084,6 +1350,12 @@ cmd_ctl(int argc, char **argv)
             break;
         case 'R':
             c.reset = true;
+            break;
+        case 'f':
+            c.force = true;
+            break;
+        case 'N':
+            c.now = true;
             break;
         case 'h':
             fputs(usage_text, stdout);
@@ -1114,9 +1386,18 @@ cmd_ctl(int argc, char **argv)
         return cli_usage_error(CMD, usage_text,
                                "--reset goes with 'state' (state --reset "
                                "POOL [NAME])");
-    if (c.dry_run && (strcmp(verb, "pools") == 0 || strcmp(verb, "show") == 0 ||
-                      strcmp(verb, "lookup") == 0 ||
-                      (strcmp(verb, "state") == 0 && !c.reset)))
+    if (c.force && strcmp(verb, "add") != 0)
+        return cli_usage_error(CMD, usage_text,
+                               "--force goes with 'add' (it flushes a "
+                               "joining member that holds keys)");
+    if (c.now && strcmp(verb, "remove") != 0)
+        return cli_usage_error(CMD, usage_text,
+                               "--now goes with 'remove' (it removes a "
+                               "member without moving its keys)");
+    if (c.dry_run &&
+        (strcmp(verb, "pools") == 0 || strcmp(verb, "show") == 0 ||
+         strcmp(verb, "lookup") == 0 || strcmp(verb, "migration") == 0 ||
+         (strcmp(verb, "state") == 0 && !c.reset)))
         return cli_usage_error(CMD, usage_text, "--dry-run goes with a change");
     for (int i = 0; i < nargs; i++)
         if (strlen(args[i]) > 255)
@@ -1146,6 +1427,16 @@ cmd_ctl(int argc, char **argv)
         json_decref(j);
         return ex;
     }
+    if (strcmp(verb, "migration") == 0) {
+        if ((rc = need(nargs, 1, verb)) != 0)
+            return rc;
+        snprintf(path, sizeof(path), "/api/pools/%s/migration", pool);
+        j = call(&c, "GET", path, NULL, &ex);
+        if (j != NULL && !c.json)
+            print_migration(j);
+        json_decref(j);
+        return ex;
+    }
     if (strcmp(verb, "lookup") == 0) {
         if ((rc = need(nargs, 2, verb)) != 0)
             return rc;
@@ -1171,14 +1462,20 @@ cmd_ctl(int argc, char **argv)
         if (j == NULL)
             return cli_usage_error(CMD, usage_text,
                                    "NAME and ADDRESS must be UTF-8 text");
-        return change(&c, "POST", path, j, what);
+        /* only when asked: a chashd without live migration refuses the
+         * field, and must not see it on a plain add */
+        if (c.force)
+            json_object_set_new(j, "force", json_true());
+        return change(&c, "POST", path, j, what, args[0]);
     }
     if (strcmp(verb, "remove") == 0) {
         if ((rc = need(nargs, 2, verb)) != 0)
             return rc;
-        snprintf(path, sizeof(path), "/api/pools/%s/members/%s", pool, name);
-        snprintf(what, sizeof(what), "pool %s: remove %s", args[0], args[1]);
-        return change(&c, "DELETE", path, NULL, what);
+        snprintf(path, sizeof(path), "/api/pools/%s/members/%s%s", pool, name,
+                 c.now ? "?now=true" : "");
+        snprintf(what, sizeof(what), "pool %s: remove %s%s", args[0], args[1],
+                 c.now ? " now, its keys not moved" : "");
+        return change(&c, "DELETE", path, NULL, what, args[0]);
     }
     /* reweight: the word HAProxy and most operators use for it */
     if (strcmp(verb, "weight") == 0 || strcmp(verb, "reweight") == 0) {
@@ -1192,7 +1489,7 @@ cmd_ctl(int argc, char **argv)
         snprintf(what, sizeof(what), "pool %s: weight of %s -> %u", args[0],
                  args[1], w);
         return change(&c, "PATCH", path, json_pack("{s:i}", "weight", (int)w),
-                      what);
+                      what, args[0]);
     }
     if (strcmp(verb, "drain") == 0 || strcmp(verb, "up") == 0 ||
         strcmp(verb, "maint") == 0) {
@@ -1201,7 +1498,7 @@ cmd_ctl(int argc, char **argv)
         snprintf(path, sizeof(path), "/api/pools/%s/members/%s", pool, name);
         snprintf(what, sizeof(what), "pool %s: %s %s", args[0], verb, args[1]);
         return change(&c, "PATCH", path, json_pack("{s:s}", "state", verb),
-                      what);
+                      what, args[0]);
     }
     if (strcmp(verb, "state") == 0)
         return state_cmd(&c, args, nargs);
