@@ -835,13 +835,17 @@ print_data_report(json_t *r, bool dry, const char *pool)
                "follow it with `chash ctl migration %s`\n",
                num(mig, "epoch"), num(mig, "keys_predicted"), pool);
     if (json_is_number(lost))
-        printf("  %s at once: %lld key%s on it %s not moved\n",
+        printf("  %s at once: %lld key%s on it %s\n",
                dry ? "would leave" : "left", num(r, "lost_keys"),
-               num(r, "lost_keys") == 1 ? "" : "s", dry ? "would be" : "were");
+               num(r, "lost_keys") == 1 ? "" : "s",
+               dry                        ? "would not be moved"
+               : num(r, "lost_keys") == 1 ? "was not moved"
+                                          : "were not moved");
     else if (lost != NULL && json_is_null(lost))
-        printf("  %s at once: its keys %s not moved (how many is unknown: "
-               "it did not answer DBSIZE)\n",
-               dry ? "would leave" : "left", dry ? "would be" : "were");
+        printf("  %s at once: its keys %s (how many is unknown: it did not "
+               "answer DBSIZE)\n",
+               dry ? "would leave" : "left",
+               dry ? "would not be moved" : "were not moved");
 }
 
 static void
