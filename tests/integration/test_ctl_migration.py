@@ -1,0 +1,403 @@
+# test_ctl_migration.py -- `chash ctl migration` and the dashboard's
+# migration panel against a real chashd in front of real redis-servers,
+# while a live migration (`migration: copy`) runs under a slow copier
+# (a small migration_rate): the phase, keys moved of predicted, a progress
+# line per source member, the last finished migration's summary, --json,
+# an unknown pool; `add --force` on a member that holds keys and
+# `remove --now`; a change refused while a migration runs. What ctl prints
+# is checked against the API's answers around it and, once the migration
+# is done, against where the keys really are (DBSIZE and EXISTS on each
+# server) and which keys had to move (`chash lookup --config` on the new
+# membership: chashd's ring computed without chashd).
+# SPDX-License-Identifier: BSD-2-Clause
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from admin_util import (CHASH, CHROMIUM, Api, admin_global, dom_elements,
+                        dump_dom)
+from conftest import can_connect, free_port, wait_for
+from redis_util import (ChashdRedis, RedisServer, Simple, need_chashd_redis,
+                        pool_yaml, redis_pool, spread_keys)
+
+POOL = "store"
+
+# "  moved M of P predicted keys (C by the copier, T by traffic), B"
+MOVED = re.compile(r"^  moved (\d+) of (\d+) predicted keys \((\d+) by the "
+                   r"copier, (\d+) by traffic\), ", re.M)
+TROUBLE = re.compile(r"^  anomalies (\d+), failed keys (\d+), errors (\d+)$",
+                     re.M)
+# a source's line: name, address, phase, pass, dbsize, scanned, moved, bar
+SOURCE = re.compile(r"^(\S+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)"
+                    r"\s+\[([#-]{20})\]\s+(\d+%|-)$", re.M)
+
+
+def store_pool(port, servers, rate, batch=10):
+    """Pool "store": redis (mode: redis, so migration defaults to copy;
+    said here anyway), <servers> named store-1.., a copier moving at most
+    <rate> keys/s in batches of <batch>."""
+    return pool_yaml(POOL, port, servers, True, ["  mode: redis"],
+                     hash="murmur", distribution="ketama",
+                     migration="copy", migration_rate=rate,
+                     migration_batch=batch)
+
+
+class Env:
+    """3 redis-servers in pool "store" behind one chashd (admin API on,
+    a state file), a 4th redis-server not in the pool yet (<spare>), and
+    a twemproxy-style pool "cache" (`redis: true`, migration off by
+    default) on a 5th; <keys> written through chashd."""
+
+    def __init__(self, procs, rate, nkeys):
+        need_chashd_redis()
+        self.procs = procs
+        self.servers = [RedisServer(procs) for _ in range(3)]
+        self.spare = RedisServer(procs)
+        self.other = RedisServer(procs)
+        self.port, cache_port, self.admin_port = (free_port(), free_port(),
+                                                  free_port())
+        self.state_file = os.path.join(str(procs.tmp), "state.json")
+        self.rate = rate
+        self.text = (admin_global(self.admin_port, self.state_file) +
+                     store_pool(self.port, self.servers, rate) +
+                     redis_pool("cache", cache_port, [self.other]))
+        self.d = ChashdRedis(procs, self.text)
+        wait_for(lambda: can_connect(self.admin_port), what="admin API")
+        self.api = Api(self.admin_port)
+        self.keys = ["mig:%d" % i for i in range(nkeys)]
+        self.value = {k: "v-" + k for k in self.keys}
+        with self.d.client() as c:
+            for i in range(0, nkeys, 500):
+                part = self.keys[i:i + 500]
+                assert c.pipeline([("SET", k, self.value[k])
+                                   for k in part]) == [Simple("OK")] * \
+                    len(part)
+        assert sum(s.dbsize() for s in self.servers) == nkeys
+
+    def ctl(self, *args, check=None):
+        p = subprocess.run([CHASH, "ctl", "--admin",
+                            "127.0.0.1:%d" % self.admin_port] + list(args),
+                           capture_output=True, text=True, timeout=30)
+        if check is not None:
+            assert p.returncode == check, (args, p.returncode, p.stdout,
+                                           p.stderr)
+        return p
+
+    def migration(self, pool=POOL):
+        return self.api.ok("GET", "/api/pools/%s/migration" % pool,
+                           status=200)
+
+    def owners_after(self, servers, name):
+        """{key: member} on the membership <servers> (names store-1..),
+        from `chash lookup --config` on a config that lists them: which
+        member owns each key once the change is applied."""
+        conf = os.path.join(str(self.procs.tmp), name + ".yml")
+        with open(conf, "w") as f:
+            f.write(store_pool(free_port(), servers, self.rate))
+        return spread_keys(conf, POOL, self.keys, CHASH)
+
+    def wait_done(self, timeout=120):
+        """Wait until no migration runs in "store"; the answer then."""
+        return wait_for(lambda: (lambda m: m if not m["active"] else None)(
+            self.migration()), timeout=timeout, interval=0.2,
+            what="the migration of pool store to finish")
+
+    def phase_out(self, phase, timeout=20):
+        """`chash ctl migration store` once it shows <phase>, with the
+        API's answers just before and just after it."""
+        def once():
+            before = self.migration()
+            out = self.ctl("migration", POOL, check=0).stdout
+            after = self.migration()
+            if re.search(r"^pool store: migration copy, epoch \d+, phase %s$"
+                         % phase, out, re.M):
+                return before, out, after
+            return None
+        return wait_for(once, timeout=timeout, interval=0.05,
+                        what="ctl migration to show phase " + phase)
+
+
+def sources(out):
+    return {m.group(1): m for m in SOURCE.finditer(out)}
+
+
+def check_between(before, text_value, after, what):
+    """A figure ctl printed lies between the API's answers around it (they
+    only grow while a migration runs)."""
+    assert before <= text_value <= after, (what, before, text_value, after)
+
+
+def moved_total(m):
+    return m["keys_moved"] + m["keys_moved_by_traffic"]
+
+
+def test_ctl_migration_follows_an_add_to_its_end(procs):
+    env = Env(procs, rate=100, nkeys=2000)
+    old = {s.addr: "store-%d" % (i + 1) for i, s in enumerate(env.servers)}
+    owner_before = env.owners_after(env.servers, "before")
+    owner_after = env.owners_after(env.servers + [env.spare], "after")
+    moving = [k for k in env.keys if owner_before[k] != owner_after[k]]
+    assert {owner_after[k] for k in moving} == {"store-4"}
+    assert 200 < len(moving) < 1000, len(moving)
+
+    # nothing runs yet; a pool with migration off says so
+    out = env.ctl("migration", POOL, check=0).stdout
+    assert out.splitlines()[0] == "pool store: migration copy, none running"
+    out = env.ctl("migration", "cache", check=0).stdout
+    assert out.startswith("pool cache: migration off: ")
+    assert env.migration("cache") == {"pool": "cache", "migration": "off",
+                                      "active": False}
+
+    # the add starts a migration: its report says so
+    out = env.ctl("add", POOL, "store-4", env.spare.addr, check=0).stdout
+    m = re.search(r"^  migration (\d+) started: (\d+) keys predicted to "
+                  r"move; follow it with `chash ctl migration store`$",
+                  out, re.M)
+    assert m, out
+    epoch, predicted = int(m.group(1)), int(m.group(2))
+    # the prediction is the exact moved fraction times the keys
+    assert abs(predicted - len(moving)) <= 0.1 * len(moving) + 10, \
+        (predicted, len(moving))
+
+    # client traffic touching moving keys moves them first (the gate)
+    touched = moving[:20]
+    with env.d.client() as c:
+        assert c.pipeline([("GET", k) for k in touched]) == \
+            [env.value[k].encode() for k in touched]
+
+    before, out, after = env.phase_out("copying")
+    lines = out.splitlines()
+    assert lines[0] == "pool store: migration copy, epoch %d, phase " \
+        "copying" % epoch
+    assert re.match(r"  change add store-4, started \S+, elapsed "
+                    r"[\d.]+s$", lines[1]), lines[1]
+    assert re.match(r"  scanned \d+ of 2000 keys, rate (\d+|-) keys/s, "
+                    r"ETA \S+$", lines[2]), lines[2]
+    mv = MOVED.search(out)
+    assert mv, out
+    total, pred, copier, traffic = map(int, mv.groups())
+    assert total == copier + traffic and pred == predicted
+    check_between(moved_total(before), total, moved_total(after), "moved")
+    check_between(before["keys_moved_by_traffic"], traffic,
+                  after["keys_moved_by_traffic"], "by traffic")
+    assert TROUBLE.search(out).groups() == ("0", "0", "0"), out
+    # one progress line per source: every old member gives keys to store-4
+    src = sources(out)
+    assert set(src) == set(old.values()), out
+    api_src = {s["member"]: s for s in after["sources"]}
+    assert set(api_src) == set(old.values())
+    bsrc = {s["member"]: s for s in before["sources"]}
+    for name, line in src.items():
+        assert old[line.group(2)] == name
+        check_between(bsrc[name]["keys_moved"], int(line.group(7)),
+                      api_src[name]["keys_moved"], name + " moved")
+        bar, pct = line.group(8), line.group(9)
+        if pct != "-":
+            # the bar is the percent, in twentieths, rounded down
+            assert bar.count("#") == int(pct[:-1]) // 5, (bar, pct)
+            assert bar == "#" * bar.count("#") + "-" * bar.count("-")
+    # a source still copying is not at 100%
+    assert any(line.group(9) != "100%" for line in src.values()), out
+
+    # --json: the API's answer as is
+    j = json.loads(env.ctl("--json", "migration", POOL, check=0).stdout)
+    assert j["pool"] == POOL and j["active"] is True and j["epoch"] == epoch
+    assert set(j) == set(after), (set(j) ^ set(after))
+    assert {s["member"] for s in j["sources"]} == set(old.values())
+
+    # a change while it runs is refused, and nothing changes
+    p = env.ctl("weight", POOL, "store-1", "2", check=1)
+    assert "migration in progress" in p.stderr and "409" in p.stderr, \
+        p.stderr
+    assert env.api.members(POOL)["store-1"]["weight"] == 1
+
+    done = env.wait_done()
+    assert done["phase"] == "done" and done["last"]["epoch"] == epoch
+
+    # every moving key is on store-4, and only there; nothing else moved
+    assert env.spare.dbsize() == len(moving)
+    assert env.spare.holds(env.keys) == set(moving)
+    for s in env.servers:
+        assert s.holds(moving) == set()
+        assert s.dbsize() == sum(1 for k in env.keys
+                                 if owner_after[k] == old[s.addr])
+    with env.d.client() as c:
+        assert c.pipeline([("GET", k) for k in env.keys]) == \
+            [env.value[k].encode() for k in env.keys]
+
+    out = env.ctl("migration", POOL, check=0).stdout
+    lines = out.splitlines()
+    assert lines[0] == "pool store: migration copy, none running", out
+    assert re.match(r"last migration: epoch %d, add store-4, started \S+, "
+                    r"done in [\dmhs.]+$" % epoch, lines[1]), lines[1]
+    mv = MOVED.search(out)
+    total, pred, copier, traffic = map(int, mv.groups())
+    # what moved is exactly what had to: the keys whose owner changed
+    assert total == len(moving) and pred == predicted
+    assert copier + traffic == total and traffic >= 1, out
+    assert (copier, traffic) == (done["last"]["keys_moved"],
+                                 done["last"]["keys_moved_by_traffic"])
+    assert TROUBLE.search(out).groups() == ("0", "0", "0"), out
+    assert not SOURCE.search(out), "no progress lines once done"
+    j = json.loads(env.ctl("--json", "migration", POOL, check=0).stdout)
+    assert j == env.migration()
+
+
+def test_ctl_migration_errors(procs):
+    env = Env(procs, rate=100, nkeys=10)
+    p = env.ctl("migration", "nope", check=1)
+    assert 'no pool named "nope"' in p.stderr and "(HTTP 404)" in p.stderr
+    assert p.stdout == ""
+    # --json prints the API's error body, still exit 1
+    p = env.ctl("--json", "migration", "nope", check=1)
+    assert json.loads(p.stdout)["error"] == 'no pool named "nope"'
+    for args in (["migration"], ["migration", POOL, "x"],
+                 ["migration", POOL, "--dry-run"],
+                 ["migration", POOL, "--now"], ["show", POOL, "--force"],
+                 ["add", POOL, "x", "127.0.0.1:1", "--now"],
+                 ["remove", POOL, "store-1", "--force"]):
+        p = env.ctl(*args, check=2)
+        assert "usage: chash ctl" in p.stderr, args
+    usage = env.ctl("--help", check=0).stdout
+    assert re.search(r"^  migration POOL ", usage, re.M)
+    assert re.search(r"^  add POOL NAME ADDRESS \[--weight W\] \[--force\]",
+                     usage, re.M)
+    assert re.search(r"^  remove POOL NAME \[--now\]", usage, re.M)
+
+
+def test_ctl_add_force_and_remove_now(procs):
+    """A joining member that holds keys is refused with its count; --force
+    flushes it and the add goes on (its old keys are gone, the moving
+    keys arrive); `remove --now` takes a member out at once and reports
+    the keys left on it, which chashd then no longer finds."""
+    env = Env(procs, rate=2000, nkeys=600)
+    with env.spare.client() as c:
+        assert c.pipeline([("SET", "junk:%d" % i, "x") for i in range(37)]) \
+            == [Simple("OK")] * 37
+    p = env.ctl("add", POOL, "store-4", env.spare.addr, check=1)
+    assert "member store-4 (%s) holds 37 keys: a joining member must be " \
+        "empty" % env.spare.addr in p.stderr and "409" in p.stderr, p.stderr
+    assert "store-4" not in env.api.members(POOL)
+    assert env.spare.dbsize() == 37
+
+    owner_after = env.owners_after(env.servers + [env.spare], "after")
+    out = env.ctl("add", POOL, "store-4", env.spare.addr, "--force",
+                  check=0).stdout
+    assert re.search(r"^  migration \d+ started: ", out, re.M), out
+    env.wait_done()
+    on_new = {k for k in env.keys if owner_after[k] == "store-4"}
+    assert env.spare.keys() == on_new    # the 37 junk keys were flushed
+
+    # remove --now: nothing moved, the report counts what is left behind
+    dry = env.ctl("remove", POOL, "store-4", "--now", "--dry-run",
+                  check=0).stdout
+    assert dry.startswith("dry run, nothing changed: pool store: remove "
+                          "store-4 now, its keys not moved\n"), dry
+    assert "store-4" in env.api.members(POOL)
+    out = env.ctl("remove", POOL, "store-4", "--now", check=0).stdout
+    assert out.startswith("pool store: remove store-4 now, its keys not "
+                          "moved\n"), out
+    m = re.search(r"^  left at once: (\d+) keys? on it (?:was|were) not "
+                  r"moved$", out, re.M)
+    assert m and int(m.group(1)) == len(on_new), (out, len(on_new))
+    assert "store-4" not in env.api.members(POOL)
+    assert not env.migration()["active"]
+    # its keys stayed on it, and chashd no longer finds them
+    assert env.spare.keys() == on_new
+    lost = sorted(on_new)[:10]
+    with env.d.client() as c:
+        assert c.pipeline([("EXISTS", k) for k in lost]) == [0] * len(lost)
+
+
+def test_ctl_show_and_migration_during_a_scale_in(procs):
+    """remove without --now: the member stays, draining and leaving, until
+    its keys are moved to their new owners; `ctl show` says "leaving" and
+    `ctl migration` has it as the one source."""
+    env = Env(procs, rate=100, nkeys=2000)
+    owner_after = env.owners_after(env.servers[:2], "after")
+    on_3 = env.servers[2].keys()
+    assert len(on_3) > 300
+    out = env.ctl("remove", POOL, "store-3", check=0).stdout
+    assert re.search(r"^  migration \d+ started: ", out, re.M), out
+    before, out, after = env.phase_out("copying")
+    assert set(sources(out)) == {"store-3"}, out
+    show = env.ctl("show", POOL, check=0).stdout
+    row = [l.split() for l in show.splitlines() if l.startswith("store-3 ")]
+    assert row and row[0][2] == "leaving", show
+    m = env.api.members(POOL)["store-3"]
+    assert m["state"] == "draining" and m["leaving"] is True
+
+    done = env.wait_done()
+    assert "store-3" not in env.api.members(POOL)
+    assert env.servers[2].dbsize() == 0
+    for i, s in enumerate(env.servers[:2]):
+        assert s.keys() == {k for k in env.keys
+                            if owner_after[k] == "store-%d" % (i + 1)}
+    out = env.ctl("migration", POOL, check=0).stdout
+    assert re.search(r"^last migration: epoch \d+, remove store-3, ", out,
+                     re.M), out
+    total = int(MOVED.search(out).group(1))
+    assert total == len(on_3) == moved_total(done["last"])
+
+
+# ---- the dashboard's migration panel (headless Chromium) ---------------
+
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
+                    reason="chromium is not installed (scripts/deps "
+                    "installs it)")
+def test_dashboard_migration_panel(procs):
+    """While a migration runs, the redis pool's card has a migration panel
+    with its phase, keys moved of predicted and a progress row and bar
+    per source member; the pool with migration off has none. Once it is
+    done the panel is gone and the last one's summary is there."""
+    env = Env(procs, rate=40, nkeys=1500)
+    url = "http://127.0.0.1:%d/" % env.admin_port
+    dom = dump_dom(url)
+    assert dom_elements(dom, "div", "migration") == []
+    assert dom_elements(dom, "div", "migration-last") == []
+    assert 'data-pool="store"' in dom and "live" in dom
+
+    env.ctl("add", POOL, "store-4", env.spare.addr, check=0)
+    env.phase_out("copying")
+    before = env.migration()
+    dom = dump_dom(url)
+    after = env.migration()
+    assert after["active"], "the migration ended before the page was drawn"
+    panels = dom_elements(dom, "div", "migration")
+    assert [p["data-pool"] for p in panels] == [POOL], dom[-3000:]
+    panel = panels[0]
+    assert panel["data-phase"] in ("copying", "verifying")
+    assert int(panel["data-epoch"]) == after["epoch"]
+    assert int(panel["data-keys-predicted"]) == after["keys_predicted"]
+    check_between(moved_total(before), int(panel["data-keys-moved"]),
+                  moved_total(after), "panel moved")
+    rows = [r for r in dom_elements(dom, "tr", "msource")
+            if r["data-pool"] == POOL]
+    assert {r["data-member"] for r in rows} == \
+        {"store-1", "store-2", "store-3"}
+    card = re.search(r'<div class="migration" data-pool="store".*?</table>',
+                     dom, re.S).group(0)
+    # one bar per source, its width the source's progress
+    bars = re.findall(r'<span class="pbar( done)?"><span style="width:'
+                      r'([\d.]+)%"></span></span>', card)
+    assert len(bars) == 3, card
+    for r, (done, width) in zip(rows, bars):
+        if "data-progress" in r:
+            p = float(r["data-progress"]) if not done else 1.0
+            assert float(width) == pytest.approx(100 * min(1, p), abs=0.06)
+    assert "predicted keys" in card and "keys/s" in card
+
+    done = env.wait_done()
+    dom = dump_dom(url)
+    assert dom_elements(dom, "div", "migration") == []
+    last = dom_elements(dom, "div", "migration-last")
+    assert [(x["data-pool"], int(x["data-epoch"])) for x in last] == \
+        [(POOL, done["last"]["epoch"])]
+    text = re.search(r'<div class="migration-last"[^>]*>([^<]*)<', dom)
+    assert "add store-4" in text.group(1)
+    assert "moved %d of %d predicted keys" % (
+        moved_total(done["last"]), done["last"]["keys_predicted"]) in \
+        text.group(1)
