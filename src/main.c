@@ -30,6 +30,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "pool.h"
+#include "request.h"
 #include "proto/proto.h"
 #include "worker.h"
 
@@ -582,6 +583,22 @@ usage_error(const char *fmt, ...)
     return 2;
 }
 
+/* A migration's drain barrier goes to every worker. */
+static unsigned
+drain_workers(struct migration_drain *d)
+{
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < worker_count(); i++) {
+        atomic_fetch_add(&d->refs, 1);
+        if (worker_call(i, request_drain, d) == 0)
+            n++;
+        else
+            migration_drain_unref(d);
+    }
+    return n;
+}
+
 /* Start-up: resume the migrations the state file holds. One that cannot
  * be resumed stays in the file (for a start with a config that has its
  * members again) and is logged: its keys may still be on old owners. */
@@ -819,6 +836,7 @@ main(int argc, char **argv)
         free(fds);
     }
     membership_state_settle(NULL, NULL);
+    migration_set_barrier(drain_workers);
     migrations_resume();
     /* The admin API registers its own watch and tick with the loop. */
     if (admin_start(conf, err, sizeof(err)) < 0) {

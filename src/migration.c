@@ -29,9 +29,8 @@
 #include "log.h"
 #include "membership.h"
 #include "pool.h"
-#include "request.h"
+#include "request.h" /* enum request_gate_result */
 #include "stats.h"
-#include "worker.h"
 
 /* How often the control thread looks at running migrations and saves
  * their progress. */
@@ -118,6 +117,13 @@ static struct last *lasts;
 static struct migration **running; /* the pools' */
 static size_t nrunning, caprunning;
 static uint64_t next_epoch;
+static migration_barrier_fn *barrier;
+
+void
+migration_set_barrier(migration_barrier_fn *fn)
+{
+    barrier = fn;
+}
 
 /* ---- view and drain ------------------------------------------------------ */
 
@@ -1388,7 +1394,6 @@ migration_start(struct pool *p)
 {
     struct migration *m = p->migration;
     struct migration_drain *d;
-    unsigned n = worker_count();
 
     if (m == NULL || m->new_snap != NULL)
         return;
@@ -1403,14 +1408,10 @@ migration_start(struct pool *p)
         m->phase = MIG_COPYING;
         return;
     }
-    atomic_store(&d->refs, n + 1);
+    atomic_store(&d->refs, 1);
     d->pool = p;
     m->drain = d;
-    for (unsigned i = 0; i < n; i++)
-        if (worker_call(i, request_drain, d) != 0) {
-            atomic_fetch_add(&d->done, 1);
-            migration_drain_unref(d);
-        }
+    d->workers = barrier != NULL ? barrier(d) : 0;
     log_info("pool %s: migration %" PRIu64 " (%s): about %" PRIu64
              " keys to move; waiting for the requests sent under the old "
              "ring",
@@ -1530,7 +1531,7 @@ migration_tick(uint64_t now_ms, void *arg)
         }
 
         if (m->phase == MIG_DRAINING && m->drain != NULL &&
-            atomic_load(&m->drain->done) >= worker_count()) {
+            atomic_load(&m->drain->done) >= m->drain->workers) {
             atomic_store(&m->pool->mig_drained, m->epoch);
             migration_drain_unref(m->drain);
             m->drain = NULL;

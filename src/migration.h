@@ -56,10 +56,17 @@ void migration_view_unref(struct migration_view *v); /* NULL: nothing */
 struct migration_drain {
     _Atomic unsigned refs;
     _Atomic unsigned done; /* workers drained */
+    unsigned workers;      /* handed to */
     struct pool *pool;     /* compared, never dereferenced by workers */
 };
 
 void migration_drain_unref(struct migration_drain *d);
+
+/* How a drain barrier reaches the workers (chashd: each worker runs
+ * request_drain): hands <d> to each, a reference each, and returns how
+ * many took it. Unset (unit tests), a migration drains at once. */
+typedef unsigned migration_barrier_fn(struct migration_drain *d);
+void migration_set_barrier(migration_barrier_fn *fn);
 
 /* Register with the control loop. 0 or -1. */
 int migration_init(void);
