@@ -709,6 +709,23 @@ usage_error(const char *fmt, ...)
     return 2;
 }
 
+/* ", migration copy (the default of 'mode: redis')" for a store pool, ""
+ * for the others: what a membership change does to its data. */
+static const char *
+migration_phrase(const struct conf_pool *cp, char *buf, size_t cap)
+{
+    if (cp->mode != CONF_MODE_REDIS && cp->mode != CONF_MODE_MEMCACHE)
+        return "";
+    snprintf(buf, cap, ", migration %s (%s)",
+             conf_migration_name(cp->migration),
+             cp->migration_line != 0 ? "set by 'migration:'"
+             : cp->mode == CONF_MODE_MEMCACHE ? "the default"
+             : cp->migration == CONF_MIGRATION_COPY
+                 ? "the default of 'mode: redis'"
+                 : "the default of twemproxy's 'redis: true'");
+    return buf;
+}
+
 /* A migration's drain barrier goes to every worker. */
 static unsigned
 drain_workers(struct migration_drain *d)
@@ -854,11 +871,14 @@ main(int argc, char **argv)
             fprintf(stderr, "%s\n", conf->warnings[i]);
         for (size_t i = 0; i < conf->npools; i++) {
             const struct conf_pool *cp = &conf->pools[i];
-            printf("pool %s: mode %s (%s), listen %s, %zu servers, %s/%s\n",
+            char mig[128];
+
+            printf("pool %s: mode %s (%s), listen %s, %zu servers, %s/%s%s\n",
                    cp->name, conf_mode_name(cp->mode),
                    conf_mode_source_name(cp->mode_source), cp->listen.text,
                    cp->nservers, conf_dist_name(cp->distribution),
-                   chash_hash_name(cp->ring.hash));
+                   chash_hash_name(cp->ring.hash),
+                   migration_phrase(cp, mig, sizeof(mig)));
         }
         printf("%s: configuration OK\n", conf_path ? conf_path : "<embedded>");
         conf_destroy(conf);
@@ -953,11 +973,14 @@ main(int argc, char **argv)
                 goto out;
             }
             pool_listen_start(p, fds + i * conf->workers);
+            char mig[128];
+
             log_info("pool %s: listening on %s, mode %s (%s), %zu members, "
-                     "on_failure %s",
+                     "on_failure %s%s",
                      p->name, p->cfg.listen.text, conf_mode_name(p->cfg.mode),
                      conf_mode_source_name(p->cfg.mode_source), p->nservers,
-                     conf_on_failure_name(p->cfg.on_failure));
+                     conf_on_failure_name(p->cfg.on_failure),
+                     migration_phrase(&p->cfg, mig, sizeof(mig)));
         }
         free(fds);
     }

@@ -270,6 +270,8 @@ traffic_note(const struct pool *p, const struct server *s)
 {
     if (server_usable(s) || s->pool == NULL)
         return "";
+    if (migration_is_leaving(p, s->name))
+        return "; its keys move to their new owners, requests follow them";
     if (p->cfg.on_failure == CONF_ON_FAILURE_FAILOVER)
         return "; its clients fail over to their next members";
     if (p->cfg.on_failure == CONF_ON_FAILURE_ERROR)

@@ -28,6 +28,7 @@
 #include "invariant.h"
 #include "log.h"
 #include "membership.h"
+#include "metrics.h"
 #include "pool.h"
 #include "request.h" /* enum request_gate_result */
 #include "state.h"
@@ -115,6 +116,8 @@ struct migration {
 struct last {
     char *pool;
     json_t *j;
+    /* every finished migration of the pool, summed (the metrics) */
+    uint64_t count, moved, by_request, scanned, bytes, anomalies, failed;
     struct last *next;
 };
 static struct last *lasts;
@@ -1502,6 +1505,13 @@ finished(struct pool *p, const struct pool_change *chg, void *arg)
     if (l != NULL) {
         json_decref(l->j);
         l->j = migration_to_json(m);
+        l->count++;
+        l->moved += t.moved;
+        l->by_request += t.gate_moved;
+        l->scanned += t.scanned;
+        l->bytes += t.bytes;
+        l->anomalies += t.anomalies;
+        l->failed += t.failed + t.gate_failed;
     }
     log_info("pool %s: migration %" PRIu64 " (%s) done in %.1f s: %" PRIu64
              " keys moved by the copier, %" PRIu64
@@ -1910,4 +1920,118 @@ migration_reload_plan(const struct pool *p, const struct conf_pool *cp,
     (void)before;
     pl->change = change;
     return change ? 1 : 0;
+}
+
+/* ---- metrics --------------------------------------------------------------- */
+
+static void
+label(FILE *f, const char *name, const char *pool, const char *source)
+{
+    fprintf(f, "%s{pool=\"", name);
+    metrics_label_escape(f, pool);
+    if (source != NULL) {
+        fputs("\",source=\"", f);
+        metrics_label_escape(f, source);
+    }
+    fputs("\"}", f);
+}
+
+void
+migration_metrics(FILE *f)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"chashd_migration_active", "gauge",
+         "1 while a migration moves keys in the pool (migration: copy)."},
+        {"chashd_migrations_total", "counter", "Migrations finished."},
+        {"chashd_migration_keys_moved_total", "counter",
+         "Keys moved to their new owner, by the copier (by=copier) or by a "
+         "request that touched a moving key first (by=request)."},
+        {"chashd_migration_keys_scanned_total", "counter",
+         "Keys the copiers looked at on the old owners."},
+        {"chashd_migration_bytes_total", "counter",
+         "Bytes the copier moved (MEMORY USAGE of each key)."},
+        {"chashd_migration_anomalies_total", "counter",
+         "Moving keys the verification pass found still on an old owner "
+         "(expected 0)."},
+        {"chashd_migration_failed_keys_total", "counter",
+         "Moves that failed (tried again later; a request whose key could "
+         "not move got an error)."},
+        {"chashd_migration_progress_ratio", "gauge",
+         "Progress of each old owner's copier in the running migration."},
+    };
+
+    for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", fam[k].name, fam[k].help,
+                fam[k].name, fam[k].type);
+        for (size_t i = 0; i < pool_count(); i++) {
+            struct pool *p = pool_at(i);
+            struct migration *m = p->migration;
+            struct last *l = last_get(p->name);
+            struct last sum = {0};
+            struct totals t = {0};
+
+            if (p->cfg.migration != CONF_MIGRATION_COPY && l == NULL)
+                continue;
+            if (l != NULL)
+                sum = *l;
+            if (m != NULL)
+                totals(m, &t);
+            switch (k) {
+            case 0:
+                label(f, fam[k].name, p->name, NULL);
+                fprintf(f, " %d\n", m != NULL);
+                break;
+            case 1:
+                label(f, fam[k].name, p->name, NULL);
+                fprintf(f, " %" PRIu64 "\n", sum.count);
+                break;
+            case 2:
+                fprintf(f, "%s{pool=\"", fam[k].name);
+                metrics_label_escape(f, p->name);
+                fprintf(f, "\",by=\"copier\"} %" PRIu64 "\n", sum.moved + t.moved);
+                fprintf(f, "%s{pool=\"", fam[k].name);
+                metrics_label_escape(f, p->name);
+                fprintf(f, "\",by=\"request\"} %" PRIu64 "\n",
+                        sum.by_request + t.gate_moved);
+                break;
+            case 3:
+                label(f, fam[k].name, p->name, NULL);
+                fprintf(f, " %" PRIu64 "\n", sum.scanned + t.scanned);
+                break;
+            case 4:
+                label(f, fam[k].name, p->name, NULL);
+                fprintf(f, " %" PRIu64 "\n", sum.bytes + t.bytes);
+                break;
+            case 5:
+                label(f, fam[k].name, p->name, NULL);
+                fprintf(f, " %" PRIu64 "\n", sum.anomalies + t.anomalies);
+                break;
+            case 6:
+                label(f, fam[k].name, p->name, NULL);
+                fprintf(f, " %" PRIu64 "\n",
+                        sum.failed + t.failed + t.gate_failed);
+                break;
+            case 7:
+                for (size_t j = 0; m != NULL && j < m->nsrc; j++) {
+                    const struct msource *ms = &m->src[j];
+                    double pr;
+
+                    pthread_mutex_lock(&m->lock);
+                    pr = ms->phase == MIG_DONE ? 1.0
+                         : ms->pass >= 2       ? 0.99
+                         : ms->dbsize_start > 0
+                             ? (double)ms->scanned / (double)ms->dbsize_start
+                             : 0.0;
+                    pthread_mutex_unlock(&m->lock);
+                    if (pr > 0.99 && ms->phase != MIG_DONE)
+                        pr = 0.99;
+                    label(f, fam[k].name, p->name, ms->srv->name);
+                    fprintf(f, " %.4f\n", pr);
+                }
+                break;
+            }
+        }
+    }
 }

@@ -25,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdio.h>
+
 #include <jansson.h>
 
 struct conf_addr;
@@ -123,6 +125,9 @@ void migration_plan_free(struct migration_plan *pl);
 
 /* Resume the migration the state file holds for <p> (start-up). */
 int migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen);
+
+/* The migration families of GET /metrics. */
+void migration_metrics(FILE *f);
 
 /* GET /api/pools/{pool}/migration. */
 json_t *migration_json(const struct pool *p);
