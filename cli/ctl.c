@@ -729,8 +729,29 @@ print_pools(json_t *j)
     }
 }
 
+/* Whether member <m> is leaving its pool: a removal in a `migration:
+ * copy` pool keeps it, drained, until its keys have moved. The API says
+ * so in the running migration's "leaving" (<leaving>, may be NULL), or
+ * on the member itself. */
+static bool
+member_leaving(json_t *m, json_t *leaving)
+{
+    json_t *name;
+    size_t i;
+
+    if (json_is_true(json_object_get(m, "leaving")))
+        return true;
+    json_array_foreach(leaving, i, name)
+    {
+        if (json_is_string(name) &&
+            strcmp(json_string_value(name), str(m, "name")) == 0)
+            return true;
+    }
+    return false;
+}
+
 static void
-print_members(json_t *members)
+print_members(json_t *members, json_t *leaving)
 {
     json_t *m;
     size_t i;
@@ -739,17 +760,40 @@ print_members(json_t *members)
            "STATE", "WEIGHT", "RAMP", "ACTIVE", "TOTAL", "FAILS", "SHARE");
     json_array_foreach(members, i, m)
     {
-        /* a member removed from a `migration: copy` pool stays, draining,
-         * until its keys are moved off it */
-        bool leaving = json_is_true(json_object_get(m, "leaving"));
-
         printf("%-20s %-22s %-9s %6lld %5.0f%% %7lld %9lld %6lld %7.3f%%\n",
                str(m, "name"), str(m, "address"),
-               leaving ? "leaving" : str(m, "state"), num(m, "weight"),
-               100 * real(m, "ramp"), num(m, "active"),
+               member_leaving(m, leaving) ? "leaving" : str(m, "state"),
+               num(m, "weight"), 100 * real(m, "ramp"), num(m, "active"),
                num(m, "connections_total"), num(m, "connect_failures"),
                100 * real(m, "share"));
     }
+}
+
+/*
+ * The members leaving redis pool <p> while a migration runs, from GET
+ * /api/pools/{pool}/migration ("leaving"); NULL when none, or without
+ * that answer (a chashd older than live migration): `show` then prints
+ * the states as they are.
+ */
+static json_t *
+leaving_fetch(const struct ctl *c, json_t *p)
+{
+    char pool[800], path[900];
+    struct reply r;
+    json_t *j, *l = NULL;
+
+    if (strcmp(str(p, "mode"), "redis") != 0)
+        return NULL;
+    url_escape(str(p, "name"), pool, sizeof(pool));
+    snprintf(path, sizeof(path), "/api/pools/%s/migration", pool);
+    if (http_request(c, "GET", path, NULL, &r) != 0)
+        return NULL;
+    j = r.status == 200 ? json_loadb(r.body, r.len, 0, NULL) : NULL;
+    if (json_is_true(json_object_get(j, "active")))
+        l = json_incref(json_object_get(j, "leaving"));
+    json_decref(j);
+    free(r.body);
+    return l;
 }
 
 /*
@@ -766,6 +810,7 @@ print_pool(const struct ctl *c, json_t *p)
            *members = json_object_get(p, "members");
     bool requests = serves_requests(p);
     struct latency *lat = NULL;
+    json_t *leaving = leaving_fetch(c, p);
 
     if (requests) {
         size_t n = json_array_size(members);
@@ -805,12 +850,13 @@ print_pool(const struct ctl *c, json_t *p)
                num(st, "failed_over"));
     }
     printf("\n");
-    print_members(members);
+    print_members(members, leaving);
     if (requests) {
         printf("\n");
         print_member_requests(members, lat);
     }
     free(lat);
+    json_decref(leaving);
 }
 
 /*
@@ -826,10 +872,15 @@ print_data_report(json_t *r, bool dry, const char *pool)
     json_t *mig = json_object_get(r, "migration"),
            *lost = json_object_get(r, "lost_keys");
 
-    if (json_is_number(json_object_get(r, "keys_to_move")))
+    if (json_is_number(json_object_get(r, "keys_to_move")) &&
+        json_is_number(json_object_get(r, "keys_total")))
         printf("  %s %lld of the pool's %lld keys\n",
                dry ? "would move" : "moves", num(r, "keys_to_move"),
                num(r, "keys_total"));
+    else if (json_object_get(r, "keys_to_move") != NULL)
+        printf("  %s an unknown number of keys: a member did not answer "
+               "DBSIZE\n",
+               dry ? "would move" : "moves");
     if (json_is_object(mig))
         printf("  migration %lld started: %lld keys predicted to move; "
                "follow it with `chash ctl migration %s`\n",
@@ -1120,11 +1171,17 @@ print_migration_sources(json_t *sources)
            "PHASE", "PASS", "DBSIZE", "SCANNED", "MOVED", "PROGRESS");
     json_array_foreach(sources, i, src)
     {
+        char dbsize[32] = "-";
+
+        /* null: the source did not answer DBSIZE when it started */
+        if (json_is_number(json_object_get(src, "dbsize_at_start")))
+            snprintf(dbsize, sizeof(dbsize), "%lld",
+                     num(src, "dbsize_at_start"));
         progress_cell(src, bar, sizeof(bar));
-        printf("%-20s %-22s %-10s %4lld %10lld %10lld %10lld  %s\n",
+        printf("%-20s %-22s %-10s %4lld %10s %10lld %10lld  %s\n",
                str(src, "member"), str(src, "address"), str(src, "phase"),
-               num(src, "pass"), num(src, "dbsize_at_start"),
-               num(src, "keys_scanned"), num(src, "keys_moved"), bar);
+               num(src, "pass"), dbsize, num(src, "keys_scanned"),
+               num(src, "keys_moved"), bar);
     }
     json_array_foreach(sources, i, src)
     {
@@ -1167,7 +1224,7 @@ static void
 print_migration(json_t *j)
 {
     json_t *last = json_object_get(j, "last");
-    char elapsed[32], eta[32];
+    char elapsed[32], eta[32], rcell[48];
     double rate;
 
     if (strcmp(str(j, "migration"), "copy") != 0) {
@@ -1185,12 +1242,15 @@ print_migration(json_t *j)
                str(j, "pool"), num(j, "epoch"), str(j, "phase"));
         printf("  change %s, started %s, elapsed %s\n", str(j, "change"),
                str(j, "started"), elapsed);
+        /* keys_scanned counts every pass over every source: it passes
+         * the pool's keys_total once the verification passes run */
         if (number(j, "rate_keys_s", &rate))
-            printf("  scanned %lld of %lld keys, rate %.0f keys/s, ETA %s\n",
-                   num(j, "keys_scanned"), num(j, "keys_total"), rate, eta);
+            snprintf(rcell, sizeof(rcell), "%.0f keys/s", rate);
         else
-            printf("  scanned %lld of %lld keys, rate -, ETA %s\n",
-                   num(j, "keys_scanned"), num(j, "keys_total"), eta);
+            snprintf(rcell, sizeof(rcell), "-");
+        printf("  scanned %lld keys (all passes; the pool held %lld), rate "
+               "%s, ETA %s\n",
+               num(j, "keys_scanned"), num(j, "keys_total"), rcell, eta);
         print_migration_counts(j);
         printf("\n");
         print_migration_sources(json_object_get(j, "sources"));
