@@ -31,7 +31,7 @@ MOVED = re.compile(r"^  moved (\d+) of (\d+) predicted keys \((\d+) by the "
 TROUBLE = re.compile(r"^  anomalies (\d+), failed keys (\d+), errors (\d+)$",
                      re.M)
 # a source's line: name, address, phase, pass, dbsize, scanned, moved, bar
-SOURCE = re.compile(r"^(\S+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)"
+SOURCE = re.compile(r"^(\S+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+|-)\s+(\d+)\s+(\d+)"
                     r"\s+\[([#-]{20})\]\s+(\d+%|-)$", re.M)
 
 
@@ -149,7 +149,7 @@ def test_ctl_migration_follows_an_add_to_its_end(procs):
     out = env.ctl("migration", "cache", check=0).stdout
     assert out.startswith("pool cache: migration off: ")
     assert env.migration("cache") == {"pool": "cache", "migration": "off",
-                                      "active": False}
+                                      "active": False, "last": None}
 
     # the add starts a migration: its report says so
     out = env.ctl("add", POOL, "store-4", env.spare.addr, check=0).stdout
@@ -174,8 +174,9 @@ def test_ctl_migration_follows_an_add_to_its_end(procs):
         "copying" % epoch
     assert re.match(r"  change add store-4, started \S+, elapsed "
                     r"[\d.]+s$", lines[1]), lines[1]
-    assert re.match(r"  scanned \d+ of 2000 keys, rate (\d+|-) keys/s, "
-                    r"ETA \S+$", lines[2]), lines[2]
+    assert re.match(r"  scanned \d+ keys \(all passes; the pool held "
+                    r"2000\), rate (\d+ keys/s|-), ETA \S+$", lines[2]), \
+        lines[2]
     mv = MOVED.search(out)
     assert mv, out
     total, pred, copier, traffic = map(int, mv.groups())
@@ -314,8 +315,9 @@ def test_ctl_add_force_and_remove_now(procs):
 
 def test_ctl_show_and_migration_during_a_scale_in(procs):
     """remove without --now: the member stays, draining and leaving, until
-    its keys are moved to their new owners; `ctl show` says "leaving" and
-    `ctl migration` has it as the one source."""
+    its keys are moved to their new owners; `ctl show` says "leaving".
+    Every old member is a source (chashd scans each for keys whose owner
+    changed); only the leaving one has keys to give."""
     env = Env(procs, rate=100, nkeys=2000)
     owner_after = env.owners_after(env.servers[:2], "after")
     on_3 = env.servers[2].keys()
@@ -323,12 +325,15 @@ def test_ctl_show_and_migration_during_a_scale_in(procs):
     out = env.ctl("remove", POOL, "store-3", check=0).stdout
     assert re.search(r"^  migration \d+ started: ", out, re.M), out
     before, out, after = env.phase_out("copying")
-    assert set(sources(out)) == {"store-3"}, out
+    src = sources(out)
+    assert set(src) == {"store-1", "store-2", "store-3"}, out
+    assert src["store-3"].group(3) == "copying", out
+    assert src["store-1"].group(7) == src["store-2"].group(7) == "0", out
     show = env.ctl("show", POOL, check=0).stdout
     row = [l.split() for l in show.splitlines() if l.startswith("store-3 ")]
     assert row and row[0][2] == "leaving", show
-    m = env.api.members(POOL)["store-3"]
-    assert m["state"] == "draining" and m["leaving"] is True
+    assert env.api.members(POOL)["store-3"]["state"] == "draining"
+    assert env.migration()["leaving"] == ["store-3"]
 
     done = env.wait_done()
     assert "store-3" not in env.api.members(POOL)
@@ -339,8 +344,10 @@ def test_ctl_show_and_migration_during_a_scale_in(procs):
     out = env.ctl("migration", POOL, check=0).stdout
     assert re.search(r"^last migration: epoch \d+, remove store-3, ", out,
                      re.M), out
-    total = int(MOVED.search(out).group(1))
+    total, _, copier, _ = map(int, MOVED.search(out).groups())
     assert total == len(on_3) == moved_total(done["last"])
+    moved = {s["member"]: s["keys_moved"] for s in done["last"]["sources"]}
+    assert moved == {"store-1": 0, "store-2": 0, "store-3": copier}
 
 
 # ---- the dashboard's migration panel (headless Chromium) ---------------
@@ -401,3 +408,31 @@ def test_dashboard_migration_panel(procs):
     assert "moved %d of %d predicted keys" % (
         moved_total(done["last"]), done["last"]["keys_predicted"]) in \
         text.group(1)
+
+
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
+                    reason="chromium is not installed (scripts/deps "
+                    "installs it)")
+def test_dashboard_shows_a_leaving_member(procs):
+    """During a scale-in the member being removed reads "draining
+    (leaving)" in its pool's table, and not once it has left."""
+    env = Env(procs, rate=40, nkeys=1500)
+    url = "http://127.0.0.1:%d/" % env.admin_port
+    env.ctl("remove", POOL, "store-3", check=0)
+    env.phase_out("copying")
+    dom = dump_dom(url)
+    assert env.migration()["active"], \
+        "the migration ended before the page was drawn"
+    def rows(dom):
+        return {m.group(1): m.group(0) for m in re.finditer(
+            r'<tr class="member" data-pool="store" data-member="([^"]+)"'
+            r'.*?</tr>', dom, re.S)}
+    during = rows(dom)
+    assert set(during) == {"store-1", "store-2", "store-3"}, dom[-3000:]
+    assert ">draining (leaving)</td>" in during["store-3"]
+    assert "leaving" not in during["store-1"] + during["store-2"]
+    env.wait_done()
+    dom = dump_dom(url)
+    after = rows(dom)
+    assert set(after) == {"store-1", "store-2"}
+    assert "leaving" not in "".join(after.values())
