@@ -20,8 +20,8 @@ import pytest
 from admin_util import (CHASH, CHROMIUM, Api, admin_global, dom_elements,
                         dump_dom)
 from conftest import can_connect, free_port, wait_for
-from redis_util import (ChashdRedis, RedisServer, Simple, need_chashd_redis,
-                        pool_yaml, redis_pool, spread_keys)
+from redis_util import (ChashdRedis, Err, RedisServer, Simple,
+                        need_chashd_redis, pool_yaml, redis_pool, spread_keys)
 
 POOL = "store"
 
@@ -348,6 +348,50 @@ def test_ctl_show_and_migration_during_a_scale_in(procs):
     assert total == len(on_3) == moved_total(done["last"])
     moved = {s["member"]: s["keys_moved"] for s in done["last"]["sources"]}
     assert moved == {"store-1": 0, "store-2": 0, "store-3": copier}
+
+
+def test_ctl_migration_failed_keys_then_the_end(procs):
+    """A new member that refuses keys (maxmemory reached: MIGRATE gets
+    OOM) fails the requests that touch a moving key, with the member's
+    error and without running them, and `ctl migration` counts failed
+    keys; once it takes keys again, the failed keys move, the migration
+    ends, and the summary keeps the failures."""
+    env = Env(procs, rate=500, nkeys=1500)
+    owner_before = env.owners_after(env.servers, "before")
+    owner_after = env.owners_after(env.servers + [env.spare], "after")
+    moving = [k for k in env.keys if owner_before[k] != owner_after[k]]
+    assert env.spare.call("CONFIG", "SET", "maxmemory", "1") == Simple("OK")
+    env.ctl("add", POOL, "store-4", env.spare.addr, check=0)
+    with env.d.client() as c:
+        r = c.call("INCR", moving[0])
+    assert isinstance(r, Err) and r.startswith(
+        "ERR migration of key '%s' from %s failed: " % (
+            moving[0], owner_before[moving[0]])) and "OOM" in r, r
+    # the INCR ran nowhere: the value is still on its old owner
+    old = env.servers[int(owner_before[moving[0]].split("-")[1]) - 1]
+    assert old.call("GET", moving[0]) == env.value[moving[0]].encode()
+
+    wait_for(lambda: env.migration()["failed_keys"] >= len(moving),
+             timeout=30, what="the copier's failed moves")
+    before = env.migration()
+    out = env.ctl("migration", POOL, check=0).stdout
+    after = env.migration()
+    assert after["active"], out
+    failed = int(TROUBLE.search(out).group(2))
+    check_between(before["failed_keys"], failed, after["failed_keys"],
+                  "failed keys")
+    assert env.spare.dbsize() == 0
+
+    assert env.spare.call("CONFIG", "SET", "maxmemory", "0") == Simple("OK")
+    done = env.wait_done(timeout=60)
+    assert env.spare.holds(env.keys) == set(moving)
+    with env.d.client() as c:
+        assert c.call("GET", moving[0]) == env.value[moving[0]].encode()
+    out = env.ctl("migration", POOL, check=0).stdout
+    total, _, _, _ = map(int, MOVED.search(out).groups())
+    anomalies, failed, _ = map(int, TROUBLE.search(out).groups())
+    assert total == len(moving) == moved_total(done["last"])
+    assert anomalies == 0 and failed >= len(moving), out
 
 
 # ---- the dashboard's migration panel (headless Chromium) ---------------
