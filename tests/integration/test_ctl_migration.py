@@ -100,10 +100,14 @@ class Env:
         return spread_keys(conf, POOL, self.keys, CHASH)
 
     def wait_done(self, timeout=120):
-        """Wait until no migration runs in "store"; the answer then."""
-        return wait_for(lambda: (lambda m: m if not m["active"] else None)(
-            self.migration()), timeout=timeout, interval=0.2,
-            what="the migration of pool store to finish")
+        """Wait until no migration runs in "store" and the last one is
+        there; the answer then. (chashd says "not active" a moment before
+        it has the last one: a leaving member is dropped in between.)"""
+        def done():
+            m = self.migration()
+            return m if not m["active"] and m["last"] is not None else None
+        return wait_for(done, timeout=timeout, interval=0.2,
+                        what="the migration of pool store to finish")
 
     def phase_out(self, phase, timeout=20):
         """`chash ctl migration store` once it shows <phase>, with the
