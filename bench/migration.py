@@ -161,16 +161,26 @@ ACTIVE = ("draining", "copying", "verifying")
 
 
 class Watch(threading.Thread):
-    """Polls the migration every 0.1 s until it is no longer active (or
-    WAIT passes): <samples> is [(monotonic time, the JSON)]; <ended> the
-    time of the first poll whose phase is none of ACTIVE (finishing, done,
-    or inactive), None while there is none."""
+    """Polls the migration of <report> (a change's answer) every 0.1 s
+    until its own finished report is in "last" (or WAIT passes):
+    <samples> is [(monotonic time, the JSON)]; <ended> the time of the
+    first poll whose phase is none of ACTIVE (finishing, done, or no
+    migration shown), None while there is none.
 
-    def __init__(self):
+    "active": false alone is not the end: while a migration finishes
+    (its snapshot being published) the API shows no migration, or the
+    previous one's report in "last", before this one's report arrives."""
+
+    def __init__(self, what, report):
         super().__init__(daemon=True)
         self.samples = []
         self.ended = None
         self.error = None
+        mig = report.get("migration") if isinstance(report, dict) else None
+        if not isinstance(mig, dict) or "epoch" not in mig:
+            bench.die("%s: the change's report has no migration: %s"
+                      % (what, json.dumps(report)))
+        self.epoch = mig["epoch"]
 
     def run(self):
         end = time.monotonic() + WAIT
@@ -182,7 +192,8 @@ class Watch(threading.Thread):
                 if self.ended is None and (not j.get("active") or
                                            j.get("phase") not in ACTIVE):
                     self.ended = now
-                if not j.get("active"):
+                if not j.get("active") and isinstance(j.get("last"), dict) \
+                        and j["last"].get("epoch") == self.epoch:
                     return
                 time.sleep(0.1)
         except BaseException as e:      # noqa: the main thread reports it
@@ -195,19 +206,17 @@ class Watch(threading.Thread):
         if self.error is not None:
             bench.die("%s: polling the migration: %s" % (what, self.error))
         last = self.samples[-1][1] if self.samples else {}
-        if last.get("active", True):
-            bench.die("%s: the migration did not end within WAIT=%g s; "
-                      "its report:\n%s" % (what, WAIT,
-                                           json.dumps(last, indent=1)))
         done = last.get("last")
-        if not isinstance(done, dict):
-            bench.die("%s: the ended migration has no \"last\" report: %s"
-                      % (what, json.dumps(last)))
+        if last.get("active", True) or not isinstance(done, dict) or \
+                done.get("epoch") != self.epoch:
+            bench.die("%s: migration %s did not end within WAIT=%g s; the "
+                      "API's last answer:\n%s" % (
+                          what, self.epoch, WAIT, json.dumps(last, indent=1)))
         return done
 
 
 # ---- the servers and chashd -------------------------------------------------
-servers = []
+servers, server_pids = [], []
 for i in range(4):
     port = free_port()
     name = "redis-%d" % (i + 1)
@@ -219,6 +228,7 @@ for i in range(4):
                                  "--daemonize", "no"]), name + ".log")
     bench.wait_port(port, p, name)
     servers.append(port)
+    server_pids.append(p.pid)
 
 admin_port = free_port()
 listen = free_port()
@@ -280,8 +290,12 @@ def size(kind, test, guess):
 
 def load(kind, sizes):
     """The SET and GET redis-benchmarks at once, sizes[test] requests each;
-    {test: (rps, p50, p99)}."""
+    {test: (rps, p50, p99), "cpu": (chashd's CPU us per request, the
+    redis-servers' together)}: the CPU of the window (the copier's
+    included) over the requests of both tests."""
     procs = {}
+    c0 = benchlib.stat_cpu_seconds(chashd.pid)
+    s0 = sum(benchlib.stat_cpu_seconds(pid) for pid in server_pids)
     for t in TESTS:
         args = pinned("1", [
             "redis-benchmark", "-h", "127.0.0.1", "-p", str(listen), "-c",
@@ -310,6 +324,10 @@ def load(kind, sizes):
                                              noise[-600:]))
     if why:
         bench.die("%s: redis-benchmark failed: %s" % (kind, "; ".join(why)))
+    c1 = benchlib.stat_cpu_seconds(chashd.pid)
+    s1 = sum(benchlib.stat_cpu_seconds(pid) for pid in server_pids)
+    n = sum(sizes.values())
+    got["cpu"] = ((c1 - c0) * 1e6 / n, (s1 - s0) * 1e6 / n)
     for t in TESTS:
         speeds.setdefault((kind, t), []).append(got[t][0])
     return got
@@ -338,8 +356,8 @@ def idle(what):
                                                           json.dumps(j)))
 
 
-baseline = {t: [] for t in TESTS}     # (rps, p50, p99) per round
-during = {t: [] for t in TESTS}
+baseline = {t: [] for t in TESTS + ("cpu",)}   # load()'s, per round
+during = {t: [] for t in TESTS + ("cpu",)}
 adds, removes = [], []                # the finished migrations' reports
 windows = []                          # (window s, migration s, overran)
 
@@ -349,7 +367,7 @@ def run_baseline(rnd):
     got = load("baseline", {t: size("baseline", t, cal[t][0])
                             for t in TESTS})
     idle("round %d baseline" % rnd)   # nothing started meanwhile
-    for t in TESTS:
+    for t in TESTS + ("cpu",):
         baseline[t].append(got[t])
     print("  round %d baseline   %s" % (rnd, fmt(got)), flush=True)
 
@@ -363,7 +381,7 @@ def run_migration(rnd):
         speeds[("baseline", t)]) / 2) for t in TESTS}
     report = add(what)
     t0 = time.monotonic()
-    watch = Watch()
+    watch = Watch(what, report)
     watch.start()
     got = load("migration", sizes)
     t1 = time.monotonic()
@@ -372,7 +390,7 @@ def run_migration(rnd):
     overran = ended < t1
     check_done(what, done)
     sizes = check(what, servers)
-    for t in TESTS:
+    for t in TESTS + ("cpu",):
         during[t].append(got[t])
     adds.append(done)
     windows.append((t1 - t0, done["elapsed_s"], overran))
@@ -389,8 +407,7 @@ def run_migration(rnd):
 
     # back to 3 members: the removal is a migration too, with no load
     what = "round %d remove %s" % (rnd, NEW)
-    remove(what)
-    watch = Watch()
+    watch = Watch(what, remove(what))
     watch.start()
     done = watch.finish(what)
     check_done(what, done)
@@ -415,7 +432,8 @@ def check_done(what, done):
 
 def fmt(got):
     return "  ".join("%s %7.0f req/s p50 %.3f p99 %.3f ms" % ((t,) + got[t])
-                     for t in TESTS)
+                     for t in TESTS) + \
+        "  CPU us/req chashd %.1f redis %.1f" % got["cpu"]
 
 
 def copier_rate(done):
@@ -424,9 +442,10 @@ def copier_rate(done):
 
 def fmt_mig(done):
     return ("%.1f s, copier %d keys (%.0f keys/s, API rate_keys_s %.0f), "
-            "by traffic %d" % (done["elapsed_s"], done["keys_moved"],
-                               copier_rate(done), done["rate_keys_s"],
-                               done["keys_moved_by_traffic"]))
+            "by traffic %d, already gone (NOKEY) %s"
+            % (done["elapsed_s"], done["keys_moved"], copier_rate(done),
+               done["rate_keys_s"], done["keys_moved_by_traffic"],
+               done.get("keys_absent")))
 
 
 # ---- the run -------------------------------------------------------------
@@ -477,6 +496,13 @@ for t in TESTS:
     print("| %s | %.0f | %.0f | x%.2f | %.3f | %.3f | x%.2f %s |"
           % (t, rb, rd, rd / rb, pb, pd, x,
              "MET" if x <= TARGET else "MISSED"))
+print()
+cb, cd = ([med(rows["cpu"], i) for i in range(2)] for rows in (baseline,
+                                                               during))
+print("CPU per request over each window (chashd with its copier threads; "
+      "the redis-servers together), medians: chashd %.1f us baseline, %.1f "
+      "during the migration (x%.2f); redis-servers %.1f, %.1f (x%.2f)."
+      % (cb[0], cd[0], cd[0] / cb[0], cb[1], cd[1], cd[1] / cb[1]))
 print()
 print("| migration | time s | copier keys/s | copier keys | by traffic "
       "| predicted | finished |")
