@@ -359,6 +359,7 @@ def idle(what):
 baseline = {t: [] for t in TESTS + ("cpu",)}   # load()'s, per round
 during = {t: [] for t in TESTS + ("cpu",)}
 adds, removes = [], []                # the finished migrations' reports
+copier_cpu = []                       # (chashd, servers) CPU us per key
 windows = []                          # (window s, migration s, overran)
 
 
@@ -407,9 +408,15 @@ def run_migration(rnd):
 
     # back to 3 members: the removal is a migration too, with no load
     what = "round %d remove %s" % (rnd, NEW)
+    c0 = benchlib.stat_cpu_seconds(chashd.pid)
+    s0 = sum(benchlib.stat_cpu_seconds(pid) for pid in server_pids)
     watch = Watch(what, remove(what))
     watch.start()
     done = watch.finish(what)
+    c1 = benchlib.stat_cpu_seconds(chashd.pid)
+    s1 = sum(benchlib.stat_cpu_seconds(pid) for pid in server_pids)
+    moved = max(1, done["keys_moved"])
+    copier_cpu.append(((c1 - c0) * 1e6 / moved, (s1 - s0) * 1e6 / moved))
     check_done(what, done)
     check(what, servers[:3])
     status, j = api("GET", "/api/pools/%s" % POOL)
@@ -417,8 +424,8 @@ def run_migration(rnd):
         bench.die("%s: %s is still in the pool after its migration: %s"
                   % (what, NEW, json.dumps(j)[:2000]))
     removes.append(done)
-    print("  round %d remove     (no load) %s" % (rnd, fmt_mig(done)),
-          flush=True)
+    print("  round %d remove     (no load) %s; CPU us/key chashd %.1f "
+          "redis %.1f" % ((rnd, fmt_mig(done)) + copier_cpu[-1]), flush=True)
 
 
 def check_done(what, done):
@@ -517,6 +524,9 @@ for label, rows in (("add %s, under the load" % NEW, adds),
              statistics.median(r["keys_predicted"] for r in rows),
              sum(r["phase"] == "done" for r in rows), len(rows)))
 print()
+print("The copier alone (the removals, no load): CPU per key it moved, "
+      "medians: chashd %.1f us, the redis-servers together %.1f us."
+      % tuple(med(copier_cpu, i) for i in range(2)))
 over = sum(w[2] for w in windows)
 print("Windows: the migration rounds' load ran %s s (median) of migrations "
       "that took %s s; %d of %d windows overran the migration's end%s."
