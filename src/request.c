@@ -1472,8 +1472,8 @@ request_key_source(const struct pool_snapshot *snap, const char *key,
     klen = chash_key_tag(key, len, snap->set.hash_tag, &off);
     o = old->servers[chash_ring_lookup(
         old->ring, chash_ring_hash(old->ring, key + off, klen))];
-    if (o == n)
-        return 0;
+    if (o == n || atomic_load_explicit(&o->mig_skip, memory_order_relaxed))
+        return 0; /* (given up: its old copy is lost, the new owner serves) */
     /* A moving key lives on its old owner until it is moved, and only
      * its new owner may take it then: nobody else can serve it. */
     if (to != n) {
