@@ -222,6 +222,10 @@ member_json(const struct pool_snapshot *snap, const struct server *s)
         "connect_timeouts", (json_int_t)sum.connect_timeouts, "share",
         pool_snapshot_share(snap, s));
     json_object_set_new(j, "ejections", json_integer((json_int_t)s->ejections));
+    if (s->pool != NULL && s->pool->cfg.migration == CONF_MIGRATION_COPY)
+        json_object_set_new(j, "leaving",
+                            json_boolean(migration_is_leaving(s->pool,
+                                                              s->name)));
     json_object_set_new(j, "early_closes",
                         json_integer((json_int_t)sum.early_closes));
     /* store modes: requests (fragments), how they ended, in flight */

@@ -37,7 +37,7 @@
 /* How often the control thread looks at running migrations and saves
  * their progress. */
 #define TICK_MS 100
-#define SAVE_MS 1000
+#define SAVE_MS 100
 /* A copier that cannot reach its member tries again after this long,
  * doubling up to RETRY_MAX_MS. */
 #define RETRY_MS 200
@@ -73,7 +73,8 @@ struct msource {
     unsigned pass;  /* 1: copy; 2 and later: verification */
     char cursor[24];
     uint64_t scanned, moved, bytes, absent, failed, anomalies, errors;
-    uint64_t retry_failed; /* failed in an earlier pass, to find again */
+    uint64_t retry_failed; /* failed in the last pass, to find again */
+    uint64_t pass_failed;  /* failed in this pass */
     int64_t dbsize_start;
     char last_error[200];
     bool skipped; /* given up by the operator (a dead member) */
@@ -112,6 +113,7 @@ struct migration {
     uint64_t gate_base_moved, gate_base_absent, gate_base_failed;
     uint64_t gate_moved_before; /* moved by traffic before a restart */
     uint64_t saved_ms;
+    uint64_t saved_sig; /* what the last save had: saved again on change */
     bool detached;         /* chashd stopped while it was finishing */
     bool warmup;           /* migration: warmup (memcache) */
     uint64_t warm_until_ms; /* its window's end */
@@ -981,6 +983,9 @@ copy_step(struct msource *ms, struct rconn *c, char *err, size_t errlen)
     uint64_t moved = 0, absent = 0, failed = 0, bytes = 0;
     int rc = 0;
 
+    int stage = atomic_load(&m->view->stage);
+
+    err[0] = '\0';
     pthread_mutex_lock(&m->lock);
     snprintf(cursor, sizeof(cursor), "%s", ms->cursor);
     pass = ms->pass;
@@ -1018,6 +1023,8 @@ copy_step(struct msource *ms, struct rconn *c, char *err, size_t errlen)
         n = owner_in(now, m->hash_tag, k->s, k->len);
         if (o != ms->srv || n == NULL || n == ms->srv)
             continue; /* stays, or not ours to move */
+        if (stage == 1 && o->id > n->id)
+            continue; /* the second stage's */
         mv[nmv].key = k->s;
         mv[nmv].len = k->len;
         mv[nmv].to = n;
@@ -1075,31 +1082,34 @@ copy_step(struct msource *ms, struct rconn *c, char *err, size_t errlen)
     ms->scanned += keys->n;
     ms->bytes += bytes;
     ms->absent += absent;
-    if (pass == 1) {
-        ms->moved += moved;
-        ms->retry_failed += failed;
-    } else {
+    ms->moved += moved;
+    if (pass >= 2) {
         /* a moving key on its old owner after the copy pass: one that
-         * failed before, or an anomaly */
+         * failed in the pass before, or an anomaly */
         for (uint64_t x = 0; x < moved; x++) {
             if (ms->retry_failed > 0)
                 ms->retry_failed--;
             else
                 ms->anomalies++;
         }
-        ms->moved += moved;
-        ms->retry_failed += failed;
     }
     ms->failed += failed;
+    ms->pass_failed += failed;
+    if (failed > 0) {
+        ms->errors++;
+        snprintf(ms->last_error, sizeof(ms->last_error), "%.190s", err);
+    }
     if (rc == 0 && !atomic_load(&m->stop)) {
         snprintf(ms->cursor, sizeof(ms->cursor), "%s", v.el[0].s);
         if (strcmp(ms->cursor, "0") == 0) {
             /* a whole pass: the next verifies; done once a verification
-             * pass found nothing left to do */
-            if (pass >= 2 && failed == 0 && ms->retry_failed == 0)
+             * pass found nothing it could not move */
+            if (pass >= 2 && ms->pass_failed == 0)
                 ms->phase = MIG_DONE;
             else
                 ms->phase = MIG_VERIFYING;
+            ms->retry_failed = ms->pass_failed;
+            ms->pass_failed = 0;
             ms->pass++;
         }
     }
@@ -1330,6 +1340,9 @@ migration_to_json(struct migration *m)
     json_object_set_new(j, "active", json_boolean(m->phase != MIG_DONE));
     json_object_set_new(j, "epoch", json_integer((json_int_t)m->epoch));
     json_object_set_new(j, "phase", json_string(phase_names[m->phase]));
+    if (m->view != NULL && atomic_load(&m->view->stage) > 0)
+        json_object_set_new(j, "stage",
+                            json_integer(atomic_load(&m->view->stage)));
     json_object_set_new(j, "change", json_string(m->change));
     json_object_set_new(j, "leaving", leaving_json(m));
     json_object_set_new(j, "started", json_string(when));
@@ -1451,6 +1464,8 @@ saved_json(struct migration *m)
                         json_integer((json_int_t)m->keys_total));
     json_object_set_new(j, "moved_by_traffic",
                         json_integer((json_int_t)t.gate_moved));
+    json_object_set_new(j, "stage",
+                        json_integer(atomic_load(&m->view->stage)));
     for (size_t i = 0; i < old->n; i++)
         json_array_append_new(o, json_pack("{s:s,s:I}", "name",
                                            old->members[i].name, "weight",
@@ -1578,6 +1593,7 @@ migration_new(struct pool *p, struct pool_snapshot *old, uint64_t epoch,
 }
 
 static void warmup_end(struct migration *m);
+static void copiers_start(struct migration *m);
 
 int
 migration_prepare(struct pool *p, const char *change,
@@ -1643,6 +1659,85 @@ migration_cancel(struct pool *p)
     migration_free(m);
 }
 
+/* Whether some member of <m> both gives and takes keys: then two of them
+ * may MIGRATE to each other at once, and a redis-server blocks in MIGRATE
+ * until its target answers -- each would wait for the other. Such a
+ * migration runs in two stages (struct migration_view). */
+static bool
+members_swap(const struct migration *m)
+{
+    const struct pool_snapshot *was = m->view->old, *now = m->new_snap;
+    struct chash_flow *fl;
+    size_t n = 0;
+    bool swap = false;
+
+    if (chash_ring_flows(was->ring, now->ring, NULL, 0, &n) != 0 || n == 0)
+        return false;
+    if ((fl = calloc(n, sizeof(*fl))) == NULL ||
+        chash_ring_flows(was->ring, now->ring, fl, n, &n) != 0) {
+        free(fl);
+        return true; /* cannot tell: the safe way */
+    }
+    for (size_t i = 0; i < n && !swap; i++)
+        for (size_t k = 0; k < n && !swap; k++)
+            swap = now->servers[fl[i].to] == was->servers[fl[k].from];
+    free(fl);
+    return swap;
+}
+
+/* Hand a new drain barrier to every worker. */
+static void
+drain_start(struct migration *m)
+{
+    struct migration_drain *d = calloc(1, sizeof(*d));
+
+    if (d == NULL) {
+        log_error("pool %s: migration: out of memory for the drain barrier",
+                  m->pool->name);
+        atomic_store(&m->pool->mig_drained,
+                     migration_gen(m->epoch, atomic_load(&m->view->stage)));
+        m->phase = MIG_COPYING;
+        copiers_start(m);
+        return;
+    }
+    atomic_store(&d->refs, 1);
+    d->pool = m->pool;
+    m->drain = d;
+    m->phase = MIG_DRAINING;
+    d->workers = barrier != NULL ? barrier(d) : 0;
+}
+
+/* The first stage of a two-stage migration is done: the keys moving the
+ * other way may go now, once what was sent to their old owners during
+ * the first stage has been answered. */
+static void
+stage_two(struct migration *m)
+{
+    for (size_t i = 0; i < m->nsrc; i++)
+        if (m->src[i].started) {
+            pthread_join(m->src[i].thread, NULL);
+            m->src[i].started = false;
+        }
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->nsrc; i++) {
+        struct msource *ms = &m->src[i];
+
+        if (ms->skipped)
+            continue;
+        ms->phase = MIG_COPYING;
+        ms->pass = 1;
+        ms->retry_failed = ms->pass_failed = 0;
+        snprintf(ms->cursor, sizeof(ms->cursor), "0");
+    }
+    pthread_mutex_unlock(&m->lock);
+    atomic_store(&m->view->stage, 2);
+    log_info("pool %s: migration %" PRIu64 ": first stage done; the keys "
+             "moving the other way go now",
+             m->pool->name, m->epoch);
+    save(m);
+    drain_start(m);
+}
+
 void
 migration_start(struct pool *p)
 {
@@ -1656,7 +1751,7 @@ migration_start(struct pool *p)
     if (m->warmup) {
         /* a cache: no barrier (nothing is moved that a late write could
          * undo); warm-ups may start at once */
-        atomic_store(&p->mig_drained, m->epoch);
+        atomic_store(&p->mig_drained, migration_gen(m->epoch, 1));
         m->phase = MIG_WARMING;
         log_info("pool %s: warm-up %" PRIu64 " (%s) for %.0f s: keys whose "
                  "member changed are read from their old member on a miss",
@@ -1674,12 +1769,15 @@ migration_start(struct pool *p)
         m->keys_predicted =
             (uint64_t)(m->moved_fraction * (double)m->keys_total + 0.5);
     }
+    if (m->view->old->ring != NULL && m->new_snap->ring != NULL &&
+        atomic_load(&m->view->stage) == 0 && members_swap(m))
+        atomic_store(&m->view->stage, 1);
     d = calloc(1, sizeof(*d));
     if (d == NULL) {
         /* no barrier to wait for: as good as none; log it */
         log_error("pool %s: migration: out of memory for the drain barrier",
                   p->name);
-        atomic_store(&p->mig_drained, m->epoch);
+        atomic_store(&p->mig_drained, migration_gen(m->epoch, 1));
         m->phase = MIG_COPYING;
         return;
     }
@@ -1833,6 +1931,9 @@ migration_tick(uint64_t now_ms, void *arg)
             log_warn("pool %s: removed while migration %" PRIu64
                      " ran: stopped; keys may still be on their old owners",
                      m->pool->name, m->epoch);
+            if (last_get(m->pool->name) != NULL &&
+                last_get(m->pool->name)->ending == m)
+                last_get(m->pool->name)->ending = NULL;
             copiers_stop(m);
             m->pool->migration = NULL;
             m->pool->mig_view = NULL;
@@ -1847,7 +1948,9 @@ migration_tick(uint64_t now_ms, void *arg)
 
         if (m->phase == MIG_DRAINING && m->drain != NULL &&
             atomic_load(&m->drain->done) >= m->drain->workers) {
-            atomic_store(&m->pool->mig_drained, m->epoch);
+            atomic_store(&m->pool->mig_drained,
+                         migration_gen(m->epoch,
+                                       atomic_load(&m->view->stage)));
             migration_drain_unref(m->drain);
             m->drain = NULL;
             m->phase = MIG_COPYING;
@@ -1886,6 +1989,10 @@ migration_tick(uint64_t now_ms, void *arg)
         }
         pthread_mutex_unlock(&m->lock);
         m->phase = verifying ? MIG_VERIFYING : MIG_COPYING;
+        if (all && atomic_load(&m->view->stage) == 1) {
+            stage_two(m);
+            continue;
+        }
         if (all) {
             save(m);
             finish(m);
@@ -1894,8 +2001,17 @@ migration_tick(uint64_t now_ms, void *arg)
                 break;
             continue;
         }
-        if (now_ms - m->saved_ms >= SAVE_MS)
-            save(m);
+        if (now_ms - m->saved_ms >= SAVE_MS) {
+            struct totals t;
+            uint64_t sig;
+
+            totals(m, &t);
+            sig = t.scanned + t.moved + t.absent + t.failed + t.gate_moved;
+            if (sig != m->saved_sig) {
+                m->saved_sig = sig;
+                save(m);
+            }
+        }
     }
 }
 
@@ -2057,6 +2173,10 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
             atomic_store(&ms->srv->mig_skip, true);
         }
     }
+    v = json_object_get(saved, "stage");
+    if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+        json_integer_value(v) <= 2)
+        atomic_store(&m->view->stage, (int)json_integer_value(v));
     p->migration = m;
     p->mig_view = m->view;
     log_info("pool %s: resuming migration %" PRIu64 " (%s) from the state "

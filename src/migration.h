@@ -45,7 +45,23 @@ struct migration_view {
     unsigned refs;
     uint64_t epoch;             /* the pool's migration number */
     struct pool_snapshot *old;  /* pinned */
+    /*
+     * (atomic) Two members that both give and take keys would deadlock
+     * each other's MIGRATEs (each blocks until the other answers): such a
+     * migration runs in two stages. 1: only keys moving to a member of a
+     * higher id move; the others stay where they were, requests go there.
+     * 2: the rest. 0: one stage, every key moves.
+     */
+    _Atomic int stage;
 };
+
+/* The drain generation gates of <epoch> wait for in <stage>: the pool's
+ * mig_drained reaches it once the barrier of that stage passed. */
+static inline uint64_t
+migration_gen(uint64_t epoch, int stage)
+{
+    return epoch * 4 + (stage == 2 ? 2 : 1);
+}
 
 void migration_view_ref(struct migration_view *v);
 void migration_view_unref(struct migration_view *v); /* NULL: nothing */

@@ -458,6 +458,32 @@ request_route_free(struct request_route *rt)
     }
 }
 
+/* The owner of <key> in the migration's old placement, or NULL. */
+static struct server *
+old_owner(const struct pool_snapshot *snap, const char *key, size_t len)
+{
+    const struct pool_snapshot *old =
+        snap->mig != NULL ? snap->mig->old : NULL;
+    size_t off, klen;
+
+    if (old == NULL || old->ring == NULL)
+        return NULL;
+    klen = chash_key_tag(key, len, snap->set.hash_tag, &off);
+    return old->servers[chash_ring_lookup(
+        old->ring, chash_ring_hash(old->ring, key + off, klen))];
+}
+
+/* In the first stage of a two-stage migration, a key moving to a member
+ * of a lower id has not started to move: it stays on <o>. */
+static bool
+deferred(const struct pool_snapshot *snap, const struct server *o,
+         const struct server *n)
+{
+    return atomic_load_explicit(&snap->mig->stage, memory_order_acquire) ==
+               1 &&
+           o->id > n->id;
+}
+
 /*
  * The member of <key> in <snap>, with the key's ring hash in *<hash>: the
  * ring's owner, hashing only the hash tag when the pool has one. An owner
@@ -481,7 +507,18 @@ request_key_member(const struct pool_snapshot *snap, const char *key,
     *hash = chash_ring_hash(snap->ring, key + off, n);
     idx = chash_ring_lookup(snap->ring, *hash);
     s = snap->servers[idx];
+    if (snap->mig != NULL) {
+        struct server *o = old_owner(snap, key, len);
+
+        if (o != NULL && o != s && deferred(snap, o, s))
+            s = o; /* not moving yet: where it is */
+    }
     if (server_usable(s))
+        return s;
+    /* migration: copy: a member being drained (or leaving) still serves
+     * the keys it owns in a snapshot that still places them on it */
+    if (snap->set.migration == CONF_MIGRATION_COPY &&
+        atomic_load(&s->state) == SERVER_DRAINING)
         return s;
     *why = "the key's member is not up (on_failure: error)";
     if (snap->set.on_failure == CONF_ON_FAILURE_ERROR)
@@ -1461,19 +1498,16 @@ request_key_source(const struct pool_snapshot *snap, const char *key,
                    size_t len, uint64_t hash, const struct server *to,
                    struct server **from, const char **why)
 {
-    const struct pool_snapshot *old =
-        snap->mig != NULL ? snap->mig->old : NULL;
     struct server *n, *o;
-    size_t off, klen;
 
-    if (old == NULL || old->ring == NULL || snap->ring == NULL)
+    if (snap->mig == NULL || snap->ring == NULL ||
+        (o = old_owner(snap, key, len)) == NULL)
         return 0; /* no migration, or nothing was owned before it */
     n = snap->servers[chash_ring_lookup(snap->ring, hash)];
-    klen = chash_key_tag(key, len, snap->set.hash_tag, &off);
-    o = old->servers[chash_ring_lookup(
-        old->ring, chash_ring_hash(old->ring, key + off, klen))];
-    if (o == n || atomic_load_explicit(&o->mig_skip, memory_order_relaxed))
-        return 0; /* (given up: its old copy is lost, the new owner serves) */
+    if (o == n || atomic_load_explicit(&o->mig_skip, memory_order_relaxed) ||
+        deferred(snap, o, n))
+        return 0; /* (given up: its old copy is lost, the new owner
+                     serves; deferred: the old owner still does) */
     /* A moving key lives on its old owner until it is moved, and only
      * its new owner may take it then: nobody else can serve it. */
     if (to != n) {
@@ -1547,7 +1581,8 @@ request_gate(struct rreq *r, struct rfrag *f, struct server *from,
     /* (a warm-up keeps the old copy: a delete must still reach it) */
     bool copy = snap->set.migration == CONF_MIGRATION_COPY;
 
-    if (copy && rw != NULL && moved_has(rw, snap->mig->epoch, key, len))
+    if (copy && rw != NULL &&
+        moved_has(rw, migration_gen(snap->mig->epoch, 1), key, len))
         return 0; /* no longer on its old owner */
     g = calloc(1, sizeof(*g));
     if (g == NULL || (g->key = malloc(len ? len : 1)) == NULL) {
@@ -1563,7 +1598,7 @@ request_gate(struct rreq *r, struct rfrag *f, struct server *from,
     g->pool = c->pool;
     pool_ref(c->pool);
     g->w = c->w;
-    g->epoch = snap->mig->epoch;
+    g->epoch = migration_gen(snap->mig->epoch, atomic_load(&snap->mig->stage));
     klen = chash_key_tag(key, len, snap->set.hash_tag, &off);
     g->hash = chash_ring_hash(snap->mig->old->ring, key + off, klen);
     g->opens = f;
@@ -1690,7 +1725,8 @@ gate_done(struct rgate *g)
     if (res == GATE_MOVED || res == GATE_ABSENT) {
         stats_add(res == GATE_MOVED ? &st->gate_moved : &st->gate_absent, 1);
         if (g->cache && g->w->requests != NULL)
-            moved_put(g->w->requests, g->epoch, g->key, g->len);
+            moved_put(g->w->requests, (g->epoch & ~(uint64_t)3) | 1, g->key,
+                      g->len);
     } else {
         stats_add(&st->gate_failed, 1);
         if (f->gate_error == NULL) {
