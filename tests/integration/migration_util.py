@@ -279,6 +279,10 @@ class Unknown(Exception):
     """A request whose reply never came (timeout, connection closed)."""
 
 
+class Refused(Exception):
+    """No connection to chashd: the request was never sent."""
+
+
 TYPE_KINDS = ("list", "hash", "set", "zset", "stream", "int")
 
 
@@ -531,7 +535,11 @@ class Workload:
 
         def call_many(cmds):
             if conn[0] is None:
-                conn[0] = Resp(self.port, timeout=self.timeout)
+                try:
+                    conn[0] = Resp(self.port, timeout=self.timeout)
+                except OSError as e:      # chashd down: nothing was sent
+                    time.sleep(0.05)
+                    raise Refused(repr(e))
             t0 = time.monotonic()
             try:
                 conn[0].send(b"".join(encode(*c) for c in cmds))
@@ -571,7 +579,7 @@ class Workload:
                 n += 1
                 try:
                     rnd.choice(table)(t, rnd, call_many)
-                except Unknown:
+                except (Unknown, Refused):
                     pass
         except Exception as e:       # a bug in the workload itself
             self.violation("workload thread %d crashed: %r" % (t, e))
