@@ -681,11 +681,12 @@ class Workload:
             self.single[k].maybe(("ttl?",))
             return
         if ms is None:
-            prev = self.single[k].acked
+            s = self.single[k]
+            prev, sure = s.acked, not s.after and not s.wild
             # PERSIST answers 0 when the key had no TTL: state unchanged
-            if r == 1 or prev == ("persist",):
-                self.single[k].ack(("persist",))
-            elif r == 0:
+            if r == 1 or prev == ("persist",) or not sure:
+                s.ack(("persist",))
+            else:
                 self.violation("PERSIST %s: 0 for a key with a TTL (%s)"
                                % (k, prev))
             return
