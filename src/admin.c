@@ -33,6 +33,7 @@
 #include "dashboard.h"
 #include "log.h"
 #include "membership.h"
+#include "migration.h"
 #include "metrics.h"
 #include "pool.h"
 #include "state.h"
@@ -475,7 +476,8 @@ weight_arg(struct MHD_Connection *c, const json_t *v,
 static enum MHD_Result
 member_add(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
 {
-    static const char *const allowed[] = {"name", "address", "weight", NULL};
+    static const char *const allowed[] = {"name", "address", "weight",
+                                          "force", NULL};
     struct membership_request mr = {.op = MEMBERSHIP_ADD};
     enum MHD_Result ret = MHD_NO;
     json_t *j, *jname, *jaddr;
@@ -487,9 +489,17 @@ member_add(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
     if ((bad = unknown_key(j, allowed)) != NULL) {
         ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
                             "unknown field \"%s\" (a member is {\"name\", "
-                            "\"address\", \"weight\"})",
+                            "\"address\", \"weight\", \"force\"})",
                             bad);
         goto out;
+    }
+    if (json_object_get(j, "force") != NULL) {
+        if (!json_is_boolean(json_object_get(j, "force"))) {
+            ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
+                                "\"force\" must be true or false");
+            goto out;
+        }
+        mr.force = json_is_true(json_object_get(j, "force"));
     }
     jname = json_object_get(j, "name");
     jaddr = json_object_get(j, "address");
@@ -933,6 +943,9 @@ route(struct MHD_Connection *c, const char *url, const char *method,
         return get ? pool_lookup(c, p) : respond_405(c, method, url, "GET");
     if (n == 4 && is(seg[3], "ring"))
         return get ? pool_ring(c, p) : respond_405(c, method, url, "GET");
+    if (n == 4 && is(seg[3], "migration"))
+        return get ? respond_json(c, MHD_HTTP_OK, migration_json(p))
+                   : respond_405(c, method, url, "GET");
     if (!is(seg[3], "members"))
         return respond_error(c, MHD_HTTP_NOT_FOUND, "no such path: %s", url);
     if (!get && query_flag(c, "dry_run") < 0)
@@ -974,6 +987,13 @@ route(struct MHD_Connection *c, const char *url, const char *method,
     if (is(method, "DELETE")) {
         struct membership_request mr = {.op = MEMBERSHIP_REMOVE,
                                         .name = s->name};
+        int now = query_flag(c, "now");
+
+        if (now < 0)
+            return respond_error(c, MHD_HTTP_BAD_REQUEST,
+                                 "\"now\" must be 1, true, yes, on or 0, "
+                                 "false, no, off (nothing was changed)");
+        mr.now = now == 1;
         return respond_change(c, p, &mr, query_flag(c, "dry_run") == 1,
                               MHD_HTTP_OK, rq);
     }

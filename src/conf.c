@@ -300,6 +300,7 @@ static const char *const hash_key_names[] = {"source_ip", "source_ip_port",
                                              NULL};
 static const char *const on_failure_names[] = {"failover", "remap", "error",
                                                NULL};
+static const char *const migration_names[] = {"off", "copy", "warmup", NULL};
 static const char *const health_type_names[] = {"tcp", "redis", "memcache",
                                                 NULL};
 static const char *const log_level_names[] = {"error", "warn", "info", "debug",
@@ -337,6 +338,12 @@ conf_on_failure_name(int on_failure)
 {
     return enum_name(on_failure_names, ARRAY_SIZE(on_failure_names),
                      on_failure);
+}
+
+const char *
+conf_migration_name(int migration)
+{
+    return enum_name(migration_names, ARRAY_SIZE(migration_names), migration);
 }
 
 const char *
@@ -1596,6 +1603,12 @@ enum pool_key {
     PK_CLIENT_MAX_REQUEST,
     PK_ALLOW_FANOUT_ADMIN,
     PK_ITEM_SIZE_MAX,
+    PK_MIGRATION,
+    PK_MIGRATION_RATE,
+    PK_MIGRATION_BANDWIDTH,
+    PK_MIGRATION_BATCH,
+    PK_MIGRATION_TIMEOUT,
+    PK_MIGRATION_BIG_KEY,
     PK_COUNT
 };
 
@@ -1689,6 +1702,22 @@ static const struct conf_key pool_keys[] = {
     /* memcached's -I: a larger value is refused as memcached refuses it */
     [PK_ITEM_SIZE_MAX] = {"item_size_max", set_size, POOL(item_size_max), 1,
                           1024u * 1024 * 1024, NULL, M_MEMCACHE, false},
+    /* live data migration on membership changes (doc/migration.md) */
+    [PK_MIGRATION] = {"migration", set_enum, POOL(migration), 0, 0,
+                      migration_names, M_STORE, false},
+    [PK_MIGRATION_RATE] = {"migration_rate", set_u32, POOL(migration_rate), 0,
+                           100000000, NULL, M_REDIS, false},
+    [PK_MIGRATION_BANDWIDTH] = {"migration_bandwidth", set_size,
+                                POOL(migration_bandwidth), 0, 0, NULL, M_REDIS,
+                                false},
+    [PK_MIGRATION_BATCH] = {"migration_batch", set_u32, POOL(migration_batch),
+                            1, 1000, NULL, M_REDIS, false},
+    [PK_MIGRATION_TIMEOUT] = {"migration_timeout", set_ms,
+                              POOL(migration_timeout_ms), 1, 600000, NULL,
+                              M_REDIS, false},
+    [PK_MIGRATION_BIG_KEY] = {"migration_big_key", set_size,
+                              POOL(migration_big_key), 1, 0, NULL, M_REDIS,
+                              false},
 };
 _Static_assert(ARRAY_SIZE(pool_keys) == PK_COUNT, "one entry per pool key");
 
@@ -1863,6 +1892,11 @@ pool_init(struct conf_pool *pool)
     pool->max_points = DEFAULT_MAX_POINTS;
     pool->client_max_request = DEFAULT_MAX_REQUEST;
     pool->item_size_max = DEFAULT_ITEM_SIZE_MAX;
+    pool->migration_rate = 5000;
+    pool->migration_bandwidth = 64u * 1024 * 1024;
+    pool->migration_batch = 100;
+    pool->migration_timeout_ms = 5000;
+    pool->migration_big_key = 1024u * 1024;
     pool->health.interval_ms = 1000;
     pool->health.timeout_ms = 500;
     pool->health.rise = 2;
@@ -2068,6 +2102,53 @@ warn_no_effect(struct load *ld, const struct conf_pool *pool, const int *lines)
     return 0;
 }
 
+/*
+ * `migration:`. Its default: copy in a pool that says `mode: redis`; off in
+ * a twemproxy pool (`redis: true`, or memcache), which keeps nutcracker's
+ * behaviour -- its members are often caches, and a joining member must be
+ * empty to take keys. copy is for redis pools and needs MIGRATE between
+ * members (host:port, no unix paths); warmup is for memcache pools.
+ */
+static int
+check_migration(struct load *ld, struct conf_pool *pool, const int *lines)
+{
+    pool->migration_line = lines[PK_MIGRATION];
+    if (lines[PK_MIGRATION] == 0)
+        pool->migration = pool->mode == CONF_MODE_REDIS &&
+                                  pool->mode_source == CONF_MODE_SRC_MODE
+                              ? CONF_MIGRATION_COPY
+                              : CONF_MIGRATION_OFF;
+    if (pool->migration == CONF_MIGRATION_COPY &&
+        pool->mode != CONF_MODE_REDIS)
+        return fail_at(ld, lines[PK_MIGRATION],
+                       "'migration: copy' is for redis pools; pool '%s' is "
+                       "%s (memcache pools take 'migration: warmup')",
+                       pool->name, conf_mode_name(pool->mode));
+    if (pool->migration == CONF_MIGRATION_WARMUP &&
+        pool->mode != CONF_MODE_MEMCACHE)
+        return fail_at(ld, lines[PK_MIGRATION],
+                       "'migration: warmup' is for memcache pools; pool '%s' "
+                       "is %s",
+                       pool->name, conf_mode_name(pool->mode));
+    if (pool->migration != CONF_MIGRATION_COPY)
+        return 0;
+    for (size_t i = 0; i < pool->nservers; i++)
+        if (pool->servers[i].addr.family == AF_UNIX)
+            return fail_at(ld, pool->servers[i].line,
+                           "server '%s' of pool '%s' is a unix socket: "
+                           "'migration: copy' moves keys with MIGRATE, "
+                           "which needs host:port (or set migration: off)",
+                           pool->servers[i].name, pool->name);
+    if (lines[PK_SLOW_START] != 0 && pool->slow_start_ms > 0 &&
+        warn_at(ld, lines[PK_SLOW_START],
+                "'slow_start' has no effect in pool '%s' (migration: copy "
+                "moves a member's keys once, at its full weight)",
+                pool->name) != 0)
+        return -1;
+    pool->slow_start_ms = 0;
+    return 0;
+}
+
 static int
 parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
            struct conf_pool *pool)
@@ -2145,6 +2226,8 @@ parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
                  conf_mode_name(pool->mode));
         return -1;
     }
+    if (check_migration(ld, pool, lines) != 0)
+        return -1;
     if (lines[PK_LISTEN] == 0)
         return fail(ld, name_node, "pool '%s' has no 'listen' address",
                     pool->name);

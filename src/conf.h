@@ -19,6 +19,12 @@ enum conf_mode {
     CONF_MODE_REDIS,
     CONF_MODE_MEMCACHE
 };
+/* What a membership change does to the data of a store pool. */
+enum conf_migration {
+    CONF_MIGRATION_OFF,    /* nothing moves (twemproxy) */
+    CONF_MIGRATION_COPY,   /* redis: keys move to their new owner, live */
+    CONF_MIGRATION_WARMUP, /* memcache: misses on a new owner read the old */
+};
 /* Where a pool's mode came from, so `chashd -t` and the start-up log can
  * say why a pool without `mode:` is memcache (twemproxy's rule). */
 enum conf_mode_source {
@@ -111,6 +117,14 @@ struct conf_pool {
     uint64_t item_size_max;       /* memcache: the largest value stored
                                      (default 1 MB, memcached's -I) */
     bool preconnect;
+    /* live data migration (migration.h) */
+    int migration;                /* enum conf_migration */
+    int migration_line;           /* where it was given, 0: the default */
+    uint32_t migration_rate;      /* keys/s, 0 = unlimited */
+    uint64_t migration_bandwidth; /* bytes/s, 0 = unlimited */
+    uint32_t migration_batch;     /* keys per MIGRATE */
+    uint32_t migration_timeout_ms; /* MIGRATE's own timeout */
+    uint64_t migration_big_key;   /* bytes: moved alone, listed */
     bool auto_eject_hosts;
     uint32_t server_failure_limit;    /* default 2, as twemproxy */
     uint32_t server_retry_timeout_ms; /* default 30000, as twemproxy */
@@ -268,6 +282,7 @@ bool conf_pool_same_ring(const struct conf_pool *a, const struct conf_pool *b);
 const char *conf_mode_name(int mode);
 const char *conf_hash_key_name(int hash_key);
 const char *conf_on_failure_name(int on_failure);
+const char *conf_migration_name(int migration);
 const char *conf_dist_name(int distribution);
 const char *conf_log_level_name(int log_level);
 

@@ -26,6 +26,7 @@
 #include "health.h"
 #include "log.h"
 #include "membership.h"
+#include "migration.h"
 #include "metrics.h"
 #include "notify.h"
 #include "pool.h"
@@ -581,6 +582,33 @@ usage_error(const char *fmt, ...)
     return 2;
 }
 
+/* Start-up: resume the migrations the state file holds. One that cannot
+ * be resumed stays in the file (for a start with a config that has its
+ * members again) and is logged: its keys may still be on old owners. */
+static void
+migrations_resume(void)
+{
+    for (size_t i = 0; i < pool_count(); i++) {
+        struct pool *p = pool_at(i);
+        json_t *saved = membership_migration_saved(p->name);
+        char err[512];
+
+        if (saved == NULL)
+            continue;
+        if (p->cfg.migration != CONF_MIGRATION_COPY) {
+            log_error("pool %s: the state file holds a migration, but the "
+                      "pool is not 'migration: copy' now: not resumed; keys "
+                      "may still be on their old owners",
+                      p->name);
+            continue;
+        }
+        if (migration_resume(p, saved, err, sizeof(err)) != 0)
+            log_error("pool %s: cannot resume its migration: %s; keys may "
+                      "still be on their old owners",
+                      p->name, err);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -736,7 +764,8 @@ main(int argc, char **argv)
     raise_nofile();
 
     if (control_init() < 0 || pool_global_init(conf->workers) < 0 ||
-        health_init() < 0 || membership_init() < 0 || builder_init() < 0) {
+        health_init() < 0 || membership_init() < 0 || migration_init() < 0 ||
+        builder_init() < 0) {
         log_error("cannot start: %s", strerror(errno));
         goto out;
     }
@@ -790,6 +819,7 @@ main(int argc, char **argv)
         free(fds);
     }
     membership_state_settle(NULL, NULL);
+    migrations_resume();
     /* The admin API registers its own watch and tick with the loop. */
     if (admin_start(conf, err, sizeof(err)) < 0) {
         log_error("cannot start: %s", err);
@@ -819,6 +849,8 @@ main(int argc, char **argv)
     rc = control_run();
     log_info("chashd stopped");
 out:
+    /* Copiers first: where they are is saved for the next start. */
+    migration_deinit();
     /* Jobs first: a membership change waiting for one answers its
      * suspended admin connection before the admin server stops. */
     builder_deinit();

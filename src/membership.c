@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "conf.h"
 #include "control.h"
 #include "log.h"
+#include "migration.h"
 #include "pool.h"
 #include "report.h"
 #include "state.h"
@@ -141,6 +143,13 @@ entry_ramp(const struct pool *p)
     return p->cfg.slow_start_ms > 0 && p->cfg.ring.algo != CHASH_ALGO_JUMP
                ? 0.0
                : 1.0;
+}
+
+/* Does a change of <p>'s members move its data (migration: copy)? */
+static bool
+pool_copies(const struct pool *p)
+{
+    return p->cfg.migration == CONF_MIGRATION_COPY;
 }
 
 /* Is the pool's distribution a ring libchash can compare? */
@@ -486,6 +495,14 @@ struct report_job {
     json_t *report; /* the result, or NULL with <err> */
     char err[256];
     void (*then)(struct report_job *rj);
+    /* migration: copy pools: the members' key counts, asked on the
+     * builder thread (never the control thread) */
+    struct migration_probe probe;
+    char **addrs;     /* [probe.n] owned */
+    char *auth;       /* owned */
+    int64_t *keys;    /* [probe.n] */
+    int joiner;       /* index of a joining member, -1: none */
+    int leaver;       /* index of a member removed at once, -1: none */
 };
 
 static void
@@ -514,8 +531,23 @@ members_copy(const struct chash_member *m, size_t n)
 }
 
 static void
+probe_free(struct report_job *rj)
+{
+    for (size_t i = 0; rj->addrs != NULL && i < rj->probe.n; i++)
+        free(rj->addrs[i]);
+    free(rj->addrs);
+    free(rj->auth);
+    free(rj->keys);
+    rj->addrs = NULL;
+    rj->auth = NULL;
+    rj->keys = NULL;
+    rj->probe.n = 0;
+}
+
+static void
 report_job_free(struct report_job *rj)
 {
+    probe_free(rj);
     members_free(rj->before, rj->nb);
     members_free(rj->after, rj->na);
     free(rj->changed);
@@ -531,6 +563,8 @@ report_work(struct builder_job *job)
     rj->report =
         report_migration(&rj->cfg, rj->before, rj->nb, rj->after, rj->na,
                          rj->changed, rj->err, sizeof(rj->err));
+    if (rj->report != NULL && rj->probe.n > 0)
+        migration_probe(&rj->probe);
 }
 
 static void
@@ -1062,9 +1096,13 @@ struct pending {
     json_t *overrides; /* RESET: the entries dropped (owned) */
     struct server *s;  /* (ref held) once applied, for the log line */
     char op[32], detail[160], what[192];
+    /* migration: copy */
+    bool migrate;      /* the change moves keys: a migration runs */
+    uint64_t keys_total, keys_predicted;
 };
 
 static void pending_check(struct pending *pc);
+static int probe_check(struct pending *pc);
 static int reset_apply(struct pending *pc);
 static int points_check(const struct pool *p, const char *name, uint32_t weight,
                         struct membership_result *res);
@@ -1099,6 +1137,8 @@ applied_published(struct pool *p, const struct pool_change *chg, void *arg)
 {
     struct pending *pc = arg;
 
+    if (pc->migrate && chg != NULL)
+        migration_start(p);
     if (chg != NULL)
         event_log(p, pc->s, pc->name, pc->what, chg,
                   json_num(json_object_get(pc->res.report, "moved"), -1));
@@ -1116,6 +1156,33 @@ pending_apply(struct pending *pc)
     int old_admin = s ? s->admin : STATE_ADMIN_UP;
     int rc = 0;
 
+    if (pc->migrate) {
+        char err[512], change[300];
+
+        snprintf(change, sizeof(change), "%s %s", pc->op, pc->name);
+        if (migration_prepare(p, change,
+                              pc->rq.op == MEMBERSHIP_REMOVE ? pc->name : NULL,
+                              pc->keys_predicted, pc->keys_total, err,
+                              sizeof(err)) != 0)
+            return refuse(&pc->res, MEMBERSHIP_ECONFLICT, "%s", err);
+    }
+    if (pc->migrate && pc->rq.op == MEMBERSHIP_REMOVE) {
+        /* scale-in: out of the ring now, out of the pool once its keys
+         * have moved (migration_prepare named it the one leaving) */
+        if (s == NULL || pool_member_set_admin(p, pc->name,
+                                               STATE_ADMIN_DRAIN) != 0) {
+            migration_cancel(p);
+            return refuse(&pc->res, MEMBERSHIP_ENOENT,
+                          "pool %s: cannot remove %s: %s", p->name, pc->name,
+                          strerror(errno));
+        }
+        snprintf(s->reason, sizeof(s->reason), "leaving: its keys move first");
+        snprintf(pc->what, sizeof(pc->what),
+                 "leaving (drained; removed once its keys have moved)");
+        server_ref(s);
+        pc->s = s;
+        return 0;
+    }
     switch (pc->rq.op) {
     case MEMBERSHIP_ADD:
         rc = pool_member_add(p, &pc->cs);
@@ -1162,6 +1229,8 @@ pending_apply(struct pending *pc)
                      s->ramping ? ", ramping" : "");
         break;
     }
+    if (rc != 0 && pc->migrate)
+        migration_cancel(p);
     if (rc != 0)
         return refuse(&pc->res,
                       errno == EEXIST   ? MEMBERSHIP_ECONFLICT
@@ -1218,6 +1287,12 @@ pending_reported(struct report_job *rj)
         json_object_set_new(
             pc->res.report, "dropped",
             json_integer((json_int_t)json_array_size(pc->overrides)));
+    if (pool_copies(p) && !pc->nothing && probe_check(pc) != 0) {
+        json_decref(pc->res.report);
+        pc->res.report = NULL;
+        pending_finish(pc);
+        return;
+    }
     if (pc->dry || pc->nothing) {
         /* Asking for the state a member is already in changes nothing:
          * a 200 that says so, not an error (PATCH is idempotent). */
@@ -1235,6 +1310,12 @@ pending_reported(struct report_job *rj)
         return;
     }
     report_flags(pc->res.report, false, true);
+    if (pc->migrate && p->migration != NULL)
+        json_object_set_new(
+            pc->res.report, "migration",
+            json_pack("{s:I,s:I,s:s}", "epoch",
+                      (json_int_t)p->mig_view->epoch, "keys_predicted",
+                      (json_int_t)pc->keys_predicted, "phase", "draining"));
     if (pc->overrides != NULL)
         json_object_set_new(
             pc->res.report, "dropped",
@@ -1245,6 +1326,111 @@ pending_reported(struct report_job *rj)
         json_object_set_new(pc->res.report, "warning", json_string(warn));
     if (pool_on_published(p, applied_published, pc) != 0)
         pending_finish(pc);
+}
+
+/* A copy pool's change: its members (and a joining one) are asked for
+ * their key counts on the builder thread; a joining member with `force`
+ * is emptied first. 0 or -1 (out of memory). */
+static int
+probe_setup(struct pending *pc)
+{
+    struct pool *p = pc->p;
+    struct report_job *rj = &pc->rj;
+    size_t n = 0;
+
+    probe_free(rj);
+    rj->joiner = rj->leaver = -1;
+    rj->addrs = calloc(p->nservers + 1, sizeof(*rj->addrs));
+    rj->keys = calloc(p->nservers + 1, sizeof(*rj->keys));
+    if (rj->addrs == NULL || rj->keys == NULL)
+        return -1;
+    for (size_t i = 0; i < p->nservers; i++) {
+        const struct server *s = p->servers[i];
+
+        if (!server_member(s) || s->addr.family == AF_UNIX)
+            continue;
+        if (pc->rq.op == MEMBERSHIP_REMOVE && pc->rq.now &&
+            strcmp(s->name, pc->name) == 0)
+            rj->leaver = (int)n;
+        if ((rj->addrs[n++] = strdup(s->addr.text)) == NULL)
+            return -1;
+    }
+    if (pc->rq.op == MEMBERSHIP_ADD && pc->have_cs) {
+        rj->joiner = (int)n;
+        if ((rj->addrs[n++] = strdup(pc->cs.addr.text)) == NULL)
+            return -1;
+    }
+    if (p->cfg.redis_auth != NULL &&
+        (rj->auth = strdup(p->cfg.redis_auth)) == NULL)
+        return -1;
+    rj->probe.addresses = (const char **)rj->addrs;
+    rj->probe.n = n;
+    rj->probe.auth = rj->auth;
+    rj->probe.db = p->cfg.redis_db;
+    rj->probe.flush = pc->rq.force && !pc->dry ? rj->joiner : -1;
+    rj->probe.timeout_ms = 1000;
+    rj->probe.keys = rj->keys;
+    return 0;
+}
+
+/* A copy pool's change, its report and probe in hand: refuse a joining
+ * member that holds keys; say how many keys move (or are lost). 0 or -1
+ * (refused). */
+static int
+probe_check(struct pending *pc)
+{
+    struct report_job *rj = &pc->rj;
+    json_t *rep = pc->res.report;
+    double moved = json_num(json_object_get(rep, "moved"), -1);
+    uint64_t total = 0;
+    bool known = true;
+
+    for (size_t i = 0; i < rj->probe.n; i++) {
+        if ((int)i == rj->joiner)
+            continue;
+        if (rj->keys[i] < 0)
+            known = false;
+        else
+            total += (uint64_t)rj->keys[i];
+    }
+    if (rj->joiner >= 0 && rj->keys[rj->joiner] != 0) {
+        if (rj->keys[rj->joiner] < 0)
+            return refuse(&pc->res, MEMBERSHIP_ECONFLICT,
+                          "pool %s: cannot add %s (%s): %s; a joining "
+                          "member must be empty and reachable",
+                          pc->p->name, pc->name, rj->addrs[rj->joiner],
+                          rj->probe.why);
+        if (!pc->dry || !pc->rq.force)
+            return refuse(&pc->res, MEMBERSHIP_ECONFLICT,
+                          "pool %s: member %s (%s) holds %" PRId64
+                          " keys: a joining member must be empty "
+                          "(\"force\": true flushes it)",
+                          pc->p->name, pc->name, rj->addrs[rj->joiner],
+                          rj->keys[rj->joiner]);
+    }
+    pc->keys_total = total;
+    pc->keys_predicted =
+        moved > 0 ? (uint64_t)(moved * (double)total + 0.5) : 0;
+    json_object_set_new(rep, "keys_total",
+                        known ? json_integer((json_int_t)total) : json_null());
+    if (pc->rq.op == MEMBERSHIP_REMOVE && pc->rq.now) {
+        json_object_set_new(rep, "lost_keys",
+                            rj->leaver >= 0 && rj->keys[rj->leaver] >= 0
+                                ? json_integer(rj->keys[rj->leaver])
+                                : json_null());
+        json_object_set_new(rep, "keys_to_move", json_integer(0));
+        return 0;
+    }
+    json_object_set_new(rep, "keys_to_move",
+                        known ? json_integer((json_int_t)pc->keys_predicted)
+                              : json_null());
+    pc->migrate = moved > 0;
+    if (pc->migrate && pc->rq.op == MEMBERSHIP_RESET)
+        return refuse(&pc->res, MEMBERSHIP_ECONFLICT,
+                      "pool %s: dropping the overrides would move keys "
+                      "(migration: copy): make those changes one at a time",
+                      pc->p->name);
+    return 0;
 }
 
 /* Submit the report of <b> -> <a> for <pc> (the models are copied). */
@@ -1284,6 +1470,11 @@ pending_submit(struct pending *pc, const struct model *b, const struct model *a)
         return;
     }
     pc->placement = p->placement;
+    if (pool_copies(p) && probe_setup(pc) != 0) {
+        refuse(&pc->res, MEMBERSHIP_ENOMEM, "out of memory");
+        pending_finish(pc);
+        return;
+    }
     builder_submit(&rj->job);
 }
 
@@ -1704,6 +1895,14 @@ pending_check(struct pending *pc)
     int rc;
 
     memset(&pc->res, 0, sizeof(pc->res));
+    if (pc->p->migration != NULL && !pc->dry) {
+        char why[400];
+
+        migration_busy(pc->p, why, sizeof(why));
+        refuse(&pc->res, MEMBERSHIP_ECONFLICT, "%s", why);
+        pending_finish(pc);
+        return;
+    }
     switch (pc->rq.op) {
     case MEMBERSHIP_ADD:
         rc = check_add(pc, &b, &a);
@@ -1769,4 +1968,51 @@ membership_result_deinit(struct membership_result *res)
 {
     json_decref(res->report);
     res->report = NULL;
+}
+
+/* ---- migrations ---------------------------------------------------------- */
+
+void
+membership_migration_save(const char *pool, json_t *m)
+{
+    char err[400];
+
+    if (state == NULL)
+        return;
+    if (state_set_migration(state, pool, m) != 0) {
+        log_error("pool %s: migration: cannot keep its state: out of memory",
+                  pool);
+        return;
+    }
+    if (state_file != NULL &&
+        state_save(state, state_file, err, sizeof(err)) != 0)
+        log_error("pool %s: migration: its progress is not persisted: %s",
+                  pool, err);
+}
+
+json_t *
+membership_migration_saved(const char *pool)
+{
+    return state != NULL ? state_migration(state, pool) : NULL;
+}
+
+void
+membership_migration_leave(struct pool *p, const char *name)
+{
+    char warn[512];
+    struct server *s = pool_server_find(p, name);
+
+    if (s == NULL)
+        return;
+    snprintf(s->reason, sizeof(s->reason), "left: its keys have moved");
+    if (pool_member_remove(p, name) != 0) {
+        log_error("pool %s: member %s cannot leave: %s", p->name, name,
+                  strerror(errno));
+        return;
+    }
+    change_log(p->name, name, "remove", MEMBERSHIP_ADMIN,
+               "left once its keys had moved", NULL);
+    log_info("pool %s: member %s left the pool: its keys have moved",
+             p->name, name);
+    state_persist(p, warn, sizeof(warn));
 }

@@ -54,6 +54,9 @@ struct membership_request {
     uint32_t weight;
     bool has_admin;
     int admin; /* enum state_admin */
+    /* migration: copy pools */
+    bool force; /* ADD: empty a joining member that holds keys */
+    bool now;   /* REMOVE: at once, its keys not moved (lost) */
 };
 
 /* Why a change was refused: the admin API maps these to 400, 404, 409,
@@ -134,5 +137,14 @@ json_t *membership_changes_json(void);
 /* For the metrics: changes of <pool> so far, and the moved fraction of the
  * last one (0 when none). */
 uint64_t membership_pool_changes(const char *pool, double *last_moved);
+
+/* migration.c: keep <pool>'s running migration <m> in the state file
+ * (NULL: it ended) and write the file. A failed write is logged. */
+void membership_migration_save(const char *pool, json_t *m);
+/* migration.c: member <name> of <p> has given away its keys: it leaves
+ * the pool (logged, persisted). */
+void membership_migration_leave(struct pool *p, const char *name);
+/* The migration the state file holds for <pool> (borrowed), or NULL. */
+json_t *membership_migration_saved(const char *pool);
 
 #endif /* CHASHD_MEMBERSHIP_H */

@@ -17,6 +17,7 @@
 #include "health.h"
 #include "invariant.h"
 #include "log.h"
+#include "migration.h"
 #include "proto/proto.h"
 #include "state.h"
 
@@ -119,6 +120,7 @@ snapshot_free(struct pool_snapshot *snap)
         server_unref(snap->servers[i]);
     chash_ring_destroy(snap->ring);
     chash_ring_destroy(snap->routing);
+    migration_view_unref(snap->mig);
     free(snap->set.redis_auth);
     free(snap->servers);
     free(snap->members);
@@ -391,6 +393,8 @@ settings_from_conf(struct pool_settings *set, const struct conf_pool *cp)
     set->redis_db = cp->redis_db;
     set->allow_fanout_admin = cp->allow_fanout_admin;
     set->preconnect = cp->preconnect;
+    set->migration = cp->migration;
+    set->migration_timeout_ms = cp->migration_timeout_ms;
     memcpy(set->hash_tag, cp->hash_tag, sizeof(set->hash_tag));
     /* A string of the snapshot's own: a reload frees the pool's config
      * while workers may still read this snapshot. */
@@ -406,6 +410,11 @@ server_in_ring(const struct pool *p, const struct server *s)
 
     if (st == SERVER_MAINT || st == SERVER_REMOVED)
         return false;
+    /* migration: copy places keys by membership alone: a drained member
+     * gives its keys away (they move), health moves nothing (a down
+     * member's keys wait for it, they are nowhere else) */
+    if (p->cfg.migration == CONF_MIGRATION_COPY)
+        return s->admin == STATE_ADMIN_UP;
     /* remap: only usable members own keys; failover and error keep the
      * ring as configured and skip or refuse at lookup. */
     if (p->cfg.on_failure == CONF_ON_FAILURE_REMAP)
@@ -427,6 +436,9 @@ snapshot_prepare(struct pool *p)
     if (snap == NULL)
         return NULL;
     settings_from_conf(&snap->set, &p->cfg);
+    snap->mig = p->mig_view;
+    if (snap->mig != NULL)
+        migration_view_ref(snap->mig);
     snap->gen = p->gen;
     snap->moved = -1;
     if (p->nservers > 0) {
@@ -636,6 +648,66 @@ pool_rebuild(struct pool *p, struct pool_change *chg)
     }
     snapshot_publish(p, snap, chg);
     return 0;
+}
+
+struct pool_snapshot *
+pool_snapshot_of(struct pool *p, const struct chash_member *m, size_t n,
+                 char *err, size_t errlen)
+{
+    struct pool_snapshot *snap = calloc(1, sizeof(*snap));
+    int rc;
+
+    if (snap == NULL || (n > 0 && ((snap->members = calloc(
+                                        n, sizeof(*snap->members))) == NULL ||
+                                   (snap->servers = calloc(
+                                        n, sizeof(*snap->servers))) == NULL ||
+                                   (snap->states = calloc(
+                                        n, sizeof(*snap->states))) == NULL))) {
+        snapshot_free(snap);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    settings_from_conf(&snap->set, &p->cfg);
+    snap->moved = -1;
+    snap->standalone = true;
+    for (size_t i = 0; i < n; i++) {
+        struct server *s = pool_server_find(p, m[i].name);
+
+        if (s == NULL) {
+            snprintf(err, errlen, "member %s is no longer in the pool",
+                     m[i].name);
+            snapshot_free(snap);
+            return NULL;
+        }
+        snap->members[i].name = s->name;
+        snap->members[i].weight = m[i].weight;
+        snap->members[i].ramp = 1.0;
+        snap->states[i] = atomic_load(&s->state);
+        server_ref(s);
+        snap->servers[snap->n++] = s;
+    }
+    rc = snapshot_finish(snap, &p->cfg.ring, NULL);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot build the ring: %s", chash_strerror(rc));
+        snapshot_free(snap);
+        return NULL;
+    }
+    snap->retire_epoch = 0;
+    return snap;
+}
+
+void
+pool_snapshot_pin(struct pool_snapshot *snap)
+{
+    snap->pins++;
+}
+
+void
+pool_snapshot_unpin(struct pool_snapshot *snap)
+{
+    INVARIANT(snap->pins > 0);
+    if (--snap->pins == 0 && snap->standalone)
+        snapshot_free(snap);
 }
 
 /* A snapshot being built on the builder thread. */
@@ -855,7 +927,9 @@ pool_global_deinit(void)
     free(pools);
     pools = NULL;
     cappools = 0;
-    /* Workers are gone: every worker is quiescent. */
+    /* Workers are gone: every worker is quiescent. Twice: a snapshot
+     * freed may unpin another (a migration's old placement). */
+    pool_reclaim();
     pool_reclaim();
     free(seen);
     seen = NULL;

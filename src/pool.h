@@ -20,6 +20,8 @@ struct health_probe;
 struct pool_build;
 struct pool_waiter;
 struct pool_snapshot;
+struct migration;
+struct migration_view;
 
 /* Old and new snapshot of one publication, valid until the control
  * loop's next pool_reclaim(). */
@@ -127,6 +129,8 @@ struct pool_settings {
     bool allow_fanout_admin;
     bool preconnect;
     char hash_tag[3];
+    int migration;                 /* enum conf_migration */
+    uint32_t migration_timeout_ms; /* MIGRATE's timeout */
 };
 
 /*
@@ -146,6 +150,10 @@ struct pool_snapshot {
     uint64_t usable_points;       /* points of the UP members: W of the
                                      bounded-load cap */
     struct pool_settings set;
+    /* A live migration (migration.h): where the keys were before the
+     * change this snapshot's ring holds, while they move (ref held);
+     * NULL when none runs. */
+    struct migration_view *mig;
     /* Control thread only; workers never read these. */
     struct chash_ring *routing; /* the routing view (members taking new
                                    keys) when it differs from <ring>; NULL
@@ -156,6 +164,8 @@ struct pool_snapshot {
                                    one replaced; -1 when not comparable */
     uint64_t gen;               /* the pool's change count it holds */
     unsigned pins;              /* builds reading it: not freed before */
+    bool standalone;            /* pool_snapshot_of(): never published,
+                                   freed at its last unpin */
     /* retirement */
     uint64_t retire_epoch;
     struct pool_snapshot *next_retired;
@@ -169,6 +179,9 @@ struct pool {
                                              the bounded-load total */
     _Atomic int refs;                     /* (atomic) registry + connections */
     struct stats_pool *stats;             /* [workers] slots, stats.h */
+    _Atomic uint64_t mig_drained; /* (atomic) the last migration epoch whose
+                                     drain barrier passed: its requests
+                                     may move keys (request_gate) */
 
     /* Control thread only. */
     struct conf_pool cfg;    /* settings as loaded: a deep copy, every
@@ -185,6 +198,9 @@ struct pool {
     bool dirty;                  /* changed since that build began */
     struct pool_waiter *waiters; /* pool_on_published, oldest first */
     struct pool_change last;     /* the latest publication */
+    struct migration_view *mig_view; /* put in every snapshot built while
+                                        a migration runs (ref held) */
+    struct migration *migration; /* migration.c's, NULL when none runs */
 };
 
 /* Start-up: <workers> stats slots per counter array and epoch slots. */
@@ -347,6 +363,20 @@ double pool_snapshot_share(const struct pool_snapshot *snap,
                            const struct server *s);
 size_t pool_snapshot_points(const struct pool_snapshot *snap,
                             const struct server *s);
+
+/*
+ * A snapshot of <p> with members <m> (<n>: names of members of <p>, their
+ * weights), never published: the placement a migration resumed after a
+ * restart moves keys from. Pinned once, freed at its last unpin. NULL
+ * with a reason in <err>. Control thread.
+ */
+struct pool_snapshot *pool_snapshot_of(struct pool *p,
+                                       const struct chash_member *m, size_t n,
+                                       char *err, size_t errlen);
+
+/* Keep <snap> alive past its retirement (control thread), until unpinned. */
+void pool_snapshot_pin(struct pool_snapshot *snap);
+void pool_snapshot_unpin(struct pool_snapshot *snap);
 
 /* Routing decisions, counted per pool in stats_pool. */
 enum pool_decision {

@@ -24,6 +24,7 @@
 
 #include "chash/chash.h"
 #include "conf.h"
+#include "migration.h"
 #include "pool.h"
 #include "proto/redis.h"
 
@@ -149,12 +150,104 @@ command_name(const struct parsed *pr, char *out, size_t cap)
 
 /* ---- routing ------------------------------------------------------------- */
 
+/* ---- migration ----------------------------------------------------------- */
+
+static int bulk(struct rbuf *b, const char *s, size_t n);
+
+/*
+ * While a migration runs: whether the keys of <pr> can be served where
+ * they go (key i to <owner>[i], or every key to <to> when <owner> is
+ * NULL; with both, only the keys whose owner is <to>): 1, or 0 when one
+ * cannot (moving from or to a member that is not up: <r> is answered), or
+ * -1 (out of memory). With <f>, each moving key is gated on it.
+ */
+static int
+gate_keys(struct rreq *r, const struct pool_snapshot *snap,
+          const struct parsed *pr, struct server *const *owner,
+          struct server *to, struct rfrag *f)
+{
+    const struct proto_request *rq = pr->rq;
+
+    if (snap->mig == NULL || snap->ring == NULL)
+        return 1;
+    for (size_t i = 0; i < rq->nkeys; i++) {
+        const char *k = pr->buf + rq->keys[i].off;
+        size_t len = rq->keys[i].len, off, n;
+        struct server *from;
+        const char *why;
+        int rc;
+
+        struct server *dest = owner != NULL ? owner[i] : to;
+
+        if (to != NULL && dest != to)
+            continue;
+        n = chash_key_tag(k, len, snap->set.hash_tag, &off);
+        rc = request_key_source(snap, k, len,
+                                chash_ring_hash(snap->ring, k + off, n), dest,
+                                &from, &why);
+        if (rc < 0) {
+            request_error(r, PROTO_ERR_NO_MEMBER, why);
+            return 0;
+        }
+        if (rc > 0 && f != NULL && request_gate(r, f, from, dest, k, len) < 0)
+            return -1;
+    }
+    return 1;
+}
+
+/* MIGRATE <host> <port> "" <db> <timeout> [REPLACE] [AUTH pw] KEYS <key>:
+ * one key at a time, so that its reply says exactly whether it moved. */
+static int
+redis_gate_build(const struct pool_snapshot *snap, const struct server *to,
+                 const char *key, size_t len, bool replace, struct rbuf *out)
+{
+    char host[64], port[8], db[16], timeout[16];
+    const char *pw = snap->set.redis_auth;
+    size_t nargs = 8 + (replace ? 1 : 0) + (pw != NULL ? 2 : 0);
+    int rc;
+
+    if (migration_host_port(&to->addr, host, sizeof(host), port,
+                            sizeof(port)) < 0)
+        return -1;
+    snprintf(db, sizeof(db), "%d", snap->set.redis_db);
+    snprintf(timeout, sizeof(timeout), "%u", snap->set.migration_timeout_ms);
+    rc = rbuf_printf(out, "*%zu\r\n$7\r\nMIGRATE\r\n", nargs);
+    rc = rc < 0 ? rc : bulk(out, host, strlen(host));
+    rc = rc < 0 ? rc : bulk(out, port, strlen(port));
+    rc = rc < 0 ? rc : bulk(out, "", 0);
+    rc = rc < 0 ? rc : bulk(out, db, strlen(db));
+    rc = rc < 0 ? rc : bulk(out, timeout, strlen(timeout));
+    if (replace)
+        rc = rc < 0 ? rc : bulk(out, "REPLACE", 7);
+    if (pw != NULL) {
+        rc = rc < 0 ? rc : bulk(out, "AUTH", 4);
+        rc = rc < 0 ? rc : bulk(out, pw, strlen(pw));
+    }
+    rc = rc < 0 ? rc : bulk(out, "KEYS", 4);
+    rc = rc < 0 ? rc : bulk(out, key, len);
+    return rc;
+}
+
+static int
+redis_gate_result(const char *buf, size_t len)
+{
+    return migration_migrate_result(buf, len);
+}
+
 /* Send the whole request (<pr>) to <s> as its one fragment. */
 static int
 send_whole(struct rreq *r, const struct parsed *pr, struct server *s,
            uint64_t hash)
 {
+    const struct pool_snapshot *snap = request_snapshot(r->client);
+    int rc = gate_keys(r, snap, pr, NULL, s, NULL);
+
+    if (rc <= 0)
+        return rc;
     if (request_frags(r, 1) < 0)
+        return -1;
+    if (pr->rq->nkeys > 0 &&
+        gate_keys(r, snap, pr, NULL, s, &r->frags[0]) < 0)
         return -1;
     request_send(r, &r->frags[0], s, hash, pr->buf, pr->len, pr->rq->body);
     return 0;
@@ -275,6 +368,9 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
         rc = send_whole(r, pr, rt.owner[0], rt.hash[0]);
         goto out;
     }
+    if ((rc = gate_keys(r, snap, pr, rt.owner, NULL, NULL)) <= 0)
+        goto out; /* a moving key nobody may serve now: answered */
+    rc = -1;
     m = merge_new(r, kind);
     if (m == NULL || request_frags(r, rt.nmembers) < 0)
         goto out;
@@ -311,6 +407,11 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
                     goto out;
                 }
             }
+        }
+        if (gate_keys(r, snap, pr, rt.owner, rt.members[f], &r->frags[f]) <
+            0) {
+            rbuf_free(&b);
+            goto out;
         }
         request_send(r, &r->frags[f], rt.members[f], fhash, b.data, b.len, 0);
         rbuf_free(&b);
@@ -1095,4 +1196,6 @@ const struct request_mode redis_request_mode = {
     .release = redis_release,
     .handshake = redis_handshake,
     .is_error = redis_is_error,
+    .gate_build = redis_gate_build,
+    .gate_result = redis_gate_result,
 };

@@ -29,6 +29,7 @@
 #include "log.h"
 #include "pool.h"
 #include "memcache_mode.h"
+#include "migration.h"
 #include "proto/memcache.h"
 #include "proto/redis.h"
 #include "redis_mode.h"
@@ -96,6 +97,36 @@ struct rserver {
                            keys may join it until the next flush */
     size_t open_len;    /* that line's length */
     size_t open_keys;   /* the keys it asks for */
+    uint64_t sent;      /* fragments queued on it, ever */
+    uint64_t answered;  /* of them, answered or failed (a drain barrier
+                           waits for <answered> to reach a mark) */
+};
+
+/* A migration's gate: the request that moves one key off its old owner
+ * before the fragment that needs it runs on the new one. */
+struct rgate {
+    struct rfrag frag;        /* its own, on the old owner's connection */
+    struct rfrag *opens;      /* the fragment waiting for it */
+    struct server *from, *to; /* old and new owner (refs held) */
+    struct pool *pool;        /* (ref held) */
+    struct worker *w;
+    uint64_t epoch;           /* the migration's: sent once it drained */
+    uint64_t hash;            /* the key's: its connection among several */
+    char *key;
+    size_t len;
+    unsigned tries;
+    struct rgate *next; /* the fragment's, then the worker's wait list */
+};
+
+/* A drain barrier in one worker (request_drain). */
+struct rdrain {
+    struct rdrain *next;
+    struct migration_drain *d; /* (ref held) */
+    size_t n;
+    struct rdrain_mark {
+        struct rserver *s;
+        uint64_t mark;
+    } *marks;
 };
 
 /* The engine's state of one worker. */
@@ -104,6 +135,10 @@ struct rworker {
     struct worker *w;
     struct rmember *table[MEMBER_BUCKETS];
     uint64_t next_client_id;
+    /* migrations: drain barriers to pass, gates waiting for one */
+    struct rdrain *drains;
+    struct rgate *gwait, *gwait_tail;
+    struct timer mig_timer;
 };
 
 static void client_flush(struct rclient *c);
@@ -114,6 +149,15 @@ static void conn_flush(struct rserver *s);
 static void conn_fail(struct rserver *s, int kind, int err);
 static void conn_read(struct rserver *s);
 static void req_free(struct rreq *r);
+static void gate_done(struct rgate *g);
+static void gate_free(struct rgate *g);
+static void client_release(struct rclient *c);
+static void hold(struct rreq *r, struct rfrag *f, struct server *srv,
+                 uint64_t hash, const char *buf, size_t len, uint64_t stream);
+static void client_abandon(struct rclient *c);
+static struct rserver *send_to(struct rreq *r, struct rfrag *f,
+                               struct server *srv, uint64_t hash);
+static void mig_timer(struct worker *w, struct timer *t);
 
 /* ---- buffers ------------------------------------------------------------- */
 
@@ -211,6 +255,7 @@ rworker_get(struct worker *w)
         return NULL;
     rw->w = w;
     rw->link.close = rworker_close;
+    rw->mig_timer.on_expire = mig_timer;
     rw->next_client_id = (uint64_t)w->id << 48;
     worker_conn_add(w, &rw->link);
     w->requests = rw;
@@ -258,6 +303,24 @@ rworker_close(struct worker *w, struct worker_conn *l)
     struct rworker *rw = OF(l, struct rworker, link);
 
     worker_conn_del(&rw->link);
+    worker_timer_del(w, &rw->mig_timer);
+    while (rw->drains != NULL) {
+        struct rdrain *d = rw->drains;
+
+        rw->drains = d->next;
+        migration_drain_unref(d->d);
+        free(d->marks);
+        free(d);
+    }
+    while (rw->gwait != NULL) {
+        struct rgate *g = rw->gwait;
+
+        rw->gwait = g->next;
+        g->next = NULL;
+        g->frag.error = true;
+        rbuf_append(&g->frag.reply, "-ERR chashd is stopping\r\n", 25);
+        gate_done(g);
+    }
     for (size_t b = 0; b < MEMBER_BUCKETS; b++) {
         while (rw->table[b] != NULL) {
             struct rmember *m = rw->table[b];
@@ -305,6 +368,13 @@ req_free(struct rreq *r)
         rbuf_free(&r->frags[i].reply);
         rbuf_free(&r->frags[i].pending);
         rbuf_free(&r->frags[i].bkeys);
+        free(r->frags[i].gate_error);
+        server_unref(r->frags[i].hold_to);
+        while (r->frags[i].gates != NULL) {
+            struct rgate *g = r->frags[i].gates;
+            r->frags[i].gates = g->next;
+            gate_free(g);
+        }
     }
     if (r->frags != &r->one)
         free(r->frags);
@@ -494,7 +564,7 @@ static int
 frag_data(struct rfrag *f, const char *data, size_t len)
 {
     struct rreq *r = f->req;
-    bool merged = r->nfrags > 1 || r->mode_data != NULL;
+    bool merged = r->nfrags > 1 || r->mode_data != NULL || f->gate != NULL;
 
     return rbuf_append(merged ? &f->reply : &r->reply, data, len);
 }
@@ -506,6 +576,13 @@ frag_done(struct rfrag *f)
 {
     struct rreq *r = f->req;
 
+    if (f->conn != NULL)
+        f->conn->answered++;
+    if (f->gate != NULL) {
+        f->conn = NULL;
+        gate_done(f->gate);
+        return;
+    }
     INVARIANT(!f->done && r->pending > 0);
     f->done = true;
     f->conn = NULL;
@@ -838,7 +915,7 @@ conn_queue(struct rserver *s, struct rfrag *f, const char *buf, size_t len,
 {
     bool wait = s->stream_from != NULL || s->lhead != NULL;
     int kind = PROTO_ERR_REFUSED;
-    uint32_t timeout = request_snapshot(f->req->client)->set.timeout_ms;
+    uint32_t timeout = pool_snapshot(s->m->pool)->set.timeout_ms;
 
     s->open = NULL; /* other bytes follow the batch's line */
     f->conn = s;
@@ -860,6 +937,7 @@ conn_queue(struct rserver *s, struct rfrag *f, const char *buf, size_t len,
         streamer->stream_wait = wait;
     }
     s->nfifo++;
+    s->sent++;
     if (s->state == RS_IDLE && conn_open(s) < 0) {
         int err = errno;
 
@@ -1306,6 +1384,7 @@ request_send_batch(struct rreq *r, struct rfrag *f, struct server *srv,
         f->deadline_ms = timeout > 0 ? s->w->now_ms + timeout : 0;
         fifo_push(&s->head, &s->tail, f);
         s->nfifo++;
+        s->sent++;
         return;
     }
     if (rbuf_append(&line, cmd, cmdlen) < 0 || rbuf_append(&line, " ", 1) < 0 ||
@@ -1337,8 +1416,13 @@ request_send(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash,
              const char *buf, size_t len, uint64_t stream)
 {
     struct rclient *c = r->client;
-    struct rserver *s = send_to(r, f, srv, hash);
+    struct rserver *s;
 
+    if (f->gates != NULL || c->hhead != NULL) {
+        hold(r, f, srv, hash, buf, len, stream);
+        return;
+    }
+    s = send_to(r, f, srv, hash);
     if (s == NULL)
         return;
     /* The client's next <stream> bytes are this value: they go to <s> as
@@ -1348,6 +1432,387 @@ request_send(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash,
     INVARIANT(c->stream_to == NULL && c->stream_left == 0);
     c->stream_left = stream;
     conn_queue(s, f, buf, len, stream > 0 ? c : NULL);
+}
+
+/* ---- migration: gates and the drain barrier ------------------------------ */
+
+int
+request_key_source(const struct pool_snapshot *snap, const char *key,
+                   size_t len, uint64_t hash, const struct server *to,
+                   struct server **from, const char **why)
+{
+    const struct pool_snapshot *old =
+        snap->mig != NULL ? snap->mig->old : NULL;
+    struct server *n, *o;
+    size_t off, klen;
+
+    if (old == NULL || old->ring == NULL || snap->ring == NULL)
+        return 0; /* no migration, or nothing was owned before it */
+    n = snap->servers[chash_ring_lookup(snap->ring, hash)];
+    klen = chash_key_tag(key, len, snap->set.hash_tag, &off);
+    o = old->servers[chash_ring_lookup(
+        old->ring, chash_ring_hash(old->ring, key + off, klen))];
+    if (o == n)
+        return 0;
+    /* A moving key lives on its old owner until it is moved, and only
+     * its new owner may take it then: nobody else can serve it. */
+    if (to != n) {
+        *why = "the key is moving to a member that is not up";
+        return -1;
+    }
+    if (!server_usable(o) && atomic_load(&o->state) != SERVER_DRAINING) {
+        *why = "the key is moving from a member that is not up";
+        return -1;
+    }
+    *from = o;
+    return 1;
+}
+
+int
+request_gate(struct rreq *r, struct rfrag *f, struct server *from,
+             struct server *to, const char *key, size_t len)
+{
+    struct rclient *c = r->client;
+    struct pool_snapshot *snap = request_snapshot(c);
+    struct rgate *g = calloc(1, sizeof(*g));
+    size_t off, klen;
+
+    if (g == NULL || (g->key = malloc(len ? len : 1)) == NULL) {
+        free(g);
+        return -1;
+    }
+    memcpy(g->key, key, len);
+    g->len = len;
+    g->from = from;
+    g->to = to;
+    server_ref(from);
+    server_ref(to);
+    g->pool = c->pool;
+    pool_ref(c->pool);
+    g->w = c->w;
+    g->epoch = snap->mig->epoch;
+    klen = chash_key_tag(key, len, snap->set.hash_tag, &off);
+    g->hash = chash_ring_hash(snap->mig->old->ring, key + off, klen);
+    g->opens = f;
+    g->frag.req = r;
+    g->frag.gate = g;
+    g->next = f->gates;
+    f->gates = g;
+    return 0;
+}
+
+static void
+gate_free(struct rgate *g)
+{
+    server_unref(g->from);
+    server_unref(g->to);
+    pool_unref(g->pool);
+    rbuf_free(&g->frag.reply);
+    free(g->key);
+    free(g);
+}
+
+/* Put <g> on its old owner's connection now (its migration drained).
+ * A gate that cannot be sent is answered at once (gate_done). */
+static void
+gate_send(struct rgate *g)
+{
+    struct rreq *r = g->frag.req;
+    struct rserver *s;
+    struct rbuf cmd = {0};
+
+    rbuf_free(&g->frag.reply);
+    g->frag.error = false;
+    if (r->client == NULL || g->opens->abandoned) {
+        /* its client left: nothing will run, nothing needs moving */
+        g->frag.error = true;
+        rbuf_append(&g->frag.reply, "-ERR client gone\r\n", 18);
+        gate_done(g);
+        return;
+    }
+    if (r->mode->gate_build(request_snapshot(r->client), g->to, g->key,
+                            g->len, g->tries > 0, &cmd) < 0) {
+        rbuf_free(&cmd);
+        g->frag.error = true;
+        rbuf_append(&g->frag.reply, "-ERR out of memory\r\n", 20);
+        gate_done(g);
+        return;
+    }
+    s = send_to(r, &g->frag, g->from, g->hash);
+    if (s != NULL)
+        conn_queue(s, &g->frag, cmd.data, cmd.len, NULL);
+    rbuf_free(&cmd);
+}
+
+/* Send <g> once its migration's drain barrier has passed; until then it
+ * waits in the worker (a write sent under the old ring must not land on
+ * the old owner after the key left it). */
+static void
+gate_go(struct rgate *g)
+{
+    struct rworker *rw;
+
+    if (atomic_load(&g->pool->mig_drained) >= g->epoch ||
+        g->frag.req->client == NULL) {
+        gate_send(g);
+        return;
+    }
+    rw = g->w->requests;
+    g->next = NULL;
+    if (rw->gwait_tail != NULL)
+        rw->gwait_tail->next = g;
+    else
+        rw->gwait = g;
+    rw->gwait_tail = g;
+    if (rw->mig_timer.next == NULL)
+        worker_timer_set(rw->w, &rw->mig_timer, rw->w->now_ms + WHEEL_MS);
+}
+
+/* <g> is answered: the key moved (or was not there), so its fragment may
+ * run once its other gates are answered too; or it could not be moved,
+ * and the fragment fails without running anywhere. */
+static void
+gate_done(struct rgate *g)
+{
+    struct rfrag *f = g->opens;
+    struct rreq *r = f->req;
+    struct stats_pool *st = &g->pool->stats[g->w->id];
+    const char *rep = g->frag.reply.data + g->frag.reply.off;
+    size_t len = rbuf_size(&g->frag.reply);
+    int res = len > 0 ? r->mode->gate_result(rep, len) : GATE_FAILED;
+
+    if (res == GATE_RETRY && g->tries < 3 && r->client != NULL &&
+        !f->abandoned) {
+        g->tries++;
+        gate_send(g);
+        return;
+    }
+    if (res == GATE_MOVED)
+        stats_add(&st->gate_moved, 1);
+    else if (res == GATE_ABSENT)
+        stats_add(&st->gate_absent, 1);
+    else {
+        stats_add(&st->gate_failed, 1);
+        if (f->gate_error == NULL) {
+            char msg[400];
+            size_t n = len;
+
+            while (n > 0 && (rep[n - 1] == '\r' || rep[n - 1] == '\n'))
+                n--;
+            if (n > 0 && (rep[0] == '-' || rep[0] == '+'))
+                rep++, n--;
+            snprintf(msg, sizeof(msg),
+                     "migration of key '%.*s' from %s failed: %.*s",
+                     (int)(g->len > 64 ? 64 : g->len), g->key,
+                     g->from->name, (int)(n > 200 ? 200 : n), rep);
+            f->gate_error = strdup(msg);
+        }
+    }
+    gate_free(g);
+    INVARIANT(f->gates_pending > 0);
+    if (--f->gates_pending > 0)
+        return;
+    if (r->client != NULL)
+        client_release(r->client);
+    else if (f->held) {
+        /* its client left while it waited: it never runs */
+        f->held = false;
+        frag_fail(f, PROTO_ERR_CLOSED);
+    }
+}
+
+/* Hold fragment <f> (to member <srv>) until its gates are answered and
+ * every fragment its client holds before it has gone. */
+static void
+hold(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash,
+     const char *buf, size_t len, uint64_t stream)
+{
+    struct rclient *c = r->client;
+    struct rgate *g;
+    unsigned n = 0;
+
+    if (rbuf_append(&f->pending, buf, len) < 0) {
+        while ((g = f->gates) != NULL) {
+            f->gates = g->next;
+            gate_free(g);
+        }
+        c->stream_left = stream; /* read and dropped */
+        frag_fail(f, PROTO_ERR_CLOSED);
+        return;
+    }
+    f->held = true;
+    f->hold_to = srv;
+    server_ref(srv);
+    f->hold_hash = hash;
+    f->hold_stream = stream;
+    if (stream > 0) {
+        INVARIANT(c->stream_to == NULL && c->stream_left == 0);
+        c->stream_left = stream;
+        c->stream_held = true;
+    }
+    f->hnext = NULL;
+    if (c->htail != NULL)
+        c->htail->hnext = f;
+    else
+        c->hhead = f;
+    c->htail = f;
+    for (g = f->gates; g != NULL; g = g->next)
+        n++;
+    f->gates_pending = n; /* all counted first: one may answer at once */
+    g = f->gates;
+    f->gates = NULL;
+    while (g != NULL) {
+        struct rgate *next = g->next;
+
+        g->next = NULL;
+        gate_go(g);
+        g = next;
+    }
+    client_release(c);
+}
+
+/* Send (or fail) <c>'s held fragments whose gates are all answered, in
+ * order, up to the first that still waits. */
+static void
+client_release(struct rclient *c)
+{
+    while (c->hhead != NULL && c->hhead->gates_pending == 0) {
+        struct rfrag *f = c->hhead;
+        struct rreq *r = f->req;
+        struct server *srv = f->hold_to;
+        struct rserver *s;
+
+        c->hhead = f->hnext;
+        if (c->hhead == NULL)
+            c->htail = NULL;
+        f->hnext = NULL;
+        f->held = false;
+        f->hold_to = NULL;
+        if (f->hold_stream > 0)
+            c->stream_held = false;
+        if (f->gate_error != NULL) {
+            char buf[512];
+            size_t n = req_proto(r)->error_reply(buf, sizeof(buf),
+                                                 PROTO_ERR_REQUEST,
+                                                 f->gate_error);
+
+            f->error = true;
+            frag_data(f, buf, n);
+            rbuf_free(&f->pending);
+            if (f->hold_stream > 0) {
+                c->stream_to = NULL; /* its value is read and dropped */
+                worker_soon(c->w, &c->more);
+            }
+            frag_done(f);
+        } else if ((s = send_to(r, f, srv, f->hold_hash)) != NULL) {
+            struct rbuf b = f->pending;
+
+            memset(&f->pending, 0, sizeof(f->pending));
+            conn_queue(s, f, b.data + b.off, rbuf_size(&b),
+                       f->hold_stream > 0 ? c : NULL);
+            rbuf_free(&b);
+            if (f->hold_stream > 0)
+                worker_soon(c->w, &c->more); /* its value may go now */
+        } else if (f->hold_stream > 0) {
+            c->stream_to = NULL;
+            worker_soon(c->w, &c->more);
+        }
+        server_unref(srv);
+    }
+}
+
+/* Client <c> closes: what it holds never runs. */
+static void
+client_abandon(struct rclient *c)
+{
+    struct rfrag *f = c->hhead;
+
+    c->hhead = c->htail = NULL;
+    c->stream_held = false;
+    while (f != NULL) {
+        struct rfrag *next = f->hnext;
+
+        f->hnext = NULL;
+        f->abandoned = true;
+        if (f->gates_pending == 0) {
+            f->held = false;
+            frag_fail(f, PROTO_ERR_CLOSED);
+        }
+        f = next;
+    }
+}
+
+void
+request_drain(struct worker *w, void *arg)
+{
+    struct migration_drain *d = arg;
+    struct rworker *rw = rworker_get(w);
+    struct rdrain *rd = rw != NULL ? calloc(1, sizeof(*rd)) : NULL;
+    size_t n = 0;
+
+    if (rd == NULL) {
+        /* out of memory: counted drained (nothing is tracked) */
+        log_error("worker %u: no memory for a migration's drain barrier",
+                  w->id);
+        atomic_fetch_add(&d->done, 1);
+        migration_drain_unref(d);
+        return;
+    }
+    rd->d = d;
+    for (size_t b = 0; b < MEMBER_BUCKETS; b++)
+        for (struct rmember *m = rw->table[b]; m != NULL; m = m->next)
+            if (m->pool == d->pool)
+                n += m->nconns;
+    rd->marks = calloc(n ? n : 1, sizeof(*rd->marks));
+    n = 0;
+    for (size_t b = 0; rd->marks != NULL && b < MEMBER_BUCKETS; b++)
+        for (struct rmember *m = rw->table[b]; m != NULL; m = m->next)
+            for (size_t i = 0; m->pool == d->pool && i < m->nconns; i++)
+                if (m->conns[i] != NULL &&
+                    m->conns[i]->answered < m->conns[i]->sent) {
+                    rd->marks[n].s = m->conns[i];
+                    rd->marks[n++].mark = m->conns[i]->sent;
+                }
+    rd->n = n;
+    rd->next = rw->drains;
+    rw->drains = rd;
+    mig_timer(w, &rw->mig_timer);
+}
+
+/* Every WHEEL_MS while a drain or a gate waits: drains whose marks are
+ * answered are counted; gates whose migration drained are sent. */
+static void
+mig_timer(struct worker *w, struct timer *t)
+{
+    struct rworker *rw = OF(t, struct rworker, mig_timer);
+    struct rdrain **pp = &rw->drains;
+    struct rgate *g, *wait;
+
+    while (*pp != NULL) {
+        struct rdrain *rd = *pp;
+        bool done = true;
+
+        for (size_t i = 0; i < rd->n && done; i++)
+            done = rd->marks[i].s->answered >= rd->marks[i].mark;
+        if (!done) {
+            pp = &rd->next;
+            continue;
+        }
+        *pp = rd->next;
+        atomic_fetch_add(&rd->d->done, 1);
+        migration_drain_unref(rd->d);
+        free(rd->marks);
+        free(rd);
+    }
+    wait = rw->gwait;
+    rw->gwait = rw->gwait_tail = NULL;
+    while ((g = wait) != NULL) {
+        wait = g->next;
+        g->next = NULL;
+        gate_go(g); /* sent, or back on the list */
+    }
+    if (rw->drains != NULL || rw->gwait != NULL)
+        worker_timer_set(w, t, w->now_ms + WHEEL_MS);
 }
 
 /* ---- clients ------------------------------------------------------------- */
@@ -1576,8 +2041,9 @@ client_stream(struct rclient *c)
 {
     bool progress = false;
 
-    if (c->stream_wait)
-        return false; /* another client's value goes first */
+    if (c->stream_wait || c->stream_held)
+        return false; /* another client's value goes first, or a
+                         migration's gate */
     while (c->stream_left > 0 && rbuf_size(&c->in) > 0) {
         size_t n = rbuf_size(&c->in);
         struct rserver *s = c->stream_to;
@@ -1876,6 +2342,7 @@ client_close(struct rclient *c)
     /* first: failing its value's connection answers its requests, which
      * schedules <more>, cancelled here */
     client_unstream(c, PROTO_ERR_CLOSED);
+    client_abandon(c);
     worker_soon_cancel(c->w, &c->more);
     worker_timer_del(c->w, &c->timer);
     while (r != NULL) {

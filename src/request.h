@@ -28,6 +28,7 @@ struct server;
 struct rclient;
 struct rreq;
 struct rserver;
+struct rgate;
 
 /* A growable byte buffer: bytes [off, len) are live. */
 struct rbuf {
@@ -67,6 +68,20 @@ struct rfrag {
     int batch;
     struct rbuf bkeys;
     uint32_t riders;
+    /* Migration (request_gate): the keys that must leave their old owner
+     * before this fragment may run on its new one. While any gate is on
+     * its way the fragment is held: its bytes wait in <pending>, in its
+     * client's held FIFO (<hnext>), and everything the client sends
+     * after it waits behind it (per-client order). */
+    struct rgate *gates;     /* registered, not sent yet */
+    unsigned gates_pending;  /* sent, not answered */
+    bool held;
+    bool abandoned;          /* its client is gone: fails once released */
+    struct rfrag *hnext;
+    struct server *hold_to;  /* where it goes when released (ref held) */
+    uint64_t hold_hash, hold_stream;
+    char *gate_error;        /* why a gate failed: the fragment's error */
+    struct rgate *gate;      /* this fragment is a gate's own */
 };
 
 /* A client request, from parse to the last byte of its reply. */
@@ -129,6 +144,23 @@ struct request_mode {
      * does not batch. */
     void (*unbatch)(const char *buf, size_t len, struct rfrag *const *frags,
                     size_t n);
+    /* Migration. The request, sent to a key's old owner, that moves <key>
+     * (<len> bytes) to member <to> (its new owner): appended to <out>;
+     * <replace>: overwrite what <to> has. 0 or -1 (out of memory). NULL:
+     * the mode does not migrate. */
+    int (*gate_build)(const struct pool_snapshot *snap, const struct server *to,
+                      const char *key, size_t len, bool replace,
+                      struct rbuf *out);
+    /* What its reply <buf> (<len> bytes) says: enum request_gate_result. */
+    int (*gate_result)(const char *buf, size_t len);
+};
+
+enum request_gate_result {
+    GATE_MOVED,  /* the key was moved */
+    GATE_ABSENT, /* the old owner did not have it (moved already, or none) */
+    GATE_RETRY,  /* the new owner has a copy (an earlier failed move):
+                    again, overwriting it */
+    GATE_FAILED  /* not moved: the request must not run */
 };
 
 /* A client of a store pool. */
@@ -164,6 +196,9 @@ struct rclient {
     uint64_t stream_seen_ms; /* when its value last moved */
     bool closed;
     char *name; /* CLIENT SETNAME */
+    /* fragments held for a migration's gate, in order (request_gate) */
+    struct rfrag *hhead, *htail;
+    bool stream_held; /* its value waits for a held fragment */
 };
 
 /* `preconnect: true`: open worker <w>'s connections to every member of
@@ -247,6 +282,30 @@ int request_route(struct rreq *r, const struct pool_snapshot *snap,
                   const char *buf, const struct proto_span *keys,
                   size_t nkeys, struct request_route *rt);
 void request_route_free(struct request_route *rt);
+
+/*
+ * Migration. Key <key> (<len> bytes, ring hash <hash>) goes to <to>
+ * (request_key_member's answer) in <snap>: 1 when a migration moves it
+ * and it may still be on its old owner (*<from>), 0 when it is not
+ * moving, -1 when it cannot be served now (*<why>: its old or new owner
+ * is not up -- a moving key is served by nobody else).
+ */
+int request_key_source(const struct pool_snapshot *snap, const char *key,
+                       size_t len, uint64_t hash, const struct server *to,
+                       struct server **from, const char **why);
+
+/*
+ * Before fragment <f> of <r> runs on <to>, key <key> must have left
+ * <from>: the mode's gate_build request goes to <from> first, and <f>
+ * (sent with request_send as usual) waits for its answer. 0 or -1 (out of
+ * memory).
+ */
+int request_gate(struct rreq *r, struct rfrag *f, struct server *from,
+                 struct server *to, const char *key, size_t len);
+
+/* worker_call target: the drain barrier of a migration (struct
+ * migration_drain *<arg>, whose reference it takes) in worker <w>. */
+void request_drain(struct worker *w, void *arg);
 
 /* Any member that is up, spread by <client>, for a request whose reply
  * is the same on every member. NULL when none is. */

@@ -62,6 +62,7 @@ struct state_pool {
 struct state {
     struct state_pool *pools;
     size_t npools;
+    json_t *migrations; /* pool name -> its running migration (NULL: none) */
 };
 
 static const char *const admin_names[] = {"up", "drain", "maint"};
@@ -145,6 +146,8 @@ state_clear(struct state *st)
     free(st->pools);
     st->pools = NULL;
     st->npools = 0;
+    json_decref(st->migrations);
+    st->migrations = NULL;
 }
 
 void
@@ -396,7 +399,7 @@ state_load_string(struct state *st, const char *name, const char *text,
 {
     struct state tmp = {0};
     json_error_t jerr;
-    json_t *root, *version, *pools, *v;
+    json_t *root, *version, *pools, *v, *mv;
     const char *key;
     int rc = -1;
 
@@ -425,6 +428,19 @@ state_load_string(struct state *st, const char *name, const char *text,
         if (parse_pool(&tmp, key, v, name, err, errlen) != 0)
             goto out;
     }
+    v = json_object_get(root, "migrations");
+    if (v != NULL && !json_is_object(v)) {
+        seterr(err, errlen, "%s: \"migrations\" must be an object", name);
+        goto out;
+    }
+    json_object_foreach(v, key, mv)
+    {
+        if (!json_is_object(mv)) {
+            seterr(err, errlen, "%s: migration of pool \"%s\" must be an object",
+                   name, key);
+            goto out;
+        }
+    }
     /* Only a fully valid file replaces the state. Bases survive: they
      * belong to the loaded config, not to the file. */
     for (size_t i = 0; i < st->npools; i++)
@@ -447,6 +463,8 @@ state_load_string(struct state *st, const char *name, const char *text,
         tmp.pools[i].nadded = tmp.pools[i].nchanged = 0;
         tmp.pools[i].nremoved = 0;
     }
+    json_decref(st->migrations);
+    st->migrations = v != NULL ? json_deep_copy(v) : NULL;
     rc = 0;
 out:
     state_clear(&tmp);
@@ -1217,7 +1235,30 @@ state_json(const struct state *st)
         json_object_set_new(pools, p->name, jp);
     }
     json_object_set_new(root, "pools", pools);
+    if (st->migrations != NULL && json_object_size(st->migrations) > 0)
+        json_object_set_new(root, "migrations",
+                            json_deep_copy(st->migrations));
     return root;
+}
+
+json_t *
+state_migration(const struct state *st, const char *pool)
+{
+    return st->migrations != NULL ? json_object_get(st->migrations, pool)
+                                  : NULL;
+}
+
+int
+state_set_migration(struct state *st, const char *pool, json_t *m)
+{
+    if (m == NULL) {
+        if (st->migrations != NULL)
+            json_object_del(st->migrations, pool);
+        return 0;
+    }
+    if (st->migrations == NULL && (st->migrations = json_object()) == NULL)
+        return -1;
+    return json_object_set(st->migrations, pool, m);
 }
 
 /* Write all of <buf> to <fd>. */

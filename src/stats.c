@@ -51,5 +51,8 @@ stats_pool_sum(const struct stats_pool *slots, size_t nslots,
         out->refused += stats_get(&slots[i].refused);
         out->errors += stats_get(&slots[i].errors);
         out->protocol_errors += stats_get(&slots[i].protocol_errors);
+        out->gate_moved += stats_get(&slots[i].gate_moved);
+        out->gate_absent += stats_get(&slots[i].gate_absent);
+        out->gate_failed += stats_get(&slots[i].gate_failed);
     }
 }

@@ -87,6 +87,9 @@ struct stats_pool {
                                          error: the member's, a timeout,
                                          a failed connection */
     _Atomic uint64_t protocol_errors; /* unparsable input: closed */
+    /* migration: keys a request moved from their old owner before it ran
+     * (MIGRATE +OK), found gone already (+NOKEY), or could not move */
+    _Atomic uint64_t gate_moved, gate_absent, gate_failed;
 } __attribute__((aligned(64)));
 
 /* Sums over all workers' slots (any thread). */
@@ -102,6 +105,7 @@ struct stats_pool_sum {
     uint64_t refused_limit, refused_error, no_member, retries, idle_timeouts;
     uint64_t bytes_in, bytes_out;
     uint64_t requests, fragments, local, refused, errors, protocol_errors;
+    uint64_t gate_moved, gate_absent, gate_failed;
 };
 
 /* The bucket of a latency of <us> microseconds. */

@@ -31,6 +31,7 @@ enum cmd_type {
     CMD_ADD_LISTENER,
     CMD_DEL_LISTENER,
     CMD_STOP_ACCEPTING,
+    CMD_CALL,
     CMD_EXIT
 };
 
@@ -38,6 +39,8 @@ struct worker_cmd {
     int type;
     struct pool *pool; /* ADD: (ref held) */
     int fd;
+    void (*fn)(struct worker *w, void *arg); /* CALL */
+    void *arg;
     struct worker_cmd *next;
 };
 
@@ -407,6 +410,29 @@ worker_del_listener(unsigned w, int fd)
     return worker_push(&workers[w], CMD_DEL_LISTENER, NULL, fd);
 }
 
+int
+worker_call(unsigned w, void (*fn)(struct worker *w, void *arg), void *arg)
+{
+    struct worker_cmd *cmd = calloc(1, sizeof(*cmd)), **pp;
+    uint64_t one = 1;
+
+    if (cmd == NULL || w >= nworkers) {
+        free(cmd);
+        return -1;
+    }
+    cmd->type = CMD_CALL;
+    cmd->fn = fn;
+    cmd->arg = arg;
+    pthread_mutex_lock(&workers[w].lock);
+    for (pp = &workers[w].cmds; *pp != NULL; pp = &(*pp)->next)
+        ;
+    *pp = cmd;
+    pthread_mutex_unlock(&workers[w].lock);
+    if (write(workers[w].cmdfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        log_error("worker %u: command eventfd: %s", w, strerror(errno));
+    return 0;
+}
+
 void
 worker_stop_accepting(void)
 {
@@ -470,6 +496,9 @@ worker_commands(struct worker *w, struct ev *ev, uint32_t events)
                 w->listeners = l->next;
                 listener_close(w, l);
             }
+            break;
+        case CMD_CALL:
+            cmd->fn(w, cmd->arg);
             break;
         case CMD_EXIT:
             w->exiting = true;

@@ -1,0 +1,1714 @@
+/* migration.c -- live data migration of redis pools: the migration's
+ * life on the control thread (prepare, drain, copy, verify, finish,
+ * persist, resume), the copier threads and their blocking RESP client,
+ * and the probe of a change's members. See migration.h.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "migration.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chash/chash.h"
+#include "clock.h"
+#include "conf.h"
+#include "control.h"
+#include "invariant.h"
+#include "log.h"
+#include "membership.h"
+#include "pool.h"
+#include "request.h"
+#include "stats.h"
+#include "worker.h"
+
+/* How often the control thread looks at running migrations and saves
+ * their progress. */
+#define TICK_MS 100
+#define SAVE_MS 1000
+/* A copier that cannot reach its member tries again after this long,
+ * doubling up to RETRY_MAX_MS. */
+#define RETRY_MS 200
+#define RETRY_MAX_MS 5000
+/* Tries of a key whose MIGRATE says the target has it or timed out. */
+#define KEY_TRIES 4
+/* Big keys listed. */
+#define BIG_KEYS_MAX 20
+
+enum mig_phase {
+    MIG_DRAINING,
+    MIG_COPYING,
+    MIG_VERIFYING,
+    MIG_FINISHING,
+    MIG_DONE
+};
+
+static const char *const phase_names[] = {"draining", "copying", "verifying",
+                                          "finishing", "done"};
+
+struct migration;
+
+/* One old owner and its copier. Fields below <lock> are the migration's
+ * lock's. */
+struct msource {
+    struct migration *m;
+    struct server *srv; /* (ref held) */
+    pthread_t thread;
+    bool started;
+    /* under m->lock */
+    int phase;      /* MIG_COPYING, MIG_VERIFYING, MIG_DONE */
+    unsigned pass;  /* 1: copy; 2 and later: verification */
+    char cursor[24];
+    uint64_t scanned, moved, bytes, absent, failed, anomalies, errors;
+    uint64_t retry_failed; /* failed in an earlier pass, to find again */
+    int64_t dbsize_start;
+    char last_error[200];
+};
+
+struct migration {
+    struct pool *pool; /* (ref held) */
+    uint64_t epoch;
+    int phase; /* control thread */
+    char change[300];
+    char *leaving; /* a member removed once done, or NULL */
+    uint64_t keys_predicted, keys_total;
+    time_t started_wall;
+    uint64_t started_ms, finished_ms;
+    struct migration_view *view;    /* (ref held) */
+    struct pool_snapshot *new_snap; /* pinned once started */
+    struct migration_drain *drain;  /* (ref held) while draining */
+    /* settings, copied at start */
+    char *auth;
+    int db;
+    uint32_t timeout_ms, batch, rate;
+    uint64_t bandwidth, big_key;
+    char hash_tag[3];
+    struct msource *src;
+    size_t nsrc;
+    pthread_mutex_t lock;
+    _Atomic bool stop;
+    /* the throttle: a debt-free token bucket per unit */
+    double tok_keys, tok_bytes;
+    uint64_t tok_ms;
+    json_t *big_keys; /* under lock */
+    /* the pool's gate counters when it started, and what resumed */
+    uint64_t gate_base_moved, gate_base_absent, gate_base_failed;
+    uint64_t gate_moved_before; /* moved by traffic before a restart */
+    uint64_t saved_ms;
+};
+
+/* The last finished migration of each pool, for the API. */
+struct last {
+    char *pool;
+    json_t *j;
+    struct last *next;
+};
+static struct last *lasts;
+static struct migration **running; /* the pools' */
+static size_t nrunning, caprunning;
+static uint64_t next_epoch;
+
+/* ---- view and drain ------------------------------------------------------ */
+
+void
+migration_view_ref(struct migration_view *v)
+{
+    v->refs++;
+}
+
+void
+migration_view_unref(struct migration_view *v)
+{
+    if (v == NULL || --v->refs > 0)
+        return;
+    pool_snapshot_unpin(v->old);
+    free(v);
+}
+
+void
+migration_drain_unref(struct migration_drain *d)
+{
+    if (d != NULL && atomic_fetch_sub(&d->refs, 1) == 1)
+        free(d);
+}
+
+/* ---- helpers shared with the request path ------------------------------ */
+
+int
+migration_host_port(const struct conf_addr *a, char *host, size_t hostcap,
+                     char *port, size_t portcap)
+{
+    const void *ip;
+
+    if (a->family == AF_INET)
+        ip = &((const struct sockaddr_in *)&a->sa)->sin_addr;
+    else if (a->family == AF_INET6)
+        ip = &((const struct sockaddr_in6 *)&a->sa)->sin6_addr;
+    else
+        return -1;
+    if (inet_ntop(a->family, ip, host, (socklen_t)hostcap) == NULL)
+        return -1;
+    snprintf(port, portcap, "%u", (unsigned)a->port);
+    return 0;
+}
+
+/* Whether the error text <t> (<n> bytes) contains <word>. */
+static bool
+has_word(const char *t, size_t n, const char *word)
+{
+    size_t w = strlen(word);
+
+    for (size_t i = 0; i + w <= n; i++)
+        if (memcmp(t + i, word, w) == 0)
+            return true;
+    return false;
+}
+
+int
+migration_migrate_result(const char *buf, size_t len)
+{
+    if (len >= 3 && memcmp(buf, "+OK", 3) == 0)
+        return GATE_MOVED;
+    if (len >= 6 && memcmp(buf, "+NOKEY", 6) == 0)
+        return GATE_ABSENT;
+    /* The target has the key: a copy from an earlier move whose reply was
+     * lost (IOERR), or a leftover a joining member should not have had.
+     * Under the migration's invariant the old owner's copy is the current
+     * one: REPLACE. IOERR: the key may be on both, equal: REPLACE. */
+    if (len > 0 && buf[0] == '-' &&
+        (has_word(buf, len, "BUSYKEY") || has_word(buf, len, "IOERR")))
+        return GATE_RETRY;
+    return GATE_FAILED;
+}
+
+/* ---- a blocking RESP client (copier and probe threads) ------------------ */
+
+struct rval {
+    char type; /* + - : $ * ; 0 for a nil */
+    long long i;
+    char *s;
+    size_t len;
+    struct rval *el;
+    size_t n;
+};
+
+struct rconn {
+    int fd;
+    char *in;
+    size_t len, cap;
+    char *out;
+    size_t olen, ocap;
+};
+
+static void
+rval_free(struct rval *v)
+{
+    for (size_t i = 0; i < v->n; i++)
+        rval_free(&v->el[i]);
+    free(v->el);
+    free(v->s);
+    memset(v, 0, sizeof(*v));
+}
+
+static void
+rc_close(struct rconn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->len = c->olen = 0;
+}
+
+static void
+rc_free(struct rconn *c)
+{
+    rc_close(c);
+    free(c->in);
+    free(c->out);
+    c->in = c->out = NULL;
+    c->cap = c->ocap = 0;
+}
+
+static int
+rc_put(struct rconn *c, const void *p, size_t n)
+{
+    if (c->olen + n > c->ocap) {
+        size_t cap = c->ocap ? c->ocap : 4096;
+        char *o;
+
+        while (cap < c->olen + n)
+            cap *= 2;
+        if ((o = realloc(c->out, cap)) == NULL)
+            return -1;
+        c->out = o;
+        c->ocap = cap;
+    }
+    memcpy(c->out + c->olen, p, n);
+    c->olen += n;
+    return 0;
+}
+
+/* Queue one command of <argc> arguments. */
+static int
+rc_cmd(struct rconn *c, int argc, const char *const *argv, const size_t *lens)
+{
+    char h[32];
+
+    snprintf(h, sizeof(h), "*%d\r\n", argc);
+    if (rc_put(c, h, strlen(h)) < 0)
+        return -1;
+    for (int i = 0; i < argc; i++) {
+        size_t n = lens != NULL ? lens[i] : strlen(argv[i]);
+
+        snprintf(h, sizeof(h), "$%zu\r\n", n);
+        if (rc_put(c, h, strlen(h)) < 0 || rc_put(c, argv[i], n) < 0 ||
+            rc_put(c, "\r\n", 2) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int
+rc_flush(struct rconn *c)
+{
+    size_t off = 0;
+
+    while (off < c->olen) {
+        ssize_t n = send(c->fd, c->out + off, c->olen - off, MSG_NOSIGNAL);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        off += (size_t)n;
+    }
+    c->olen = 0;
+    return 0;
+}
+
+/* Parse one reply at <c->in>[*<pos>]: 1 done, 0 more bytes needed, -1 a
+ * malformed reply. */
+static int
+rc_parse(struct rconn *c, size_t *pos, struct rval *v)
+{
+    const char *b = c->in + *pos, *nl;
+    size_t avail = c->len - *pos, hl;
+    long long n;
+    char *end;
+
+    nl = memchr(b, '\n', avail);
+    if (nl == NULL)
+        return 0;
+    hl = (size_t)(nl - b) + 1;
+    if (hl < 3 || b[hl - 2] != '\r')
+        return -1;
+    v->type = b[0];
+    switch (b[0]) {
+    case '+':
+    case '-':
+        v->len = hl - 3;
+        if ((v->s = malloc(v->len + 1)) == NULL)
+            return -1;
+        memcpy(v->s, b + 1, v->len);
+        v->s[v->len] = '\0';
+        *pos += hl;
+        return 1;
+    case ':':
+        v->i = strtoll(b + 1, &end, 10);
+        *pos += hl;
+        return 1;
+    case '$':
+        n = strtoll(b + 1, &end, 10);
+        if (n < 0) {
+            v->type = 0;
+            *pos += hl;
+            return 1;
+        }
+        if (avail < hl + (size_t)n + 2)
+            return 0;
+        v->len = (size_t)n;
+        if ((v->s = malloc(v->len + 1)) == NULL)
+            return -1;
+        memcpy(v->s, b + hl, v->len);
+        v->s[v->len] = '\0';
+        *pos += hl + (size_t)n + 2;
+        return 1;
+    case '*':
+        n = strtoll(b + 1, &end, 10);
+        *pos += hl;
+        if (n < 0) {
+            v->type = 0;
+            return 1;
+        }
+        if (n > 10000000 || (v->el = calloc((size_t)n ? (size_t)n : 1,
+                                            sizeof(*v->el))) == NULL)
+            return -1;
+        for (v->n = 0; v->n < (size_t)n; v->n++) {
+            int rc = rc_parse(c, pos, &v->el[v->n]);
+            if (rc <= 0)
+                return rc;
+        }
+        return 1;
+    default:
+        return -1;
+    }
+}
+
+/* Read one reply into <v> (the caller frees it). 0, or -1 (the
+ * connection is unusable: closed, timed out, malformed). */
+static int
+rc_reply(struct rconn *c, struct rval *v)
+{
+    for (;;) {
+        size_t pos = 0;
+        int rc;
+
+        memset(v, 0, sizeof(*v));
+        if (c->len > 0) {
+            rc = rc_parse(c, &pos, v);
+            if (rc == 1) {
+                memmove(c->in, c->in + pos, c->len - pos);
+                c->len -= pos;
+                return 0;
+            }
+            rval_free(v);
+            if (rc < 0)
+                return -1;
+        }
+        if (c->len == c->cap) {
+            size_t cap = c->cap ? c->cap * 2 : 16384;
+            char *in = realloc(c->in, cap);
+
+            if (in == NULL)
+                return -1;
+            c->in = in;
+            c->cap = cap;
+        }
+        ssize_t n = recv(c->fd, c->in + c->len, c->cap - c->len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        c->len += (size_t)n;
+    }
+}
+
+/* Send the queued commands and read one reply. */
+static int
+rc_call(struct rconn *c, struct rval *v)
+{
+    return rc_flush(c) < 0 ? -1 : rc_reply(c, v);
+}
+
+/* Connect to <a> (at most <timeout_ms> for the connect, and that plus
+ * two seconds for any later read or write), AUTH and SELECT. 0, or -1
+ * with a reason in <err>. */
+static int
+rc_open(struct rconn *c, const struct conf_addr *a, uint32_t timeout_ms,
+        const char *auth, int db, char *err, size_t errlen)
+{
+    struct timeval tv;
+    struct pollfd pfd;
+    int one = 1, soerr = 0, rc;
+    socklen_t sl = sizeof(soerr);
+    uint32_t io_ms = timeout_ms + 2000;
+    struct rval v;
+
+    rc_close(c);
+    c->fd = socket(a->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c->fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    if (connect(c->fd, (const struct sockaddr *)&a->sa, a->salen) < 0 &&
+        errno != EINPROGRESS) {
+        snprintf(err, errlen, "connect to %s: %s", a->text, strerror(errno));
+        rc_close(c);
+        return -1;
+    }
+    pfd.fd = c->fd;
+    pfd.events = POLLOUT;
+    rc = poll(&pfd, 1, (int)timeout_ms);
+    if (rc <= 0 || getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 ||
+        soerr != 0) {
+        snprintf(err, errlen, "connect to %s: %s", a->text,
+                 rc == 0 ? "timed out" : strerror(soerr ? soerr : errno));
+        rc_close(c);
+        return -1;
+    }
+    /* blocking from here, every wait bounded */
+    rc = fcntl(c->fd, F_GETFL);
+    if (rc < 0 || fcntl(c->fd, F_SETFL, rc & ~O_NONBLOCK) < 0) {
+        snprintf(err, errlen, "fcntl: %s", strerror(errno));
+        rc_close(c);
+        return -1;
+    }
+    tv.tv_sec = io_ms / 1000;
+    tv.tv_usec = (io_ms % 1000) * 1000;
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (auth != NULL) {
+        const char *argv[] = {"AUTH", auth};
+
+        if (rc_cmd(c, 2, argv, NULL) < 0 || rc_call(c, &v) < 0) {
+            snprintf(err, errlen, "AUTH on %s: no answer", a->text);
+            rc_close(c);
+            return -1;
+        }
+        if (v.type == '-') {
+            snprintf(err, errlen, "AUTH on %s: %s", a->text, v.s);
+            rval_free(&v);
+            rc_close(c);
+            return -1;
+        }
+        rval_free(&v);
+    }
+    if (db != 0) {
+        char d[16];
+        const char *argv[] = {"SELECT", d};
+
+        snprintf(d, sizeof(d), "%d", db);
+        if (rc_cmd(c, 2, argv, NULL) < 0 || rc_call(c, &v) < 0 ||
+            v.type == '-') {
+            snprintf(err, errlen, "SELECT %d on %s: %s", db, a->text,
+                     v.type == '-' ? v.s : "no answer");
+            rval_free(&v);
+            rc_close(c);
+            return -1;
+        }
+        rval_free(&v);
+    }
+    return 0;
+}
+
+/* ---- the probe ----------------------------------------------------------- */
+
+void
+migration_probe(struct migration_probe *pr)
+{
+    struct rconn c = {.fd = -1};
+
+    pr->why[0] = '\0';
+    for (size_t i = 0; i < pr->n; i++) {
+        struct conf_addr a = {0};
+        char err[256];
+        struct rval v;
+
+        pr->keys[i] = -1;
+        if (conf_parse_addr(pr->addresses[i], &a, err, sizeof(err)) != 0) {
+            if (pr->why[0] == '\0')
+                snprintf(pr->why, sizeof(pr->why), "%s", err);
+            continue;
+        }
+        if (rc_open(&c, &a, pr->timeout_ms, pr->auth, pr->db, err,
+                    sizeof(err)) != 0) {
+            if (pr->why[0] == '\0')
+                snprintf(pr->why, sizeof(pr->why), "%s", err);
+            conf_addr_deinit(&a);
+            continue;
+        }
+        if ((int)i == pr->flush) {
+            const char *argv[] = {"FLUSHDB"};
+
+            if (rc_cmd(&c, 1, argv, NULL) < 0 || rc_call(&c, &v) < 0 ||
+                v.type == '-') {
+                if (pr->why[0] == '\0')
+                    snprintf(pr->why, sizeof(pr->why), "FLUSHDB on %s: %s",
+                             pr->addresses[i],
+                             v.type == '-' ? v.s : "no answer");
+                rval_free(&v);
+                rc_close(&c);
+                conf_addr_deinit(&a);
+                continue;
+            }
+            rval_free(&v);
+        }
+        {
+            const char *argv[] = {"DBSIZE"};
+
+            if (rc_cmd(&c, 1, argv, NULL) == 0 && rc_call(&c, &v) == 0 &&
+                v.type == ':')
+                pr->keys[i] = v.i;
+            else if (pr->why[0] == '\0')
+                snprintf(pr->why, sizeof(pr->why), "DBSIZE on %s: %s",
+                         pr->addresses[i],
+                         v.type == '-' ? v.s : "no answer");
+            rval_free(&v);
+        }
+        rc_close(&c);
+        conf_addr_deinit(&a);
+    }
+    rc_free(&c);
+}
+
+/* ---- the copier ------------------------------------------------------------ */
+
+static void
+sleep_ms(uint32_t ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* The member owning <key> in <snap>. */
+static struct server *
+owner_in(const struct pool_snapshot *snap, const char *tag, const char *key,
+         size_t len)
+{
+    size_t off, n;
+
+    if (snap->ring == NULL)
+        return NULL;
+    n = chash_key_tag(key, len, tag, &off);
+    return snap->servers[chash_ring_lookup(
+        snap->ring, chash_ring_hash(snap->ring, key + off, n))];
+}
+
+/* Wait until <keys> keys and <bytes> bytes may go (migration_rate,
+ * migration_bandwidth), or the migration stops. */
+static void
+throttle(struct migration *m, uint64_t keys, uint64_t bytes)
+{
+    for (;;) {
+        uint64_t now = clock_ms();
+        double dt;
+        bool ok;
+
+        pthread_mutex_lock(&m->lock);
+        dt = (double)(now - m->tok_ms) / 1000.0;
+        m->tok_ms = now;
+        if (m->rate > 0) {
+            m->tok_keys += dt * m->rate;
+            if (m->tok_keys > m->rate)
+                m->tok_keys = m->rate; /* a second of burst at most */
+        }
+        if (m->bandwidth > 0) {
+            m->tok_bytes += dt * (double)m->bandwidth;
+            if (m->tok_bytes > (double)m->bandwidth)
+                m->tok_bytes = (double)m->bandwidth;
+        }
+        ok = (m->rate == 0 || m->tok_keys > 0) &&
+             (m->bandwidth == 0 || m->tok_bytes > 0);
+        if (ok) {
+            /* may go below 0: the next ones wait for it */
+            if (m->rate > 0)
+                m->tok_keys -= (double)keys;
+            if (m->bandwidth > 0)
+                m->tok_bytes -= (double)bytes;
+        }
+        pthread_mutex_unlock(&m->lock);
+        if (ok || atomic_load(&m->stop))
+            return;
+        sleep_ms(m->rate > 0 && m->rate < 100 ? 50 : 5);
+    }
+}
+
+struct moving {
+    char *key;
+    size_t len;
+    struct server *to;
+    long long bytes; /* MEMORY USAGE, -1: gone */
+};
+
+/* MIGRATE each of <k>[0..<n>) to its new owner, pipelined; keys that the
+ * target already has (or that timed out) are tried again with REPLACE.
+ * Counts into <ms>. -1 when the connection failed. */
+static int
+migrate_keys(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
+             uint64_t *moved, uint64_t *absent, uint64_t *failed,
+             uint64_t *bytes, char *err, size_t errlen)
+{
+    struct migration *m = ms->m;
+    unsigned *tries = calloc(n ? n : 1, sizeof(*tries));
+    int *res = calloc(n ? n : 1, sizeof(*res));
+    bool again = true;
+    int rc = 0;
+
+    if (tries == NULL || res == NULL) {
+        free(tries);
+        free(res);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        res[i] = k[i].bytes < 0 ? GATE_ABSENT : GATE_RETRY;
+    while (again && rc == 0 && !atomic_load(&m->stop)) {
+        size_t sent = 0;
+
+        again = false;
+        for (size_t i = 0; i < n; i++) {
+            char host[64], port[8], db[16], to[16];
+            const char *argv[12];
+            size_t lens[12];
+            int argc = 0;
+
+            if (res[i] != GATE_RETRY)
+                continue;
+            if (migration_host_port(&k[i].to->addr, host, sizeof(host), port,
+                                    sizeof(port)) < 0) {
+                res[i] = GATE_FAILED;
+                continue;
+            }
+            snprintf(db, sizeof(db), "%d", m->db);
+            snprintf(to, sizeof(to), "%u", m->timeout_ms);
+            argv[argc++] = "MIGRATE";
+            argv[argc++] = host;
+            argv[argc++] = port;
+            argv[argc++] = "";
+            argv[argc++] = db;
+            argv[argc++] = to;
+            if (tries[i] > 0)
+                argv[argc++] = "REPLACE";
+            if (m->auth != NULL) {
+                argv[argc++] = "AUTH";
+                argv[argc++] = m->auth;
+            }
+            argv[argc++] = "KEYS";
+            argv[argc++] = k[i].key;
+            for (int a = 0; a < argc; a++)
+                lens[a] = strlen(argv[a]);
+            lens[argc - 1] = k[i].len;
+            if (rc_cmd(c, argc, argv, lens) < 0) {
+                rc = -1;
+                break;
+            }
+            sent++;
+        }
+        if (rc == 0 && sent > 0 && rc_flush(c) < 0)
+            rc = -1;
+        for (size_t i = 0; rc == 0 && i < n; i++) {
+            struct rval v;
+            int r;
+
+            if (res[i] != GATE_RETRY)
+                continue;
+            if (rc_reply(c, &v) < 0) {
+                rc = -1;
+                break;
+            }
+            r = v.type == '+' || v.type == '-'
+                    ? migration_migrate_result(v.type == '+' ? "+" : "-", 1)
+                    : GATE_FAILED;
+            if (v.type == '+' || v.type == '-') {
+                char line[300];
+                snprintf(line, sizeof(line), "%c%s", v.type, v.s);
+                r = migration_migrate_result(line, strlen(line));
+            }
+            tries[i]++;
+            if (r == GATE_RETRY && tries[i] < KEY_TRIES) {
+                again = true;
+            } else if (r == GATE_RETRY || r == GATE_FAILED) {
+                r = GATE_FAILED;
+                snprintf(err, errlen, "MIGRATE of '%.*s' to %s: %s",
+                         (int)(k[i].len > 60 ? 60 : k[i].len), k[i].key,
+                         k[i].to->name, v.s != NULL ? v.s : "bad reply");
+            }
+            res[i] = r;
+            rval_free(&v);
+        }
+        if (again)
+            sleep_ms(20);
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (res[i] == GATE_MOVED) {
+            (*moved)++;
+            *bytes += (uint64_t)(k[i].bytes > 0 ? k[i].bytes : 0);
+        } else if (res[i] == GATE_ABSENT) {
+            (*absent)++;
+        } else {
+            (*failed)++;
+        }
+    }
+    free(tries);
+    free(res);
+    return rc;
+}
+
+static void
+big_key(struct msource *ms, const struct moving *k, uint64_t ms_taken)
+{
+    struct migration *m = ms->m;
+    json_t *j;
+
+    pthread_mutex_lock(&m->lock);
+    if (json_array_size(m->big_keys) < BIG_KEYS_MAX &&
+        (j = json_object()) != NULL) {
+        json_object_set_new(j, "member", json_string(ms->srv->name));
+        json_object_set_new(j, "key",
+                            json_stringn_nocheck(k->key, k->len > 200 ? 200
+                                                                       : k->len));
+        json_object_set_new(j, "bytes", json_integer(k->bytes));
+        json_object_set_new(j, "ms", json_integer((json_int_t)ms_taken));
+        json_array_append_new(m->big_keys, j);
+    }
+    pthread_mutex_unlock(&m->lock);
+    log_info("pool %s: migration: big key '%.*s' (%lld bytes) moved from %s "
+             "to %s in %" PRIu64 " ms",
+             m->pool->name, (int)(k->len > 60 ? 60 : k->len), k->key,
+             k->bytes, ms->srv->name, k->to->name, ms_taken);
+}
+
+static void
+source_error(struct msource *ms, const char *err)
+{
+    pthread_mutex_lock(&ms->m->lock);
+    ms->errors++;
+    snprintf(ms->last_error, sizeof(ms->last_error), "%s", err);
+    pthread_mutex_unlock(&ms->m->lock);
+    log_warn_limited(1, "pool %s: migration from %s: %s", ms->m->pool->name,
+                     ms->srv->name, err);
+}
+
+/* One SCAN step of <ms> and the moves it finds. 0, or -1 when the
+ * connection failed (<err>). */
+static int
+copy_step(struct msource *ms, struct rconn *c, char *err, size_t errlen)
+{
+    struct migration *m = ms->m;
+    const struct pool_snapshot *was = m->view->old, *now = m->new_snap;
+    char cursor[24], count[16];
+    unsigned pass;
+    struct rval v, *keys;
+    struct moving *mv = NULL;
+    size_t nmv = 0;
+    uint64_t moved = 0, absent = 0, failed = 0, bytes = 0;
+    int rc = 0;
+
+    pthread_mutex_lock(&m->lock);
+    snprintf(cursor, sizeof(cursor), "%s", ms->cursor);
+    pass = ms->pass;
+    pthread_mutex_unlock(&m->lock);
+    snprintf(count, sizeof(count), "%u", m->batch < 100 ? 100 : m->batch);
+    {
+        const char *argv[] = {"SCAN", cursor, "COUNT", count};
+
+        if (rc_cmd(c, 4, argv, NULL) < 0 || rc_call(c, &v) < 0) {
+            snprintf(err, errlen, "SCAN on %s: no answer", ms->srv->name);
+            return -1;
+        }
+    }
+    if (v.type != '*' || v.n != 2 || v.el[0].type != '$' ||
+        v.el[1].type != '*') {
+        snprintf(err, errlen, "SCAN on %s: %s", ms->srv->name,
+                 v.type == '-' ? v.s : "unexpected reply");
+        rval_free(&v);
+        return -1;
+    }
+    keys = &v.el[1];
+    mv = calloc(keys->n ? keys->n : 1, sizeof(*mv));
+    if (mv == NULL) {
+        rval_free(&v);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < keys->n; i++) {
+        const struct rval *k = &keys->el[i];
+        struct server *o, *n;
+
+        if (k->type != '$')
+            continue;
+        o = owner_in(was, m->hash_tag, k->s, k->len);
+        n = owner_in(now, m->hash_tag, k->s, k->len);
+        if (o != ms->srv || n == NULL || n == ms->srv)
+            continue; /* stays, or not ours to move */
+        mv[nmv].key = k->s;
+        mv[nmv].len = k->len;
+        mv[nmv].to = n;
+        mv[nmv].bytes = 0;
+        nmv++;
+    }
+    /* their sizes, for the bandwidth cap and the big keys */
+    for (size_t i = 0; i < nmv && rc == 0; i++) {
+        const char *argv[] = {"MEMORY", "USAGE", mv[i].key};
+        size_t lens[] = {6, 5, mv[i].len};
+
+        if (rc_cmd(c, 3, argv, lens) < 0)
+            rc = -1;
+    }
+    if (rc == 0 && nmv > 0 && rc_flush(c) < 0)
+        rc = -1;
+    for (size_t i = 0; i < nmv && rc == 0; i++) {
+        struct rval u;
+
+        if (rc_reply(c, &u) < 0) {
+            rc = -1;
+            break;
+        }
+        mv[i].bytes = u.type == ':' ? u.i : u.type == 0 ? -1 : 0;
+        rval_free(&u);
+    }
+    if (rc < 0)
+        snprintf(err, errlen, "MEMORY USAGE on %s: no answer", ms->srv->name);
+    /* in batches: a big key alone */
+    for (size_t i = 0; i < nmv && rc == 0 && !atomic_load(&m->stop);) {
+        size_t j = i, nbytes = 0;
+
+        if (mv[i].bytes >= (long long)m->big_key) {
+            uint64_t t0 = clock_ms();
+
+            throttle(m, 1, (uint64_t)mv[i].bytes);
+            rc = migrate_keys(ms, c, &mv[i], 1, &moved, &absent, &failed,
+                              &bytes, err, errlen);
+            if (rc == 0 && moved > 0)
+                big_key(ms, &mv[i], clock_ms() - t0);
+            i++;
+            continue;
+        }
+        while (j < nmv && j - i < m->batch &&
+               mv[j].bytes < (long long)m->big_key) {
+            nbytes += mv[j].bytes > 0 ? (size_t)mv[j].bytes : 0;
+            j++;
+        }
+        throttle(m, j - i, nbytes);
+        rc = migrate_keys(ms, c, &mv[i], j - i, &moved, &absent, &failed,
+                          &bytes, err, errlen);
+        i = j;
+    }
+    pthread_mutex_lock(&m->lock);
+    ms->scanned += keys->n;
+    ms->bytes += bytes;
+    ms->absent += absent;
+    if (pass == 1) {
+        ms->moved += moved;
+        ms->retry_failed += failed;
+    } else {
+        /* a moving key on its old owner after the copy pass: one that
+         * failed before, or an anomaly */
+        for (uint64_t x = 0; x < moved; x++) {
+            if (ms->retry_failed > 0)
+                ms->retry_failed--;
+            else
+                ms->anomalies++;
+        }
+        ms->moved += moved;
+        ms->retry_failed += failed;
+    }
+    ms->failed += failed;
+    if (rc == 0 && !atomic_load(&m->stop)) {
+        snprintf(ms->cursor, sizeof(ms->cursor), "%s", v.el[0].s);
+        if (strcmp(ms->cursor, "0") == 0) {
+            /* a whole pass: the next verifies; done once a verification
+             * pass found nothing left to do */
+            if (pass >= 2 && failed == 0 && ms->retry_failed == 0)
+                ms->phase = MIG_DONE;
+            else
+                ms->phase = MIG_VERIFYING;
+            ms->pass++;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    free(mv);
+    rval_free(&v);
+    return rc;
+}
+
+static void *
+copier(void *arg)
+{
+    struct msource *ms = arg;
+    struct migration *m = ms->m;
+    struct rconn c = {.fd = -1};
+    uint32_t backoff = RETRY_MS;
+    char err[300];
+
+    while (!atomic_load(&m->stop)) {
+        bool done, verify_again;
+
+        pthread_mutex_lock(&m->lock);
+        done = ms->phase == MIG_DONE;
+        verify_again = ms->pass > 2 && strcmp(ms->cursor, "0") == 0;
+        pthread_mutex_unlock(&m->lock);
+        if (done)
+            break;
+        if (c.fd < 0) {
+            if (rc_open(&c, &ms->srv->addr, m->timeout_ms, m->auth, m->db,
+                        err, sizeof(err)) != 0) {
+                source_error(ms, err);
+                for (uint32_t t = 0; t < backoff && !atomic_load(&m->stop);
+                     t += 50)
+                    sleep_ms(50);
+                backoff = backoff * 2 > RETRY_MAX_MS ? RETRY_MAX_MS
+                                                     : backoff * 2;
+                continue;
+            }
+            backoff = RETRY_MS;
+            pthread_mutex_lock(&m->lock);
+            if (ms->dbsize_start < 0) {
+                const char *argv[] = {"DBSIZE"};
+                struct rval v;
+
+                pthread_mutex_unlock(&m->lock);
+                if (rc_cmd(&c, 1, argv, NULL) == 0 && rc_call(&c, &v) == 0 &&
+                    v.type == ':') {
+                    pthread_mutex_lock(&m->lock);
+                    ms->dbsize_start = v.i;
+                    pthread_mutex_unlock(&m->lock);
+                }
+                rval_free(&v);
+            } else {
+                pthread_mutex_unlock(&m->lock);
+            }
+        }
+        if (verify_again) {
+            /* keys failed to move: try again in a while */
+            for (int t = 0; t < 20 && !atomic_load(&m->stop); t++)
+                sleep_ms(50);
+        }
+        if (copy_step(ms, &c, err, sizeof(err)) != 0) {
+            source_error(ms, err);
+            rc_close(&c);
+        }
+    }
+    rc_free(&c);
+    return NULL;
+}
+
+/* ---- the migration on the control thread ------------------------------- */
+
+static void
+running_del(struct migration *m)
+{
+    for (size_t i = 0; i < nrunning; i++) {
+        if (running[i] == m) {
+            running[i] = running[--nrunning];
+            return;
+        }
+    }
+}
+
+static int
+running_add(struct migration *m)
+{
+    if (nrunning == caprunning) {
+        size_t cap = caprunning ? caprunning * 2 : 8;
+        struct migration **r = realloc(running, cap * sizeof(*r));
+
+        if (r == NULL)
+            return -1;
+        running = r;
+        caprunning = cap;
+    }
+    running[nrunning++] = m;
+    return 0;
+}
+
+static struct last *
+last_get(const char *pool)
+{
+    for (struct last *l = lasts; l != NULL; l = l->next)
+        if (strcmp(l->pool, pool) == 0)
+            return l;
+    return NULL;
+}
+
+bool
+migration_active(const struct pool *p)
+{
+    return p->migration != NULL;
+}
+
+/* Totals over the sources (under m->lock). */
+struct totals {
+    uint64_t scanned, moved, bytes, absent, failed, anomalies, errors;
+    uint64_t gate_moved, gate_absent, gate_failed;
+};
+
+static void
+totals(struct migration *m, struct totals *t)
+{
+    struct stats_pool_sum ps;
+
+    memset(t, 0, sizeof(*t));
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->nsrc; i++) {
+        t->scanned += m->src[i].scanned;
+        t->moved += m->src[i].moved;
+        t->bytes += m->src[i].bytes;
+        t->absent += m->src[i].absent;
+        t->failed += m->src[i].failed;
+        t->anomalies += m->src[i].anomalies;
+        t->errors += m->src[i].errors;
+    }
+    pthread_mutex_unlock(&m->lock);
+    stats_pool_sum(m->pool->stats, pool_workers(), &ps);
+    t->gate_moved = ps.gate_moved - m->gate_base_moved + m->gate_moved_before;
+    t->gate_absent = ps.gate_absent - m->gate_base_absent;
+    t->gate_failed = ps.gate_failed - m->gate_base_failed;
+}
+
+void
+migration_busy(const struct pool *p, char *buf, size_t cap)
+{
+    struct migration *m = p->migration;
+    struct totals t;
+
+    if (m == NULL) {
+        snprintf(buf, cap, "no migration in pool %s", p->name);
+        return;
+    }
+    totals(m, &t);
+    snprintf(buf, cap,
+             "migration in progress in pool %s (%s, phase %s, %" PRIu64
+             " of about %" PRIu64 " keys moved): one change at a time; "
+             "`chash ctl migration %s` shows its progress",
+             p->name, m->change, phase_names[m->phase],
+             t.moved + t.gate_moved, m->keys_predicted, p->name);
+}
+
+static void
+iso_time(time_t t, char *buf, size_t cap)
+{
+    struct tm tm;
+
+    gmtime_r(&t, &tm);
+    strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* The migration as the API shows it. */
+static json_t *
+migration_to_json(struct migration *m)
+{
+    struct totals t;
+    json_t *j = json_object(), *srcs = json_array();
+    char when[32];
+    uint64_t now = clock_ms();
+    uint64_t end = m->finished_ms ? m->finished_ms : now;
+    double elapsed = (double)(end - m->started_ms) / 1000.0;
+    uint64_t done_keys;
+    double rate;
+
+    totals(m, &t);
+    done_keys = t.moved + t.gate_moved;
+    rate = elapsed > 0 ? (double)t.moved / elapsed : 0;
+    iso_time(m->started_wall, when, sizeof(when));
+    json_object_set_new(j, "pool", json_string(m->pool->name));
+    json_object_set_new(j, "migration", json_string("copy"));
+    json_object_set_new(j, "active", json_boolean(m->phase != MIG_DONE));
+    json_object_set_new(j, "epoch", json_integer((json_int_t)m->epoch));
+    json_object_set_new(j, "phase", json_string(phase_names[m->phase]));
+    json_object_set_new(j, "change", json_string(m->change));
+    if (m->leaving != NULL)
+        json_object_set_new(j, "leaving", json_string(m->leaving));
+    json_object_set_new(j, "started", json_string(when));
+    json_object_set_new(j, "elapsed_s", json_real(elapsed));
+    json_object_set_new(j, "keys_predicted",
+                        json_integer((json_int_t)m->keys_predicted));
+    json_object_set_new(j, "keys_total",
+                        json_integer((json_int_t)m->keys_total));
+    json_object_set_new(j, "keys_scanned", json_integer((json_int_t)t.scanned));
+    json_object_set_new(j, "keys_moved", json_integer((json_int_t)t.moved));
+    json_object_set_new(j, "keys_moved_by_traffic",
+                        json_integer((json_int_t)t.gate_moved));
+    json_object_set_new(j, "keys_absent",
+                        json_integer((json_int_t)(t.absent + t.gate_absent)));
+    json_object_set_new(j, "bytes_moved", json_integer((json_int_t)t.bytes));
+    json_object_set_new(j, "rate_keys_s", json_real(rate));
+    if (m->phase == MIG_DONE || rate <= 0 || done_keys >= m->keys_predicted)
+        json_object_set_new(j, "eta_s",
+                            m->phase == MIG_DONE ? json_real(0) : json_null());
+    else
+        json_object_set_new(
+            j, "eta_s",
+            json_real((double)(m->keys_predicted - done_keys) / rate));
+    json_object_set_new(j, "anomalies", json_integer((json_int_t)t.anomalies));
+    json_object_set_new(j, "failed_keys",
+                        json_integer((json_int_t)(t.failed + t.gate_failed)));
+    json_object_set_new(j, "errors", json_integer((json_int_t)t.errors));
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->nsrc; i++) {
+        const struct msource *ms = &m->src[i];
+        json_t *s = json_object();
+        double progress = ms->phase == MIG_DONE ? 1.0
+                          : ms->pass >= 2       ? 0.99
+                          : ms->dbsize_start > 0
+                              ? (double)ms->scanned / (double)ms->dbsize_start
+                              : 0.0;
+
+        if (progress > 0.99 && ms->phase != MIG_DONE)
+            progress = 0.99;
+        json_object_set_new(s, "member", json_string(ms->srv->name));
+        json_object_set_new(s, "address", json_string(ms->srv->addr.text));
+        json_object_set_new(
+            s, "phase",
+            json_string(m->phase == MIG_DRAINING ? "draining"
+                                                 : phase_names[ms->phase]));
+        json_object_set_new(s, "pass", json_integer(ms->pass));
+        json_object_set_new(s, "cursor", json_string(ms->cursor));
+        json_object_set_new(s, "keys_scanned",
+                            json_integer((json_int_t)ms->scanned));
+        json_object_set_new(s, "keys_moved",
+                            json_integer((json_int_t)ms->moved));
+        json_object_set_new(s, "bytes_moved",
+                            json_integer((json_int_t)ms->bytes));
+        json_object_set_new(s, "failed_keys",
+                            json_integer((json_int_t)ms->failed));
+        json_object_set_new(s, "anomalies",
+                            json_integer((json_int_t)ms->anomalies));
+        json_object_set_new(s, "dbsize_at_start",
+                            ms->dbsize_start >= 0
+                                ? json_integer(ms->dbsize_start)
+                                : json_null());
+        json_object_set_new(s, "progress", json_real(progress));
+        json_object_set_new(s, "done", json_boolean(ms->phase == MIG_DONE));
+        json_object_set_new(s, "last_error",
+                            ms->last_error[0] ? json_string(ms->last_error)
+                                              : json_null());
+        json_array_append_new(srcs, s);
+    }
+    json_object_set_new(j, "big_keys", json_deep_copy(m->big_keys));
+    pthread_mutex_unlock(&m->lock);
+    json_object_set_new(j, "sources", srcs);
+    return j;
+}
+
+json_t *
+migration_json(const struct pool *p)
+{
+    struct last *l = last_get(p->name);
+    json_t *j;
+
+    if (p->migration != NULL) {
+        j = migration_to_json(p->migration);
+    } else {
+        j = json_object();
+        json_object_set_new(j, "pool", json_string(p->name));
+        json_object_set_new(j, "migration",
+                            json_string(conf_migration_name(p->cfg.migration)));
+        json_object_set_new(j, "active", json_false());
+        if (l != NULL)
+            json_object_set_new(j, "phase", json_string("done"));
+    }
+    json_object_set(j, "last", l != NULL ? l->j : json_null());
+    return j;
+}
+
+/* What the state file keeps of <m>: enough to resume it. */
+static json_t *
+saved_json(struct migration *m)
+{
+    const struct pool_snapshot *old = m->view->old;
+    json_t *j = json_object(), *o = json_array(), *srcs = json_object();
+    struct totals t;
+    char when[32];
+
+    totals(m, &t);
+    iso_time(m->started_wall, when, sizeof(when));
+    json_object_set_new(j, "epoch", json_integer((json_int_t)m->epoch));
+    json_object_set_new(j, "change", json_string(m->change));
+    json_object_set_new(j, "leaving",
+                        m->leaving ? json_string(m->leaving) : json_null());
+    json_object_set_new(j, "started", json_string(when));
+    json_object_set_new(j, "started_unix",
+                        json_integer((json_int_t)m->started_wall));
+    json_object_set_new(j, "keys_predicted",
+                        json_integer((json_int_t)m->keys_predicted));
+    json_object_set_new(j, "keys_total",
+                        json_integer((json_int_t)m->keys_total));
+    json_object_set_new(j, "moved_by_traffic",
+                        json_integer((json_int_t)t.gate_moved));
+    for (size_t i = 0; i < old->n; i++)
+        json_array_append_new(o, json_pack("{s:s,s:I}", "name",
+                                           old->members[i].name, "weight",
+                                           (json_int_t)old->members[i].weight));
+    json_object_set_new(j, "old", o);
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->nsrc; i++) {
+        const struct msource *ms = &m->src[i];
+
+        json_object_set_new(
+            srcs, ms->srv->name,
+            json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "pass",
+                      (int)ms->pass, "cursor", ms->cursor, "scanned",
+                      (json_int_t)ms->scanned, "moved", (json_int_t)ms->moved,
+                      "bytes", (json_int_t)ms->bytes, "failed",
+                      (json_int_t)ms->failed, "anomalies",
+                      (json_int_t)ms->anomalies, "dbsize_start",
+                      (json_int_t)ms->dbsize_start, "done",
+                      (json_int_t)(ms->phase == MIG_DONE)));
+    }
+    pthread_mutex_unlock(&m->lock);
+    json_object_set_new(j, "sources", srcs);
+    return j;
+}
+
+static void
+save(struct migration *m)
+{
+    json_t *j = saved_json(m);
+
+    membership_migration_save(m->pool->name, j);
+    json_decref(j);
+    m->saved_ms = clock_ms();
+}
+
+static void
+migration_free(struct migration *m)
+{
+    for (size_t i = 0; i < m->nsrc; i++)
+        server_unref(m->src[i].srv);
+    free(m->src);
+    free(m->leaving);
+    free(m->auth);
+    json_decref(m->big_keys);
+    migration_drain_unref(m->drain);
+    pthread_mutex_destroy(&m->lock);
+    pool_unref(m->pool);
+    free(m);
+}
+
+/* A migration of <p> from placement <old> (pinned by the view made here). */
+static struct migration *
+migration_new(struct pool *p, struct pool_snapshot *old, uint64_t epoch,
+              const char *change, const char *leaving)
+{
+    struct migration *m = calloc(1, sizeof(*m));
+    struct migration_view *v = calloc(1, sizeof(*v));
+
+    if (m == NULL || v == NULL || (old->n > 0 &&
+                                   (m->src = calloc(old->n, sizeof(*m->src))) ==
+                                       NULL)) {
+        free(m != NULL ? m->src : NULL);
+        free(m);
+        free(v);
+        return NULL;
+    }
+    pthread_mutex_init(&m->lock, NULL);
+    m->big_keys = json_array();
+    m->pool = p;
+    pool_ref(p);
+    m->epoch = epoch;
+    m->phase = MIG_DRAINING;
+    snprintf(m->change, sizeof(m->change), "%s", change);
+    m->leaving = leaving != NULL ? strdup(leaving) : NULL;
+    m->auth = p->cfg.redis_auth != NULL ? strdup(p->cfg.redis_auth) : NULL;
+    m->db = p->cfg.redis_db;
+    m->timeout_ms = p->cfg.migration_timeout_ms;
+    m->batch = p->cfg.migration_batch ? p->cfg.migration_batch : 100;
+    m->rate = p->cfg.migration_rate;
+    m->bandwidth = p->cfg.migration_bandwidth;
+    m->big_key = p->cfg.migration_big_key;
+    memcpy(m->hash_tag, p->cfg.hash_tag, sizeof(m->hash_tag));
+    m->started_wall = time(NULL);
+    m->started_ms = clock_ms();
+    m->tok_ms = m->started_ms;
+    m->tok_keys = m->rate;
+    m->tok_bytes = (double)m->bandwidth;
+    for (size_t i = 0; i < old->n; i++) {
+        struct msource *ms = &m->src[m->nsrc++];
+
+        ms->m = m;
+        ms->srv = old->servers[i];
+        server_ref(ms->srv);
+        ms->phase = MIG_COPYING;
+        ms->pass = 1;
+        ms->dbsize_start = -1;
+        snprintf(ms->cursor, sizeof(ms->cursor), "0");
+    }
+    v->refs = 1; /* the pool's */
+    v->epoch = epoch;
+    v->old = old;
+    pool_snapshot_pin(old);
+    m->view = v;
+    {
+        struct stats_pool_sum ps;
+
+        stats_pool_sum(p->stats, pool_workers(), &ps);
+        m->gate_base_moved = ps.gate_moved;
+        m->gate_base_absent = ps.gate_absent;
+        m->gate_base_failed = ps.gate_failed;
+    }
+    return m;
+}
+
+int
+migration_prepare(struct pool *p, const char *change, const char *leaving,
+                  uint64_t keys_predicted, uint64_t keys_total, char *err,
+                  size_t errlen)
+{
+    struct pool_snapshot *old = atomic_load(&p->snap);
+    struct migration *m;
+
+    if (p->migration != NULL) {
+        migration_busy(p, err, errlen);
+        return -1;
+    }
+    if (p->build != NULL || p->dirty) {
+        snprintf(err, errlen,
+                 "pool %s: a change is being published; try again", p->name);
+        return -1;
+    }
+    m = migration_new(p, old, ++next_epoch, change, leaving);
+    if (m == NULL || running_add(m) != 0) {
+        if (m != NULL) {
+            migration_view_unref(m->view);
+            migration_free(m);
+        }
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    m->keys_predicted = keys_predicted;
+    m->keys_total = keys_total;
+    p->migration = m;
+    p->mig_view = m->view;
+    save(m); /* written with the membership change that follows */
+    return 0;
+}
+
+void
+migration_cancel(struct pool *p)
+{
+    struct migration *m = p->migration;
+
+    if (m == NULL)
+        return;
+    p->migration = NULL;
+    p->mig_view = NULL;
+    running_del(m);
+    migration_view_unref(m->view);
+    membership_migration_save(p->name, NULL);
+    migration_free(m);
+}
+
+void
+migration_start(struct pool *p)
+{
+    struct migration *m = p->migration;
+    struct migration_drain *d;
+    unsigned n = worker_count();
+
+    if (m == NULL || m->new_snap != NULL)
+        return;
+    m->new_snap = atomic_load(&p->snap);
+    pool_snapshot_pin(m->new_snap);
+    d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        /* no barrier to wait for: as good as none; log it */
+        log_error("pool %s: migration: out of memory for the drain barrier",
+                  p->name);
+        atomic_store(&p->mig_drained, m->epoch);
+        m->phase = MIG_COPYING;
+        return;
+    }
+    atomic_store(&d->refs, n + 1);
+    d->pool = p;
+    m->drain = d;
+    for (unsigned i = 0; i < n; i++)
+        if (worker_call(i, request_drain, d) != 0) {
+            atomic_fetch_add(&d->done, 1);
+            migration_drain_unref(d);
+        }
+    log_info("pool %s: migration %" PRIu64 " (%s): about %" PRIu64
+             " keys to move; waiting for the requests sent under the old "
+             "ring",
+             p->name, m->epoch, m->change, m->keys_predicted);
+}
+
+static void
+copiers_start(struct migration *m)
+{
+    for (size_t i = 0; i < m->nsrc; i++) {
+        if (m->src[i].phase == MIG_DONE)
+            continue;
+        if (pthread_create(&m->src[i].thread, NULL, copier, &m->src[i]) != 0) {
+            log_error("pool %s: migration: cannot start a copier thread: %s",
+                      m->pool->name, strerror(errno));
+            continue;
+        }
+        m->src[i].started = true;
+    }
+}
+
+static void
+copiers_stop(struct migration *m)
+{
+    atomic_store(&m->stop, true);
+    for (size_t i = 0; i < m->nsrc; i++)
+        if (m->src[i].started) {
+            pthread_join(m->src[i].thread, NULL);
+            m->src[i].started = false;
+        }
+}
+
+static void
+finished(struct pool *p, const struct pool_change *chg, void *arg)
+{
+    struct migration *m = arg;
+    struct last *l = last_get(m->pool->name);
+    struct totals t;
+
+    (void)chg;
+    m->phase = MIG_DONE;
+    m->finished_ms = clock_ms();
+    totals(m, &t);
+    if (l == NULL && (l = calloc(1, sizeof(*l))) != NULL) {
+        l->pool = strdup(m->pool->name);
+        l->next = lasts;
+        lasts = l;
+    }
+    if (l != NULL) {
+        json_decref(l->j);
+        l->j = migration_to_json(m);
+    }
+    log_info("pool %s: migration %" PRIu64 " (%s) done in %.1f s: %" PRIu64
+             " keys moved by the copier, %" PRIu64
+             " by requests, %" PRIu64 " anomalies",
+             p->name, m->epoch, m->change,
+             (double)(m->finished_ms - m->started_ms) / 1000.0, t.moved,
+             t.gate_moved, t.anomalies);
+    if (m->new_snap != NULL)
+        pool_snapshot_unpin(m->new_snap);
+    m->new_snap = NULL;
+    running_del(m);
+    membership_migration_save(p->name, NULL);
+    migration_free(m);
+}
+
+/* Every source is done: the member leaving goes, the pool's snapshots
+ * stop carrying the old placement. */
+static void
+finish(struct migration *m)
+{
+    struct pool *p = m->pool;
+
+    copiers_stop(m);
+    m->phase = MIG_FINISHING;
+    if (p->migration == m) {
+        p->migration = NULL;
+        p->mig_view = NULL;
+        migration_view_unref(m->view);
+        m->view = NULL;
+    }
+    if (m->leaving != NULL)
+        membership_migration_leave(p, m->leaving);
+    pool_schedule(p);
+    if (pool_on_published(p, finished, m) != 0)
+        finished(p, NULL, m);
+}
+
+static void
+migration_tick(uint64_t now_ms, void *arg)
+{
+    static uint64_t next;
+
+    (void)arg;
+    if (now_ms < next)
+        return;
+    next = now_ms + TICK_MS;
+    for (size_t i = 0; i < nrunning; i++) {
+        struct migration *m = running[i];
+        bool all = true, verifying = true;
+
+        if (m->pool->removed && m->phase != MIG_FINISHING) {
+            /* a reload dropped the pool: its migration goes with it */
+            log_warn("pool %s: removed while migration %" PRIu64
+                     " ran: stopped; keys may still be on their old owners",
+                     m->pool->name, m->epoch);
+            copiers_stop(m);
+            m->pool->migration = NULL;
+            m->pool->mig_view = NULL;
+            migration_view_unref(m->view);
+            if (m->new_snap != NULL)
+                pool_snapshot_unpin(m->new_snap);
+            running_del(m);
+            migration_free(m);
+            i--;
+            continue;
+        }
+
+        if (m->phase == MIG_DRAINING && m->drain != NULL &&
+            atomic_load(&m->drain->done) >= worker_count()) {
+            atomic_store(&m->pool->mig_drained, m->epoch);
+            migration_drain_unref(m->drain);
+            m->drain = NULL;
+            m->phase = MIG_COPYING;
+            log_info("pool %s: migration %" PRIu64 ": drained; copying",
+                     m->pool->name, m->epoch);
+            copiers_start(m);
+        }
+        if (m->phase != MIG_COPYING && m->phase != MIG_VERIFYING)
+            continue;
+        pthread_mutex_lock(&m->lock);
+        for (size_t k = 0; k < m->nsrc; k++) {
+            all = all && m->src[k].phase == MIG_DONE;
+            verifying = verifying && m->src[k].phase != MIG_COPYING;
+        }
+        pthread_mutex_unlock(&m->lock);
+        m->phase = verifying ? MIG_VERIFYING : MIG_COPYING;
+        if (all) {
+            save(m);
+            finish(m);
+            i--; /* <finished> may have taken it off the list */
+            if (i + 1 > nrunning)
+                break;
+            continue;
+        }
+        if (now_ms - m->saved_ms >= SAVE_MS)
+            save(m);
+    }
+}
+
+int
+migration_init(void)
+{
+    return control_tick_add(migration_tick, NULL);
+}
+
+void
+migration_deinit(void)
+{
+    while (nrunning > 0) {
+        struct migration *m = running[nrunning - 1];
+        struct pool *p = m->pool;
+
+        copiers_stop(m);
+        if (m->view != NULL && !p->removed)
+            save(m);
+        if (p->migration == m) {
+            p->migration = NULL;
+            p->mig_view = NULL;
+            migration_view_unref(m->view);
+        }
+        if (m->new_snap != NULL)
+            pool_snapshot_unpin(m->new_snap);
+        nrunning--;
+        migration_free(m);
+    }
+    free(running);
+    running = NULL;
+    caprunning = 0;
+    while (lasts != NULL) {
+        struct last *l = lasts;
+        lasts = l->next;
+        json_decref(l->j);
+        free(l->pool);
+        free(l);
+    }
+}
+
+static void
+resumed(struct pool *p, const struct pool_change *chg, void *arg)
+{
+    (void)arg;
+    if (chg != NULL)
+        migration_start(p);
+}
+
+int
+migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
+{
+    json_t *old = json_object_get(saved, "old"), *srcs, *v;
+    struct chash_member *mem;
+    struct pool_snapshot *snap;
+    struct migration *m;
+    size_t n = json_array_size(old);
+    const char *leaving =
+        json_string_value(json_object_get(saved, "leaving"));
+    uint64_t epoch =
+        (uint64_t)json_integer_value(json_object_get(saved, "epoch"));
+
+    if (!json_is_array(old) || n == 0 || epoch == 0) {
+        snprintf(err, errlen, "the state file's migration of pool %s is "
+                              "malformed (no \"old\" members or epoch)",
+                 p->name);
+        return -1;
+    }
+    mem = calloc(n, sizeof(*mem));
+    if (mem == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(old, i);
+
+        mem[i].name = json_string_value(json_object_get(e, "name"));
+        mem[i].weight =
+            (uint32_t)json_integer_value(json_object_get(e, "weight"));
+        mem[i].ramp = 1.0;
+        if (mem[i].name == NULL) {
+            free(mem);
+            snprintf(err, errlen, "the state file's migration of pool %s "
+                                  "names a member without a name",
+                     p->name);
+            return -1;
+        }
+    }
+    snap = pool_snapshot_of(p, mem, n, err, errlen);
+    free(mem);
+    if (snap == NULL)
+        return -1;
+    m = migration_new(p, snap, epoch,
+                      json_string_value(json_object_get(saved, "change"))
+                          ?: "resumed",
+                      leaving);
+    if (m == NULL || running_add(m) != 0) {
+        if (m != NULL) {
+            migration_view_unref(m->view);
+            migration_free(m);
+        } else {
+            pool_snapshot_pin(snap);
+            pool_snapshot_unpin(snap); /* frees it */
+        }
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (epoch > next_epoch)
+        next_epoch = epoch;
+    m->keys_predicted =
+        (uint64_t)json_integer_value(json_object_get(saved, "keys_predicted"));
+    m->keys_total =
+        (uint64_t)json_integer_value(json_object_get(saved, "keys_total"));
+    m->gate_moved_before = (uint64_t)json_integer_value(
+        json_object_get(saved, "moved_by_traffic"));
+    v = json_object_get(saved, "started_unix");
+    if (json_is_integer(v))
+        m->started_wall = (time_t)json_integer_value(v);
+    srcs = json_object_get(saved, "sources");
+    for (size_t i = 0; i < m->nsrc; i++) {
+        struct msource *ms = &m->src[i];
+        json_t *s = json_object_get(srcs, ms->srv->name);
+        const char *cur = json_string_value(json_object_get(s, "cursor"));
+
+        if (s == NULL)
+            continue;
+        ms->pass = (unsigned)json_integer_value(json_object_get(s, "pass"));
+        if (ms->pass == 0)
+            ms->pass = 1;
+        if (cur != NULL && strlen(cur) < sizeof(ms->cursor))
+            snprintf(ms->cursor, sizeof(ms->cursor), "%s", cur);
+        ms->scanned = (uint64_t)json_integer_value(json_object_get(s, "scanned"));
+        ms->moved = (uint64_t)json_integer_value(json_object_get(s, "moved"));
+        ms->bytes = (uint64_t)json_integer_value(json_object_get(s, "bytes"));
+        ms->failed = (uint64_t)json_integer_value(json_object_get(s, "failed"));
+        ms->anomalies =
+            (uint64_t)json_integer_value(json_object_get(s, "anomalies"));
+        v = json_object_get(s, "dbsize_start");
+        ms->dbsize_start = json_is_integer(v) ? json_integer_value(v) : -1;
+        ms->phase = json_integer_value(json_object_get(s, "done"))
+                        ? MIG_DONE
+                        : ms->pass >= 2 ? MIG_VERIFYING
+                                        : MIG_COPYING;
+    }
+    p->migration = m;
+    p->mig_view = m->view;
+    log_info("pool %s: resuming migration %" PRIu64 " (%s) from the state "
+             "file",
+             p->name, epoch, m->change);
+    pool_schedule(p);
+    if (pool_on_published(p, resumed, NULL) != 0)
+        migration_start(p);
+    return 0;
+}

@@ -1,0 +1,126 @@
+/* migration.h -- live data migration of redis pools (`migration: copy`):
+ * when a membership change moves keys to new owners, every key that
+ * moves is moved once, from its old owner to its new one, with MIGRATE
+ * (atomic on the old owner), while clients keep using the pool:
+ *
+ *   - requests: before a request touches a moving key, chashd moves the
+ *     key first (a "gate": MIGRATE on the old owner), then runs the
+ *     request on the new owner (request.c, redis_mode.c);
+ *   - a drain barrier: nothing is moved until every request sent to an
+ *     old owner under the old ring has been answered (a late write would
+ *     recreate a moved key on its old owner);
+ *   - a copier per old owner (a thread): SCAN, MIGRATE what moves,
+ *     throttled; then a verification pass;
+ *   - the migration is kept in the state file and resumed after a
+ *     restart.
+ * doc/migration.md for users; the design and its races in
+ * doc/internals/chashd.md.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#ifndef CHASHD_MIGRATION_H
+#define CHASHD_MIGRATION_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+struct conf_addr;
+struct pool;
+struct pool_snapshot;
+struct server;
+
+/*
+ * What the workers see of a running migration, in every snapshot built
+ * while it runs: the placement before the change (a pinned snapshot:
+ * its ring and members). Immutable; references are taken and dropped on
+ * the control thread only (snapshots are built and freed there).
+ */
+struct migration_view {
+    unsigned refs;
+    uint64_t epoch;             /* the pool's migration number */
+    struct pool_snapshot *old;  /* pinned */
+};
+
+void migration_view_ref(struct migration_view *v);
+void migration_view_unref(struct migration_view *v); /* NULL: nothing */
+
+/*
+ * The drain barrier, handed to every worker (request_drain): each marks
+ * what its connections to the pool's members have sent so far, and
+ * counts itself in <done> once all of it is answered. Freed by whoever
+ * drops the last reference (any thread).
+ */
+struct migration_drain {
+    _Atomic unsigned refs;
+    _Atomic unsigned done; /* workers drained */
+    struct pool *pool;     /* compared, never dereferenced by workers */
+};
+
+void migration_drain_unref(struct migration_drain *d);
+
+/* Register with the control loop. 0 or -1. */
+int migration_init(void);
+/* Stop every copier (exit): the state file keeps where they were. */
+void migration_deinit(void);
+
+/* Whether a migration runs in <p> (control thread). */
+bool migration_active(const struct pool *p);
+
+/* A sentence on the migration running in <p> for a refusal: "migration in
+ * progress in pool P (phase copying, 120 of 3400 keys moved)". */
+void migration_busy(const struct pool *p, char *buf, size_t cap);
+
+/*
+ * A change of <p>'s placement is about to be applied (membership.c):
+ * pin the current placement as the old one and put the view in every
+ * snapshot built from now on. <change> describes it ("add r4"); <leaving>
+ * (NULL: none) is a member that leaves the pool once its keys are moved
+ * (scale-in: it is drained now, removed at the end). 0, or -1 with a
+ * reason in <err>.
+ */
+int migration_prepare(struct pool *p, const char *change, const char *leaving,
+                      uint64_t keys_predicted, uint64_t keys_total, char *err,
+                      size_t errlen);
+/* The change could not be applied after migration_prepare(): undo it. */
+void migration_cancel(struct pool *p);
+/* The change is live (its snapshot published): drain, then copy. */
+void migration_start(struct pool *p);
+
+/* Resume the migration the state file holds for <p> (start-up). */
+int migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen);
+
+/* GET /api/pools/{pool}/migration. */
+json_t *migration_json(const struct pool *p);
+
+/*
+ * Blocking look at the members of a pool (the builder thread, before a
+ * change is applied: never the control thread). For each of <n>
+ * addresses: its key count (DBSIZE of <db>), -1 when it cannot be asked
+ * (<why> says why). With <flush> >= 0, member <flush> is emptied first
+ * (FLUSHDB). <auth> may be NULL.
+ */
+struct migration_probe {
+    const char **addresses; /* "host:port" */
+    size_t n;
+    const char *auth;
+    int db;
+    int flush;          /* index to flush, -1: none */
+    uint32_t timeout_ms;
+    int64_t *keys;      /* [n] out */
+    char why[256];      /* the first failure */
+};
+void migration_probe(struct migration_probe *pr);
+
+/* The numeric host and the port of <a> for MIGRATE (any thread): 0, or
+ * -1 for a unix path. */
+int migration_host_port(const struct conf_addr *a, char *host, size_t hostcap,
+                        char *port, size_t portcap);
+
+/* What a MIGRATE reply (<buf>, <len> bytes, "+OK\r\n" ...) says: enum
+ * request_gate_result (any thread). */
+int migration_migrate_result(const char *buf, size_t len);
+
+#endif /* CHASHD_MIGRATION_H */
