@@ -39,7 +39,7 @@ class Store:
     or None to leave the key out, as a config written before the engine
     has it); <opts>: more pool keys (migration_rate: 1, ...)."""
 
-    def __init__(self, procs, n=3, spares=1, hash="fnv1a_64",
+    def __init__(self, procs, n=3, spares=1, hash="md5",
                  migration="copy", opts=None, weights=None):
         self.procs = procs
         self.tmp = str(procs.tmp)
@@ -55,7 +55,7 @@ class Store:
             self.servers[name] = RedisServer(procs)
             self.spares.append(name)
         self.hash = hash
-        self.migration = migration
+        self.mode = migration
         self.opts = dict(opts or {})
         self.port, self.aport = free_port(), free_port()
         self.state_file = os.path.join(self.tmp, "state.json")
@@ -77,8 +77,8 @@ class Store:
                  "  distribution: ketama", '  hash_tag: "{}"',
                  "  timeout: 10000", "  auto_eject_hosts: false"]
         if with_migration:
-            if self.migration is not None:
-                lines.append("  migration: %s" % self.migration)
+            if self.mode is not None:
+                lines.append("  migration: %s" % self.mode)
             for k, v in self.opts.items():
                 lines.append("  %s: %s" % (k, v))
         lines.append("  servers:")

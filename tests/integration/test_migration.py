@@ -149,12 +149,6 @@ def test_remove_member_mid_workload(store):
         return status, rep
     rep, last, sampler = run_change(st, wl, ch, remove)
     check_finished(last, rep["migration"]["epoch"])
-    during = {m["name"]: m for m in seen["pool"]["members"]}
-    if "r2" in during:     # unless the whole move was over by then
-        assert during["r2"]["state"] == "draining", during["r2"]
-        assert during["r2"].get("leaving") is True, during["r2"]
-    else:
-        assert moved_total(last) > 0
     members = {m["name"] for m in st.api.pool(POOL)["members"]}
     assert members == {"r1", "r3", "r4"}, members
     st.check_owners_match_api(ch.new)
@@ -165,16 +159,25 @@ def test_remove_member_mid_workload(store):
     assert wl.error_count() == 0, (wl.summary(), wl.errors[:5])
     check_counts(ch, wl, rep, last)
     assert st.servers["r2"].dbsize() == 0
+    # while it ran, the pool showed r2 draining and leaving
+    during = {m["name"]: m for m in seen["pool"]["members"]}
+    assert "r2" in during, "r2 gone from the pool at once: %s" % during
+    assert during["r2"]["state"] == "draining", during["r2"]
+    assert during["r2"].get("leaving") is True, \
+        "r2 while it leaves: %s" % during["r2"]
 
 
 # ---------------------------------------------------- race scenarios S1-S7 --
 
 class Slow:
-    """A store whose copier moves 1 key per second, <nfill> filler keys
-    (the copier has work to do), and s1 being added: `keys(prefix, n)`
-    gives key names that move to s1, created before the add by the
-    test's `setup`; `uncopied(k)` checks one is still on its old owner
-    only. chashd started with `opts` more pool keys."""
+    """A store whose copier moves 1 key per second (its bucket lets the
+    first key go at once), <nfill> filler keys (the copier has work to
+    do), and s1 about to be added. `sets(prefix, n)`: two sets of <n> key
+    names that move to s1, each set up alike by the test before add();
+    add() returns once the copier's first key is on s1, and pick() then
+    gives a set that is wholly on its old owners (the copier takes at most
+    one of the two sets' keys before the next second): the keys a client
+    touches next are not yet copied."""
 
     def __init__(self, store, nfill=200, opts=None):
         o = dict(SLOW)
@@ -187,14 +190,16 @@ class Slow:
                               for i in range(nfill)])
             assert all(r == Simple("OK") for r in got)
         self.owner = {}
+        self.candidates = []
 
-    def keys(self, prefix, n):
+    def sets(self, prefix, n):
         out = []
-        for k, o, nw in moving_keys(self.st, self.new_ring, n, prefix):
+        for k, o, nw in moving_keys(self.st, self.new_ring, 2 * n, prefix):
             assert nw == "s1"
             self.owner[k] = (o, nw)
             out.append(k)
-        return out
+        self.candidates = [out[:n], out[n:]]
+        return self.candidates
 
     def add(self):
         status, rep = self.st.add("s1")
@@ -202,7 +207,21 @@ class Slow:
         self.epoch = rep["migration"]["epoch"]
         m = self.st.migration()
         assert m["active"] is True and m["epoch"] == self.epoch, m
+        s1 = self.st.servers["s1"]
+        wait_for(lambda: s1.dbsize() >= 1, timeout=5,
+                 what="the copier's first key on s1")
+        self.t_first = time.monotonic()
         return rep
+
+    def pick(self):
+        for ks in self.candidates:
+            if all(self.st.holder(k) == [self.owner[k][0]] for k in ks):
+                self.before = self.traffic_moved()
+                assert time.monotonic() - self.t_first < 0.5, \
+                    "too slow to pick before the copier's next key"
+                return ks
+        raise AssertionError("no candidate set wholly on its old owners: "
+                             "%s" % self.st.migration())
 
     def server(self, name):
         return self.st.servers[name]
@@ -224,29 +243,34 @@ class Slow:
     def traffic_moved(self):
         return self.st.migration()["keys_moved_by_traffic"]
 
+    def check_gated(self, ks):
+        """Each of <ks> was moved by the client's request (the gate), not
+        by the copier."""
+        m = self.st.migration()
+        assert m["keys_moved_by_traffic"] - self.before == len(ks), m
+
 
 def test_s1_s2_read_modify_write_on_an_uncopied_key(store):
     """S1/S2: INCR on a moving key the copier has not reached runs against
     the real old value (101, not 1), and so does every read-modify-write:
     APPEND, LPUSH, SADD, HINCRBY, SETRANGE, ZINCRBY, DECRBY. Each key then
-    lives on its new owner only."""
+    lives on its new owner only, moved there by the request (the gate)."""
     s = Slow(store)
-    ks = s.keys("rmw", 8)
     with s.st.client() as c:
-        setup = [("SET", ks[0], 100), ("SET", ks[1], "abc"),
-                 ("RPUSH", ks[2], "a", "b"), ("SADD", ks[3], "x", "y"),
-                 ("HSET", ks[4], "f", 10), ("SET", ks[5], "hello"),
-                 ("ZADD", ks[6], 5, "m"), ("SET", ks[7], 50)]
-        assert not any(isinstance(r, Err) for r in c.pipeline(setup))
+        for ks in s.sets("rmw", 8):
+            setup = [("SET", ks[0], 100), ("SET", ks[1], "abc"),
+                     ("RPUSH", ks[2], "a", "b"), ("SADD", ks[3], "x", "y"),
+                     ("HSET", ks[4], "f", 10), ("SET", ks[5], "hello"),
+                     ("ZADD", ks[6], 5, "m"), ("SET", ks[7], 50)]
+            assert not any(isinstance(r, Err) for r in c.pipeline(setup))
         s.add()
-        for k in ks:
-            s.uncopied(k)
-        before = s.traffic_moved()
+        ks = s.pick()
         got = [c.call("INCR", ks[0]), c.call("APPEND", ks[1], "d"),
                c.call("LPUSH", ks[2], "z"), c.call("SADD", ks[3], "z"),
                c.call("HINCRBY", ks[4], "f", 5),
                c.call("SETRANGE", ks[5], 0, "J"),
                c.call("ZINCRBY", ks[6], 2, "m"), c.call("DECRBY", ks[7], 8)]
+        s.check_gated(ks)
         assert got == [101, 4, 3, 1, 15, 5, b"7", 42], got
         assert c.call("GET", ks[0]) == b"101"
         assert c.call("GET", ks[1]) == b"abcd"
@@ -255,7 +279,6 @@ def test_s1_s2_read_modify_write_on_an_uncopied_key(store):
     for k in ks:
         s.on_new_only(k)
     assert s.server("s1").call("GET", ks[0]) == b"101"
-    assert s.traffic_moved() - before == len(ks)
 
 
 def test_s3_reads_of_uncopied_keys_are_never_nil(store):
@@ -263,16 +286,15 @@ def test_s3_reads_of_uncopied_keys_are_never_nil(store):
     MGET across moving and non-moving keys, EXISTS, TYPE, STRLEN, LRANGE,
     HGETALL, SMEMBERS on keys the copier has not reached."""
     s = Slow(store)
-    ks = s.keys("rd", 6)
     still = "fill:0"       # may or may not move: MGET mixes both kinds
     with s.st.client() as c:
-        setup = [("SET", ks[0], "v0"), ("SET", ks[1], "v1"),
-                 ("SET", ks[2], "v2"), ("RPUSH", ks[3], 1, 2, 3),
-                 ("HSET", ks[4], "a", 1), ("SADD", ks[5], "q")]
-        assert not any(isinstance(r, Err) for r in c.pipeline(setup))
+        for ks in s.sets("rd", 6):
+            setup = [("SET", ks[0], "v0"), ("SET", ks[1], "v1"),
+                     ("SET", ks[2], "v2"), ("RPUSH", ks[3], 1, 2, 3),
+                     ("HSET", ks[4], "a", 1), ("SADD", ks[5], "q")]
+            assert not any(isinstance(r, Err) for r in c.pipeline(setup))
         s.add()
-        for k in ks:
-            s.uncopied(k)
+        ks = s.pick()
         assert c.call("GET", ks[0]) == b"v0"
         assert c.call("MGET", ks[1], still, ks[2], "nokey:1") == \
             [b"v1", b"0", b"v2", None]
@@ -293,13 +315,12 @@ def test_s4_delete_before_the_copy_is_not_resurrected(store):
     reply counts them, and they exist on neither the old nor the new
     owner, so no later copy can bring them back."""
     s = Slow(store)
-    ks = s.keys("dl", 5)
     with s.st.client() as c:
-        assert c.pipeline([("SET", k, "x") for k in ks]) == \
-            [Simple("OK")] * len(ks)
+        for ks in s.sets("dl", 5):
+            assert c.pipeline([("SET", k, "x") for k in ks]) == \
+                [Simple("OK")] * len(ks)
         s.add()
-        for k in ks:
-            s.uncopied(k)
+        ks = s.pick()
         assert c.call("DEL", ks[0]) == 1
         assert c.call("DEL", ks[1], ks[2], "nokey:2") == 2
         assert c.call("UNLINK", ks[3]) == 1
@@ -307,7 +328,6 @@ def test_s4_delete_before_the_copy_is_not_resurrected(store):
         assert c.call("EXISTS", *ks[:4]) == 0
     for k in ks[:4]:
         assert s.st.holder(k) == [], (k, s.st.holder(k))
-    s.uncopied(ks[4])      # untouched: still waiting for the copier
     time.sleep(1.5)        # the copier goes on (1 key/s)
     for k in ks[:4]:
         assert s.st.holder(k) == [], (k, s.st.holder(k))
@@ -320,7 +340,8 @@ def test_s5_late_in_flight_write_and_the_drain_barrier(store):
     When the pause ends the late INCRs run, then the keys move: a
     following INCR counts on from them, and each key lives on s1 only."""
     s = Slow(store)
-    ks = s.keys("late", 12)
+    ks = s.sets("late", 6)
+    ks = ks[0] + ks[1]
     by_o = {}
     for k in ks:
         by_o.setdefault(s.owner[k][0], []).append(k)
@@ -375,15 +396,15 @@ def test_s6_ttl_commands_on_an_uncopied_key_keep_the_ttl(store):
     sets it; PERSIST clears it; SET KEEPTTL keeps it; each key then has
     on s1 the TTL the commands gave it (not -1, not the old one)."""
     s = Slow(store)
-    ks = s.keys("tt", 5)
     with s.st.client() as c:
-        setup = [("SET", ks[0], "a", "EX", 50), ("SET", ks[1], "b", "EX", 50),
-                 ("SET", ks[2], "c", "PX", 50000),
-                 ("SET", ks[3], "d", "EX", 50), ("SET", ks[4], "e")]
-        assert c.pipeline(setup) == [Simple("OK")] * 5
+        for ks in s.sets("tt", 5):
+            setup = [("SET", ks[0], "a", "EX", 50),
+                     ("SET", ks[1], "b", "EX", 50),
+                     ("SET", ks[2], "c", "PX", 50000),
+                     ("SET", ks[3], "d", "EX", 50), ("SET", ks[4], "e")]
+            assert c.pipeline(setup) == [Simple("OK")] * 5
         s.add()
-        for k in ks:
-            s.uncopied(k)
+        ks = s.pick()
         assert c.call("EXPIRE", ks[0], 40) == 1
         assert c.call("TTL", ks[0]) in (39, 40)
         p = c.call("PTTL", ks[2])
@@ -407,20 +428,20 @@ def test_s7_conditional_writes_decided_on_the_old_value(store):
     the real old value, GETDEL returns it and leaves the key nowhere --
     on moving keys the copier has not reached."""
     s = Slow(store)
-    ks = s.keys("cw", 6)
     with s.st.client() as c:
-        assert c.pipeline([("SET", k, "old%d" % i)
-                           for i, k in enumerate(ks)]) == \
-            [Simple("OK")] * len(ks)
+        for ks in s.sets("cw", 6):
+            assert c.pipeline([("SET", k, "old%d" % i)
+                               for i, k in enumerate(ks)]) == \
+                [Simple("OK")] * len(ks)
         s.add()
-        for k in ks:
-            s.uncopied(k)
+        ks = s.pick()
         assert c.call("SET", ks[0], "new", "NX") is None
         assert c.call("SETNX", ks[1], "new") == 0
         assert c.call("SET", ks[2], "new", "XX") == Simple("OK")
         assert c.call("GETSET", ks[3], "new") == b"old3"
         assert c.call("SET", ks[4], "new", "GET") == b"old4"
         assert c.call("GETDEL", ks[5]) == b"old5"
+        s.check_gated(ks)
         assert c.call("MGET", *ks) == [b"old0", b"old1", b"new", b"new",
                                        b"new", None]
     for k in ks[:5]:
@@ -505,26 +526,66 @@ def test_one_migration_at_a_time(store):
     text = st.config_text().replace(
         "  servers:\n", "  servers:\n    - %s:1 s2\n" % st.servers["s2"].addr)
     assert "s2" in text
-    with open(st.conf, "w") as f:
-        f.write(text)
+
     def reloads():
         return re.findall(r"^.*reload(?:: | )(?:done|refused).*$",
                           st.log(10 ** 7), re.M)
     n0 = len(reloads())
+    with open(st.conf, "w") as f:
+        f.write(text)
     st.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: len(reloads()) > n0, timeout=10,
              what="the reload to end in the log")
-    line = reloads()[-1]
-    assert "refused" in line and "migration in progress" in line, line
     assert st.proc.poll() is None
     after = {m["name"]: (m["weight"], m["state"])
              for m in st.api.pool(POOL)["members"]}
-    assert after == before
+    assert after == before, "a reload during the migration changed the " \
+        "members: %s -> %s" % (sorted(before), sorted(after))
+    line = reloads()[-1]
+    assert "refused" in line and "migration in progress" in line, line
     m = st.migration()
     assert m["active"] is True and m["change"] == "add s1", m
     assert st.servers["s2"].dbsize() == 0
     with st.client() as c:
-        assert c.call("GET", "fill:5") == b"5"
+        got = c.call("MGET", *["fill:%d" % i for i in range(200)])
+    assert got == [b"%d" % i for i in range(200)]
+
+
+def test_reload_that_adds_a_member_migrates(store):
+    """With no migration running, a reload whose config adds s1 starts
+    one (as an API add would): it finishes, every key is on its new owner
+    only and reads back through chashd."""
+    st = store(n=3, spares=1, opts={"migration_rate": 0})
+    keys = ["rl:%d" % i for i in range(2000)]
+    with st.client() as c:
+        for i in range(0, len(keys), 1000):
+            c.pipeline([("SET", k, k) for k in keys[i:i + 1000]])
+    ch = plan(st, keys, add="s1")
+    st.members["s1"] = 1
+    with open(st.conf, "w") as f:
+        f.write(st.config_text())
+    st.proc.send_signal(signal.SIGHUP)
+    def started():
+        m = st.migration()
+        return m["active"] or m.get("last") is not None
+    try:
+        wait_for(started, timeout=5, what="a migration after the reload")
+    except AssertionError:
+        pass
+    with st.client() as c:
+        got = c.call("MGET", *keys)
+    nil = [k for k, v in zip(keys, got) if v is None]
+    assert not nil, "%d of %d keys (%d moving) read nil after the reload; " \
+        "migration: %s" % (len(nil), len(keys), len(ch.moving),
+                           st.migration())
+    last = st.wait_done()
+    assert last["phase"] == "done" and last["change"], last
+    assert moved_total(last) == len(ch.moving), (last, len(ch.moving))
+    bad, _ = check_placement(st, keys, ch.new, set(keys))
+    assert not bad, brief(bad)
+    with st.client() as c:
+        got = c.call("MGET", *keys)
+    assert got == [k.encode() for k in keys]
 
 
 # ---------------------------------------------------------------- odds --
@@ -542,7 +603,9 @@ def test_migration_endpoint_shapes(store, procs):
 
     off = Store(procs, n=2, spares=1, migration="off")
     m = off.migration()
-    assert m == {"pool": POOL, "migration": "off", "active": False}, m
+    assert (m["pool"], m["migration"], m["active"]) == \
+        (POOL, "off", False), m
+    assert m.get("last") is None, m
     with off.client() as c:
         c.pipeline([("SET", "o:%d" % i, i) for i in range(300)])
     ch = plan(off, ["o:%d" % i for i in range(300)], add="s1")
