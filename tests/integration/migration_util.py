@@ -27,7 +27,7 @@ from conftest import can_connect, free_port, wait_for
 from redis_util import CLOSED, Closed, Err, RedisServer, Resp, Simple, encode
 
 POOL = "store"
-DONE_TIMEOUT = 60.0
+DONE_TIMEOUT = 20.0
 
 # ------------------------------------------------------------- the store --
 

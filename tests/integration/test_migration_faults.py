@@ -50,8 +50,8 @@ def test_paused_server_mid_migration(store, side):
     s1 is being added under a workload, migration_timeout 300ms: MIGRATE
     times out (IOERR on a paused target), chashd retries, and once the
     pause ends the migration finishes with every invariant holding."""
-    st = store(n=3, spares=1, opts={"migration_rate": 400,
-                                    "migration_batch": 20,
+    st = store(n=3, spares=1, opts={"migration_rate": 100,
+                                    "migration_batch": 10,
                                     "migration_timeout": "300ms"})
     wl = Workload(st.port, threads=3, shorts=0)
     with st.client() as c:
@@ -63,7 +63,8 @@ def test_paused_server_mid_migration(store, side):
         status, rep = st.add("s1")
         assert status == 201, rep
         epoch = rep["migration"]["epoch"]
-        wait_for(lambda: moved_so_far(st) > 30, timeout=10,
+        # the copier's first second's burst (100 keys) is on s1: pause
+        wait_for(lambda: st.servers["s1"].dbsize() >= 1, timeout=10,
                  what="the first keys to move")
         victim = st.servers["r1" if side == "source" else "s1"]
         with victim.client() as d:
@@ -116,7 +117,8 @@ def test_target_killed_and_restarted_empty(store):
     time.sleep(1.0)
     m = st.migration()
     assert m["active"] is True, m
-    errs = m["errors"] + sum(1 for s in m["sources"] if s["last_error"])
+    errs = m["errors"] + m["failed_keys"] + \
+        sum(1 for s in m["sources"] if s["last_error"])
     assert errs > 0, "s1 down and no error reported: %s" % m
     assert still_on_sources() == snap, "keys left a source while s1 was down"
     # the keys that never move are untouched
@@ -149,7 +151,7 @@ def test_chashd_killed_mid_migration_resumes(store):
     started again on the same config and state file: the migration is
     still active with the same epoch, finishes, and every invariant
     holds (requests in flight at the kill count as unknown outcomes)."""
-    st = store(n=3, spares=1, opts={"migration_rate": 300,
+    st = store(n=3, spares=1, opts={"migration_rate": 100,
                                     "migration_batch": 10})
     wl = Workload(st.port, threads=3, shorts=0)
     with st.client() as c:
@@ -169,8 +171,7 @@ def test_chashd_killed_mid_migration_resumes(store):
         assert m["active"] is True, "not resumed after the restart: %s" % m
         assert m["epoch"] == epoch, (m["epoch"], epoch)
         assert m["phase"] in ("copying", "verifying", "draining"), m
-        assert m["keys_moved"] >= before["keys_moved"] - 10 * 3, \
-            (before, m)
+        after = m
         assert {mm["name"] for mm in st.api.pool(POOL)["members"]} == \
             {"r1", "r2", "r3", "s1"}
         last = st.wait_done(epoch)
@@ -182,6 +183,11 @@ def test_chashd_killed_mid_migration_resumes(store):
     bad = check_workload(st, wl, ch.new)
     assert not bad, brief(bad) + "\n" + wl.summary()
     assert wl.ops > 500, wl.summary()
+    # the progress as last saved: at most one batch (10 keys) per source
+    # redone, so the counters go back by no more than that
+    assert after["keys_moved"] >= before["keys_moved"] - 10 * 3, \
+        "keys_moved %d before the kill, %d after the restart" % (
+            before["keys_moved"], after["keys_moved"])
 
 
 # -------------------------------------------------------------- big key --
