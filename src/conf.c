@@ -1965,6 +1965,31 @@ check_duplicates(struct load *ld, struct conf_pool *pool, yaml_node_t *node)
     return 0;
 }
 
+int
+conf_pool_add_server(struct conf_pool *cp, const char *name,
+                     const char *address, uint32_t weight)
+{
+    struct conf_server *ns =
+        realloc(cp->servers, (cp->nservers + 1) * sizeof(*ns));
+    struct conf_server *s;
+    char err[256];
+
+    if (ns == NULL)
+        return -1;
+    cp->servers = ns;
+    s = &ns[cp->nservers];
+    memset(s, 0, sizeof(*s));
+    if (conf_parse_addr(address, &s->addr, err, sizeof(err)) != 0)
+        return -1;
+    if ((s->name = strdup(name)) == NULL) {
+        conf_addr_deinit(&s->addr);
+        return -1;
+    }
+    s->weight = weight;
+    cp->nservers++;
+    return 0;
+}
+
 uint64_t
 conf_ring_points(int distribution, const struct chash_config *ring,
                  const struct chash_member *members, size_t n)

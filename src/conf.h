@@ -70,6 +70,10 @@ struct conf_server {
     struct conf_addr addr;
     uint32_t weight; /* default 1 */
     int line;        /* where it was written */
+    /* a reload of a migration: copy pool asks each server its key count
+     * (off the control thread): <keys> when <probed>, -1 unreachable */
+    bool probed;
+    int64_t keys;
 };
 
 struct conf_health {
@@ -205,6 +209,11 @@ int conf_parse_duration(const char *s, uint32_t *ms);
 int conf_parse_addr(const char *s, struct conf_addr *addr, char *err,
                     size_t errlen);
 void conf_addr_deinit(struct conf_addr *addr);
+
+/* Append server <name> at numeric address <address> with <weight> to
+ * <cp> (a member a reload keeps while its keys move). 0 or -1. */
+int conf_pool_add_server(struct conf_pool *cp, const char *name,
+                         const char *address, uint32_t weight);
 
 /* Fill a libchash member array (name, weight, ramp 1) for <pool>; the
  * names are borrowed from the pool. */

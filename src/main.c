@@ -30,7 +30,9 @@
 #include "metrics.h"
 #include "notify.h"
 #include "pool.h"
+#include "request.h"
 #include "proto/proto.h"
+#include "state.h"
 #include "worker.h"
 
 #define ERRLEN 1024
@@ -205,6 +207,52 @@ reload_reported(void *arg)
 }
 
 /*
+ * Pool <p> is reloaded with <cp>, and keys move (<pl>): the members the
+ * reload removes stay (drained) until their keys have moved, and the
+ * migration is in place before the new ring is built. 0 or -1 (logged).
+ */
+static int
+reload_migration(struct pool *p, struct conf_pool *cp,
+                 const struct migration_plan *pl)
+{
+    const char *names[64];
+    size_t n = 0;
+    char err[ERRLEN];
+
+    for (size_t k = 0; k < pl->nleaving; k++) {
+        const struct server *s = pl->leaving[k];
+
+        if (n < 64)
+            names[n++] = s->name;
+        if (conf_pool_add_server(cp, s->name, s->addr.text, s->weight) != 0) {
+            log_error("reload: pool %s: out of memory", p->name);
+            return -1;
+        }
+    }
+    if (pl->nleaving > 64) {
+        log_error("reload: pool %s: at most 64 members may leave at once",
+                  p->name);
+        return -1;
+    }
+    if (migration_prepare(p, "reload", names, n, 0, pl->keys_total, err,
+                          sizeof(err)) != 0) {
+        log_error("reload: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* A reload's migration is live: drain, then copy. */
+static void
+reload_migration_live(struct pool *p, const struct pool_change *chg,
+                      void *arg)
+{
+    (void)arg;
+    if (chg != NULL)
+        migration_start(p);
+}
+
+/*
  * Apply config <nc> (loaded by a reload), or refuse it whole: a file that
  * did not load (NULL, <err> says why), a mode we cannot run or an address
  * we cannot bind leaves the running config untouched. Established
@@ -215,7 +263,8 @@ reload_apply(struct conf *nc, char *err)
 {
     unsigned nw = worker_count();
     int **fds = NULL;
-    size_t i, failed = 0;
+    struct migration_plan *plans = NULL;
+    size_t i, failed = 0, nplans = nc != NULL ? nc->npools : 0;
     int rc = -1;
 
     for (i = 0; nc != NULL && i < nc->nwarnings; i++)
@@ -228,11 +277,32 @@ reload_apply(struct conf *nc, char *err)
         conf_destroy(nc);
         return -1;
     }
+    /* migration: copy pools whose keys move: checked before anything
+     * changes (a joining member must be empty; one migration at a time) */
+    plans = calloc(nc->npools ? nc->npools : 1, sizeof(*plans));
+    if (plans == NULL) {
+        membership_state_abandon();
+        goto nomem;
+    }
+    for (i = 0; i < nc->npools; i++) {
+        struct pool *p = pool_find(nc->pools[i].name);
+
+        if (p != NULL &&
+            migration_reload_plan(p, &nc->pools[i], &plans[i], err, ERRLEN) <
+                0) {
+            log_error("reload refused, the running config stays: %s", err);
+            metrics_note_reload(false);
+            membership_state_abandon();
+            goto out;
+        }
+    }
     /* Bind every new or moved listener first: a bind failure refuses the
      * reload before anything has changed. */
     fds = calloc(nc->npools, sizeof(*fds));
-    if (fds == NULL)
+    if (fds == NULL) {
+        membership_state_abandon();
         goto nomem;
+    }
     for (i = 0; i < nc->npools; i++) {
         const struct conf_pool *cp = &nc->pools[i];
         struct pool *p = pool_find(cp->name);
@@ -291,9 +361,22 @@ reload_apply(struct conf *nc, char *err)
                          p->cfg.listen.text, cp->listen.text);
                 pool_listen_stop(p);
             }
+            if (plans[i].change &&
+                reload_migration(p, &nc->pools[i], &plans[i]) < 0) {
+                failed++;
+                continue;
+            }
             if (pool_reconfigure(p, cp, err, ERRLEN) < 0) {
                 log_error("reload: %s", err);
+                if (plans[i].change)
+                    migration_cancel(p);
                 failed++;
+            } else if (plans[i].change) {
+                for (size_t k = 0; k < plans[i].nleaving; k++)
+                    pool_member_set_admin(p, plans[i].leaving[k]->name,
+                                          STATE_ADMIN_DRAIN);
+                if (pool_on_published(p, reload_migration_live, NULL) != 0)
+                    migration_start(p);
             }
         }
         if (fds[i] != NULL) {
@@ -343,6 +426,9 @@ out:
         }
         free(fds);
     }
+    for (i = 0; plans != NULL && i < nplans; i++)
+        migration_plan_free(&plans[i]);
+    free(plans);
     conf_destroy(nc);
     return rc;
 }
@@ -360,6 +446,45 @@ struct reload_job {
     char err[ERRLEN];
 };
 
+/* Builder thread: each server of a migration: copy pool says how many
+ * keys it holds (a joining one must hold none; reload_apply checks). */
+static void
+reload_probe(struct conf *nc)
+{
+    for (size_t i = 0; i < nc->npools; i++) {
+        struct conf_pool *cp = &nc->pools[i];
+        struct migration_probe pr = {0};
+        const char **addrs;
+        int64_t *keys;
+
+        if (cp->migration != CONF_MIGRATION_COPY || cp->nservers == 0)
+            continue;
+        addrs = calloc(cp->nservers, sizeof(*addrs));
+        keys = calloc(cp->nservers, sizeof(*keys));
+        if (addrs == NULL || keys == NULL) {
+            free(addrs);
+            free(keys);
+            continue; /* not probed: a joining member is refused */
+        }
+        for (size_t k = 0; k < cp->nservers; k++)
+            addrs[k] = cp->servers[k].addr.text;
+        pr.addresses = addrs;
+        pr.n = cp->nservers;
+        pr.auth = cp->redis_auth;
+        pr.db = cp->redis_db;
+        pr.flush = -1;
+        pr.timeout_ms = 1000;
+        pr.keys = keys;
+        migration_probe(&pr);
+        for (size_t k = 0; k < cp->nservers; k++) {
+            cp->servers[k].probed = true;
+            cp->servers[k].keys = keys[k];
+        }
+        free(addrs);
+        free(keys);
+    }
+}
+
 static bool reloading;    /* a reload job is in flight */
 static bool reload_again; /* SIGHUP came meanwhile */
 
@@ -371,6 +496,8 @@ reload_work(struct builder_job *job)
     struct reload_job *rj = (struct reload_job *)job;
 
     rj->nc = load(rj->err, sizeof(rj->err));
+    if (rj->nc != NULL)
+        reload_probe(rj->nc);
 }
 
 static void
@@ -582,6 +709,39 @@ usage_error(const char *fmt, ...)
     return 2;
 }
 
+/* ", migration copy (the default of 'mode: redis')" for a store pool, ""
+ * for the others: what a membership change does to its data. */
+static const char *
+migration_phrase(const struct conf_pool *cp, char *buf, size_t cap)
+{
+    if (cp->mode != CONF_MODE_REDIS && cp->mode != CONF_MODE_MEMCACHE)
+        return "";
+    snprintf(buf, cap, ", migration %s (%s)",
+             conf_migration_name(cp->migration),
+             cp->migration_line != 0 ? "set by 'migration:'"
+             : cp->mode == CONF_MODE_MEMCACHE ? "the default"
+             : cp->migration == CONF_MIGRATION_COPY
+                 ? "the default of 'mode: redis'"
+                 : "the default of twemproxy's 'redis: true'");
+    return buf;
+}
+
+/* A migration's drain barrier goes to every worker. */
+static unsigned
+drain_workers(struct migration_drain *d)
+{
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < worker_count(); i++) {
+        atomic_fetch_add(&d->refs, 1);
+        if (worker_call(i, request_drain, d) == 0)
+            n++;
+        else
+            migration_drain_unref(d);
+    }
+    return n;
+}
+
 /* Start-up: resume the migrations the state file holds. One that cannot
  * be resumed stays in the file (for a start with a config that has its
  * members again) and is logged: its keys may still be on old owners. */
@@ -711,11 +871,14 @@ main(int argc, char **argv)
             fprintf(stderr, "%s\n", conf->warnings[i]);
         for (size_t i = 0; i < conf->npools; i++) {
             const struct conf_pool *cp = &conf->pools[i];
-            printf("pool %s: mode %s (%s), listen %s, %zu servers, %s/%s\n",
+            char mig[128];
+
+            printf("pool %s: mode %s (%s), listen %s, %zu servers, %s/%s%s\n",
                    cp->name, conf_mode_name(cp->mode),
                    conf_mode_source_name(cp->mode_source), cp->listen.text,
                    cp->nservers, conf_dist_name(cp->distribution),
-                   chash_hash_name(cp->ring.hash));
+                   chash_hash_name(cp->ring.hash),
+                   migration_phrase(cp, mig, sizeof(mig)));
         }
         printf("%s: configuration OK\n", conf_path ? conf_path : "<embedded>");
         conf_destroy(conf);
@@ -810,15 +973,19 @@ main(int argc, char **argv)
                 goto out;
             }
             pool_listen_start(p, fds + i * conf->workers);
+            char mig[128];
+
             log_info("pool %s: listening on %s, mode %s (%s), %zu members, "
-                     "on_failure %s",
+                     "on_failure %s%s",
                      p->name, p->cfg.listen.text, conf_mode_name(p->cfg.mode),
                      conf_mode_source_name(p->cfg.mode_source), p->nservers,
-                     conf_on_failure_name(p->cfg.on_failure));
+                     conf_on_failure_name(p->cfg.on_failure),
+                     migration_phrase(&p->cfg, mig, sizeof(mig)));
         }
         free(fds);
     }
     membership_state_settle(NULL, NULL);
+    migration_set_barrier(drain_workers);
     migrations_resume();
     /* The admin API registers its own watch and tick with the loop. */
     if (admin_start(conf, err, sizeof(err)) < 0) {

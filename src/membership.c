@@ -71,6 +71,7 @@ static struct state *pending;     /* applied to a config being loaded */
 static char *pending_file;        /* its state_file */
 static bool state_loaded;         /* the file was read (first load) */
 static char *state_file;          /* NULL: changes are not persisted */
+static int state_persist(struct pool *p, char *warn, size_t warnlen);
 static struct saved_model *saved; /* before a reload */
 /* The config the pools run (borrowed from main, which keeps it until the
  * next reload settles), and the one a reload is applying. */
@@ -269,6 +270,8 @@ traffic_note(const struct pool *p, const struct server *s)
 {
     if (server_usable(s) || s->pool == NULL)
         return "";
+    if (migration_is_leaving(p, s->name))
+        return "; its keys move to their new owners, requests follow them";
     if (p->cfg.on_failure == CONF_ON_FAILURE_FAILOVER)
         return "; its clients fail over to their next members";
     if (p->cfg.on_failure == CONF_ON_FAILURE_ERROR)
@@ -892,6 +895,10 @@ membership_state_settle(void (*then)(void *arg), void *arg)
             struct server *s = p->servers[k];
             int want = state_admin(state, p->name, s->name);
 
+            /* scale-in of a reload: drained until its keys have moved */
+            if (migration_is_leaving(p, s->name))
+                want = STATE_ADMIN_DRAIN;
+
             if (server_member(s) && s->admin != want &&
                 pool_member_set_admin(p, s->name, want) != 0)
                 log_warn("state: pool %s member %s: cannot set %s: %s", p->name,
@@ -900,6 +907,14 @@ membership_state_settle(void (*then)(void *arg), void *arg)
     }
     if (committed)
         saved_compare();
+    for (size_t i = 0; state != NULL && i < pool_count(); i++) {
+        char warn[512];
+
+        /* a reload's migration: its members (the leaving ones too) are
+         * kept, so that a restart finds them to resume */
+        if (migration_active(pool_at(i)))
+            state_persist(pool_at(i), warn, sizeof(warn));
+    }
     if (then != NULL)
         after_jobs(then, arg);
 }
@@ -1159,9 +1174,11 @@ pending_apply(struct pending *pc)
     if (pc->migrate) {
         char err[512], change[300];
 
+        const char *leaving[] = {pc->name};
+
         snprintf(change, sizeof(change), "%s %s", pc->op, pc->name);
-        if (migration_prepare(p, change,
-                              pc->rq.op == MEMBERSHIP_REMOVE ? pc->name : NULL,
+        if (migration_prepare(p, change, leaving,
+                              pc->rq.op == MEMBERSHIP_REMOVE ? 1 : 0,
                               pc->keys_predicted, pc->keys_total, err,
                               sizeof(err)) != 0)
             return refuse(&pc->res, MEMBERSHIP_ECONFLICT, "%s", err);
@@ -1979,6 +1996,10 @@ membership_migration_save(const char *pool, json_t *m)
 
     if (state == NULL)
         return;
+    /* a reload being applied commits <pending> over <state>: both */
+    if (pending != NULL && state_set_migration(pending, pool, m) != 0)
+        log_error("pool %s: migration: cannot keep its state: out of memory",
+                  pool);
     if (state_set_migration(state, pool, m) != 0) {
         log_error("pool %s: migration: cannot keep its state: out of memory",
                   pool);

@@ -13,6 +13,7 @@
 
 #include "chash/chash.h"
 #include "membership.h"
+#include "migration.h"
 #include "pool.h"
 #include "state.h"
 #include "stats.h"
@@ -591,6 +592,7 @@ metrics_render(size_t *len)
     member_request_errors_family(f);
     member_latency_family(f);
     pool_requests_family(f);
+    migration_metrics(f);
 
     if (fclose(f) != 0) {
         free(buf);

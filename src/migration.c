@@ -28,10 +28,11 @@
 #include "invariant.h"
 #include "log.h"
 #include "membership.h"
+#include "metrics.h"
 #include "pool.h"
-#include "request.h"
+#include "request.h" /* enum request_gate_result */
+#include "state.h"
 #include "stats.h"
-#include "worker.h"
 
 /* How often the control thread looks at running migrations and saves
  * their progress. */
@@ -81,8 +82,11 @@ struct migration {
     uint64_t epoch;
     int phase; /* control thread */
     char change[300];
-    char *leaving; /* a member removed once done, or NULL */
+    char **leaving; /* members removed once done */
+    size_t nleaving;
     uint64_t keys_predicted, keys_total;
+    double moved_fraction; /* of the key space, -1: not known */
+    bool late_count;       /* a reload's: counted from the sources */
     time_t started_wall;
     uint64_t started_ms, finished_ms;
     struct migration_view *view;    /* (ref held) */
@@ -112,12 +116,21 @@ struct migration {
 struct last {
     char *pool;
     json_t *j;
+    /* every finished migration of the pool, summed (the metrics) */
+    uint64_t count, moved, by_request, scanned, bytes, anomalies, failed;
     struct last *next;
 };
 static struct last *lasts;
 static struct migration **running; /* the pools' */
 static size_t nrunning, caprunning;
 static uint64_t next_epoch;
+static migration_barrier_fn *barrier;
+
+void
+migration_set_barrier(migration_barrier_fn *fn)
+{
+    barrier = fn;
+}
 
 /* ---- view and drain ------------------------------------------------------ */
 
@@ -1078,6 +1091,27 @@ iso_time(time_t t, char *buf, size_t cap)
     strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+static json_t *
+leaving_json(const struct migration *m)
+{
+    json_t *a = json_array();
+
+    for (size_t i = 0; i < m->nleaving; i++)
+        json_array_append_new(a, json_string(m->leaving[i]));
+    return a;
+}
+
+bool
+migration_is_leaving(const struct pool *p, const char *name)
+{
+    const struct migration *m = p->migration;
+
+    for (size_t i = 0; m != NULL && i < m->nleaving; i++)
+        if (strcmp(m->leaving[i], name) == 0)
+            return true;
+    return false;
+}
+
 /* The migration as the API shows it. */
 static json_t *
 migration_to_json(struct migration *m)
@@ -1101,8 +1135,7 @@ migration_to_json(struct migration *m)
     json_object_set_new(j, "epoch", json_integer((json_int_t)m->epoch));
     json_object_set_new(j, "phase", json_string(phase_names[m->phase]));
     json_object_set_new(j, "change", json_string(m->change));
-    if (m->leaving != NULL)
-        json_object_set_new(j, "leaving", json_string(m->leaving));
+    json_object_set_new(j, "leaving", leaving_json(m));
     json_object_set_new(j, "started", json_string(when));
     json_object_set_new(j, "elapsed_s", json_real(elapsed));
     json_object_set_new(j, "keys_predicted",
@@ -1209,8 +1242,7 @@ saved_json(struct migration *m)
     iso_time(m->started_wall, when, sizeof(when));
     json_object_set_new(j, "epoch", json_integer((json_int_t)m->epoch));
     json_object_set_new(j, "change", json_string(m->change));
-    json_object_set_new(j, "leaving",
-                        m->leaving ? json_string(m->leaving) : json_null());
+    json_object_set_new(j, "leaving", leaving_json(m));
     json_object_set_new(j, "started", json_string(when));
     json_object_set_new(j, "started_unix",
                         json_integer((json_int_t)m->started_wall));
@@ -1261,6 +1293,8 @@ migration_free(struct migration *m)
     for (size_t i = 0; i < m->nsrc; i++)
         server_unref(m->src[i].srv);
     free(m->src);
+    for (size_t i = 0; i < m->nleaving; i++)
+        free(m->leaving[i]);
     free(m->leaving);
     free(m->auth);
     json_decref(m->big_keys);
@@ -1273,7 +1307,7 @@ migration_free(struct migration *m)
 /* A migration of <p> from placement <old> (pinned by the view made here). */
 static struct migration *
 migration_new(struct pool *p, struct pool_snapshot *old, uint64_t epoch,
-              const char *change, const char *leaving)
+              const char *change, const char *const *leaving, size_t nleaving)
 {
     struct migration *m = calloc(1, sizeof(*m));
     struct migration_view *v = calloc(1, sizeof(*v));
@@ -1293,7 +1327,10 @@ migration_new(struct pool *p, struct pool_snapshot *old, uint64_t epoch,
     m->epoch = epoch;
     m->phase = MIG_DRAINING;
     snprintf(m->change, sizeof(m->change), "%s", change);
-    m->leaving = leaving != NULL ? strdup(leaving) : NULL;
+    m->leaving = calloc(nleaving ? nleaving : 1, sizeof(*m->leaving));
+    for (size_t i = 0; m->leaving != NULL && i < nleaving; i++)
+        if ((m->leaving[m->nleaving] = strdup(leaving[i])) != NULL)
+            m->nleaving++;
     m->auth = p->cfg.redis_auth != NULL ? strdup(p->cfg.redis_auth) : NULL;
     m->db = p->cfg.redis_db;
     m->timeout_ms = p->cfg.migration_timeout_ms;
@@ -1335,7 +1372,8 @@ migration_new(struct pool *p, struct pool_snapshot *old, uint64_t epoch,
 }
 
 int
-migration_prepare(struct pool *p, const char *change, const char *leaving,
+migration_prepare(struct pool *p, const char *change,
+                  const char *const *leaving, size_t nleaving,
                   uint64_t keys_predicted, uint64_t keys_total, char *err,
                   size_t errlen)
 {
@@ -1351,7 +1389,7 @@ migration_prepare(struct pool *p, const char *change, const char *leaving,
                  "pool %s: a change is being published; try again", p->name);
         return -1;
     }
-    m = migration_new(p, old, ++next_epoch, change, leaving);
+    m = migration_new(p, old, ++next_epoch, change, leaving, nleaving);
     if (m == NULL || running_add(m) != 0) {
         if (m != NULL) {
             migration_view_unref(m->view);
@@ -1388,12 +1426,21 @@ migration_start(struct pool *p)
 {
     struct migration *m = p->migration;
     struct migration_drain *d;
-    unsigned n = worker_count();
 
     if (m == NULL || m->new_snap != NULL)
         return;
     m->new_snap = atomic_load(&p->snap);
     pool_snapshot_pin(m->new_snap);
+    if (m->keys_predicted == 0 && m->view->old->ring != NULL &&
+        m->new_snap->ring != NULL &&
+        chash_ring_diff(m->view->old->ring, m->new_snap->ring,
+                        &m->moved_fraction) == 0) {
+        /* a reload's (or a resumed one's): no report gave the fraction;
+         * the key count comes from the sources once they answered */
+        m->late_count = true;
+        m->keys_predicted =
+            (uint64_t)(m->moved_fraction * (double)m->keys_total + 0.5);
+    }
     d = calloc(1, sizeof(*d));
     if (d == NULL) {
         /* no barrier to wait for: as good as none; log it */
@@ -1403,14 +1450,10 @@ migration_start(struct pool *p)
         m->phase = MIG_COPYING;
         return;
     }
-    atomic_store(&d->refs, n + 1);
+    atomic_store(&d->refs, 1);
     d->pool = p;
     m->drain = d;
-    for (unsigned i = 0; i < n; i++)
-        if (worker_call(i, request_drain, d) != 0) {
-            atomic_fetch_add(&d->done, 1);
-            migration_drain_unref(d);
-        }
+    d->workers = barrier != NULL ? barrier(d) : 0;
     log_info("pool %s: migration %" PRIu64 " (%s): about %" PRIu64
              " keys to move; waiting for the requests sent under the old "
              "ring",
@@ -1462,6 +1505,13 @@ finished(struct pool *p, const struct pool_change *chg, void *arg)
     if (l != NULL) {
         json_decref(l->j);
         l->j = migration_to_json(m);
+        l->count++;
+        l->moved += t.moved;
+        l->by_request += t.gate_moved;
+        l->scanned += t.scanned;
+        l->bytes += t.bytes;
+        l->anomalies += t.anomalies;
+        l->failed += t.failed + t.gate_failed;
     }
     log_info("pool %s: migration %" PRIu64 " (%s) done in %.1f s: %" PRIu64
              " keys moved by the copier, %" PRIu64
@@ -1492,8 +1542,8 @@ finish(struct migration *m)
         migration_view_unref(m->view);
         m->view = NULL;
     }
-    if (m->leaving != NULL)
-        membership_migration_leave(p, m->leaving);
+    for (size_t i = 0; i < m->nleaving; i++)
+        membership_migration_leave(p, m->leaving[i]);
     pool_schedule(p);
     if (pool_on_published(p, finished, m) != 0)
         finished(p, NULL, m);
@@ -1530,7 +1580,7 @@ migration_tick(uint64_t now_ms, void *arg)
         }
 
         if (m->phase == MIG_DRAINING && m->drain != NULL &&
-            atomic_load(&m->drain->done) >= worker_count()) {
+            atomic_load(&m->drain->done) >= m->drain->workers) {
             atomic_store(&m->pool->mig_drained, m->epoch);
             migration_drain_unref(m->drain);
             m->drain = NULL;
@@ -1545,6 +1595,23 @@ migration_tick(uint64_t now_ms, void *arg)
         for (size_t k = 0; k < m->nsrc; k++) {
             all = all && m->src[k].phase == MIG_DONE;
             verifying = verifying && m->src[k].phase != MIG_COPYING;
+        }
+        if (m->late_count) {
+            uint64_t total = 0;
+            bool known = true;
+
+            for (size_t k = 0; k < m->nsrc; k++) {
+                known = known && m->src[k].dbsize_start >= 0;
+                total += m->src[k].dbsize_start > 0
+                             ? (uint64_t)m->src[k].dbsize_start
+                             : 0;
+            }
+            if (known) {
+                m->late_count = false;
+                m->keys_total = total;
+                m->keys_predicted =
+                    (uint64_t)(m->moved_fraction * (double)total + 0.5);
+            }
         }
         pthread_mutex_unlock(&m->lock);
         m->phase = verifying ? MIG_VERIFYING : MIG_COPYING;
@@ -1611,12 +1678,13 @@ int
 migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
 {
     json_t *old = json_object_get(saved, "old"), *srcs, *v;
+    json_t *jl = json_object_get(saved, "leaving");
     struct chash_member *mem;
     struct pool_snapshot *snap;
     struct migration *m;
     size_t n = json_array_size(old);
-    const char *leaving =
-        json_string_value(json_object_get(saved, "leaving"));
+    const char *leaving[64];
+    size_t nleaving = 0;
     uint64_t epoch =
         (uint64_t)json_integer_value(json_object_get(saved, "epoch"));
 
@@ -1650,10 +1718,13 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
     free(mem);
     if (snap == NULL)
         return -1;
+    for (size_t i = 0; i < json_array_size(jl) && nleaving < 64; i++)
+        if (json_is_string(json_array_get(jl, i)))
+            leaving[nleaving++] = json_string_value(json_array_get(jl, i));
     m = migration_new(p, snap, epoch,
                       json_string_value(json_object_get(saved, "change"))
                           ?: "resumed",
-                      leaving);
+                      leaving, nleaving);
     if (m == NULL || running_add(m) != 0) {
         if (m != NULL) {
             migration_view_unref(m->view);
@@ -1674,8 +1745,10 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
     m->gate_moved_before = (uint64_t)json_integer_value(
         json_object_get(saved, "moved_by_traffic"));
     v = json_object_get(saved, "started_unix");
-    if (json_is_integer(v))
+    if (json_is_integer(v) && json_integer_value(v) <= (json_int_t)time(NULL)) {
         m->started_wall = (time_t)json_integer_value(v);
+        m->started_ms -= (uint64_t)(time(NULL) - m->started_wall) * 1000u;
+    }
     srcs = json_object_get(saved, "sources");
     for (size_t i = 0; i < m->nsrc; i++) {
         struct msource *ms = &m->src[i];
@@ -1711,4 +1784,254 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
     if (pool_on_published(p, resumed, NULL) != 0)
         migration_start(p);
     return 0;
+}
+
+/* ---- reloads --------------------------------------------------------------- */
+
+/* Member <name> of <p> in its placement (a member, admin up, weight > 0). */
+static const struct server *
+placed(const struct pool *p, const char *name)
+{
+    const struct server *s = pool_server_find(p, name);
+
+    if (s == NULL || atomic_load(&s->state) == SERVER_REMOVED ||
+        s->admin != STATE_ADMIN_UP || s->weight == 0)
+        return NULL;
+    return s;
+}
+
+void
+migration_plan_free(struct migration_plan *pl)
+{
+    free(pl->leaving);
+    memset(pl, 0, sizeof(*pl));
+}
+
+int
+migration_reload_plan(const struct pool *p, const struct conf_pool *cp,
+                      struct migration_plan *pl, char *err, size_t errlen)
+{
+    const struct conf_pool *was = &p->cfg;
+    bool change = false;
+    size_t before = 0, after = 0;
+
+    memset(pl, 0, sizeof(*pl));
+    if (was->migration != CONF_MIGRATION_COPY &&
+        cp->migration != CONF_MIGRATION_COPY)
+        return 0;
+    if (p->migration != NULL && cp->migration != CONF_MIGRATION_COPY) {
+        snprintf(err, errlen,
+                 "pool %s: its migration is running: 'migration' cannot be "
+                 "turned off before it ends",
+                 p->name);
+        return -1;
+    }
+    if (was->migration != CONF_MIGRATION_COPY ||
+        cp->migration != CONF_MIGRATION_COPY)
+        return 0; /* turned on or off: nothing moves by this reload */
+    if (was->ring.algo != cp->ring.algo || was->ring.hash != cp->ring.hash ||
+        was->ring.points_per_weight != cp->ring.points_per_weight ||
+        was->ring.table_size != cp->ring.table_size ||
+        was->distribution != cp->distribution ||
+        strcmp(was->hash_tag, cp->hash_tag) != 0 ||
+        was->redis_db != cp->redis_db) {
+        snprintf(err, errlen,
+                 "pool %s: a reload may not change its hash, distribution, "
+                 "points, hash_tag or redis_db: with migration: copy that "
+                 "would move nearly every key (set migration: off first, "
+                 "or start a new pool)",
+                 p->name);
+        return -1;
+    }
+    for (size_t i = 0; i < cp->nservers; i++) {
+        const struct conf_server *cs = &cp->servers[i];
+        const struct server *s = pool_server_find(p, cs->name);
+
+        if (s != NULL && atomic_load(&s->state) != SERVER_REMOVED) {
+            if (!conf_addr_equal(&s->addr, &cs->addr)) {
+                snprintf(err, errlen,
+                         "pool %s: member %s moves from %s to %s: with "
+                         "migration: copy its keys would be lost; add the "
+                         "new address under another name, then remove %s",
+                         p->name, cs->name, s->addr.text, cs->addr.text,
+                         cs->name);
+                return -1;
+            }
+            if (s->admin != STATE_ADMIN_UP)
+                continue; /* the state keeps it drained or in maintenance */
+            if (s->weight != cs->weight)
+                change = true;
+        } else {
+            if (cs->weight == 0)
+                continue;
+            change = true;
+            if (!cs->probed || cs->keys != 0) {
+                if (cs->probed && cs->keys > 0)
+                    snprintf(err, errlen,
+                             "pool %s: member %s (%s) holds %" PRId64
+                             " keys: a joining member must be empty "
+                             "(FLUSHDB it, then reload)",
+                             p->name, cs->name, cs->addr.text, cs->keys);
+                else
+                    snprintf(err, errlen,
+                             "pool %s: member %s (%s) cannot be asked how "
+                             "many keys it holds: a joining member must be "
+                             "empty and reachable",
+                             p->name, cs->name, cs->addr.text);
+                return -1;
+            }
+        }
+        if (cs->weight > 0)
+            after++;
+        if (cs->probed && cs->keys > 0)
+            pl->keys_total += (uint64_t)cs->keys;
+    }
+    pl->leaving = calloc(p->nservers ? p->nservers : 1, sizeof(*pl->leaving));
+    if (pl->leaving == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < p->nservers; i++) {
+        const struct server *s = placed(p, p->servers[i]->name);
+        bool kept = false;
+
+        if (s == NULL)
+            continue;
+        before++;
+        for (size_t k = 0; k < cp->nservers && !kept; k++)
+            kept = strcmp(cp->servers[k].name, s->name) == 0;
+        if (!kept) {
+            pl->leaving[pl->nleaving++] = s;
+            change = true;
+        }
+    }
+    if (change && after == 0) {
+        migration_plan_free(pl);
+        snprintf(err, errlen,
+                 "pool %s: the reload leaves no member to move its keys to",
+                 p->name);
+        return -1;
+    }
+    if (change && p->migration != NULL) {
+        migration_plan_free(pl);
+        migration_busy(p, err, errlen);
+        return -1;
+    }
+    (void)before;
+    pl->change = change;
+    return change ? 1 : 0;
+}
+
+/* ---- metrics --------------------------------------------------------------- */
+
+static void
+label(FILE *f, const char *name, const char *pool, const char *source)
+{
+    fprintf(f, "%s{pool=\"", name);
+    metrics_label_escape(f, pool);
+    if (source != NULL) {
+        fputs("\",source=\"", f);
+        metrics_label_escape(f, source);
+    }
+    fputs("\"}", f);
+}
+
+void
+migration_metrics(FILE *f)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"chashd_migration_active", "gauge",
+         "1 while a migration moves keys in the pool (migration: copy)."},
+        {"chashd_migrations_total", "counter", "Migrations finished."},
+        {"chashd_migration_keys_moved_total", "counter",
+         "Keys moved to their new owner, by the copier (by=copier) or by a "
+         "request that touched a moving key first (by=request)."},
+        {"chashd_migration_keys_scanned_total", "counter",
+         "Keys the copiers looked at on the old owners."},
+        {"chashd_migration_bytes_total", "counter",
+         "Bytes the copier moved (MEMORY USAGE of each key)."},
+        {"chashd_migration_anomalies_total", "counter",
+         "Moving keys the verification pass found still on an old owner "
+         "(expected 0)."},
+        {"chashd_migration_failed_keys_total", "counter",
+         "Moves that failed (tried again later; a request whose key could "
+         "not move got an error)."},
+        {"chashd_migration_progress_ratio", "gauge",
+         "Progress of each old owner's copier in the running migration."},
+    };
+
+    for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", fam[k].name, fam[k].help,
+                fam[k].name, fam[k].type);
+        for (size_t i = 0; i < pool_count(); i++) {
+            struct pool *p = pool_at(i);
+            struct migration *m = p->migration;
+            struct last *l = last_get(p->name);
+            struct last sum = {0};
+            struct totals t = {0};
+
+            if (p->cfg.migration != CONF_MIGRATION_COPY && l == NULL)
+                continue;
+            if (l != NULL)
+                sum = *l;
+            if (m != NULL)
+                totals(m, &t);
+            switch (k) {
+            case 0:
+                label(f, fam[k].name, p->name, NULL);
+                fprintf(f, " %d\n", m != NULL);
+                break;
+            case 1:
+                label(f, fam[k].name, p->name, NULL);
+                fprintf(f, " %" PRIu64 "\n", sum.count);
+                break;
+            case 2:
+                fprintf(f, "%s{pool=\"", fam[k].name);
+                metrics_label_escape(f, p->name);
+                fprintf(f, "\",by=\"copier\"} %" PRIu64 "\n", sum.moved + t.moved);
+                fprintf(f, "%s{pool=\"", fam[k].name);
+                metrics_label_escape(f, p->name);
+                fprintf(f, "\",by=\"request\"} %" PRIu64 "\n",
+                        sum.by_request + t.gate_moved);
+                break;
+            case 3:
+                label(f, fam[k].name, p->name, NULL);
+                fprintf(f, " %" PRIu64 "\n", sum.scanned + t.scanned);
+                break;
+            case 4:
+                label(f, fam[k].name, p->name, NULL);
+                fprintf(f, " %" PRIu64 "\n", sum.bytes + t.bytes);
+                break;
+            case 5:
+                label(f, fam[k].name, p->name, NULL);
+                fprintf(f, " %" PRIu64 "\n", sum.anomalies + t.anomalies);
+                break;
+            case 6:
+                label(f, fam[k].name, p->name, NULL);
+                fprintf(f, " %" PRIu64 "\n",
+                        sum.failed + t.failed + t.gate_failed);
+                break;
+            case 7:
+                for (size_t j = 0; m != NULL && j < m->nsrc; j++) {
+                    const struct msource *ms = &m->src[j];
+                    double pr;
+
+                    pthread_mutex_lock(&m->lock);
+                    pr = ms->phase == MIG_DONE ? 1.0
+                         : ms->pass >= 2       ? 0.99
+                         : ms->dbsize_start > 0
+                             ? (double)ms->scanned / (double)ms->dbsize_start
+                             : 0.0;
+                    pthread_mutex_unlock(&m->lock);
+                    if (pr > 0.99 && ms->phase != MIG_DONE)
+                        pr = 0.99;
+                    label(f, fam[k].name, p->name, ms->srv->name);
+                    fprintf(f, " %.4f\n", pr);
+                }
+                break;
+            }
+        }
+    }
 }

@@ -25,9 +25,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdio.h>
+
 #include <jansson.h>
 
 struct conf_addr;
+struct conf_pool;
 struct pool;
 struct pool_snapshot;
 struct server;
@@ -56,10 +59,17 @@ void migration_view_unref(struct migration_view *v); /* NULL: nothing */
 struct migration_drain {
     _Atomic unsigned refs;
     _Atomic unsigned done; /* workers drained */
+    unsigned workers;      /* handed to */
     struct pool *pool;     /* compared, never dereferenced by workers */
 };
 
 void migration_drain_unref(struct migration_drain *d);
+
+/* How a drain barrier reaches the workers (chashd: each worker runs
+ * request_drain): hands <d> to each, a reference each, and returns how
+ * many took it. Unset (unit tests), a migration drains at once. */
+typedef unsigned migration_barrier_fn(struct migration_drain *d);
+void migration_set_barrier(migration_barrier_fn *fn);
 
 /* Register with the control loop. 0 or -1. */
 int migration_init(void);
@@ -77,20 +87,47 @@ void migration_busy(const struct pool *p, char *buf, size_t cap);
  * A change of <p>'s placement is about to be applied (membership.c):
  * pin the current placement as the old one and put the view in every
  * snapshot built from now on. <change> describes it ("add r4"); <leaving>
- * (NULL: none) is a member that leaves the pool once its keys are moved
- * (scale-in: it is drained now, removed at the end). 0, or -1 with a
- * reason in <err>.
+ * (<nleaving>) are members that leave the pool once their keys are moved
+ * (scale-in: drained now, removed at the end). <keys_predicted> 0 with
+ * <keys_total>: computed from the rings once the change is live. 0, or -1
+ * with a reason in <err>.
  */
-int migration_prepare(struct pool *p, const char *change, const char *leaving,
+int migration_prepare(struct pool *p, const char *change,
+                      const char *const *leaving, size_t nleaving,
                       uint64_t keys_predicted, uint64_t keys_total, char *err,
                       size_t errlen);
+
+/* Whether member <name> of <p> leaves once the running migration ends. */
+bool migration_is_leaving(const struct pool *p, const char *name);
 /* The change could not be applied after migration_prepare(): undo it. */
 void migration_cancel(struct pool *p);
 /* The change is live (its snapshot published): drain, then copy. */
 void migration_start(struct pool *p);
 
+/*
+ * A reload gives <p> the config <cp> (its state delta applied, its
+ * servers probed): 0 when no key moves (or <p> does not copy), 1 when a
+ * migration must run -- <pl> lists the members that must stay until
+ * their keys have moved (the reload removes them) and the key count --,
+ * -1 when the reload must be refused (<err>: a joining member holds keys,
+ * a migration runs already, the ring's hash changes...).
+ */
+struct migration_plan {
+    bool change;
+    const struct server **leaving;
+    size_t nleaving;
+    uint64_t keys_total;
+};
+int migration_reload_plan(const struct pool *p, const struct conf_pool *cp,
+                          struct migration_plan *pl, char *err,
+                          size_t errlen);
+void migration_plan_free(struct migration_plan *pl);
+
 /* Resume the migration the state file holds for <p> (start-up). */
 int migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen);
+
+/* The migration families of GET /metrics. */
+void migration_metrics(FILE *f);
 
 /* GET /api/pools/{pool}/migration. */
 json_t *migration_json(const struct pool *p);

@@ -424,11 +424,44 @@ out:
 
 /* ---- every member -------------------------------------------------------- */
 
-/* The snapshot's members, in its order (the SCAN cursor's). */
+/* Whether <s> is in <snap>'s ring. */
+static bool
+in_snapshot(const struct pool_snapshot *snap, const struct server *s)
+{
+    for (size_t i = 0; i < snap->n; i++)
+        if (snap->servers[i] == s)
+            return true;
+    return false;
+}
+
+/* The members a request for every member goes to, in order (the SCAN
+ * cursor's): the snapshot's; while a migration runs, also the old
+ * owners that are no longer in the ring (a member leaving still holds
+ * keys until they have moved). */
 static size_t
 fanout_members(const struct pool_snapshot *snap)
 {
-    return snap->ring != NULL ? snap->n : 0;
+    const struct pool_snapshot *old = snap->mig ? snap->mig->old : NULL;
+    size_t n = snap->ring != NULL ? snap->n : 0;
+
+    for (size_t i = 0; old != NULL && n > 0 && i < old->n; i++)
+        n += !in_snapshot(snap, old->servers[i]);
+    return n;
+}
+
+/* The <i>th of them. */
+static struct server *
+fanout_at(const struct pool_snapshot *snap, size_t i)
+{
+    const struct pool_snapshot *old = snap->mig ? snap->mig->old : NULL;
+
+    if (i < snap->n)
+        return snap->servers[i];
+    i -= snap->n;
+    for (size_t k = 0; old != NULL && k < old->n; k++)
+        if (!in_snapshot(snap, old->servers[k]) && i-- == 0)
+            return old->servers[k];
+    return NULL;
 }
 
 /* Send <len> bytes at <buf> to every member, merged by <kind>. */
@@ -445,9 +478,10 @@ fanout(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
     if (request_frags(r, n) < 0)
         return -1;
     for (size_t i = 0; i < n; i++) {
+        struct server *s = fanout_at(snap, i);
+
         r->frags[i].member = i;
-        request_send(r, &r->frags[i], snap->servers[i], snap->servers[i]->id,
-                     buf, len, 0);
+        request_send(r, &r->frags[i], s, s->id, buf, len, 0);
     }
     (void)m;
     return 0;
@@ -493,8 +527,8 @@ scan(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr)
         if (bulk(&b, a, len) < 0)
             goto fail;
     }
-    request_send(r, &r->frags[0], snap->servers[idx], snap->servers[idx]->id,
-                 b.data, b.len, 0);
+    request_send(r, &r->frags[0], fanout_at(snap, idx),
+                 fanout_at(snap, idx)->id, b.data, b.len, 0);
     rbuf_free(&b);
     return 0;
 fail:
