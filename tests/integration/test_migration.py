@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from admin_util import parse_metrics
 from conftest import wait_for
 from migration_util import (POOL, Change, Sampler, Store, Workload,
                             binomial_slack, check_placement, check_workload,
@@ -200,6 +201,25 @@ class Slow:
             self.owner[k] = (o, nw)
             out.append(k)
         self.candidates = [out[:n], out[n:]]
+        return self.candidates
+
+    def tag_sets(self, prefix, fields):
+        """Like sets(), for two hash tags that move to s1: each set is
+        the keys {prefix:i}field of one tag (they move together)."""
+        tags, i = [], 0
+        while len(tags) < 2:
+            names = ["{%s:%d}" % (prefix, j) for j in range(i, i + 200)]
+            o = self.st.owners([t + "x" for t in names])
+            nw = self.st.owners([t + "x" for t in names], self.new_ring)
+            tags += [t for t in names if o[t + "x"] != nw[t + "x"]]
+            i += 200
+            assert i < 20000, "no moving hash tag"
+        self.candidates = []
+        for t in tags[:2]:
+            ks = [t + f for f in fields]
+            for k in ks:
+                self.owner[k] = (self.st.owners([k])[k], "s1")
+            self.candidates.append(ks)
         return self.candidates
 
     def add(self):
@@ -450,6 +470,46 @@ def test_s7_conditional_writes_decided_on_the_old_value(store):
     assert s.st.holder(ks[5]) == []
 
 
+def test_s8_multi_key_and_destination_keys_move_first(store):
+    """Multi-key commands on one hash tag whose keys the copier has not
+    reached: every key they name is moved first, destinations included --
+    RPOPLPUSH, SUNIONSTORE and RENAME onto existing keys, MSETNX against
+    an existing key, EVAL on a declared key. No old destination is left
+    on the old owner for a later copy to bring back."""
+    s = Slow(store)
+    fields = ["src", "dst", "s1", "s2", "st", "r1", "r2", "m1", "e"]
+    with s.st.client() as c:
+        for ks in s.tag_sets("mk", fields):
+            k = dict(zip(fields, ks))
+            setup = [("RPUSH", k["src"], "a", "b"), ("RPUSH", k["dst"], "x"),
+                     ("SADD", k["s1"], "p", "q"), ("SADD", k["s2"], "q", "r"),
+                     ("SADD", k["st"], "old"), ("SET", k["r1"], "one"),
+                     ("SET", k["r2"], "two"), ("SET", k["m1"], "m"),
+                     ("SET", k["e"], 100)]
+            assert not any(isinstance(r, Err) for r in c.pipeline(setup))
+        s.add()
+        ks = s.pick()
+        k = dict(zip(fields, ks))
+        t = k["src"][:k["src"].index("}") + 1]
+        assert c.call("RPOPLPUSH", k["src"], k["dst"]) == b"b"
+        assert c.call("SUNIONSTORE", k["st"], k["s1"], k["s2"]) == 3
+        assert c.call("RENAME", k["r1"], k["r2"]) == Simple("OK")
+        assert c.call("MSETNX", k["m1"], "new", t + "m2", "new") == 0
+        assert c.call("EVAL", "return redis.call('INCR', KEYS[1])", 1,
+                      k["e"]) == 101
+        assert c.call("LRANGE", k["dst"], 0, -1) == [b"b", b"x"]
+        assert sorted(c.call("SMEMBERS", k["st"])) == [b"p", b"q", b"r"]
+        assert c.call("MGET", k["r1"], k["r2"], k["m1"], t + "m2") == \
+            [None, b"one", b"m", None]
+    for f in ("src", "dst", "s1", "s2", "st", "r2", "m1", "e"):
+        s.on_new_only(k[f])
+    assert s.st.holder(k["r1"]) == []
+    n = s.server("s1")
+    assert n.call("LRANGE", k["dst"], 0, -1) == [b"b", b"x"]
+    assert sorted(n.call("SMEMBERS", k["st"])) == [b"p", b"q", b"r"]
+    assert n.call("GET", k["e"]) == b"101"
+
+
 # ----------------------------------------------------- dry run, exact count --
 
 def test_dry_run_keys_to_move_then_the_move_is_exact(store):
@@ -496,6 +556,39 @@ def test_dry_run_keys_to_move_then_the_move_is_exact(store):
     with st.client() as c:
         sample = keys[::97]
         assert c.call("MGET", *sample) == [k.encode() for k in sample]
+
+
+def test_prometheus_families_follow_the_api(store):
+    """After an add with no traffic, /metrics has the spec's families and
+    they agree with GET .../migration: active 0, 1 finished, keys moved
+    per source summing to keys_moved, moved by traffic 0, anomalies 0."""
+    st = store(n=3, spares=1, opts={"migration_rate": 0})
+    keys = ["pm:%d" % i for i in range(2000)]
+    with st.client() as c:
+        for i in range(0, len(keys), 1000):
+            c.pipeline([("SET", k, k) for k in keys[i:i + 1000]])
+    status, rep = st.add("s1")
+    assert status == 201, rep
+    last = st.wait_done(rep["migration"]["epoch"])
+    code, text, _ = st.api.get("/metrics")
+    assert code == 200
+    _, _, samples = parse_metrics(text)
+
+    def metric(name, **labels):
+        return [(lb, v) for n, lb, v in samples if n == name and
+                all(lb.get(a) == b for a, b in labels.items())]
+    assert [v for _, v in metric("chashd_migration_active", pool=POOL)] \
+        == [0]
+    assert [v for _, v in metric("chashd_migrations_total", pool=POOL)] \
+        == [1]
+    per_source = metric("chashd_migration_keys_moved_total", pool=POOL)
+    assert {lb.get("source") for lb, _ in per_source} == \
+        {"r1", "r2", "r3"}, per_source
+    assert sum(v for _, v in per_source) == last["keys_moved"]
+    assert [v for _, v in metric(
+        "chashd_migration_keys_moved_by_traffic_total", pool=POOL)] == [0]
+    assert [v for _, v in metric("chashd_migration_anomalies_total",
+                                 pool=POOL)] == [0]
 
 
 # ------------------------------------------------ one migration at a time --
@@ -587,6 +680,44 @@ def test_reload_that_adds_a_member_migrates(store):
     with st.client() as c:
         got = c.call("MGET", *keys)
     assert got == [k.encode() for k in keys]
+
+
+# ------------------------------------------------- PATCH weight, drain, up --
+
+def test_weight_drain_and_up_each_migrate(store):
+    """PATCH r3 drain, PATCH r3 up, PATCH r2 weight 2: each starts a
+    migration (the report says so), and after each every key is on the
+    owner of the ring as changed, once, reading back through chashd; a
+    drained member ends empty."""
+    st = store(n=3, spares=0, opts={"migration_rate": 0})
+    keys = ["w:%d" % i for i in range(3000)]
+    with st.client() as c:
+        for i in range(0, len(keys), 1000):
+            c.pipeline([("SET", k, k) for k in keys[i:i + 1000]])
+    # a reweight last: it moves keys both ways between two members
+    steps = [("r3", {"state": "drain"}, {"r1": 1, "r2": 1}),
+             ("r3", {"state": "up"}, {"r1": 1, "r2": 1, "r3": 1}),
+             ("r2", {"weight": 2}, {"r1": 1, "r2": 2, "r3": 1})]
+    for name, body, ring in steps:
+        ch = Change(st, keys, dict(st.members), ring)
+        assert ch.moving
+        code, rep, _ = st.api.call("PATCH", "/api/pools/%s/members/%s"
+                                   % (POOL, name), body)
+        assert code == 200, (body, code, rep)
+        assert rep.get("migration"), (body, rep)
+        # 3000 keys, no rate limit: well under a second when it works
+        last = st.wait_done(rep["migration"]["epoch"], timeout=10)
+        check_finished(last, rep["migration"]["epoch"])
+        st.members = dict(ring)
+        assert moved_total(last) == len(ch.moving), (body, last,
+                                                     len(ch.moving))
+        bad, _ = check_placement(st, keys, ch.new, set(keys))
+        assert not bad, "after %s: %s" % (body, brief(bad))
+        if body == {"state": "drain"}:
+            assert st.servers["r3"].dbsize() == 0
+        with st.client() as c:
+            assert c.call("MGET", *keys[::37]) == \
+                [k.encode() for k in keys[::37]]
 
 
 # ---------------------------------------------------------------- odds --
