@@ -1963,6 +1963,19 @@ migration_metrics(FILE *f)
     };
 
     for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
+        bool any = false;
+
+        /* a family only with samples: pools that copy (or did), and for
+         * the progress, a migration running */
+        for (size_t i = 0; i < pool_count() && !any; i++) {
+            struct pool *p = pool_at(i);
+
+            any = k == 7 ? p->migration != NULL
+                         : p->cfg.migration == CONF_MIGRATION_COPY ||
+                               last_get(p->name) != NULL;
+        }
+        if (!any)
+            continue;
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", fam[k].name, fam[k].help,
                 fam[k].name, fam[k].type);
         for (size_t i = 0; i < pool_count(); i++) {

@@ -60,11 +60,12 @@ def test_check_embedded_config():
                           "127.0.0.1:8080, 3 servers, ring/xxh3",
                           "pool kv: mode redis (from twemproxy's 'redis:' "
                           "key), listen 127.0.0.1:6380, 3 servers, "
-                          "ketama/murmur",
+                          "ketama/murmur, migration off (the default of "
+                          "twemproxy's 'redis: true')",
                           "pool mc: mode memcache (the default: neither "
                           "'mode:' nor 'redis:' is given (twemproxy's "
                           "rule)), listen 127.0.0.1:11311, 3 servers, "
-                          "ketama/murmur"]
+                          "ketama/murmur, migration off (the default)"]
 
 
 def test_pid_file_and_log_file(tmp_path, backends, chashd):
