@@ -174,11 +174,11 @@ def test_remove_member_mid_workload(store):
 class Slow:
     """A store whose copier moves 1 key per second (its bucket lets the
     first key go at once), <nfill> filler keys (the copier has work to
-    do), and s1 about to be added. `sets(prefix, n)`: two sets of <n> key
-    names that move to s1, each set up alike by the test before add();
-    add() returns once the copier's first key is on s1, and pick() then
-    gives a set that is wholly on its old owners (the copier takes at most
-    one of the two sets' keys before the next second): the keys a client
+    do), and s1 about to be added. `sets(prefix, n)`: three sets of <n>
+    key names that move to s1, each set up alike by the test before
+    add(); add() returns once the copier's first keys are on s1, and
+    pick() then gives a set that is wholly on its old owners (the copier
+    takes at most two keys before the next second): the keys a client
     touches next are not yet copied."""
 
     def __init__(self, store, nfill=200, opts=None):
@@ -194,20 +194,21 @@ class Slow:
         self.owner = {}
         self.candidates = []
 
-    def sets(self, prefix, n):
+    def sets(self, prefix, n, count=3):
         out = []
-        for k, o, nw in moving_keys(self.st, self.new_ring, 2 * n, prefix):
+        for k, o, nw in moving_keys(self.st, self.new_ring, count * n,
+                                    prefix):
             assert nw == "s1"
             self.owner[k] = (o, nw)
             out.append(k)
-        self.candidates = [out[:n], out[n:]]
+        self.candidates = [out[i * n:(i + 1) * n] for i in range(count)]
         return self.candidates
 
     def tag_sets(self, prefix, fields):
         """Like sets(), for two hash tags that move to s1: each set is
         the keys {prefix:i}field of one tag (they move together)."""
         tags, i = [], 0
-        while len(tags) < 2:
+        while len(tags) < 3:
             names = ["{%s:%d}" % (prefix, j) for j in range(i, i + 200)]
             o = self.st.owners([t + "x" for t in names])
             nw = self.st.owners([t + "x" for t in names], self.new_ring)
@@ -215,7 +216,7 @@ class Slow:
             i += 200
             assert i < 20000, "no moving hash tag"
         self.candidates = []
-        for t in tags[:2]:
+        for t in tags[:3]:
             ks = [t + f for f in fields]
             for k in ks:
                 self.owner[k] = (self.st.owners([k])[k], "s1")
@@ -232,6 +233,7 @@ class Slow:
         wait_for(lambda: s1.dbsize() >= 1, timeout=5,
                  what="the copier's first key on s1")
         self.t_first = time.monotonic()
+        time.sleep(0.15)   # its bucket may let a second key go at once
         return rep
 
     def pick(self):

@@ -80,9 +80,10 @@ def test_paused_server_mid_migration(store, side):
     finally:
         wl.stop()
     assert last["phase"] == "done" and last["anomalies"] == 0, last
-    assert last["failed_keys"] == 0, last
     bad = check_workload(st, wl, ch.new)
     assert not bad, brief(bad) + "\n" + wl.summary()
+    # every key moved in the end: none is reported as failed
+    assert last["failed_keys"] == 0, last
 
 
 # ------------------------------------------------------- target restart --
@@ -179,9 +180,10 @@ def test_chashd_killed_mid_migration_resumes(store):
     finally:
         wl.stop()
     assert last["phase"] == "done" and last["anomalies"] == 0, last
-    assert last["failed_keys"] == 0, last
     bad = check_workload(st, wl, ch.new)
     assert not bad, brief(bad) + "\n" + wl.summary()
+    # every key moved in the end: none is reported as failed
+    assert last["failed_keys"] == 0, last
     assert wl.ops > 500, wl.summary()
     # the progress as last saved: at most one batch (10 keys) per source
     # redone, so the counters go back by no more than that
