@@ -92,15 +92,19 @@ def check_counts(change, wl, rep, last):
         (rep["migration"], lo, slack)
 
 
-def test_add_member_mid_workload(store):
-    """4 client threads through chashd; s1 added mid-way; the copier at
+@pytest.mark.parametrize("conns", [1, 4])
+def test_add_member_mid_workload(store, conns):
+    """4 client threads through chashd (server_connections 1, or 4: the
+    gate and the command must still keep each key's order); s1 added
+    mid-way; the copier at
     150 keys/s (after a second's burst) so the move overlaps the
     traffic. Afterwards every
     invariant holds on the servers read directly, no client got an error,
     keys moved by traffic (the gate) and by the copier add up to the
     keys whose owner changed."""
     st = store(n=3, spares=1, opts={"migration_rate": 150,
-                                    "migration_batch": 10})
+                                    "migration_batch": 10,
+                                    "server_connections": conns})
     wl = Workload(st.port, threads=4)
     with st.client() as c:
         wl.prepare(c)

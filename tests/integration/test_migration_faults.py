@@ -80,10 +80,10 @@ def test_paused_server_mid_migration(store, side):
     finally:
         wl.stop()
     assert last["phase"] == "done" and last["anomalies"] == 0, last
+    # no key left behind (failed_keys counts the moves that failed
+    # during the pause and were made later, so it may be > 0)
     bad = check_workload(st, wl, ch.new)
     assert not bad, brief(bad) + "\n" + wl.summary()
-    # every key moved in the end: none is reported as failed
-    assert last["failed_keys"] == 0, last
 
 
 # ------------------------------------------------------- target restart --
