@@ -717,7 +717,8 @@ class Workload:
         args = []
         for k in ks:
             args += [k, seq]
-        self._single_write(call, ks[0], [("MSET", *args)], ("val", seq), seq, ks)
+        self._single_write(call, ks[0], [("MSET", *args)], ("val", seq),
+                           seq, ks)
 
     def op_mget(self, t, rnd, call):
         ks = [rnd.choice(self.msets[rnd.randrange(self.nthreads)])

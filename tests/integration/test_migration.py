@@ -69,6 +69,8 @@ def run_change(st, wl, change, do_change, settle=0.5):
         sampler.stop()
         time.sleep(0.3)           # traffic after the end, on the new ring
     finally:
+        if sampler.th.is_alive():
+            sampler.stop()
         wl.stop()
     return rep, last, sampler
 

@@ -14,8 +14,7 @@ import pytest
 
 from conftest import wait_for
 from migration_util import (POOL, Store, Workload, check_placement,
-                            check_workload, moving_keys, plan,
-                            wait_shorts_expired)
+                            check_workload, moving_keys, plan)
 from redis_util import Simple
 
 
