@@ -52,11 +52,12 @@ enum mig_phase {
     MIG_COPYING,
     MIG_VERIFYING,
     MIG_FINISHING,
-    MIG_DONE
+    MIG_DONE,
+    MIG_WARMING /* memcache: keys warm up on touch until the window ends */
 };
 
-static const char *const phase_names[] = {"draining", "copying", "verifying",
-                                          "finishing", "done"};
+static const char *const phase_names[] = {"draining",  "copying", "verifying",
+                                          "finishing", "done",    "warming"};
 
 struct migration;
 
@@ -110,6 +111,9 @@ struct migration {
     uint64_t gate_base_moved, gate_base_absent, gate_base_failed;
     uint64_t gate_moved_before; /* moved by traffic before a restart */
     uint64_t saved_ms;
+    bool detached;         /* chashd stopped while it was finishing */
+    bool warmup;           /* migration: warmup (memcache) */
+    uint64_t warm_until_ms; /* its window's end */
 };
 
 /* The last finished migration of each pool, for the API. */
@@ -118,6 +122,7 @@ struct last {
     json_t *j;
     /* every finished migration of the pool, summed (the metrics) */
     uint64_t count, moved, by_request, scanned, bytes, anomalies, failed;
+    struct migration *ending; /* finishing: shown until it is done */
     struct last *next;
 };
 static struct last *lasts;
@@ -637,11 +642,11 @@ struct moving {
     long long bytes; /* MEMORY USAGE, -1: gone */
 };
 
-/* MIGRATE each of <k>[0..<n>) to its new owner, pipelined; keys that the
- * target already has (or that timed out) are tried again with REPLACE.
- * Counts into <ms>. -1 when the connection failed. */
+/* MIGRATE each of <k>[0..<n>) to its new owner, one key per MIGRATE,
+ * pipelined; keys that the target already has (or that timed out) are
+ * tried again with REPLACE. -1 when the connection failed. */
 static int
-migrate_keys(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
+migrate_each(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
              uint64_t *moved, uint64_t *absent, uint64_t *failed,
              uint64_t *bytes, char *err, size_t errlen)
 {
@@ -748,6 +753,180 @@ migrate_keys(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
     }
     free(tries);
     free(res);
+    return rc;
+}
+
+/*
+ * Move <k>[0..<n>) (all to one member) with one MIGRATE ... KEYS, inside
+ * MULTI with an EXISTS per key before it: the replies say exactly which
+ * keys it moved (a request may move one of them just before; that one
+ * is then absent here, not counted twice). A MIGRATE error (the target
+ * has a key, an I/O error: some keys may have moved) sends what is still
+ * there through migrate_each. -1 when the connection failed.
+ */
+static int
+migrate_batch(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
+              uint64_t *moved, uint64_t *absent, uint64_t *failed,
+              uint64_t *bytes, char *err, size_t errlen)
+{
+    struct migration *m = ms->m;
+    char host[64], port[8], db[16], to[16];
+    const char **argv = calloc(n + 10, sizeof(*argv));
+    size_t *lens = calloc(n + 10, sizeof(*lens));
+    struct rval v;
+    size_t argc = 0, left = 0;
+    int rc = 0;
+
+    if (argv == NULL || lens == NULL) {
+        free(argv);
+        free(lens);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (migration_host_port(&k[0].to->addr, host, sizeof(host), port,
+                            sizeof(port)) < 0) {
+        free(argv);
+        free(lens);
+        *failed += n;
+        return 0;
+    }
+    snprintf(db, sizeof(db), "%d", m->db);
+    snprintf(to, sizeof(to), "%u", m->timeout_ms);
+    {
+        const char *multi[] = {"MULTI"};
+
+        if (rc_cmd(c, 1, multi, NULL) < 0)
+            rc = -1;
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const char *ex[] = {"EXISTS", k[i].key};
+        size_t exl[] = {6, k[i].len};
+
+        if (rc_cmd(c, 2, ex, exl) < 0)
+            rc = -1;
+    }
+    argv[argc++] = "MIGRATE";
+    argv[argc++] = host;
+    argv[argc++] = port;
+    argv[argc++] = "";
+    argv[argc++] = db;
+    argv[argc++] = to;
+    if (m->auth != NULL) {
+        argv[argc++] = "AUTH";
+        argv[argc++] = m->auth;
+    }
+    argv[argc++] = "KEYS";
+    for (size_t a = 0; a < argc; a++)
+        lens[a] = strlen(argv[a]);
+    for (size_t i = 0; i < n; i++) {
+        lens[argc] = k[i].len;
+        argv[argc++] = k[i].key;
+    }
+    if (rc == 0 && rc_cmd(c, (int)argc, argv, lens) < 0)
+        rc = -1;
+    {
+        const char *exec[] = {"EXEC"};
+
+        if (rc == 0 && (rc_cmd(c, 1, exec, NULL) < 0 || rc_flush(c) < 0))
+            rc = -1;
+    }
+    /* +OK, a +QUEUED per command, then EXEC's array */
+    for (size_t i = 0; rc == 0 && i < n + 2; i++) {
+        if (rc_reply(c, &v) < 0) {
+            rc = -1;
+            break;
+        }
+        if (v.type == '-') {
+            snprintf(err, errlen, "MULTI on %s: %s", ms->srv->name, v.s);
+            rval_free(&v);
+            rc = -1;
+            break;
+        }
+        rval_free(&v);
+    }
+    if (rc == 0 && rc_reply(c, &v) < 0)
+        rc = -1;
+    if (rc == 0) {
+        if (v.type != '*' || v.n != n + 1) {
+            snprintf(err, errlen, "EXEC on %s: unexpected reply",
+                     ms->srv->name);
+            rc = -1;
+        } else {
+            const struct rval *res = &v.el[n];
+            char line[300];
+            int r;
+
+            snprintf(line, sizeof(line), "%c%s", res->type,
+                     res->s != NULL ? res->s : "");
+            r = migration_migrate_result(line, strlen(line));
+            for (size_t i = 0; i < n; i++) {
+                bool there = v.el[i].type == ':' && v.el[i].i == 1;
+
+                if (r == GATE_MOVED || r == GATE_ABSENT) {
+                    if (there) {
+                        (*moved)++;
+                        *bytes += (uint64_t)(k[i].bytes > 0 ? k[i].bytes : 0);
+                    } else {
+                        (*absent)++;
+                    }
+                } else if (there) {
+                    k[left++] = k[i]; /* try it alone */
+                } else {
+                    (*absent)++;
+                }
+            }
+            if (r != GATE_MOVED && r != GATE_ABSENT && left > 0) {
+                pthread_mutex_lock(&m->lock);
+                snprintf(ms->last_error, sizeof(ms->last_error),
+                         "MIGRATE to %.40s: %.140s", k[0].to->name, line + 1);
+                pthread_mutex_unlock(&m->lock);
+                rc = migrate_each(ms, c, k, left, moved, absent, failed,
+                                  bytes, err, errlen);
+            }
+        }
+        rval_free(&v);
+    }
+    free(argv);
+    free(lens);
+    return rc;
+}
+
+/* Move <k>[0..<n>): one batch per new owner. */
+static int
+migrate_keys(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
+             uint64_t *moved, uint64_t *absent, uint64_t *failed,
+             uint64_t *bytes, char *err, size_t errlen)
+{
+    bool *sent = calloc(n ? n : 1, sizeof(*sent));
+    struct moving *grp = calloc(n ? n : 1, sizeof(*grp));
+    int rc = 0;
+
+    if (sent == NULL || grp == NULL) {
+        free(sent);
+        free(grp);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        size_t g = 0;
+
+        if (sent[i])
+            continue;
+        if (k[i].bytes < 0) { /* gone since SCAN (MEMORY USAGE: nil) */
+            (*absent)++;
+            sent[i] = true;
+            continue;
+        }
+        for (size_t j = i; j < n; j++)
+            if (!sent[j] && k[j].to == k[i].to && k[j].bytes >= 0) {
+                grp[g++] = k[j];
+                sent[j] = true;
+            }
+        rc = migrate_batch(ms, c, grp, g, moved, absent, failed, bytes, err,
+                           errlen);
+    }
+    free(sent);
+    free(grp);
     return rc;
 }
 
@@ -1034,6 +1213,12 @@ migration_active(const struct pool *p)
     return p->migration != NULL;
 }
 
+bool
+migration_exclusive(const struct pool *p)
+{
+    return p->migration != NULL && !p->migration->warmup;
+}
+
 /* Totals over the sources (under m->lock). */
 struct totals {
     uint64_t scanned, moved, bytes, absent, failed, anomalies, errors;
@@ -1130,7 +1315,17 @@ migration_to_json(struct migration *m)
     rate = elapsed > 0 ? (double)t.moved / elapsed : 0;
     iso_time(m->started_wall, when, sizeof(when));
     json_object_set_new(j, "pool", json_string(m->pool->name));
-    json_object_set_new(j, "migration", json_string("copy"));
+    json_object_set_new(j, "migration",
+                        json_string(m->warmup ? "warmup" : "copy"));
+    if (m->warmup) {
+        json_object_set_new(j, "warmup_s",
+                            json_real(m->pool->cfg.migration_warmup_ms / 1000.0));
+        json_object_set_new(
+            j, "warmup_left_s",
+            json_real(m->phase == MIG_WARMING && m->warm_until_ms > now
+                          ? (double)(m->warm_until_ms - now) / 1000.0
+                          : 0.0));
+    }
     json_object_set_new(j, "active", json_boolean(m->phase != MIG_DONE));
     json_object_set_new(j, "epoch", json_integer((json_int_t)m->epoch));
     json_object_set_new(j, "phase", json_string(phase_names[m->phase]));
@@ -1216,6 +1411,8 @@ migration_json(const struct pool *p)
 
     if (p->migration != NULL) {
         j = migration_to_json(p->migration);
+    } else if (l != NULL && l->ending != NULL) {
+        j = migration_to_json(l->ending); /* finishing */
     } else {
         j = json_object();
         json_object_set_new(j, "pool", json_string(p->name));
@@ -1312,9 +1509,11 @@ migration_new(struct pool *p, struct pool_snapshot *old, uint64_t epoch,
     struct migration *m = calloc(1, sizeof(*m));
     struct migration_view *v = calloc(1, sizeof(*v));
 
-    if (m == NULL || v == NULL || (old->n > 0 &&
-                                   (m->src = calloc(old->n, sizeof(*m->src))) ==
-                                       NULL)) {
+    bool warm = p->cfg.migration == CONF_MIGRATION_WARMUP;
+
+    if (m == NULL || v == NULL ||
+        (!warm && old->n > 0 &&
+         (m->src = calloc(old->n, sizeof(*m->src))) == NULL)) {
         free(m != NULL ? m->src : NULL);
         free(m);
         free(v);
@@ -1344,7 +1543,9 @@ migration_new(struct pool *p, struct pool_snapshot *old, uint64_t epoch,
     m->tok_ms = m->started_ms;
     m->tok_keys = m->rate;
     m->tok_bytes = (double)m->bandwidth;
-    for (size_t i = 0; i < old->n; i++) {
+    m->warmup = warm;
+    m->warm_until_ms = m->started_ms + p->cfg.migration_warmup_ms;
+    for (size_t i = 0; !warm && i < old->n; i++) {
         struct msource *ms = &m->src[m->nsrc++];
 
         ms->m = m;
@@ -1371,6 +1572,8 @@ migration_new(struct pool *p, struct pool_snapshot *old, uint64_t epoch,
     return m;
 }
 
+static void warmup_end(struct migration *m);
+
 int
 migration_prepare(struct pool *p, const char *change,
                   const char *const *leaving, size_t nleaving,
@@ -1380,11 +1583,23 @@ migration_prepare(struct pool *p, const char *change,
     struct pool_snapshot *old = atomic_load(&p->snap);
     struct migration *m;
 
+    bool ended = false;
+
+    if (p->migration != NULL && p->migration->warmup) {
+        /* a cache's warm-up gives way to the next change: the keys it
+         * did not warm stay cold. (The snapshot it schedules has the
+         * placement of the current one: this change may go on.) */
+        log_info("pool %s: warm-up %" PRIu64 " (%s) ends early: a new "
+                 "change",
+                 p->name, p->migration->epoch, p->migration->change);
+        warmup_end(p->migration);
+        ended = true;
+    }
     if (p->migration != NULL) {
         migration_busy(p, err, errlen);
         return -1;
     }
-    if (p->build != NULL || p->dirty) {
+    if (!ended && (p->build != NULL || p->dirty)) {
         snprintf(err, errlen,
                  "pool %s: a change is being published; try again", p->name);
         return -1;
@@ -1402,7 +1617,8 @@ migration_prepare(struct pool *p, const char *change,
     m->keys_total = keys_total;
     p->migration = m;
     p->mig_view = m->view;
-    save(m); /* written with the membership change that follows */
+    if (!m->warmup)
+        save(m); /* written with the membership change that follows */
     return 0;
 }
 
@@ -1417,7 +1633,8 @@ migration_cancel(struct pool *p)
     p->mig_view = NULL;
     running_del(m);
     migration_view_unref(m->view);
-    membership_migration_save(p->name, NULL);
+    if (!m->warmup)
+        membership_migration_save(p->name, NULL);
     migration_free(m);
 }
 
@@ -1431,6 +1648,17 @@ migration_start(struct pool *p)
         return;
     m->new_snap = atomic_load(&p->snap);
     pool_snapshot_pin(m->new_snap);
+    if (m->warmup) {
+        /* a cache: no barrier (nothing is moved that a late write could
+         * undo); warm-ups may start at once */
+        atomic_store(&p->mig_drained, m->epoch);
+        m->phase = MIG_WARMING;
+        log_info("pool %s: warm-up %" PRIu64 " (%s) for %.0f s: keys whose "
+                 "member changed are read from their old member on a miss",
+                 p->name, m->epoch, m->change,
+                 (double)p->cfg.migration_warmup_ms / 1000.0);
+        return;
+    }
     if (m->keys_predicted == 0 && m->view->old->ring != NULL &&
         m->new_snap->ring != NULL &&
         chash_ring_diff(m->view->old->ring, m->new_snap->ring,
@@ -1486,23 +1714,43 @@ copiers_stop(struct migration *m)
         }
 }
 
+/* The pool's record of finished migrations (made on first use). */
+static struct last *
+last_make(const char *pool)
+{
+    struct last *l = last_get(pool);
+
+    if (l == NULL && (l = calloc(1, sizeof(*l))) != NULL) {
+        if ((l->pool = strdup(pool)) == NULL) {
+            free(l);
+            return NULL;
+        }
+        l->next = lasts;
+        lasts = l;
+    }
+    return l;
+}
+
 static void
 finished(struct pool *p, const struct pool_change *chg, void *arg)
 {
     struct migration *m = arg;
-    struct last *l = last_get(m->pool->name);
+    struct last *l;
     struct totals t;
 
     (void)chg;
+    if (m->detached) { /* chashd is stopping */
+        if (m->new_snap != NULL)
+            pool_snapshot_unpin(m->new_snap);
+        migration_free(m);
+        return;
+    }
+    l = last_make(m->pool->name);
     m->phase = MIG_DONE;
     m->finished_ms = clock_ms();
     totals(m, &t);
-    if (l == NULL && (l = calloc(1, sizeof(*l))) != NULL) {
-        l->pool = strdup(m->pool->name);
-        l->next = lasts;
-        lasts = l;
-    }
     if (l != NULL) {
+        l->ending = NULL;
         json_decref(l->j);
         l->j = migration_to_json(m);
         l->count++;
@@ -1523,7 +1771,8 @@ finished(struct pool *p, const struct pool_change *chg, void *arg)
         pool_snapshot_unpin(m->new_snap);
     m->new_snap = NULL;
     running_del(m);
-    membership_migration_save(p->name, NULL);
+    if (!m->warmup)
+        membership_migration_save(p->name, NULL);
     migration_free(m);
 }
 
@@ -1534,8 +1783,12 @@ finish(struct migration *m)
 {
     struct pool *p = m->pool;
 
+    struct last *l = last_make(p->name);
+
     copiers_stop(m);
     m->phase = MIG_FINISHING;
+    if (l != NULL)
+        l->ending = m; /* the API shows it until it is done */
     if (p->migration == m) {
         p->migration = NULL;
         p->mig_view = NULL;
@@ -1547,6 +1800,14 @@ finish(struct migration *m)
     pool_schedule(p);
     if (pool_on_published(p, finished, m) != 0)
         finished(p, NULL, m);
+}
+
+/* A warm-up's window ended (or a new change came): its snapshots stop
+ * carrying the old placement. */
+static void
+warmup_end(struct migration *m)
+{
+    finish(m);
 }
 
 static void
@@ -1588,6 +1849,11 @@ migration_tick(uint64_t now_ms, void *arg)
             log_info("pool %s: migration %" PRIu64 ": drained; copying",
                      m->pool->name, m->epoch);
             copiers_start(m);
+        }
+        if (m->phase == MIG_WARMING && now_ms >= m->warm_until_ms) {
+            warmup_end(m);
+            i--;
+            continue;
         }
         if (m->phase != MIG_COPYING && m->phase != MIG_VERIFYING)
             continue;
@@ -1641,6 +1907,12 @@ migration_deinit(void)
         struct migration *m = running[nrunning - 1];
         struct pool *p = m->pool;
 
+        if (m->phase == MIG_FINISHING) {
+            /* its publication's callback frees it (pools go last) */
+            m->detached = true;
+            nrunning--;
+            continue;
+        }
         copiers_stop(m);
         if (m->view != NULL && !p->removed)
             save(m);
@@ -1800,6 +2072,39 @@ placed(const struct pool *p, const char *name)
     return s;
 }
 
+/* A reload of a warm-up pool: 1 when its placement changes (members
+ * added, removed or reweighted), else 0. */
+static int
+warmup_plan(const struct pool *p, const struct conf_pool *cp,
+            struct migration_plan *pl)
+{
+    for (size_t i = 0; i < cp->nservers && !pl->change; i++) {
+        const struct conf_server *cs = &cp->servers[i];
+        const struct server *s = pool_server_find(p, cs->name);
+
+        if (s != NULL && atomic_load(&s->state) != SERVER_REMOVED &&
+            s->admin != STATE_ADMIN_UP)
+            continue; /* the state keeps it out of the ring */
+        if (cs->weight == 0)
+            continue;
+        pl->change = s == NULL || placed(p, cs->name) == NULL ||
+                     s->weight != cs->weight ||
+                     !conf_addr_equal(&s->addr, &cs->addr);
+    }
+    for (size_t i = 0; i < p->nservers && !pl->change; i++) {
+        const struct server *s = placed(p, p->servers[i]->name);
+        bool kept = false;
+
+        if (s == NULL)
+            continue;
+        for (size_t k = 0; k < cp->nservers && !kept; k++)
+            kept = strcmp(cp->servers[k].name, s->name) == 0 &&
+                   cp->servers[k].weight > 0;
+        pl->change = !kept;
+    }
+    return pl->change ? 1 : 0;
+}
+
 void
 migration_plan_free(struct migration_plan *pl)
 {
@@ -1816,6 +2121,9 @@ migration_reload_plan(const struct pool *p, const struct conf_pool *cp,
     size_t before = 0, after = 0;
 
     memset(pl, 0, sizeof(*pl));
+    if (was->migration == CONF_MIGRATION_WARMUP &&
+        cp->migration == CONF_MIGRATION_WARMUP)
+        return warmup_plan(p, cp, pl);
     if (was->migration != CONF_MIGRATION_COPY &&
         cp->migration != CONF_MIGRATION_COPY)
         return 0;

@@ -76,8 +76,11 @@ int migration_init(void);
 /* Stop every copier (exit): the state file keeps where they were. */
 void migration_deinit(void);
 
-/* Whether a migration runs in <p> (control thread). */
+/* Whether a migration (or a warm-up) runs in <p> (control thread); and
+ * one that refuses other changes meanwhile (a copy: a warm-up gives way
+ * to the next change). */
 bool migration_active(const struct pool *p);
+bool migration_exclusive(const struct pool *p);
 
 /* A sentence on the migration running in <p> for a refusal: "migration in
  * progress in pool P (phase copying, 120 of 3400 keys moved)". */

@@ -115,6 +115,8 @@ struct rgate {
     char *key;
     size_t len;
     unsigned tries;
+    int step;    /* 0: on the old owner; 1: the next step, on the new one */
+    int command; /* the mode's index of what it sent (its reply's parse) */
     struct rgate *next; /* the fragment's, then the worker's wait list */
 };
 
@@ -1077,8 +1079,9 @@ conn_replies(struct rserver *s)
         }
         if (s->head != NULL) {
             /* what was asked, for a protocol whose replies depend on it */
-            ctx.command = s->head->req->command;
-            ctx.flags = s->head->req->flags;
+            ctx.command = s->head->gate != NULL ? s->head->gate->command
+                                                : s->head->req->command;
+            ctx.flags = s->head->gate != NULL ? 0 : s->head->req->flags;
         }
         st = pr->parse_reply(buf, len, s->head != NULL ? &ctx : NULL, &rp);
         if (st == PROTO_AGAIN)
@@ -1460,7 +1463,9 @@ request_key_source(const struct pool_snapshot *snap, const char *key,
         *why = "the key is moving to a member that is not up";
         return -1;
     }
-    if (!server_usable(o) && atomic_load(&o->state) != SERVER_DRAINING) {
+    if (atomic_load(&o->state) == SERVER_DOWN ||
+        atomic_load(&o->state) == SERVER_EJECTED) {
+        /* (drained, in maintenance, removed: still there to move from) */
         *why = "the key is moving from a member that is not up";
         return -1;
     }
@@ -1496,6 +1501,7 @@ request_gate(struct rreq *r, struct rfrag *f, struct server *from,
     g->opens = f;
     g->frag.req = r;
     g->frag.gate = g;
+    g->command = r->command;
     g->next = f->gates;
     f->gates = g;
     return 0;
@@ -1531,13 +1537,15 @@ gate_send(struct rgate *g)
         return;
     }
     if (r->mode->gate_build(request_snapshot(r->client), g->to, g->key,
-                            g->len, g->tries > 0, &cmd) < 0) {
+                            g->len, r->command, g->tries > 0, &cmd,
+                            &g->command) < 0) {
         rbuf_free(&cmd);
         g->frag.error = true;
         rbuf_append(&g->frag.reply, "-ERR out of memory\r\n", 20);
         gate_done(g);
         return;
     }
+    g->step = 0;
     s = send_to(r, &g->frag, g->from, g->hash);
     if (s != NULL)
         conn_queue(s, &g->frag, cmd.data, cmd.len, NULL);
@@ -1579,8 +1587,31 @@ gate_done(struct rgate *g)
     struct stats_pool *st = &g->pool->stats[g->w->id];
     const char *rep = g->frag.reply.data + g->frag.reply.off;
     size_t len = rbuf_size(&g->frag.reply);
-    int res = len > 0 ? r->mode->gate_result(rep, len) : GATE_FAILED;
+    struct rbuf next = {0};
+    int res = len > 0 ? r->mode->gate_result(g->step, rep, len, g->key,
+                                             g->len, &next, &g->command)
+                      : GATE_FAILED;
 
+    if (res == GATE_NEXT) {
+        struct rserver *s;
+
+        /* the next step goes to the new owner, on the connection the
+         * fragment will take (the same key's hash): before it, in order */
+        if (r->client == NULL || f->abandoned) {
+            rbuf_free(&next);
+            res = GATE_ABSENT;
+        } else {
+            g->step++;
+            rbuf_free(&g->frag.reply);
+            g->frag.error = false;
+            s = send_to(r, &g->frag, g->to, f->hold_hash);
+            if (s != NULL)
+                conn_queue(s, &g->frag, next.data, next.len, NULL);
+            rbuf_free(&next);
+            return;
+        }
+    }
+    rbuf_free(&next);
     if (res == GATE_RETRY && g->tries < 3 && r->client != NULL &&
         !f->abandoned) {
         g->tries++;
