@@ -153,8 +153,20 @@ class Store:
             self.members.pop(name, None)
         return st, j
 
+    def proc_state(self):
+        rc = self.proc.poll()
+        if rc is None:
+            return "chashd still running"
+        return "chashd exited: %s" % (
+            "signal %s" % signal.Signals(-rc).name if rc < 0 else
+            "status %d" % rc)
+
     def migration(self):
-        st, j, _ = self.api.get("/api/pools/%s/migration" % POOL)
+        try:
+            st, j, _ = self.api.get("/api/pools/%s/migration" % POOL)
+        except OSError as e:
+            raise AssertionError("admin API: %r (%s); log: %s"
+                                 % (e, self.proc_state(), self.log(1500)))
         assert st == 200, "GET migration -> %d %s" % (st, j)
         return j
 
