@@ -946,6 +946,17 @@ route(struct MHD_Connection *c, const char *url, const char *method,
     if (n == 4 && is(seg[3], "migration"))
         return get ? respond_json(c, MHD_HTTP_OK, migration_json(p))
                    : respond_405(c, method, url, "GET");
+    if (n == 6 && is(seg[3], "migration") && is(seg[4], "sources")) {
+        char why[400];
+
+        if (!is(method, "DELETE"))
+            return respond_405(c, method, url, "DELETE");
+        if (!json_content(c, method, rq, &ret))
+            return ret;
+        if (migration_skip(p, seg[5], why, sizeof(why)) != 0)
+            return respond_error(c, MHD_HTTP_CONFLICT, "%s", why);
+        return respond_json(c, MHD_HTTP_OK, migration_json(p));
+    }
     if (!is(seg[3], "members"))
         return respond_error(c, MHD_HTTP_NOT_FOUND, "no such path: %s", url);
     if (!get && query_flag(c, "dry_run") < 0)

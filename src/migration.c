@@ -76,6 +76,7 @@ struct msource {
     uint64_t retry_failed; /* failed in an earlier pass, to find again */
     int64_t dbsize_start;
     char last_error[200];
+    bool skipped; /* given up by the operator (a dead member) */
 };
 
 struct migration {
@@ -1121,7 +1122,7 @@ copier(void *arg)
         bool done, verify_again;
 
         pthread_mutex_lock(&m->lock);
-        done = ms->phase == MIG_DONE;
+        done = ms->phase == MIG_DONE || ms->skipped;
         verify_again = ms->pass > 2 && strcmp(ms->cursor, "0") == 0;
         pthread_mutex_unlock(&m->lock);
         if (done)
@@ -1392,6 +1393,7 @@ migration_to_json(struct migration *m)
                                 : json_null());
         json_object_set_new(s, "progress", json_real(progress));
         json_object_set_new(s, "done", json_boolean(ms->phase == MIG_DONE));
+        json_object_set_new(s, "skipped", json_boolean(ms->skipped));
         json_object_set_new(s, "last_error",
                             ms->last_error[0] ? json_string(ms->last_error)
                                               : json_null());
@@ -1460,14 +1462,15 @@ saved_json(struct migration *m)
 
         json_object_set_new(
             srcs, ms->srv->name,
-            json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "pass",
+            json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b}", "pass",
                       (int)ms->pass, "cursor", ms->cursor, "scanned",
                       (json_int_t)ms->scanned, "moved", (json_int_t)ms->moved,
                       "bytes", (json_int_t)ms->bytes, "failed",
                       (json_int_t)ms->failed, "anomalies",
                       (json_int_t)ms->anomalies, "dbsize_start",
                       (json_int_t)ms->dbsize_start, "done",
-                      (json_int_t)(ms->phase == MIG_DONE)));
+                      (json_int_t)(ms->phase == MIG_DONE), "skipped",
+                      ms->skipped));
     }
     pthread_mutex_unlock(&m->lock);
     json_object_set_new(j, "sources", srcs);
@@ -1487,8 +1490,10 @@ save(struct migration *m)
 static void
 migration_free(struct migration *m)
 {
-    for (size_t i = 0; i < m->nsrc; i++)
+    for (size_t i = 0; i < m->nsrc; i++) {
+        atomic_store(&m->src[i].srv->mig_skip, false);
         server_unref(m->src[i].srv);
+    }
     free(m->src);
     for (size_t i = 0; i < m->nleaving; i++)
         free(m->leaving[i]);
@@ -2046,6 +2051,11 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
                         ? MIG_DONE
                         : ms->pass >= 2 ? MIG_VERIFYING
                                         : MIG_COPYING;
+        if (json_is_true(json_object_get(s, "skipped"))) {
+            ms->skipped = true;
+            ms->phase = MIG_DONE;
+            atomic_store(&ms->srv->mig_skip, true);
+        }
     }
     p->migration = m;
     p->mig_view = m->view;
@@ -2355,4 +2365,47 @@ migration_metrics(FILE *f)
             }
         }
     }
+}
+
+/* ---- giving up a source ---------------------------------------------------- */
+
+int
+migration_skip(struct pool *p, const char *member, char *err, size_t errlen)
+{
+    struct migration *m = p->migration;
+    struct msource *ms = NULL;
+
+    if (m == NULL || m->warmup) {
+        snprintf(err, errlen, "pool %s has no migration running", p->name);
+        return -1;
+    }
+    for (size_t i = 0; i < m->nsrc; i++)
+        if (strcmp(m->src[i].srv->name, member) == 0)
+            ms = &m->src[i];
+    if (ms == NULL) {
+        snprintf(err, errlen,
+                 "member \"%s\" is not a source of pool %s's migration",
+                 member, p->name);
+        return -1;
+    }
+    pthread_mutex_lock(&m->lock);
+    if (ms->phase == MIG_DONE && !ms->skipped) {
+        pthread_mutex_unlock(&m->lock);
+        snprintf(err, errlen,
+                 "member %s has given away its keys already: nothing to "
+                 "skip",
+                 member);
+        return -1;
+    }
+    ms->skipped = true;
+    ms->phase = MIG_DONE;
+    pthread_mutex_unlock(&m->lock);
+    /* its moving keys are served by their new owners from now on: what
+     * was not moved is lost (the member is dead, or the operator says so) */
+    atomic_store(&ms->srv->mig_skip, true);
+    log_warn("pool %s: migration %" PRIu64 ": moving keys from %s given up "
+             "by the operator; those not moved yet are lost",
+             p->name, m->epoch, member);
+    save(m);
+    return 0;
 }

@@ -132,6 +132,12 @@ int migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen);
 /* The migration families of GET /metrics. */
 void migration_metrics(FILE *f);
 
+/* DELETE /api/pools/{pool}/migration/sources/{member}: stop moving keys
+ * from <member> (a dead one): its moving keys not moved yet are lost, and
+ * the new owners serve them. 0, or -1 with a reason in <err>. */
+int migration_skip(struct pool *p, const char *member, char *err,
+                   size_t errlen);
+
 /* GET /api/pools/{pool}/migration. */
 json_t *migration_json(const struct pool *p);
 

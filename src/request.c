@@ -116,6 +116,8 @@ struct rgate {
     size_t len;
     unsigned tries;
     int step;    /* 0: on the old owner; 1: the next step, on the new one */
+    bool cache;  /* its answer may go in the moved cache (a copy: a key
+                    gone from its old owner stays gone) */
     int command; /* the mode's index of what it sent (its reply's parse) */
     struct rgate *next; /* the fragment's, then the worker's wait list */
 };
@@ -131,6 +133,17 @@ struct rdrain {
     } *marks;
 };
 
+/* Keys a gate found gone from their old owner (moved, or never there),
+ * per migration: while it runs, "absent from the old owner" stays true
+ * (nothing writes a moving key there after the drain barrier), so later
+ * requests on them need no gate. Direct-mapped, one key per slot. */
+#define MOVED_SLOTS 16384
+struct moved {
+    uint64_t epoch; /* 0: empty */
+    char *key;
+    size_t len;
+};
+
 /* The engine's state of one worker. */
 struct rworker {
     struct worker_conn link; /* closed at worker exit: every member */
@@ -141,6 +154,7 @@ struct rworker {
     struct rdrain *drains;
     struct rgate *gwait, *gwait_tail;
     struct timer mig_timer;
+    struct moved *moved; /* [MOVED_SLOTS], made on first use */
 };
 
 static void client_flush(struct rclient *c);
@@ -337,6 +351,9 @@ rworker_close(struct worker *w, struct worker_conn *l)
             free(m);
         }
     }
+    for (size_t i = 0; rw->moved != NULL && i < MOVED_SLOTS; i++)
+        free(rw->moved[i].key);
+    free(rw->moved);
     w->requests = NULL;
     free(rw);
 }
@@ -1455,8 +1472,8 @@ request_key_source(const struct pool_snapshot *snap, const char *key,
     klen = chash_key_tag(key, len, snap->set.hash_tag, &off);
     o = old->servers[chash_ring_lookup(
         old->ring, chash_ring_hash(old->ring, key + off, klen))];
-    if (o == n)
-        return 0;
+    if (o == n || atomic_load_explicit(&o->mig_skip, memory_order_relaxed))
+        return 0; /* (given up: its old copy is lost, the new owner serves) */
     /* A moving key lives on its old owner until it is moved, and only
      * its new owner may take it then: nobody else can serve it. */
     if (to != n) {
@@ -1473,15 +1490,66 @@ request_key_source(const struct pool_snapshot *snap, const char *key,
     return 1;
 }
 
+static size_t
+moved_slot(const char *key, size_t len)
+{
+    uint64_t h = 14695981039346656037ull;
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
+    return (size_t)(h ^ (h >> 29)) & (MOVED_SLOTS - 1);
+}
+
+static bool
+moved_has(const struct rworker *rw, uint64_t epoch, const char *key,
+          size_t len)
+{
+    const struct moved *m;
+
+    if (rw->moved == NULL)
+        return false;
+    m = &rw->moved[moved_slot(key, len)];
+    return m->epoch == epoch && m->len == len &&
+           memcmp(m->key, key, len) == 0;
+}
+
+static void
+moved_put(struct rworker *rw, uint64_t epoch, const char *key, size_t len)
+{
+    struct moved *m;
+    char *k;
+
+    if (rw->moved == NULL &&
+        (rw->moved = calloc(MOVED_SLOTS, sizeof(*rw->moved))) == NULL)
+        return; /* (a cache: only more gates) */
+    m = &rw->moved[moved_slot(key, len)];
+    if (m->len != len || m->key == NULL) {
+        if ((k = malloc(len ? len : 1)) == NULL)
+            return;
+        free(m->key);
+        m->key = k;
+    }
+    memcpy(m->key, key, len);
+    m->len = len;
+    m->epoch = epoch;
+}
+
 int
 request_gate(struct rreq *r, struct rfrag *f, struct server *from,
              struct server *to, const char *key, size_t len)
 {
     struct rclient *c = r->client;
     struct pool_snapshot *snap = request_snapshot(c);
-    struct rgate *g = calloc(1, sizeof(*g));
+    struct rworker *rw = c->w->requests;
+    struct rgate *g;
     size_t off, klen;
 
+    /* (a warm-up keeps the old copy: a delete must still reach it) */
+    bool copy = snap->set.migration == CONF_MIGRATION_COPY;
+
+    if (copy && rw != NULL && moved_has(rw, snap->mig->epoch, key, len))
+        return 0; /* no longer on its old owner */
+    g = calloc(1, sizeof(*g));
     if (g == NULL || (g->key = malloc(len ? len : 1)) == NULL) {
         free(g);
         return -1;
@@ -1502,6 +1570,7 @@ request_gate(struct rreq *r, struct rfrag *f, struct server *from,
     g->frag.req = r;
     g->frag.gate = g;
     g->command = r->command;
+    g->cache = copy;
     g->next = f->gates;
     f->gates = g;
     return 0;
@@ -1618,11 +1687,11 @@ gate_done(struct rgate *g)
         gate_send(g);
         return;
     }
-    if (res == GATE_MOVED)
-        stats_add(&st->gate_moved, 1);
-    else if (res == GATE_ABSENT)
-        stats_add(&st->gate_absent, 1);
-    else {
+    if (res == GATE_MOVED || res == GATE_ABSENT) {
+        stats_add(res == GATE_MOVED ? &st->gate_moved : &st->gate_absent, 1);
+        if (g->cache && g->w->requests != NULL)
+            moved_put(g->w->requests, g->epoch, g->key, g->len);
+    } else {
         stats_add(&st->gate_failed, 1);
         if (f->gate_error == NULL) {
             char msg[400];
