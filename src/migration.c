@@ -612,15 +612,18 @@ throttle(struct migration *m, uint64_t keys, uint64_t bytes)
         pthread_mutex_lock(&m->lock);
         dt = (double)(now - m->tok_ms) / 1000.0;
         m->tok_ms = now;
+        /* bursts of a tenth of a second at most (or one batch) */
         if (m->rate > 0) {
+            double cap = m->rate / 10.0 > m->batch ? m->rate / 10.0 : m->batch;
+
             m->tok_keys += dt * m->rate;
-            if (m->tok_keys > m->rate)
-                m->tok_keys = m->rate; /* a second of burst at most */
+            if (m->tok_keys > cap)
+                m->tok_keys = cap;
         }
         if (m->bandwidth > 0) {
             m->tok_bytes += dt * (double)m->bandwidth;
-            if (m->tok_bytes > (double)m->bandwidth)
-                m->tok_bytes = (double)m->bandwidth;
+            if (m->tok_bytes > (double)m->bandwidth / 10.0)
+                m->tok_bytes = (double)m->bandwidth / 10.0;
         }
         ok = (m->rate == 0 || m->tok_keys > 0) &&
              (m->bandwidth == 0 || m->tok_bytes > 0);
@@ -1561,7 +1564,8 @@ migration_new(struct pool *p, struct pool_snapshot *old, uint64_t epoch,
     m->started_wall = time(NULL);
     m->started_ms = clock_ms();
     m->tok_ms = m->started_ms;
-    m->tok_keys = m->rate;
+    /* one batch may go at once; then the rate (no second of burst) */
+    m->tok_keys = m->rate < m->batch ? m->rate : m->batch;
     m->tok_bytes = (double)m->bandwidth;
     m->warmup = warm;
     m->warm_until_ms = m->started_ms + p->cfg.migration_warmup_ms;

@@ -567,9 +567,10 @@ def test_dry_run_keys_to_move_then_the_move_is_exact(store):
 
 
 def test_prometheus_families_follow_the_api(store):
-    """After an add with no traffic, /metrics has the spec's families and
-    they agree with GET .../migration: active 0, 1 finished, keys moved
-    per source summing to keys_moved, moved by traffic 0, anomalies 0."""
+    """After an add with no traffic, /metrics has the migration families
+    and they agree with GET .../migration: active 0, 1 finished, keys
+    moved by the copier equal to keys_moved, by requests 0, keys scanned,
+    anomalies 0."""
     st = store(n=3, spares=1, opts={"migration_rate": 0})
     keys = ["pm:%d" % i for i in range(2000)]
     with st.client() as c:
@@ -589,14 +590,18 @@ def test_prometheus_families_follow_the_api(store):
         == [0]
     assert [v for _, v in metric("chashd_migrations_total", pool=POOL)] \
         == [1]
-    per_source = metric("chashd_migration_keys_moved_total", pool=POOL)
-    assert {lb.get("source") for lb, _ in per_source} == \
-        {"r1", "r2", "r3"}, per_source
-    assert sum(v for _, v in per_source) == last["keys_moved"]
-    assert [v for _, v in metric(
-        "chashd_migration_keys_moved_by_traffic_total", pool=POOL)] == [0]
+    moved = metric("chashd_migration_keys_moved_total", pool=POOL)
+    assert {lb.get("by") for lb, _ in moved} == {"copier", "request"}, moved
+    assert [v for lb, v in moved if lb["by"] == "copier"] == \
+        [last["keys_moved"]]
+    assert [v for lb, v in moved if lb["by"] == "request"] == \
+        [last["keys_moved_by_traffic"]] == [0]
+    assert [v for _, v in metric("chashd_migration_keys_scanned_total",
+                                 pool=POOL)] == [last["keys_scanned"]]
     assert [v for _, v in metric("chashd_migration_anomalies_total",
                                  pool=POOL)] == [0]
+    # the progress of each source only while one runs
+    assert metric("chashd_migration_progress_ratio", pool=POOL) == []
 
 
 # ------------------------------------------------ one migration at a time --
