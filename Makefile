@@ -85,6 +85,7 @@ UT_MODS_test_pool      := pool conf log health control invariant builder \
                           proto/redis proto/memcache proto/error migration \
                           stats metrics
 UT_MODS_test_state     := state conf
+UT_MODS_test_migration := $(UT_MODS_test_pool)
 UT_MODS_test_tcp       := proto/proto proto/tcp proto/redis proto/memcache \
                           proto/error conf
 UT_MODS_test_redis     := proto/redis proto/error

@@ -222,6 +222,10 @@ member_json(const struct pool_snapshot *snap, const struct server *s)
         "connect_timeouts", (json_int_t)sum.connect_timeouts, "share",
         pool_snapshot_share(snap, s));
     json_object_set_new(j, "ejections", json_integer((json_int_t)s->ejections));
+    if (s->pool != NULL && s->pool->cfg.migration == CONF_MIGRATION_COPY)
+        json_object_set_new(j, "leaving",
+                            json_boolean(migration_is_leaving(s->pool,
+                                                              s->name)));
     json_object_set_new(j, "early_closes",
                         json_integer((json_int_t)sum.early_closes));
     /* store modes: requests (fragments), how they ended, in flight */
@@ -946,6 +950,17 @@ route(struct MHD_Connection *c, const char *url, const char *method,
     if (n == 4 && is(seg[3], "migration"))
         return get ? respond_json(c, MHD_HTTP_OK, migration_json(p))
                    : respond_405(c, method, url, "GET");
+    if (n == 6 && is(seg[3], "migration") && is(seg[4], "sources")) {
+        char why[400];
+
+        if (!is(method, "DELETE"))
+            return respond_405(c, method, url, "DELETE");
+        if (!json_content(c, method, rq, &ret))
+            return ret;
+        if (migration_skip(p, seg[5], why, sizeof(why)) != 0)
+            return respond_error(c, MHD_HTTP_CONFLICT, "%s", why);
+        return respond_json(c, MHD_HTTP_OK, migration_json(p));
+    }
     if (!is(seg[3], "members"))
         return respond_error(c, MHD_HTTP_NOT_FOUND, "no such path: %s", url);
     if (!get && query_flag(c, "dry_run") < 0)

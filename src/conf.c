@@ -1609,6 +1609,7 @@ enum pool_key {
     PK_MIGRATION_BATCH,
     PK_MIGRATION_TIMEOUT,
     PK_MIGRATION_BIG_KEY,
+    PK_MIGRATION_WARMUP,
     PK_COUNT
 };
 
@@ -1718,6 +1719,9 @@ static const struct conf_key pool_keys[] = {
     [PK_MIGRATION_BIG_KEY] = {"migration_big_key", set_size,
                               POOL(migration_big_key), 1, 0, NULL, M_REDIS,
                               false},
+    [PK_MIGRATION_WARMUP] = {"migration_warmup", set_ms,
+                             POOL(migration_warmup_ms), 1000, MAX_DURATION,
+                             NULL, M_MEMCACHE, false},
 };
 _Static_assert(ARRAY_SIZE(pool_keys) == PK_COUNT, "one entry per pool key");
 
@@ -1897,6 +1901,7 @@ pool_init(struct conf_pool *pool)
     pool->migration_batch = 100;
     pool->migration_timeout_ms = 5000;
     pool->migration_big_key = 1024u * 1024;
+    pool->migration_warmup_ms = 10 * 60 * 1000;
     pool->health.interval_ms = 1000;
     pool->health.timeout_ms = 500;
     pool->health.rise = 2;

@@ -129,6 +129,7 @@ struct conf_pool {
     uint32_t migration_batch;     /* keys per MIGRATE */
     uint32_t migration_timeout_ms; /* MIGRATE's own timeout */
     uint64_t migration_big_key;   /* bytes: moved alone, listed */
+    uint32_t migration_warmup_ms; /* memcache: how long a warm-up lasts */
     bool auto_eject_hosts;
     uint32_t server_failure_limit;    /* default 2, as twemproxy */
     uint32_t server_retry_timeout_ms; /* default 30000, as twemproxy */

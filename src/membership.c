@@ -1178,12 +1178,14 @@ pending_apply(struct pending *pc)
 
         snprintf(change, sizeof(change), "%s %s", pc->op, pc->name);
         if (migration_prepare(p, change, leaving,
-                              pc->rq.op == MEMBERSHIP_REMOVE ? 1 : 0,
+                              pc->rq.op == MEMBERSHIP_REMOVE && pool_copies(p)
+                                  ? 1
+                                  : 0,
                               pc->keys_predicted, pc->keys_total, err,
                               sizeof(err)) != 0)
             return refuse(&pc->res, MEMBERSHIP_ECONFLICT, "%s", err);
     }
-    if (pc->migrate && pc->rq.op == MEMBERSHIP_REMOVE) {
+    if (pc->migrate && pc->rq.op == MEMBERSHIP_REMOVE && pool_copies(p)) {
         /* scale-in: out of the ring now, out of the pool once its keys
          * have moved (migration_prepare named it the one leaving) */
         if (s == NULL || pool_member_set_admin(p, pc->name,
@@ -1310,6 +1312,10 @@ pending_reported(struct report_job *rj)
         pending_finish(pc);
         return;
     }
+    if (p->cfg.migration == CONF_MIGRATION_WARMUP && !pc->nothing &&
+        pc->rq.op != MEMBERSHIP_RESET)
+        pc->migrate =
+            json_num(json_object_get(pc->res.report, "moved"), -1) > 0;
     if (pc->dry || pc->nothing) {
         /* Asking for the state a member is already in changes nothing:
          * a 200 that says so, not an error (PATCH is idempotent). */
@@ -1332,7 +1338,8 @@ pending_reported(struct report_job *rj)
             pc->res.report, "migration",
             json_pack("{s:I,s:I,s:s}", "epoch",
                       (json_int_t)p->mig_view->epoch, "keys_predicted",
-                      (json_int_t)pc->keys_predicted, "phase", "draining"));
+                      (json_int_t)pc->keys_predicted, "phase",
+                      pool_copies(p) ? "draining" : "warming"));
     if (pc->overrides != NULL)
         json_object_set_new(
             pc->res.report, "dropped",
@@ -1912,7 +1919,7 @@ pending_check(struct pending *pc)
     int rc;
 
     memset(&pc->res, 0, sizeof(pc->res));
-    if (pc->p->migration != NULL && !pc->dry) {
+    if (migration_exclusive(pc->p) && !pc->dry) {
         char why[400];
 
         migration_busy(pc->p, why, sizeof(why));

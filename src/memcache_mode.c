@@ -80,6 +80,194 @@ word_is(const char *buf, const struct proto_request *rq, size_t i,
     return n == strlen(text) && memcmp(w, text, n) == 0;
 }
 
+/* ---- warm-up (migration: warmup) ----------------------------------------- */
+
+/*
+ * While a warm-up runs (a member joined or left, migration: warmup), a key
+ * whose owner changed may still be only on its old owner. Before a
+ * request that reads or changes an existing value runs on the new owner,
+ * the key is read on the old one (mg) and, when there, added to the new
+ * one (ms mode E: never over a value it has); a delete also deletes on
+ * the old owner, so that no later warm-up brings the value back. A plain
+ * set needs neither. Best effort: a cache's warm-up never fails a
+ * request (doc/migration.md says what it cannot promise).
+ */
+enum gate_kind { GATE_NONE, GATE_WARM, GATE_DELETE };
+
+static int
+gate_kind(const char *buf, const struct proto_request *rq)
+{
+    switch (rq->command) {
+    case MC_SET:
+        return GATE_NONE;
+    case MC_DELETE:
+    case MC_MD:
+        return GATE_DELETE;
+    case MC_MS:
+        /* ms sets, unless its M flag says add, append, prepend, replace */
+        for (size_t i = 3; i < rq->nargs; i++) {
+            size_t n;
+            const char *w = word(buf, rq, i, &n);
+
+            if (n >= 2 && w[0] == 'M' && w[1] != 'S' && w[1] != 's')
+                return GATE_WARM;
+        }
+        return GATE_NONE;
+    case MC_ME:
+        return GATE_NONE;
+    default:
+        return GATE_WARM;
+    }
+}
+
+static const char b64[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* <key> base64-encoded into <b> (a meta command's key, with flag b: any
+ * bytes a text key or a decoded one may hold). */
+static int
+b64_append(struct rbuf *b, const char *key, size_t len)
+{
+    const unsigned char *k = (const unsigned char *)key;
+    char q[4];
+
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t v = (uint32_t)k[i] << 16;
+
+        if (i + 1 < len)
+            v |= (uint32_t)k[i + 1] << 8;
+        if (i + 2 < len)
+            v |= k[i + 2];
+        q[0] = b64[(v >> 18) & 63];
+        q[1] = b64[(v >> 12) & 63];
+        q[2] = i + 1 < len ? b64[(v >> 6) & 63] : '=';
+        q[3] = i + 2 < len ? b64[v & 63] : '=';
+        if (rbuf_append(b, q, 4) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int
+mc_gate_build(const struct pool_snapshot *snap, const struct server *to,
+              const char *key, size_t len, int command, bool again,
+              struct rbuf *out, int *sent)
+{
+    bool del = command == MC_DELETE || command == MC_MD;
+
+    (void)snap;
+    (void)to;
+    (void)again;
+    *sent = del ? MC_MD : MC_MG;
+    if (rbuf_append(out, del ? "md " : "mg ", 3) < 0 ||
+        b64_append(out, key, len) < 0 ||
+        rbuf_printf(out, del ? " b\r\n" : " b v f t\r\n") < 0)
+        return -1;
+    return 0;
+}
+
+/* The number after flag letter <f> in the meta reply line <line> (<n>
+ * bytes): 0, or -1 when absent. */
+static int
+meta_flag(const char *line, size_t n, char f, long long *v)
+{
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (line[i] == ' ' && line[i + 1] == f) {
+            char tmp[24];
+            size_t k = 0;
+
+            for (i += 2; i < n && k + 1 < sizeof(tmp) &&
+                         (line[i] == '-' || (line[i] >= '0' && line[i] <= '9'));
+                 i++)
+                tmp[k++] = line[i];
+            tmp[k] = '\0';
+            if (k == 0)
+                return -1;
+            *v = strtoll(tmp, NULL, 10);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int
+mc_gate_result(int step, const char *buf, size_t len, const char *key,
+               size_t klen, struct rbuf *next, int *sent)
+{
+    const char *nl = memchr(buf, '\n', len);
+    size_t line = nl != NULL ? (size_t)(nl - buf) + 1 : len;
+    long long vlen, flags = 0, ttl = -1;
+
+    if (step == 1) /* the add on the new owner: HD stored, NS it had one */
+        return len >= 2 && memcmp(buf, "HD", 2) == 0 ? GATE_MOVED
+                                                       : GATE_ABSENT;
+    if (len >= 2 && memcmp(buf, "HD", 2) == 0)
+        return GATE_MOVED; /* md: deleted on the old owner too */
+    if (len < 3 || memcmp(buf, "VA ", 3) != 0)
+        return GATE_ABSENT; /* EN, NF, an error: nothing to warm */
+    vlen = strtoll(buf + 3, NULL, 10);
+    if (vlen < 0 || line + (size_t)vlen + 2 > len)
+        return GATE_ABSENT;
+    meta_flag(buf, line - 2, 'f', &flags);
+    meta_flag(buf, line - 2, 't', &ttl);
+    /* ms <key> <len> b ME F<flags> T<ttl>: add, with what it had */
+    if (rbuf_append(next, "ms ", 3) < 0 || b64_append(next, key, klen) < 0 ||
+        rbuf_printf(next, " %lld b ME F%lld T%lld\r\n", vlen, flags,
+                    ttl < 0 ? 0 : ttl) < 0 ||
+        rbuf_append(next, buf + line, (size_t)vlen + 2) < 0)
+        return GATE_ABSENT;
+    *sent = MC_MS;
+    return GATE_NEXT;
+}
+
+/* The key of <rq> as the member stores it: a meta request's base64 key
+ * (flag b) decoded into <raw>; else its text. */
+static const char *
+raw_key(const char *buf, const struct proto_request *rq, size_t i,
+        unsigned char *raw, size_t *len)
+{
+    const char *key = buf + rq->keys[i].off;
+
+    *len = rq->keys[i].len;
+    if (mc_is_meta(rq->command)) {
+        size_t first = rq->command == MC_MS ? 3 : 2;
+
+        for (size_t a = first; a < rq->nargs; a++) {
+            long n;
+
+            if (!word_is(buf, rq, a, "b"))
+                continue;
+            n = mc_base64_decode(key, *len, raw, MC_KEY_MAX);
+            if (n > 0) {
+                *len = (size_t)n;
+                return (const char *)raw;
+            }
+            break;
+        }
+    }
+    return key;
+}
+
+/* While a warm-up runs: gate key <i> of <rq> (going to <to>, ring hash
+ * <hash>) on fragment <f> when it moved. 0, or -1 (out of memory). */
+static int
+warm_key(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
+         const struct proto_request *rq, size_t i, struct server *to,
+         uint64_t hash, struct rfrag *f)
+{
+    unsigned char raw[MC_KEY_MAX];
+    struct server *from;
+    const char *why, *key;
+    size_t len;
+
+    if (snap->mig == NULL || gate_kind(buf, rq) == GATE_NONE)
+        return 0;
+    key = raw_key(buf, rq, i, raw, &len);
+    if (request_key_source(snap, key, len, hash, to, &from, &why) <= 0)
+        return 0; /* not moving, or its old owner is not up: cold */
+    return request_gate(r, f, from, to, key, len);
+}
+
 /* ---- one key ------------------------------------------------------------- */
 
 /* The member of <rq>'s key: a meta request's base64 key (flag b) by what
@@ -132,7 +320,8 @@ one_key(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
             request_error(r, PROTO_ERR_NO_MEMBER, why);
         return 0;
     }
-    if (request_frags(r, 1) < 0)
+    if (request_frags(r, 1) < 0 ||
+        warm_key(r, snap, buf, rq, 0, s, hash, &r->frags[0]) < 0)
         return -1;
     if (!(rq->flags & PROTO_REQ_NOREPLY)) {
         request_send(r, &r->frags[0], s, hash, buf, rq->head, 0);
@@ -176,7 +365,9 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
           const struct proto_request *rq)
 {
     size_t nkeys = rq->nkeys, first, textlen = 0;
-    int batch = rq->command == MC_GET    ? BATCH_GET
+    /* (no batching while a warm-up runs: a gated get waits alone) */
+    int batch = snap->mig != NULL        ? 0
+                : rq->command == MC_GET  ? BATCH_GET
                 : rq->command == MC_GETS ? BATCH_GETS
                                          : 0;
     struct request_route rt;
@@ -190,6 +381,10 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
         textlen += rq->keys[i].len;
     if (rt.nmembers == 1) {
         if (request_frags(r, 1) == 0) {
+            for (size_t i = 0; i < nkeys; i++)
+                if (warm_key(r, snap, buf, rq, i, rt.owner[0], rt.hash[i],
+                             &r->frags[0]) < 0)
+                    goto out;
             if (batch == 0) /* gat: its exptime is its own */
                 request_send(r, &r->frags[0], rt.owner[0], rt.hash[0], buf,
                              rq->head, 0);
@@ -238,6 +433,11 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
             m->frag[i] = (uint32_t)f;
             if (fhash == 0)
                 fhash = rt.hash[i];
+            if (warm_key(r, snap, buf, rq, i, rt.members[f], rt.hash[i],
+                         &r->frags[f]) < 0) {
+                rbuf_free(&b);
+                goto out;
+            }
             bad |= rbuf_append(&b, buf + rq->keys[i].off, rq->keys[i].len);
             bad |= rbuf_append(&b, " ", 1);
         }
@@ -599,4 +799,6 @@ const struct request_mode memcache_request_mode = {
     .handshake = mc_handshake,
     .is_error = mc_reply_is_error,
     .unbatch = mc_unbatch,
+    .gate_build = mc_gate_build,
+    .gate_result = mc_gate_result,
 };

@@ -37,7 +37,7 @@
 /* How often the control thread looks at running migrations and saves
  * their progress. */
 #define TICK_MS 100
-#define SAVE_MS 1000
+#define SAVE_MS 100
 /* A copier that cannot reach its member tries again after this long,
  * doubling up to RETRY_MAX_MS. */
 #define RETRY_MS 200
@@ -52,11 +52,12 @@ enum mig_phase {
     MIG_COPYING,
     MIG_VERIFYING,
     MIG_FINISHING,
-    MIG_DONE
+    MIG_DONE,
+    MIG_WARMING /* memcache: keys warm up on touch until the window ends */
 };
 
-static const char *const phase_names[] = {"draining", "copying", "verifying",
-                                          "finishing", "done"};
+static const char *const phase_names[] = {"draining",  "copying", "verifying",
+                                          "finishing", "done",    "warming"};
 
 struct migration;
 
@@ -72,9 +73,11 @@ struct msource {
     unsigned pass;  /* 1: copy; 2 and later: verification */
     char cursor[24];
     uint64_t scanned, moved, bytes, absent, failed, anomalies, errors;
-    uint64_t retry_failed; /* failed in an earlier pass, to find again */
+    uint64_t retry_failed; /* failed in the last pass, to find again */
+    uint64_t pass_failed;  /* failed in this pass */
     int64_t dbsize_start;
     char last_error[200];
+    bool skipped; /* given up by the operator (a dead member) */
 };
 
 struct migration {
@@ -110,6 +113,10 @@ struct migration {
     uint64_t gate_base_moved, gate_base_absent, gate_base_failed;
     uint64_t gate_moved_before; /* moved by traffic before a restart */
     uint64_t saved_ms;
+    uint64_t saved_sig; /* what the last save had: saved again on change */
+    bool detached;         /* chashd stopped while it was finishing */
+    bool warmup;           /* migration: warmup (memcache) */
+    uint64_t warm_until_ms; /* its window's end */
 };
 
 /* The last finished migration of each pool, for the API. */
@@ -118,6 +125,7 @@ struct last {
     json_t *j;
     /* every finished migration of the pool, summed (the metrics) */
     uint64_t count, moved, by_request, scanned, bytes, anomalies, failed;
+    struct migration *ending; /* finishing: shown until it is done */
     struct last *next;
 };
 static struct last *lasts;
@@ -604,15 +612,18 @@ throttle(struct migration *m, uint64_t keys, uint64_t bytes)
         pthread_mutex_lock(&m->lock);
         dt = (double)(now - m->tok_ms) / 1000.0;
         m->tok_ms = now;
+        /* bursts of a tenth of a second at most (or one batch) */
         if (m->rate > 0) {
+            double cap = m->rate / 10.0 > m->batch ? m->rate / 10.0 : m->batch;
+
             m->tok_keys += dt * m->rate;
-            if (m->tok_keys > m->rate)
-                m->tok_keys = m->rate; /* a second of burst at most */
+            if (m->tok_keys > cap)
+                m->tok_keys = cap;
         }
         if (m->bandwidth > 0) {
             m->tok_bytes += dt * (double)m->bandwidth;
-            if (m->tok_bytes > (double)m->bandwidth)
-                m->tok_bytes = (double)m->bandwidth;
+            if (m->tok_bytes > (double)m->bandwidth / 10.0)
+                m->tok_bytes = (double)m->bandwidth / 10.0;
         }
         ok = (m->rate == 0 || m->tok_keys > 0) &&
              (m->bandwidth == 0 || m->tok_bytes > 0);
@@ -637,11 +648,11 @@ struct moving {
     long long bytes; /* MEMORY USAGE, -1: gone */
 };
 
-/* MIGRATE each of <k>[0..<n>) to its new owner, pipelined; keys that the
- * target already has (or that timed out) are tried again with REPLACE.
- * Counts into <ms>. -1 when the connection failed. */
+/* MIGRATE each of <k>[0..<n>) to its new owner, one key per MIGRATE,
+ * pipelined; keys that the target already has (or that timed out) are
+ * tried again with REPLACE. -1 when the connection failed. */
 static int
-migrate_keys(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
+migrate_each(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
              uint64_t *moved, uint64_t *absent, uint64_t *failed,
              uint64_t *bytes, char *err, size_t errlen)
 {
@@ -751,6 +762,180 @@ migrate_keys(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
     return rc;
 }
 
+/*
+ * Move <k>[0..<n>) (all to one member) with one MIGRATE ... KEYS, inside
+ * MULTI with an EXISTS per key before it: the replies say exactly which
+ * keys it moved (a request may move one of them just before; that one
+ * is then absent here, not counted twice). A MIGRATE error (the target
+ * has a key, an I/O error: some keys may have moved) sends what is still
+ * there through migrate_each. -1 when the connection failed.
+ */
+static int
+migrate_batch(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
+              uint64_t *moved, uint64_t *absent, uint64_t *failed,
+              uint64_t *bytes, char *err, size_t errlen)
+{
+    struct migration *m = ms->m;
+    char host[64], port[8], db[16], to[16];
+    const char **argv = calloc(n + 10, sizeof(*argv));
+    size_t *lens = calloc(n + 10, sizeof(*lens));
+    struct rval v;
+    size_t argc = 0, left = 0;
+    int rc = 0;
+
+    if (argv == NULL || lens == NULL) {
+        free(argv);
+        free(lens);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (migration_host_port(&k[0].to->addr, host, sizeof(host), port,
+                            sizeof(port)) < 0) {
+        free(argv);
+        free(lens);
+        *failed += n;
+        return 0;
+    }
+    snprintf(db, sizeof(db), "%d", m->db);
+    snprintf(to, sizeof(to), "%u", m->timeout_ms);
+    {
+        const char *multi[] = {"MULTI"};
+
+        if (rc_cmd(c, 1, multi, NULL) < 0)
+            rc = -1;
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const char *ex[] = {"EXISTS", k[i].key};
+        size_t exl[] = {6, k[i].len};
+
+        if (rc_cmd(c, 2, ex, exl) < 0)
+            rc = -1;
+    }
+    argv[argc++] = "MIGRATE";
+    argv[argc++] = host;
+    argv[argc++] = port;
+    argv[argc++] = "";
+    argv[argc++] = db;
+    argv[argc++] = to;
+    if (m->auth != NULL) {
+        argv[argc++] = "AUTH";
+        argv[argc++] = m->auth;
+    }
+    argv[argc++] = "KEYS";
+    for (size_t a = 0; a < argc; a++)
+        lens[a] = strlen(argv[a]);
+    for (size_t i = 0; i < n; i++) {
+        lens[argc] = k[i].len;
+        argv[argc++] = k[i].key;
+    }
+    if (rc == 0 && rc_cmd(c, (int)argc, argv, lens) < 0)
+        rc = -1;
+    {
+        const char *exec[] = {"EXEC"};
+
+        if (rc == 0 && (rc_cmd(c, 1, exec, NULL) < 0 || rc_flush(c) < 0))
+            rc = -1;
+    }
+    /* +OK, a +QUEUED per command, then EXEC's array */
+    for (size_t i = 0; rc == 0 && i < n + 2; i++) {
+        if (rc_reply(c, &v) < 0) {
+            rc = -1;
+            break;
+        }
+        if (v.type == '-') {
+            snprintf(err, errlen, "MULTI on %s: %s", ms->srv->name, v.s);
+            rval_free(&v);
+            rc = -1;
+            break;
+        }
+        rval_free(&v);
+    }
+    if (rc == 0 && rc_reply(c, &v) < 0)
+        rc = -1;
+    if (rc == 0) {
+        if (v.type != '*' || v.n != n + 1) {
+            snprintf(err, errlen, "EXEC on %s: unexpected reply",
+                     ms->srv->name);
+            rc = -1;
+        } else {
+            const struct rval *res = &v.el[n];
+            char line[300];
+            int r;
+
+            snprintf(line, sizeof(line), "%c%s", res->type,
+                     res->s != NULL ? res->s : "");
+            r = migration_migrate_result(line, strlen(line));
+            for (size_t i = 0; i < n; i++) {
+                bool there = v.el[i].type == ':' && v.el[i].i == 1;
+
+                if (r == GATE_MOVED || r == GATE_ABSENT) {
+                    if (there) {
+                        (*moved)++;
+                        *bytes += (uint64_t)(k[i].bytes > 0 ? k[i].bytes : 0);
+                    } else {
+                        (*absent)++;
+                    }
+                } else if (there) {
+                    k[left++] = k[i]; /* try it alone */
+                } else {
+                    (*absent)++;
+                }
+            }
+            if (r != GATE_MOVED && r != GATE_ABSENT && left > 0) {
+                pthread_mutex_lock(&m->lock);
+                snprintf(ms->last_error, sizeof(ms->last_error),
+                         "MIGRATE to %.40s: %.140s", k[0].to->name, line + 1);
+                pthread_mutex_unlock(&m->lock);
+                rc = migrate_each(ms, c, k, left, moved, absent, failed,
+                                  bytes, err, errlen);
+            }
+        }
+        rval_free(&v);
+    }
+    free(argv);
+    free(lens);
+    return rc;
+}
+
+/* Move <k>[0..<n>): one batch per new owner. */
+static int
+migrate_keys(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
+             uint64_t *moved, uint64_t *absent, uint64_t *failed,
+             uint64_t *bytes, char *err, size_t errlen)
+{
+    bool *sent = calloc(n ? n : 1, sizeof(*sent));
+    struct moving *grp = calloc(n ? n : 1, sizeof(*grp));
+    int rc = 0;
+
+    if (sent == NULL || grp == NULL) {
+        free(sent);
+        free(grp);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        size_t g = 0;
+
+        if (sent[i])
+            continue;
+        if (k[i].bytes < 0) { /* gone since SCAN (MEMORY USAGE: nil) */
+            (*absent)++;
+            sent[i] = true;
+            continue;
+        }
+        for (size_t j = i; j < n; j++)
+            if (!sent[j] && k[j].to == k[i].to && k[j].bytes >= 0) {
+                grp[g++] = k[j];
+                sent[j] = true;
+            }
+        rc = migrate_batch(ms, c, grp, g, moved, absent, failed, bytes, err,
+                           errlen);
+    }
+    free(sent);
+    free(grp);
+    return rc;
+}
+
 static void
 big_key(struct msource *ms, const struct moving *k, uint64_t ms_taken)
 {
@@ -801,6 +986,9 @@ copy_step(struct msource *ms, struct rconn *c, char *err, size_t errlen)
     uint64_t moved = 0, absent = 0, failed = 0, bytes = 0;
     int rc = 0;
 
+    int stage = atomic_load(&m->view->stage);
+
+    err[0] = '\0';
     pthread_mutex_lock(&m->lock);
     snprintf(cursor, sizeof(cursor), "%s", ms->cursor);
     pass = ms->pass;
@@ -838,6 +1026,8 @@ copy_step(struct msource *ms, struct rconn *c, char *err, size_t errlen)
         n = owner_in(now, m->hash_tag, k->s, k->len);
         if (o != ms->srv || n == NULL || n == ms->srv)
             continue; /* stays, or not ours to move */
+        if (stage == 1 && o->id > n->id)
+            continue; /* the second stage's */
         mv[nmv].key = k->s;
         mv[nmv].len = k->len;
         mv[nmv].to = n;
@@ -895,31 +1085,34 @@ copy_step(struct msource *ms, struct rconn *c, char *err, size_t errlen)
     ms->scanned += keys->n;
     ms->bytes += bytes;
     ms->absent += absent;
-    if (pass == 1) {
-        ms->moved += moved;
-        ms->retry_failed += failed;
-    } else {
+    ms->moved += moved;
+    if (pass >= 2) {
         /* a moving key on its old owner after the copy pass: one that
-         * failed before, or an anomaly */
+         * failed in the pass before, or an anomaly */
         for (uint64_t x = 0; x < moved; x++) {
             if (ms->retry_failed > 0)
                 ms->retry_failed--;
             else
                 ms->anomalies++;
         }
-        ms->moved += moved;
-        ms->retry_failed += failed;
     }
     ms->failed += failed;
+    ms->pass_failed += failed;
+    if (failed > 0) {
+        ms->errors++;
+        snprintf(ms->last_error, sizeof(ms->last_error), "%.190s", err);
+    }
     if (rc == 0 && !atomic_load(&m->stop)) {
         snprintf(ms->cursor, sizeof(ms->cursor), "%s", v.el[0].s);
         if (strcmp(ms->cursor, "0") == 0) {
             /* a whole pass: the next verifies; done once a verification
-             * pass found nothing left to do */
-            if (pass >= 2 && failed == 0 && ms->retry_failed == 0)
+             * pass found nothing it could not move */
+            if (pass >= 2 && ms->pass_failed == 0)
                 ms->phase = MIG_DONE;
             else
                 ms->phase = MIG_VERIFYING;
+            ms->retry_failed = ms->pass_failed;
+            ms->pass_failed = 0;
             ms->pass++;
         }
     }
@@ -942,7 +1135,7 @@ copier(void *arg)
         bool done, verify_again;
 
         pthread_mutex_lock(&m->lock);
-        done = ms->phase == MIG_DONE;
+        done = ms->phase == MIG_DONE || ms->skipped;
         verify_again = ms->pass > 2 && strcmp(ms->cursor, "0") == 0;
         pthread_mutex_unlock(&m->lock);
         if (done)
@@ -1032,6 +1225,12 @@ bool
 migration_active(const struct pool *p)
 {
     return p->migration != NULL;
+}
+
+bool
+migration_exclusive(const struct pool *p)
+{
+    return p->migration != NULL && !p->migration->warmup;
 }
 
 /* Totals over the sources (under m->lock). */
@@ -1130,10 +1329,23 @@ migration_to_json(struct migration *m)
     rate = elapsed > 0 ? (double)t.moved / elapsed : 0;
     iso_time(m->started_wall, when, sizeof(when));
     json_object_set_new(j, "pool", json_string(m->pool->name));
-    json_object_set_new(j, "migration", json_string("copy"));
+    json_object_set_new(j, "migration",
+                        json_string(m->warmup ? "warmup" : "copy"));
+    if (m->warmup) {
+        json_object_set_new(j, "warmup_s",
+                            json_real(m->pool->cfg.migration_warmup_ms / 1000.0));
+        json_object_set_new(
+            j, "warmup_left_s",
+            json_real(m->phase == MIG_WARMING && m->warm_until_ms > now
+                          ? (double)(m->warm_until_ms - now) / 1000.0
+                          : 0.0));
+    }
     json_object_set_new(j, "active", json_boolean(m->phase != MIG_DONE));
     json_object_set_new(j, "epoch", json_integer((json_int_t)m->epoch));
     json_object_set_new(j, "phase", json_string(phase_names[m->phase]));
+    if (m->view != NULL && atomic_load(&m->view->stage) > 0)
+        json_object_set_new(j, "stage",
+                            json_integer(atomic_load(&m->view->stage)));
     json_object_set_new(j, "change", json_string(m->change));
     json_object_set_new(j, "leaving", leaving_json(m));
     json_object_set_new(j, "started", json_string(when));
@@ -1197,6 +1409,7 @@ migration_to_json(struct migration *m)
                                 : json_null());
         json_object_set_new(s, "progress", json_real(progress));
         json_object_set_new(s, "done", json_boolean(ms->phase == MIG_DONE));
+        json_object_set_new(s, "skipped", json_boolean(ms->skipped));
         json_object_set_new(s, "last_error",
                             ms->last_error[0] ? json_string(ms->last_error)
                                               : json_null());
@@ -1216,6 +1429,8 @@ migration_json(const struct pool *p)
 
     if (p->migration != NULL) {
         j = migration_to_json(p->migration);
+    } else if (l != NULL && l->ending != NULL) {
+        j = migration_to_json(l->ending); /* finishing */
     } else {
         j = json_object();
         json_object_set_new(j, "pool", json_string(p->name));
@@ -1252,6 +1467,8 @@ saved_json(struct migration *m)
                         json_integer((json_int_t)m->keys_total));
     json_object_set_new(j, "moved_by_traffic",
                         json_integer((json_int_t)t.gate_moved));
+    json_object_set_new(j, "stage",
+                        json_integer(atomic_load(&m->view->stage)));
     for (size_t i = 0; i < old->n; i++)
         json_array_append_new(o, json_pack("{s:s,s:I}", "name",
                                            old->members[i].name, "weight",
@@ -1263,14 +1480,15 @@ saved_json(struct migration *m)
 
         json_object_set_new(
             srcs, ms->srv->name,
-            json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "pass",
+            json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b}", "pass",
                       (int)ms->pass, "cursor", ms->cursor, "scanned",
                       (json_int_t)ms->scanned, "moved", (json_int_t)ms->moved,
                       "bytes", (json_int_t)ms->bytes, "failed",
                       (json_int_t)ms->failed, "anomalies",
                       (json_int_t)ms->anomalies, "dbsize_start",
                       (json_int_t)ms->dbsize_start, "done",
-                      (json_int_t)(ms->phase == MIG_DONE)));
+                      (json_int_t)(ms->phase == MIG_DONE), "skipped",
+                      ms->skipped));
     }
     pthread_mutex_unlock(&m->lock);
     json_object_set_new(j, "sources", srcs);
@@ -1290,8 +1508,10 @@ save(struct migration *m)
 static void
 migration_free(struct migration *m)
 {
-    for (size_t i = 0; i < m->nsrc; i++)
+    for (size_t i = 0; i < m->nsrc; i++) {
+        atomic_store(&m->src[i].srv->mig_skip, false);
         server_unref(m->src[i].srv);
+    }
     free(m->src);
     for (size_t i = 0; i < m->nleaving; i++)
         free(m->leaving[i]);
@@ -1312,9 +1532,11 @@ migration_new(struct pool *p, struct pool_snapshot *old, uint64_t epoch,
     struct migration *m = calloc(1, sizeof(*m));
     struct migration_view *v = calloc(1, sizeof(*v));
 
-    if (m == NULL || v == NULL || (old->n > 0 &&
-                                   (m->src = calloc(old->n, sizeof(*m->src))) ==
-                                       NULL)) {
+    bool warm = p->cfg.migration == CONF_MIGRATION_WARMUP;
+
+    if (m == NULL || v == NULL ||
+        (!warm && old->n > 0 &&
+         (m->src = calloc(old->n, sizeof(*m->src))) == NULL)) {
         free(m != NULL ? m->src : NULL);
         free(m);
         free(v);
@@ -1342,9 +1564,12 @@ migration_new(struct pool *p, struct pool_snapshot *old, uint64_t epoch,
     m->started_wall = time(NULL);
     m->started_ms = clock_ms();
     m->tok_ms = m->started_ms;
-    m->tok_keys = m->rate;
+    /* one batch may go at once; then the rate (no second of burst) */
+    m->tok_keys = m->rate < m->batch ? m->rate : m->batch;
     m->tok_bytes = (double)m->bandwidth;
-    for (size_t i = 0; i < old->n; i++) {
+    m->warmup = warm;
+    m->warm_until_ms = m->started_ms + p->cfg.migration_warmup_ms;
+    for (size_t i = 0; !warm && i < old->n; i++) {
         struct msource *ms = &m->src[m->nsrc++];
 
         ms->m = m;
@@ -1371,6 +1596,9 @@ migration_new(struct pool *p, struct pool_snapshot *old, uint64_t epoch,
     return m;
 }
 
+static void warmup_end(struct migration *m);
+static void copiers_start(struct migration *m);
+
 int
 migration_prepare(struct pool *p, const char *change,
                   const char *const *leaving, size_t nleaving,
@@ -1380,11 +1608,23 @@ migration_prepare(struct pool *p, const char *change,
     struct pool_snapshot *old = atomic_load(&p->snap);
     struct migration *m;
 
+    bool ended = false;
+
+    if (p->migration != NULL && p->migration->warmup) {
+        /* a cache's warm-up gives way to the next change: the keys it
+         * did not warm stay cold. (The snapshot it schedules has the
+         * placement of the current one: this change may go on.) */
+        log_info("pool %s: warm-up %" PRIu64 " (%s) ends early: a new "
+                 "change",
+                 p->name, p->migration->epoch, p->migration->change);
+        warmup_end(p->migration);
+        ended = true;
+    }
     if (p->migration != NULL) {
         migration_busy(p, err, errlen);
         return -1;
     }
-    if (p->build != NULL || p->dirty) {
+    if (!ended && (p->build != NULL || p->dirty)) {
         snprintf(err, errlen,
                  "pool %s: a change is being published; try again", p->name);
         return -1;
@@ -1402,7 +1642,8 @@ migration_prepare(struct pool *p, const char *change,
     m->keys_total = keys_total;
     p->migration = m;
     p->mig_view = m->view;
-    save(m); /* written with the membership change that follows */
+    if (!m->warmup)
+        save(m); /* written with the membership change that follows */
     return 0;
 }
 
@@ -1417,8 +1658,88 @@ migration_cancel(struct pool *p)
     p->mig_view = NULL;
     running_del(m);
     migration_view_unref(m->view);
-    membership_migration_save(p->name, NULL);
+    if (!m->warmup)
+        membership_migration_save(p->name, NULL);
     migration_free(m);
+}
+
+/* Whether some member of <m> both gives and takes keys: then two of them
+ * may MIGRATE to each other at once, and a redis-server blocks in MIGRATE
+ * until its target answers -- each would wait for the other. Such a
+ * migration runs in two stages (struct migration_view). */
+static bool
+members_swap(const struct migration *m)
+{
+    const struct pool_snapshot *was = m->view->old, *now = m->new_snap;
+    struct chash_flow *fl;
+    size_t n = 0;
+    bool swap = false;
+
+    if (chash_ring_flows(was->ring, now->ring, NULL, 0, &n) != 0 || n == 0)
+        return false;
+    if ((fl = calloc(n, sizeof(*fl))) == NULL ||
+        chash_ring_flows(was->ring, now->ring, fl, n, &n) != 0) {
+        free(fl);
+        return true; /* cannot tell: the safe way */
+    }
+    for (size_t i = 0; i < n && !swap; i++)
+        for (size_t k = 0; k < n && !swap; k++)
+            swap = now->servers[fl[i].to] == was->servers[fl[k].from];
+    free(fl);
+    return swap;
+}
+
+/* Hand a new drain barrier to every worker. */
+static void
+drain_start(struct migration *m)
+{
+    struct migration_drain *d = calloc(1, sizeof(*d));
+
+    if (d == NULL) {
+        log_error("pool %s: migration: out of memory for the drain barrier",
+                  m->pool->name);
+        atomic_store(&m->pool->mig_drained,
+                     migration_gen(m->epoch, atomic_load(&m->view->stage)));
+        m->phase = MIG_COPYING;
+        copiers_start(m);
+        return;
+    }
+    atomic_store(&d->refs, 1);
+    d->pool = m->pool;
+    m->drain = d;
+    m->phase = MIG_DRAINING;
+    d->workers = barrier != NULL ? barrier(d) : 0;
+}
+
+/* The first stage of a two-stage migration is done: the keys moving the
+ * other way may go now, once what was sent to their old owners during
+ * the first stage has been answered. */
+static void
+stage_two(struct migration *m)
+{
+    for (size_t i = 0; i < m->nsrc; i++)
+        if (m->src[i].started) {
+            pthread_join(m->src[i].thread, NULL);
+            m->src[i].started = false;
+        }
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->nsrc; i++) {
+        struct msource *ms = &m->src[i];
+
+        if (ms->skipped)
+            continue;
+        ms->phase = MIG_COPYING;
+        ms->pass = 1;
+        ms->retry_failed = ms->pass_failed = 0;
+        snprintf(ms->cursor, sizeof(ms->cursor), "0");
+    }
+    pthread_mutex_unlock(&m->lock);
+    atomic_store(&m->view->stage, 2);
+    log_info("pool %s: migration %" PRIu64 ": first stage done; the keys "
+             "moving the other way go now",
+             m->pool->name, m->epoch);
+    save(m);
+    drain_start(m);
 }
 
 void
@@ -1431,6 +1752,17 @@ migration_start(struct pool *p)
         return;
     m->new_snap = atomic_load(&p->snap);
     pool_snapshot_pin(m->new_snap);
+    if (m->warmup) {
+        /* a cache: no barrier (nothing is moved that a late write could
+         * undo); warm-ups may start at once */
+        atomic_store(&p->mig_drained, migration_gen(m->epoch, 1));
+        m->phase = MIG_WARMING;
+        log_info("pool %s: warm-up %" PRIu64 " (%s) for %.0f s: keys whose "
+                 "member changed are read from their old member on a miss",
+                 p->name, m->epoch, m->change,
+                 (double)p->cfg.migration_warmup_ms / 1000.0);
+        return;
+    }
     if (m->keys_predicted == 0 && m->view->old->ring != NULL &&
         m->new_snap->ring != NULL &&
         chash_ring_diff(m->view->old->ring, m->new_snap->ring,
@@ -1441,12 +1773,15 @@ migration_start(struct pool *p)
         m->keys_predicted =
             (uint64_t)(m->moved_fraction * (double)m->keys_total + 0.5);
     }
+    if (m->view->old->ring != NULL && m->new_snap->ring != NULL &&
+        atomic_load(&m->view->stage) == 0 && members_swap(m))
+        atomic_store(&m->view->stage, 1);
     d = calloc(1, sizeof(*d));
     if (d == NULL) {
         /* no barrier to wait for: as good as none; log it */
         log_error("pool %s: migration: out of memory for the drain barrier",
                   p->name);
-        atomic_store(&p->mig_drained, m->epoch);
+        atomic_store(&p->mig_drained, migration_gen(m->epoch, 1));
         m->phase = MIG_COPYING;
         return;
     }
@@ -1486,23 +1821,43 @@ copiers_stop(struct migration *m)
         }
 }
 
+/* The pool's record of finished migrations (made on first use). */
+static struct last *
+last_make(const char *pool)
+{
+    struct last *l = last_get(pool);
+
+    if (l == NULL && (l = calloc(1, sizeof(*l))) != NULL) {
+        if ((l->pool = strdup(pool)) == NULL) {
+            free(l);
+            return NULL;
+        }
+        l->next = lasts;
+        lasts = l;
+    }
+    return l;
+}
+
 static void
 finished(struct pool *p, const struct pool_change *chg, void *arg)
 {
     struct migration *m = arg;
-    struct last *l = last_get(m->pool->name);
+    struct last *l;
     struct totals t;
 
     (void)chg;
+    if (m->detached) { /* chashd is stopping */
+        if (m->new_snap != NULL)
+            pool_snapshot_unpin(m->new_snap);
+        migration_free(m);
+        return;
+    }
+    l = last_make(m->pool->name);
     m->phase = MIG_DONE;
     m->finished_ms = clock_ms();
     totals(m, &t);
-    if (l == NULL && (l = calloc(1, sizeof(*l))) != NULL) {
-        l->pool = strdup(m->pool->name);
-        l->next = lasts;
-        lasts = l;
-    }
     if (l != NULL) {
+        l->ending = NULL;
         json_decref(l->j);
         l->j = migration_to_json(m);
         l->count++;
@@ -1523,7 +1878,8 @@ finished(struct pool *p, const struct pool_change *chg, void *arg)
         pool_snapshot_unpin(m->new_snap);
     m->new_snap = NULL;
     running_del(m);
-    membership_migration_save(p->name, NULL);
+    if (!m->warmup)
+        membership_migration_save(p->name, NULL);
     migration_free(m);
 }
 
@@ -1534,8 +1890,12 @@ finish(struct migration *m)
 {
     struct pool *p = m->pool;
 
+    struct last *l = last_make(p->name);
+
     copiers_stop(m);
     m->phase = MIG_FINISHING;
+    if (l != NULL)
+        l->ending = m; /* the API shows it until it is done */
     if (p->migration == m) {
         p->migration = NULL;
         p->mig_view = NULL;
@@ -1547,6 +1907,14 @@ finish(struct migration *m)
     pool_schedule(p);
     if (pool_on_published(p, finished, m) != 0)
         finished(p, NULL, m);
+}
+
+/* A warm-up's window ended (or a new change came): its snapshots stop
+ * carrying the old placement. */
+static void
+warmup_end(struct migration *m)
+{
+    finish(m);
 }
 
 static void
@@ -1567,6 +1935,9 @@ migration_tick(uint64_t now_ms, void *arg)
             log_warn("pool %s: removed while migration %" PRIu64
                      " ran: stopped; keys may still be on their old owners",
                      m->pool->name, m->epoch);
+            if (last_get(m->pool->name) != NULL &&
+                last_get(m->pool->name)->ending == m)
+                last_get(m->pool->name)->ending = NULL;
             copiers_stop(m);
             m->pool->migration = NULL;
             m->pool->mig_view = NULL;
@@ -1581,13 +1952,20 @@ migration_tick(uint64_t now_ms, void *arg)
 
         if (m->phase == MIG_DRAINING && m->drain != NULL &&
             atomic_load(&m->drain->done) >= m->drain->workers) {
-            atomic_store(&m->pool->mig_drained, m->epoch);
+            atomic_store(&m->pool->mig_drained,
+                         migration_gen(m->epoch,
+                                       atomic_load(&m->view->stage)));
             migration_drain_unref(m->drain);
             m->drain = NULL;
             m->phase = MIG_COPYING;
             log_info("pool %s: migration %" PRIu64 ": drained; copying",
                      m->pool->name, m->epoch);
             copiers_start(m);
+        }
+        if (m->phase == MIG_WARMING && now_ms >= m->warm_until_ms) {
+            warmup_end(m);
+            i--;
+            continue;
         }
         if (m->phase != MIG_COPYING && m->phase != MIG_VERIFYING)
             continue;
@@ -1615,6 +1993,10 @@ migration_tick(uint64_t now_ms, void *arg)
         }
         pthread_mutex_unlock(&m->lock);
         m->phase = verifying ? MIG_VERIFYING : MIG_COPYING;
+        if (all && atomic_load(&m->view->stage) == 1) {
+            stage_two(m);
+            continue;
+        }
         if (all) {
             save(m);
             finish(m);
@@ -1623,8 +2005,17 @@ migration_tick(uint64_t now_ms, void *arg)
                 break;
             continue;
         }
-        if (now_ms - m->saved_ms >= SAVE_MS)
-            save(m);
+        if (now_ms - m->saved_ms >= SAVE_MS) {
+            struct totals t;
+            uint64_t sig;
+
+            totals(m, &t);
+            sig = t.scanned + t.moved + t.absent + t.failed + t.gate_moved;
+            if (sig != m->saved_sig) {
+                m->saved_sig = sig;
+                save(m);
+            }
+        }
     }
 }
 
@@ -1641,6 +2032,12 @@ migration_deinit(void)
         struct migration *m = running[nrunning - 1];
         struct pool *p = m->pool;
 
+        if (m->phase == MIG_FINISHING) {
+            /* its publication's callback frees it (pools go last) */
+            m->detached = true;
+            nrunning--;
+            continue;
+        }
         copiers_stop(m);
         if (m->view != NULL && !p->removed)
             save(m);
@@ -1774,7 +2171,16 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
                         ? MIG_DONE
                         : ms->pass >= 2 ? MIG_VERIFYING
                                         : MIG_COPYING;
+        if (json_is_true(json_object_get(s, "skipped"))) {
+            ms->skipped = true;
+            ms->phase = MIG_DONE;
+            atomic_store(&ms->srv->mig_skip, true);
+        }
     }
+    v = json_object_get(saved, "stage");
+    if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+        json_integer_value(v) <= 2)
+        atomic_store(&m->view->stage, (int)json_integer_value(v));
     p->migration = m;
     p->mig_view = m->view;
     log_info("pool %s: resuming migration %" PRIu64 " (%s) from the state "
@@ -1800,6 +2206,39 @@ placed(const struct pool *p, const char *name)
     return s;
 }
 
+/* A reload of a warm-up pool: 1 when its placement changes (members
+ * added, removed or reweighted), else 0. */
+static int
+warmup_plan(const struct pool *p, const struct conf_pool *cp,
+            struct migration_plan *pl)
+{
+    for (size_t i = 0; i < cp->nservers && !pl->change; i++) {
+        const struct conf_server *cs = &cp->servers[i];
+        const struct server *s = pool_server_find(p, cs->name);
+
+        if (s != NULL && atomic_load(&s->state) != SERVER_REMOVED &&
+            s->admin != STATE_ADMIN_UP)
+            continue; /* the state keeps it out of the ring */
+        if (cs->weight == 0)
+            continue;
+        pl->change = s == NULL || placed(p, cs->name) == NULL ||
+                     s->weight != cs->weight ||
+                     !conf_addr_equal(&s->addr, &cs->addr);
+    }
+    for (size_t i = 0; i < p->nservers && !pl->change; i++) {
+        const struct server *s = placed(p, p->servers[i]->name);
+        bool kept = false;
+
+        if (s == NULL)
+            continue;
+        for (size_t k = 0; k < cp->nservers && !kept; k++)
+            kept = strcmp(cp->servers[k].name, s->name) == 0 &&
+                   cp->servers[k].weight > 0;
+        pl->change = !kept;
+    }
+    return pl->change ? 1 : 0;
+}
+
 void
 migration_plan_free(struct migration_plan *pl)
 {
@@ -1816,6 +2255,9 @@ migration_reload_plan(const struct pool *p, const struct conf_pool *cp,
     size_t before = 0, after = 0;
 
     memset(pl, 0, sizeof(*pl));
+    if (was->migration == CONF_MIGRATION_WARMUP &&
+        cp->migration == CONF_MIGRATION_WARMUP)
+        return warmup_plan(p, cp, pl);
     if (was->migration != CONF_MIGRATION_COPY &&
         cp->migration != CONF_MIGRATION_COPY)
         return 0;
@@ -2047,4 +2489,47 @@ migration_metrics(FILE *f)
             }
         }
     }
+}
+
+/* ---- giving up a source ---------------------------------------------------- */
+
+int
+migration_skip(struct pool *p, const char *member, char *err, size_t errlen)
+{
+    struct migration *m = p->migration;
+    struct msource *ms = NULL;
+
+    if (m == NULL || m->warmup) {
+        snprintf(err, errlen, "pool %s has no migration running", p->name);
+        return -1;
+    }
+    for (size_t i = 0; i < m->nsrc; i++)
+        if (strcmp(m->src[i].srv->name, member) == 0)
+            ms = &m->src[i];
+    if (ms == NULL) {
+        snprintf(err, errlen,
+                 "member \"%s\" is not a source of pool %s's migration",
+                 member, p->name);
+        return -1;
+    }
+    pthread_mutex_lock(&m->lock);
+    if (ms->phase == MIG_DONE && !ms->skipped) {
+        pthread_mutex_unlock(&m->lock);
+        snprintf(err, errlen,
+                 "member %s has given away its keys already: nothing to "
+                 "skip",
+                 member);
+        return -1;
+    }
+    ms->skipped = true;
+    ms->phase = MIG_DONE;
+    pthread_mutex_unlock(&m->lock);
+    /* its moving keys are served by their new owners from now on: what
+     * was not moved is lost (the member is dead, or the operator says so) */
+    atomic_store(&ms->srv->mig_skip, true);
+    log_warn("pool %s: migration %" PRIu64 ": moving keys from %s given up "
+             "by the operator; those not moved yet are lost",
+             p->name, m->epoch, member);
+    save(m);
+    return 0;
 }

@@ -45,7 +45,23 @@ struct migration_view {
     unsigned refs;
     uint64_t epoch;             /* the pool's migration number */
     struct pool_snapshot *old;  /* pinned */
+    /*
+     * (atomic) Two members that both give and take keys would deadlock
+     * each other's MIGRATEs (each blocks until the other answers): such a
+     * migration runs in two stages. 1: only keys moving to a member of a
+     * higher id move; the others stay where they were, requests go there.
+     * 2: the rest. 0: one stage, every key moves.
+     */
+    _Atomic int stage;
 };
+
+/* The drain generation gates of <epoch> wait for in <stage>: the pool's
+ * mig_drained reaches it once the barrier of that stage passed. */
+static inline uint64_t
+migration_gen(uint64_t epoch, int stage)
+{
+    return epoch * 4 + (stage == 2 ? 2 : 1);
+}
 
 void migration_view_ref(struct migration_view *v);
 void migration_view_unref(struct migration_view *v); /* NULL: nothing */
@@ -76,8 +92,11 @@ int migration_init(void);
 /* Stop every copier (exit): the state file keeps where they were. */
 void migration_deinit(void);
 
-/* Whether a migration runs in <p> (control thread). */
+/* Whether a migration (or a warm-up) runs in <p> (control thread); and
+ * one that refuses other changes meanwhile (a copy: a warm-up gives way
+ * to the next change). */
 bool migration_active(const struct pool *p);
+bool migration_exclusive(const struct pool *p);
 
 /* A sentence on the migration running in <p> for a refusal: "migration in
  * progress in pool P (phase copying, 120 of 3400 keys moved)". */
@@ -128,6 +147,12 @@ int migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen);
 
 /* The migration families of GET /metrics. */
 void migration_metrics(FILE *f);
+
+/* DELETE /api/pools/{pool}/migration/sources/{member}: stop moving keys
+ * from <member> (a dead one): its moving keys not moved yet are lost, and
+ * the new owners serve them. 0, or -1 with a reason in <err>. */
+int migration_skip(struct pool *p, const char *member, char *err,
+                   size_t errlen);
 
 /* GET /api/pools/{pool}/migration. */
 json_t *migration_json(const struct pool *p);

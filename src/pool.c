@@ -412,8 +412,11 @@ server_in_ring(const struct pool *p, const struct server *s)
         return false;
     /* migration: copy places keys by membership alone: a drained member
      * gives its keys away (they move), health moves nothing (a down
-     * member's keys wait for it, they are nowhere else) */
-    if (p->cfg.migration == CONF_MIGRATION_COPY)
+     * member's keys wait for it, they are nowhere else). warmup: a
+     * drained member leaves the ring (its keys warm up elsewhere). */
+    if (p->cfg.migration == CONF_MIGRATION_COPY ||
+        (p->cfg.migration == CONF_MIGRATION_WARMUP &&
+         s->admin != STATE_ADMIN_UP))
         return s->admin == STATE_ADMIN_UP;
     /* remap: only usable members own keys; failover and error keep the
      * ring as configured and skip or refuse at lookup. */

@@ -84,6 +84,8 @@ struct server {
                                    workers bump it, a success resets it */
     _Atomic int refs;           /* (atomic) */
     struct stats_server *stats; /* [workers] slots, stats.h */
+    _Atomic bool mig_skip;      /* (atomic) the running migration gave up
+                                   moving keys from it (it is dead) */
 
     /* Control thread only. */
     uint32_t weight;

@@ -199,13 +199,16 @@ gate_keys(struct rreq *r, const struct pool_snapshot *snap,
  * one key at a time, so that its reply says exactly whether it moved. */
 static int
 redis_gate_build(const struct pool_snapshot *snap, const struct server *to,
-                 const char *key, size_t len, bool replace, struct rbuf *out)
+                 const char *key, size_t len, int command, bool replace,
+                 struct rbuf *out, int *sent)
 {
     char host[64], port[8], db[16], timeout[16];
     const char *pw = snap->set.redis_auth;
     size_t nargs = 8 + (replace ? 1 : 0) + (pw != NULL ? 2 : 0);
     int rc;
 
+    (void)command;
+    *sent = -1; /* the reply's parse needs no command in RESP */
     if (migration_host_port(&to->addr, host, sizeof(host), port,
                             sizeof(port)) < 0)
         return -1;
@@ -229,8 +232,14 @@ redis_gate_build(const struct pool_snapshot *snap, const struct server *to,
 }
 
 static int
-redis_gate_result(const char *buf, size_t len)
+redis_gate_result(int step, const char *buf, size_t len, const char *key,
+                  size_t klen, struct rbuf *next, int *sent)
 {
+    (void)step;
+    (void)key;
+    (void)klen;
+    (void)next;
+    (void)sent;
     return migration_migrate_result(buf, len);
 }
 

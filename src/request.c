@@ -115,6 +115,10 @@ struct rgate {
     char *key;
     size_t len;
     unsigned tries;
+    int step;    /* 0: on the old owner; 1: the next step, on the new one */
+    bool cache;  /* its answer may go in the moved cache (a copy: a key
+                    gone from its old owner stays gone) */
+    int command; /* the mode's index of what it sent (its reply's parse) */
     struct rgate *next; /* the fragment's, then the worker's wait list */
 };
 
@@ -129,6 +133,17 @@ struct rdrain {
     } *marks;
 };
 
+/* Keys a gate found gone from their old owner (moved, or never there),
+ * per migration: while it runs, "absent from the old owner" stays true
+ * (nothing writes a moving key there after the drain barrier), so later
+ * requests on them need no gate. Direct-mapped, one key per slot. */
+#define MOVED_SLOTS 16384
+struct moved {
+    uint64_t epoch; /* 0: empty */
+    char *key;
+    size_t len;
+};
+
 /* The engine's state of one worker. */
 struct rworker {
     struct worker_conn link; /* closed at worker exit: every member */
@@ -139,6 +154,7 @@ struct rworker {
     struct rdrain *drains;
     struct rgate *gwait, *gwait_tail;
     struct timer mig_timer;
+    struct moved *moved; /* [MOVED_SLOTS], made on first use */
 };
 
 static void client_flush(struct rclient *c);
@@ -335,6 +351,9 @@ rworker_close(struct worker *w, struct worker_conn *l)
             free(m);
         }
     }
+    for (size_t i = 0; rw->moved != NULL && i < MOVED_SLOTS; i++)
+        free(rw->moved[i].key);
+    free(rw->moved);
     w->requests = NULL;
     free(rw);
 }
@@ -439,6 +458,32 @@ request_route_free(struct request_route *rt)
     }
 }
 
+/* The owner of <key> in the migration's old placement, or NULL. */
+static struct server *
+old_owner(const struct pool_snapshot *snap, const char *key, size_t len)
+{
+    const struct pool_snapshot *old =
+        snap->mig != NULL ? snap->mig->old : NULL;
+    size_t off, klen;
+
+    if (old == NULL || old->ring == NULL)
+        return NULL;
+    klen = chash_key_tag(key, len, snap->set.hash_tag, &off);
+    return old->servers[chash_ring_lookup(
+        old->ring, chash_ring_hash(old->ring, key + off, klen))];
+}
+
+/* In the first stage of a two-stage migration, a key moving to a member
+ * of a lower id has not started to move: it stays on <o>. */
+static bool
+deferred(const struct pool_snapshot *snap, const struct server *o,
+         const struct server *n)
+{
+    return atomic_load_explicit(&snap->mig->stage, memory_order_acquire) ==
+               1 &&
+           o->id > n->id;
+}
+
 /*
  * The member of <key> in <snap>, with the key's ring hash in *<hash>: the
  * ring's owner, hashing only the hash tag when the pool has one. An owner
@@ -462,7 +507,18 @@ request_key_member(const struct pool_snapshot *snap, const char *key,
     *hash = chash_ring_hash(snap->ring, key + off, n);
     idx = chash_ring_lookup(snap->ring, *hash);
     s = snap->servers[idx];
+    if (snap->mig != NULL) {
+        struct server *o = old_owner(snap, key, len);
+
+        if (o != NULL && o != s && deferred(snap, o, s))
+            s = o; /* not moving yet: where it is */
+    }
     if (server_usable(s))
+        return s;
+    /* migration: copy: a member being drained (or leaving) still serves
+     * the keys it owns in a snapshot that still places them on it */
+    if (snap->set.migration == CONF_MIGRATION_COPY &&
+        atomic_load(&s->state) == SERVER_DRAINING)
         return s;
     *why = "the key's member is not up (on_failure: error)";
     if (snap->set.on_failure == CONF_ON_FAILURE_ERROR)
@@ -1077,8 +1133,9 @@ conn_replies(struct rserver *s)
         }
         if (s->head != NULL) {
             /* what was asked, for a protocol whose replies depend on it */
-            ctx.command = s->head->req->command;
-            ctx.flags = s->head->req->flags;
+            ctx.command = s->head->gate != NULL ? s->head->gate->command
+                                                : s->head->req->command;
+            ctx.flags = s->head->gate != NULL ? 0 : s->head->req->flags;
         }
         st = pr->parse_reply(buf, len, s->head != NULL ? &ctx : NULL, &rp);
         if (st == PROTO_AGAIN)
@@ -1441,31 +1498,77 @@ request_key_source(const struct pool_snapshot *snap, const char *key,
                    size_t len, uint64_t hash, const struct server *to,
                    struct server **from, const char **why)
 {
-    const struct pool_snapshot *old =
-        snap->mig != NULL ? snap->mig->old : NULL;
     struct server *n, *o;
-    size_t off, klen;
 
-    if (old == NULL || old->ring == NULL || snap->ring == NULL)
+    if (snap->mig == NULL || snap->ring == NULL ||
+        (o = old_owner(snap, key, len)) == NULL)
         return 0; /* no migration, or nothing was owned before it */
     n = snap->servers[chash_ring_lookup(snap->ring, hash)];
-    klen = chash_key_tag(key, len, snap->set.hash_tag, &off);
-    o = old->servers[chash_ring_lookup(
-        old->ring, chash_ring_hash(old->ring, key + off, klen))];
-    if (o == n)
-        return 0;
+    if (o == n || atomic_load_explicit(&o->mig_skip, memory_order_relaxed) ||
+        deferred(snap, o, n) ||
+        (to == o && atomic_load(&snap->mig->stage) != 0))
+        return 0; /* (given up: its old copy is lost, the new owner
+                     serves; deferred: the old owner still does -- also
+                     when routed there just before the second stage began:
+                     that stage's barrier waits for it) */
     /* A moving key lives on its old owner until it is moved, and only
      * its new owner may take it then: nobody else can serve it. */
     if (to != n) {
         *why = "the key is moving to a member that is not up";
         return -1;
     }
-    if (!server_usable(o) && atomic_load(&o->state) != SERVER_DRAINING) {
+    if (atomic_load(&o->state) == SERVER_DOWN ||
+        atomic_load(&o->state) == SERVER_EJECTED) {
+        /* (drained, in maintenance, removed: still there to move from) */
         *why = "the key is moving from a member that is not up";
         return -1;
     }
     *from = o;
     return 1;
+}
+
+static size_t
+moved_slot(const char *key, size_t len)
+{
+    uint64_t h = 14695981039346656037ull;
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
+    return (size_t)(h ^ (h >> 29)) & (MOVED_SLOTS - 1);
+}
+
+static bool
+moved_has(const struct rworker *rw, uint64_t epoch, const char *key,
+          size_t len)
+{
+    const struct moved *m;
+
+    if (rw->moved == NULL)
+        return false;
+    m = &rw->moved[moved_slot(key, len)];
+    return m->epoch == epoch && m->len == len &&
+           memcmp(m->key, key, len) == 0;
+}
+
+static void
+moved_put(struct rworker *rw, uint64_t epoch, const char *key, size_t len)
+{
+    struct moved *m;
+    char *k;
+
+    if (rw->moved == NULL &&
+        (rw->moved = calloc(MOVED_SLOTS, sizeof(*rw->moved))) == NULL)
+        return; /* (a cache: only more gates) */
+    m = &rw->moved[moved_slot(key, len)];
+    if (m->len != len || m->key == NULL) {
+        if ((k = malloc(len ? len : 1)) == NULL)
+            return;
+        free(m->key);
+        m->key = k;
+    }
+    memcpy(m->key, key, len);
+    m->len = len;
+    m->epoch = epoch;
 }
 
 int
@@ -1474,9 +1577,17 @@ request_gate(struct rreq *r, struct rfrag *f, struct server *from,
 {
     struct rclient *c = r->client;
     struct pool_snapshot *snap = request_snapshot(c);
-    struct rgate *g = calloc(1, sizeof(*g));
+    struct rworker *rw = c->w->requests;
+    struct rgate *g;
     size_t off, klen;
 
+    /* (a warm-up keeps the old copy: a delete must still reach it) */
+    bool copy = snap->set.migration == CONF_MIGRATION_COPY;
+
+    if (copy && rw != NULL &&
+        moved_has(rw, migration_gen(snap->mig->epoch, 1), key, len))
+        return 0; /* no longer on its old owner */
+    g = calloc(1, sizeof(*g));
     if (g == NULL || (g->key = malloc(len ? len : 1)) == NULL) {
         free(g);
         return -1;
@@ -1490,12 +1601,14 @@ request_gate(struct rreq *r, struct rfrag *f, struct server *from,
     g->pool = c->pool;
     pool_ref(c->pool);
     g->w = c->w;
-    g->epoch = snap->mig->epoch;
+    g->epoch = migration_gen(snap->mig->epoch, atomic_load(&snap->mig->stage));
     klen = chash_key_tag(key, len, snap->set.hash_tag, &off);
     g->hash = chash_ring_hash(snap->mig->old->ring, key + off, klen);
     g->opens = f;
     g->frag.req = r;
     g->frag.gate = g;
+    g->command = r->command;
+    g->cache = copy;
     g->next = f->gates;
     f->gates = g;
     return 0;
@@ -1531,13 +1644,15 @@ gate_send(struct rgate *g)
         return;
     }
     if (r->mode->gate_build(request_snapshot(r->client), g->to, g->key,
-                            g->len, g->tries > 0, &cmd) < 0) {
+                            g->len, r->command, g->tries > 0, &cmd,
+                            &g->command) < 0) {
         rbuf_free(&cmd);
         g->frag.error = true;
         rbuf_append(&g->frag.reply, "-ERR out of memory\r\n", 20);
         gate_done(g);
         return;
     }
+    g->step = 0;
     s = send_to(r, &g->frag, g->from, g->hash);
     if (s != NULL)
         conn_queue(s, &g->frag, cmd.data, cmd.len, NULL);
@@ -1579,19 +1694,43 @@ gate_done(struct rgate *g)
     struct stats_pool *st = &g->pool->stats[g->w->id];
     const char *rep = g->frag.reply.data + g->frag.reply.off;
     size_t len = rbuf_size(&g->frag.reply);
-    int res = len > 0 ? r->mode->gate_result(rep, len) : GATE_FAILED;
+    struct rbuf next = {0};
+    int res = len > 0 ? r->mode->gate_result(g->step, rep, len, g->key,
+                                             g->len, &next, &g->command)
+                      : GATE_FAILED;
 
+    if (res == GATE_NEXT) {
+        struct rserver *s;
+
+        /* the next step goes to the new owner, on the connection the
+         * fragment will take (the same key's hash): before it, in order */
+        if (r->client == NULL || f->abandoned) {
+            rbuf_free(&next);
+            res = GATE_ABSENT;
+        } else {
+            g->step++;
+            rbuf_free(&g->frag.reply);
+            g->frag.error = false;
+            s = send_to(r, &g->frag, g->to, f->hold_hash);
+            if (s != NULL)
+                conn_queue(s, &g->frag, next.data, next.len, NULL);
+            rbuf_free(&next);
+            return;
+        }
+    }
+    rbuf_free(&next);
     if (res == GATE_RETRY && g->tries < 3 && r->client != NULL &&
         !f->abandoned) {
         g->tries++;
         gate_send(g);
         return;
     }
-    if (res == GATE_MOVED)
-        stats_add(&st->gate_moved, 1);
-    else if (res == GATE_ABSENT)
-        stats_add(&st->gate_absent, 1);
-    else {
+    if (res == GATE_MOVED || res == GATE_ABSENT) {
+        stats_add(res == GATE_MOVED ? &st->gate_moved : &st->gate_absent, 1);
+        if (g->cache && g->w->requests != NULL)
+            moved_put(g->w->requests, (g->epoch & ~(uint64_t)3) | 1, g->key,
+                      g->len);
+    } else {
         stats_add(&st->gate_failed, 1);
         if (f->gate_error == NULL) {
             char msg[400];

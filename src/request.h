@@ -144,23 +144,36 @@ struct request_mode {
      * does not batch. */
     void (*unbatch)(const char *buf, size_t len, struct rfrag *const *frags,
                     size_t n);
-    /* Migration. The request, sent to a key's old owner, that moves <key>
-     * (<len> bytes) to member <to> (its new owner): appended to <out>;
-     * <replace>: overwrite what <to> has. 0 or -1 (out of memory). NULL:
-     * the mode does not migrate. */
+    /*
+     * Migration. The request, sent to a key's old owner, that makes <key>
+     * (<len> bytes) ready for a request <command> (the client's) on member
+     * <to>, its new owner -- redis: MIGRATE it there; memcache: read it
+     * for a warm-up, or delete it --, appended to <out>, and the mode's
+     * command index of what it sent in *<sent> (to parse its reply). <again>:
+     * the previous try asked to overwrite (GATE_RETRY). 0, or -1 (out of
+     * memory). NULL: the mode does not migrate (the mode calls
+     * request_gate only for the requests that need one).
+     */
     int (*gate_build)(const struct pool_snapshot *snap, const struct server *to,
-                      const char *key, size_t len, bool replace,
-                      struct rbuf *out);
-    /* What its reply <buf> (<len> bytes) says: enum request_gate_result. */
-    int (*gate_result)(const char *buf, size_t len);
+                      const char *key, size_t len, int command, bool again,
+                      struct rbuf *out, int *sent);
+    /*
+     * What the reply <buf> (<len> bytes) to step <step> (0: gate_build's)
+     * of the gate for <key> says: enum request_gate_result. GATE_NEXT:
+     * <next> holds the request of the next step, for the new owner, and
+     * *<sent> its command index.
+     */
+    int (*gate_result)(int step, const char *buf, size_t len, const char *key,
+                       size_t klen, struct rbuf *next, int *sent);
 };
 
 enum request_gate_result {
-    GATE_MOVED,  /* the key was moved */
+    GATE_MOVED,  /* the key was moved (or copied: a warm-up) */
     GATE_ABSENT, /* the old owner did not have it (moved already, or none) */
     GATE_RETRY,  /* the new owner has a copy (an earlier failed move):
                     again, overwriting it */
-    GATE_FAILED  /* not moved: the request must not run */
+    GATE_FAILED, /* not moved: the request must not run */
+    GATE_NEXT    /* one more step, on the new owner */
 };
 
 /* A client of a store pool. */

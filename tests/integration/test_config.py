@@ -108,6 +108,19 @@ ERRORS = [
      4, "pool 'p': its servers need 2880000 ring points, over max_points "
      "2000000 (lower the weights or points_per_weight, or raise "
      "max_points)"),
+    ("copy-in-a-memcache-pool", "p:\n  listen: 127.0.0.1:7001\n"
+     "  mode: memcache\n  migration: copy\n  servers: [127.0.0.1:9001]\n",
+     4, "'migration: copy' is for redis pools; pool 'p' is memcache"),
+    ("warmup-in-a-redis-pool", "p:\n  listen: 127.0.0.1:7001\n"
+     "  mode: redis\n  migration: warmup\n  servers: [127.0.0.1:9001]\n",
+     4, "'migration: warmup' is for memcache pools; pool 'p' is redis"),
+    ("copy-to-a-unix-socket", "p:\n  listen: 127.0.0.1:7001\n"
+     "  mode: redis\n  servers:\n    - /tmp/r.sock:1 a\n",
+     5, "server 'a' of pool 'p' is a unix socket: 'migration: copy' moves "
+     "keys with MIGRATE, which needs host:port"),
+    ("unknown-migration", "p:\n  listen: 127.0.0.1:7001\n"
+     "  mode: redis\n  migration: move\n  servers: [127.0.0.1:9001]\n",
+     4, "migration"),
 ]
 
 
@@ -414,4 +427,23 @@ def test_check_prints_warnings_with_their_lines(tmp_path):
                      r.stderr), r.stderr
     assert re.search(r"%s:5: warning: 'redis_auth' has no effect in pool "
                      r"'web' \(mode tcp\)" % re.escape(str(conf)),
+                     r.stderr), r.stderr
+
+
+@needs_chashd
+def test_check_says_where_migration_came_from_and_warns_slow_start(tmp_path):
+    # mode: redis copies by default, a nutcracker-style pool does not, and
+    # slow_start has no effect in a pool that copies
+    path = write(tmp_path,
+                 "a:\n  listen: 127.0.0.1:7001\n  mode: redis\n"
+                 "  slow_start: 30s\n  servers: [127.0.0.1:9001]\n"
+                 "b:\n  listen: 127.0.0.1:7002\n  redis: true\n"
+                 "  servers: [127.0.0.1:9002]\n")
+    r = run([CHASHD, "-t", "-c", path])
+    assert r.returncode == 0, r.stderr
+    assert "migration copy (the default of 'mode: redis')" in r.stdout
+    assert "migration off (the default of twemproxy's 'redis: true')" in \
+        r.stdout
+    assert re.search(r"%s:4: warning: 'slow_start' has no effect in pool "
+                     r"'a' \(migration: copy" % re.escape(str(path)),
                      r.stderr), r.stderr

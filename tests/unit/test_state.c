@@ -97,6 +97,47 @@ test_bad_files_name_the_problem(void **unused)
     bad("{\"version\": 1, \"pools\": {\"web\": {\"removed\": [\"\"]}}}",
         "pools.web.removed[0]");
     bad("{\"version\": 1, \"version\": 1}", "duplicate");
+    bad("{\"version\": 1, \"migrations\": []}", "\"migrations\" must be");
+    bad("{\"version\": 1, \"migrations\": {\"web\": 3}}",
+        "migration of pool \"web\" must be an object");
+}
+
+/* A running migration is kept in the file beside the delta, read back
+ * whole, and dropped when it ends. */
+static void
+test_migration_round_trips(void **unused)
+{
+    char dir[] = "/tmp/chash-state-XXXXXX", path[256], err[256];
+    struct state *st = state_create(), *st2 = state_create();
+    json_t *m = json_pack("{s:i,s:s,s:[{s:s,s:i}],s:{s:{s:s,s:i}}}", "epoch",
+                          7, "change", "add web-4", "old", "name", "web-1",
+                          "weight", 1, "sources", "web-1", "cursor", "1234",
+                          "pass", 1);
+    json_t *back;
+
+    (void)unused;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/state.json", dir);
+    assert_null(state_migration(st, "web"));
+    assert_int_equal(state_set_migration(st, "web", m), 0);
+    assert_int_equal(state_save(st, path, err, sizeof(err)), 0);
+    assert_int_equal(state_load(st2, path, err, sizeof(err)), 0);
+    back = state_migration(st2, "web");
+    assert_non_null(back);
+    assert_true(json_equal(back, m));
+    assert_null(state_migration(st2, "other"));
+    /* it ended: gone from the file */
+    assert_int_equal(state_set_migration(st2, "web", NULL), 0);
+    assert_int_equal(state_save(st2, path, err, sizeof(err)), 0);
+    state_destroy(st);
+    st = state_create();
+    assert_int_equal(state_load(st, path, err, sizeof(err)), 0);
+    assert_null(state_migration(st, "web"));
+    unlink(path);
+    rmdir(dir);
+    json_decref(m);
+    state_destroy(st);
+    state_destroy(st2);
 }
 
 static void
@@ -708,6 +749,7 @@ main(void)
         cmocka_unit_test(test_the_last_member_is_never_removed),
         cmocka_unit_test(test_record_is_a_pure_delta),
         cmocka_unit_test(test_save_and_load_round_trip),
+        cmocka_unit_test(test_migration_round_trips),
         cmocka_unit_test(test_heavy_config_member_round_trips),
         cmocka_unit_test(test_a_delta_that_no_longer_fits_the_ring_is_dropped),
         cmocka_unit_test(test_weight_uint32_max_is_applied),
