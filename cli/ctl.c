@@ -48,10 +48,13 @@ static const char usage_text[] =
     "  up POOL NAME [--dry-run]              back in the ring\n"
     "  maint POOL NAME [--dry-run]           out of the ring, not checked\n"
     "  lookup POOL KEY [--replicas N]        the member(s) owning KEY\n"
-    "  migration POOL                        the live migration of a redis\n"
-    "                                        pool: phase, keys moved, rate,\n"
-    "                                        ETA, progress per source, and\n"
-    "                                        the last finished one\n"
+    "  migration POOL                        the live migration of a pool:\n"
+    "                                        phase, keys moved, rate, ETA,\n"
+    "                                        progress per source, and the\n"
+    "                                        last finished one\n"
+    "  migration POOL --give-up NAME         stop waiting for a dead old\n"
+    "                                        owner: its keys not moved yet\n"
+    "                                        are lost\n"
     "  state                                 the runtime overrides of the\n"
     "                                        config (kept in the state file)\n"
     "  state --reset POOL [NAME] [--dry-run] drop the overrides of a pool or\n"
@@ -78,6 +81,8 @@ struct ctl {
     bool force; /* add: "force": true, flush a joining member that holds
                    keys */
     bool now;   /* remove: ?now=true, leave at once, nothing moved */
+    const char *give_up; /* migration: the old owner to give up (ref in
+                            argv), or NULL */
 };
 
 /* ---- HTTP client ------------------------------------------------------- */
@@ -881,7 +886,12 @@ print_data_report(json_t *r, bool dry, const char *pool)
         printf("  %s an unknown number of keys: a member did not answer "
                "DBSIZE\n",
                dry ? "would move" : "moves");
-    if (json_is_object(mig))
+    if (json_is_object(mig) && strcmp(str(mig, "phase"), "warming") == 0)
+        printf("  warm-up %lld started: a key missing on its new member is "
+               "read from its old one; follow it with `chash ctl migration "
+               "%s`\n",
+               num(mig, "epoch"), pool);
+    else if (json_is_object(mig))
         printf("  migration %lld started: %lld keys predicted to move; "
                "follow it with `chash ctl migration %s`\n",
                num(mig, "epoch"), num(mig, "keys_predicted"), pool);
@@ -1178,8 +1188,13 @@ print_migration_sources(json_t *sources)
             snprintf(dbsize, sizeof(dbsize), "%lld",
                      num(src, "dbsize_at_start"));
         progress_cell(src, bar, sizeof(bar));
+        /* an old owner the operator gave up (migration --give-up): its
+         * keys not moved are lost, its bar is full because it is done */
         printf("%-20s %-22s %-10s %4lld %10s %10lld %10lld  %s\n",
-               str(src, "member"), str(src, "address"), str(src, "phase"),
+               str(src, "member"), str(src, "address"),
+               json_is_true(json_object_get(src, "skipped"))
+                   ? "given-up"
+                   : str(src, "phase"),
                num(src, "pass"), dbsize, num(src, "keys_scanned"),
                num(src, "keys_moved"), bar);
     }
@@ -1220,13 +1235,67 @@ print_big_keys(json_t *big)
  * per source member and the big keys; then, running or not, the last
  * finished migration in one line.
  */
+/*
+ * A memcache pool's warm-up (`migration: warmup`): for a while after a
+ * change, a key missing on its new member is read from its old one and
+ * added to the new one. No copier: nothing to scan, no sources.
+ */
+static void
+print_warmup(json_t *j)
+{
+    json_t *last = json_object_get(j, "last");
+    char elapsed[32], left[32], span[32];
+
+    if (!json_is_true(json_object_get(j, "active"))) {
+        printf("pool %s: migration warmup, none running\n", str(j, "pool"));
+    } else {
+        span_cell(j, "elapsed_s", elapsed, sizeof(elapsed));
+        span_cell(j, "warmup_left_s", left, sizeof(left));
+        span_cell(j, "warmup_s", span, sizeof(span));
+        printf("pool %s: migration warmup, epoch %lld, phase %s\n",
+               str(j, "pool"), num(j, "epoch"), str(j, "phase"));
+        printf("  change %s, started %s, elapsed %s, %s left of %s\n",
+               str(j, "change"), str(j, "started"), elapsed, left, span);
+        printf("  warmed %lld keys (missing on their new member, read from "
+               "the old one and added)\n",
+               num(j, "keys_moved_by_traffic"));
+        printf("  failed keys %lld, errors %lld\n", num(j, "failed_keys"),
+               num(j, "errors"));
+        printf("\n");
+    }
+    if (!json_is_object(last)) {
+        printf("last warm-up: none\n");
+        return;
+    }
+    span_cell(last, "elapsed_s", elapsed, sizeof(elapsed));
+    printf("last warm-up: epoch %lld, %s, started %s, %s in %s\n",
+           num(last, "epoch"), str(last, "change"), str(last, "started"),
+           str(last, "phase"), elapsed);
+    printf("  warmed %lld keys, failed keys %lld, errors %lld\n",
+           num(last, "keys_moved_by_traffic"), num(last, "failed_keys"),
+           num(last, "errors"));
+}
+
+/*
+ * `migration POOL`: GET /api/pools/{pool}/migration for an operator. A
+ * running migration shows its phase (and stage: members that both give
+ * and take keys migrate in two stages), the change that started it, keys
+ * moved (by the copier and by client traffic touching a moving key
+ * first) against the prediction, rate and ETA, what went wrong, a
+ * progress line per source member and the big keys; then, running or
+ * not, the last finished migration.
+ */
 static void
 print_migration(json_t *j)
 {
     json_t *last = json_object_get(j, "last");
-    char elapsed[32], eta[32], rcell[48];
+    char elapsed[32], eta[32], rcell[48], stage[32] = "";
     double rate;
 
+    if (strcmp(str(j, "migration"), "warmup") == 0) {
+        print_warmup(j);
+        return;
+    }
     if (strcmp(str(j, "migration"), "copy") != 0) {
         printf("pool %s: migration %s: a membership change moves which "
                "member owns a key, not its data\n",
@@ -1238,8 +1307,11 @@ print_migration(json_t *j)
     } else {
         span_cell(j, "elapsed_s", elapsed, sizeof(elapsed));
         span_cell(j, "eta_s", eta, sizeof(eta));
-        printf("pool %s: migration copy, epoch %lld, phase %s\n",
-               str(j, "pool"), num(j, "epoch"), str(j, "phase"));
+        if (json_is_integer(json_object_get(j, "stage")))
+            snprintf(stage, sizeof(stage), ", stage %lld of 2",
+                     num(j, "stage"));
+        printf("pool %s: migration copy, epoch %lld, phase %s%s\n",
+               str(j, "pool"), num(j, "epoch"), str(j, "phase"), stage);
         printf("  change %s, started %s, elapsed %s\n", str(j, "change"),
                str(j, "started"), elapsed);
         /* keys_scanned counts every pass over every source: it passes
@@ -1369,6 +1441,7 @@ cmd_ctl(int argc, char **argv)
         {"reset", no_argument, NULL, 'R'},
         {"force", no_argument, NULL, 'f'},
         {"now", no_argument, NULL, 'N'},
+        {"give-up", required_argument, NULL, 'G'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1385,7 +1458,7 @@ cmd_ctl(int argc, char **argv)
         c.token = NULL;
     opterr = 0;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, ":a:t:jw:nr:RfNh", opts, NULL)) !=
+    while ((opt = getopt_long(argc, argv, ":a:t:jw:nr:RfNG:h", opts, NULL)) !=
            -1) {
         switch (opt) {
         case 'a':
@@ -1421,6 +1494,9 @@ cmd_ctl(int argc, char **argv)
         case 'N':
             c.now = true;
             break;
+        case 'G':
+            c.give_up = optarg;
+            break;
         case 'h':
             fputs(usage_text, stdout);
             return CLI_EXIT_OK;
@@ -1454,6 +1530,13 @@ cmd_ctl(int argc, char **argv)
         return cli_usage_error(CMD, usage_text,
                                "--force goes with 'add' (it flushes a "
                                "joining member that holds keys)");
+    if (c.give_up != NULL && strcmp(verb, "migration") != 0)
+        return cli_usage_error(CMD, usage_text,
+                               "--give-up goes with 'migration' (migration "
+                               "POOL --give-up NAME)");
+    if (c.give_up != NULL && strlen(c.give_up) > 255)
+        return cli_usage_error(CMD, usage_text,
+                               "--give-up's NAME is longer than 255 bytes");
     if (c.now && strcmp(verb, "remove") != 0)
         return cli_usage_error(CMD, usage_text,
                                "--now goes with 'remove' (it removes a "
@@ -1494,8 +1577,20 @@ cmd_ctl(int argc, char **argv)
     if (strcmp(verb, "migration") == 0) {
         if ((rc = need(nargs, 1, verb)) != 0)
             return rc;
-        snprintf(path, sizeof(path), "/api/pools/%s/migration", pool);
-        j = call(&c, "GET", path, NULL, &ex);
+        if (c.give_up == NULL) {
+            snprintf(path, sizeof(path), "/api/pools/%s/migration", pool);
+            j = call(&c, "GET", path, NULL, &ex);
+        } else {
+            /* the answer is the migration as it is after giving up */
+            url_escape(c.give_up, name, sizeof(name));
+            snprintf(path, sizeof(path), "/api/pools/%s/migration/sources/%s",
+                     pool, name);
+            j = call(&c, "DELETE", path, NULL, &ex);
+            if (j != NULL && !c.json)
+                printf("pool %s: gave up moving keys from %s: those not "
+                       "moved yet are lost; their new owners serve them\n\n",
+                       args[0], c.give_up);
+        }
         if (j != NULL && !c.json)
             print_migration(j);
         json_decref(j);
