@@ -263,10 +263,17 @@ def test_ctl_migration_errors(procs):
                  ["migration", POOL, "--dry-run"],
                  ["migration", POOL, "--now"], ["show", POOL, "--force"],
                  ["add", POOL, "x", "127.0.0.1:1", "--now"],
-                 ["remove", POOL, "store-1", "--force"]):
+                 ["remove", POOL, "store-1", "--force"],
+                 ["show", POOL, "--give-up", "store-1"],
+                 ["migration", POOL, "--give-up"]):
         p = env.ctl(*args, check=2)
         assert "usage: chash ctl" in p.stderr, args
+    # nothing to give up while no migration runs
+    p = env.ctl("migration", POOL, "--give-up", "store-1", check=1)
+    assert "pool store has no migration running" in p.stderr and \
+        "(HTTP 409)" in p.stderr, p.stderr
     usage = env.ctl("--help", check=0).stdout
+    assert re.search(r"^  migration POOL --give-up NAME ", usage, re.M)
     assert re.search(r"^  migration POOL ", usage, re.M)
     assert re.search(r"^  add POOL NAME ADDRESS \[--weight W\] \[--force\]",
                      usage, re.M)
@@ -396,6 +403,105 @@ def test_ctl_migration_failed_keys_then_the_end(procs):
     anomalies, failed, _ = map(int, TROUBLE.search(out).groups())
     assert total == len(moving) == moved_total(done["last"])
     assert anomalies == 0 and failed >= len(moving), out
+
+
+def test_ctl_migration_give_up_a_dead_source(procs):
+    """An old owner that dies mid-migration holds its pool's migration
+    up; `ctl migration POOL --give-up NAME` lets it go: the answer shows
+    it given up, the migration ends, the keys the others gave are on the
+    new member, and the dead one's moving keys that had not moved are
+    gone from the pool (their new owner answers for them)."""
+    env = Env(procs, rate=50, nkeys=2000)
+    owner_before = env.owners_after(env.servers, "before")
+    owner_after = env.owners_after(env.servers + [env.spare], "after")
+    moving = [k for k in env.keys if owner_before[k] != owner_after[k]]
+    env.ctl("add", POOL, "store-4", env.spare.addr, check=0)
+    env.phase_out("copying")
+    env.servers[1].stop()                     # store-2 dies, data and all
+    p = env.ctl("migration", POOL, "--give-up", "store-9", check=1)
+    assert 'member "store-9" is not a source' in p.stderr and "409" in \
+        p.stderr, p.stderr
+    out = env.ctl("migration", POOL, "--give-up", "store-2", check=0).stdout
+    assert out.startswith("pool store: gave up moving keys from store-2: "
+                          "those not moved yet are lost; their new owners "
+                          "serve them\n\n"), out
+    src = sources(out)
+    if src:   # the answer may already be the finished migration
+        assert src["store-2"].group(3) == "given-up", out
+    done = env.wait_done()
+    last = {s["member"]: s for s in done["last"]["sources"]}
+    assert last["store-2"]["skipped"] is True
+    assert not any(last[m]["skipped"] for m in ("store-1", "store-3"))
+    on_new = env.spare.keys()
+    from_live = {k for k in moving if owner_before[k] != "store-2"}
+    assert from_live <= on_new
+    lost = [k for k in moving if k not in on_new]
+    assert lost and all(owner_before[k] == "store-2" for k in lost)
+    with env.d.client() as c:
+        assert c.pipeline([("EXISTS", k) for k in lost]) == [0] * len(lost)
+    out = env.ctl("migration", POOL, check=0).stdout
+    assert re.search(r"^last migration: epoch \d+, add store-4, ", out,
+                     re.M), out
+
+
+def test_ctl_migration_of_a_memcache_warm_up(procs):
+    """A memcache pool with `migration: warmup`: the add's report says a
+    warm-up started; while it runs, `ctl migration` counts the keys read
+    from their old member on a miss (exactly the moving keys a client
+    read); when its time is over, the last one's summary."""
+    from mc_util import ChashdMemcache, MemcachedServer, mc_pool
+    servers = [MemcachedServer(procs) for _ in range(3)]
+    spare = MemcachedServer(procs)
+    port, admin = free_port(), free_port()
+    text = admin_global(admin) + mc_pool(
+        "mc", port, servers, hash="murmur", distribution="ketama",
+        migration="warmup", migration_warmup="3s")
+    d = ChashdMemcache(procs, text)
+    wait_for(lambda: can_connect(admin), what="admin API")
+    api = Api(admin)
+    keys = ["w:%d" % i for i in range(400)]
+    with d.client() as c:
+        for k in keys:
+            assert c.call(b"set %s 0 0 1\r\nv\r\n" % k.encode()) == \
+                b"STORED\r\n"
+    conf = os.path.join(str(procs.tmp), "after.yml")
+    with open(conf, "w") as f:
+        f.write(mc_pool("mc", free_port(), servers + [spare],
+                        hash="murmur", distribution="ketama"))
+    after = spread_keys(conf, "mc", keys, CHASH)
+    moving = [k for k in keys if after[k] == "mc-4"]
+    assert len(moving) > 30
+
+    def ctl(*args):
+        return subprocess.run([CHASH, "ctl", "--admin", "127.0.0.1:%d"
+                               % admin] + list(args), capture_output=True,
+                              text=True, timeout=30)
+    out = ctl("migration", "mc").stdout
+    assert out == "pool mc: migration warmup, none running\nlast warm-up: " \
+        "none\n", out
+    out = ctl("add", "mc", "mc-4", spare.addr).stdout
+    assert re.search(r"^  warm-up \d+ started: a key missing on its new "
+                     r"member is read from its old one", out, re.M), out
+    with d.client() as c:
+        for k in keys:
+            c.send(b"get %s\r\n" % k.encode())
+            assert c.get_reply() == [b"VALUE %s 0 1\r\nv\r\n" % k.encode(),
+                                     b"END\r\n"]
+    out = ctl("migration", "mc").stdout
+    lines = out.splitlines()
+    assert re.match(r"pool mc: migration warmup, epoch \d+, phase warming$",
+                    lines[0]), out
+    assert re.match(r"  change add mc-4, started \S+, elapsed \S+, \S+ left "
+                    r"of 3\.0s$", lines[1]), out
+    assert lines[2] == "  warmed %d keys (missing on their new member, read " \
+        "from the old one and added)" % len(moving), out
+    wait_for(lambda: not api.ok("GET", "/api/pools/mc/migration")["active"]
+             and api.ok("GET", "/api/pools/mc/migration")["last"],
+             timeout=20, what="the warm-up to end")
+    out = ctl("migration", "mc").stdout
+    assert re.search(r"^last warm-up: epoch \d+, add mc-4, started \S+, "
+                     r"done in \S+\n  warmed %d keys, failed keys 0, "
+                     r"errors 0$" % len(moving), out, re.M), out
 
 
 # ---- the dashboard's migration panel (headless Chromium) ---------------
