@@ -590,3 +590,40 @@ def test_dashboard_shows_a_leaving_member(procs):
     after = rows(dom)
     assert set(after) == {"store-1", "store-2"}
     assert "leaving" not in "".join(after.values())
+
+
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
+                    reason="chromium is not installed (scripts/deps "
+                    "installs it)")
+def test_dashboard_warm_up_panel(procs):
+    """A memcache pool warming up after an add has a warm-up panel with
+    the keys warmed so far (the API's count), and no source rows."""
+    from mc_util import ChashdMemcache, MemcachedServer, mc_pool
+    servers = [MemcachedServer(procs) for _ in range(3)]
+    spare = MemcachedServer(procs)
+    port, admin = free_port(), free_port()
+    text = admin_global(admin) + mc_pool(
+        "mc", port, servers, hash="murmur", distribution="ketama",
+        migration="warmup", migration_warmup="60s")
+    d = ChashdMemcache(procs, text)
+    wait_for(lambda: can_connect(admin), what="admin API")
+    api = Api(admin)
+    keys = ["w:%d" % i for i in range(200)]
+    with d.client() as c:
+        for k in keys:
+            assert c.call(b"set %s 0 0 1\r\nv\r\n" % k.encode()) == \
+                b"STORED\r\n"
+    api.ok("POST", "/api/pools/mc/members",
+           {"name": "mc-4", "address": spare.addr})
+    with d.client() as c:
+        for k in keys:
+            c.send(b"get %s\r\n" % k.encode())
+            assert len(c.get_reply()) == 2
+    warmed = api.ok("GET", "/api/pools/mc/migration")["keys_moved_by_traffic"]
+    assert warmed > 0
+    dom = dump_dom("http://127.0.0.1:%d/" % admin)
+    panels = dom_elements(dom, "div", "migration")
+    assert [(p["data-pool"], p["data-phase"], int(p["data-warmed"]))
+            for p in panels] == [("mc", "warming", warmed)], dom[-3000:]
+    assert dom_elements(dom, "tr", "msource") == []
+    assert re.search(r"<h3>Warm-up \d+: add mc-4 \u2014 warming</h3>", dom)
