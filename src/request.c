@@ -1505,9 +1505,12 @@ request_key_source(const struct pool_snapshot *snap, const char *key,
         return 0; /* no migration, or nothing was owned before it */
     n = snap->servers[chash_ring_lookup(snap->ring, hash)];
     if (o == n || atomic_load_explicit(&o->mig_skip, memory_order_relaxed) ||
-        deferred(snap, o, n))
+        deferred(snap, o, n) ||
+        (to == o && atomic_load(&snap->mig->stage) != 0))
         return 0; /* (given up: its old copy is lost, the new owner
-                     serves; deferred: the old owner still does) */
+                     serves; deferred: the old owner still does -- also
+                     when routed there just before the second stage began:
+                     that stage's barrier waits for it) */
     /* A moving key lives on its old owner until it is moved, and only
      * its new owner may take it then: nobody else can serve it. */
     if (to != n) {
