@@ -20,7 +20,7 @@ import pytest
 
 from conftest import wait_for
 from migration_util import POOL, Change, Store, check_placement, plan
-from redis_util import CLOSED, REDIS_CLI, Closed, Err, Simple
+from redis_util import REDIS_CLI, Closed, Err, Simple
 
 
 @pytest.fixture
@@ -309,7 +309,7 @@ def test_weight_change_both_ways_runs_in_two_stages(store):
     assert all(got[k] == k.encode() for k in keys)
 
 
-# ------------------------------------------------ chashd killed in a scale-in --
+# ---------------------------------------------- chashd killed in a scale-in --
 
 SCALE_IN = {"migration_rate": 150, "migration_batch": 10}
 # how far the counters may trail the keys really moved: the batch in

@@ -205,11 +205,12 @@ def get(c, keys, cmd=b"get"):
 
 
 def split(cache, keys, before, after):
-    """Owners of <keys> in the rings <before> and <after>, checked against
-    the API's lookup (a sample) now (the ring of <after>); the moving keys
-    in key order, and the others."""
+    """Owners of <keys> in the rings <before> (the ring now: a sample
+    checked against the API's lookup) and <after>; the moving keys in
+    key order, and the others."""
     old = cache.owners(keys, before)
     new = cache.owners(keys, after)
+    cache.check_api_lookup(old, keys[:15])
     moving = [k for k in keys if old[k] != new[k]]
     still = [k for k in keys if old[k] == new[k]]
     return old, new, moving, still
@@ -391,7 +392,9 @@ def test_delete_during_warmup_is_not_undone(cache):
     replies = {}
     with ca.client() as c:
         for k in warm_del:
-            assert get(c, [k])[0][2] == value_of(k), k   # copied to m4
+            assert get(c, [k])[0][2] == value_of(k), k
+        assert m4.holds(warm_del) == set(warm_del)     # copied to m4
+        assert m4.holds(cold_del + cold_md) == set()
         for k in cold_del + warm_del:
             replies[k] = c.call(b"delete %s\r\n" % k.encode())
         for k in cold_md:
