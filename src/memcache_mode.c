@@ -265,7 +265,7 @@ warm_key(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
     key = raw_key(buf, rq, i, raw, &len);
     if (request_key_source(snap, key, len, hash, to, &from, &why) <= 0)
         return 0; /* not moving, or its old owner is not up: cold */
-    return request_gate(r, f, from, to, key, len);
+    return request_gate(r, snap, f, from, to, key, len);
 }
 
 /* ---- one key ------------------------------------------------------------- */

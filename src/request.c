@@ -1572,11 +1572,11 @@ moved_put(struct rworker *rw, uint64_t epoch, const char *key, size_t len)
 }
 
 int
-request_gate(struct rreq *r, struct rfrag *f, struct server *from,
-             struct server *to, const char *key, size_t len)
+request_gate(struct rreq *r, const struct pool_snapshot *snap, struct rfrag *f,
+             struct server *from, struct server *to, const char *key,
+             size_t len)
 {
     struct rclient *c = r->client;
-    struct pool_snapshot *snap = request_snapshot(c);
     struct rworker *rw = c->w->requests;
     struct rgate *g;
     size_t off, klen;

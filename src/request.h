@@ -309,12 +309,15 @@ int request_key_source(const struct pool_snapshot *snap, const char *key,
 
 /*
  * Before fragment <f> of <r> runs on <to>, key <key> must have left
- * <from>: the mode's gate_build request goes to <from> first, and <f>
+ * <from> (as request_key_source said of it in <snap>: the same snapshot,
+ * not one loaded again, which may be newer and carry no migration): the
+ * mode's gate_build request goes to <from> first, and <f>
  * (sent with request_send as usual) waits for its answer. 0 or -1 (out of
  * memory).
  */
-int request_gate(struct rreq *r, struct rfrag *f, struct server *from,
-                 struct server *to, const char *key, size_t len);
+int request_gate(struct rreq *r, const struct pool_snapshot *snap,
+                 struct rfrag *f, struct server *from, struct server *to,
+                 const char *key, size_t len);
 
 /* worker_call target: the drain barrier of a migration (struct
  * migration_drain *<arg>, whose reference it takes) in worker <w>. */
