@@ -233,10 +233,11 @@ redis_gate_build(const struct pool_snapshot *snap, const struct server *to,
 }
 
 static int
-redis_gate_result(int step, const char *buf, size_t len, const char *key,
-                  size_t klen, struct rbuf *next, int *sent)
+redis_gate_result(int step, int command, const char *buf, size_t len,
+                  const char *key, size_t klen, struct rbuf *next, int *sent)
 {
     (void)step;
+    (void)command;
     (void)key;
     (void)klen;
     (void)next;
