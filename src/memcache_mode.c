@@ -148,20 +148,19 @@ b64_append(struct rbuf *b, const char *key, size_t len)
     return 0;
 }
 
+/* Every gate starts with a read on the old member: mg <key> b v f t. */
 static int
 mc_gate_build(const struct pool_snapshot *snap, const struct server *to,
               const char *key, size_t len, int command, bool again,
               struct rbuf *out, int *sent)
 {
-    bool del = command == MC_DELETE || command == MC_MD;
-
     (void)snap;
     (void)to;
     (void)again;
-    *sent = del ? MC_MD : MC_MG;
-    if (rbuf_append(out, del ? "md " : "mg ", 3) < 0 ||
-        b64_append(out, key, len) < 0 ||
-        rbuf_printf(out, del ? " b\r\n" : " b v f t\r\n") < 0)
+    (void)command;
+    *sent = MC_MG;
+    if (rbuf_append(out, "mg ", 3) < 0 || b64_append(out, key, len) < 0 ||
+        rbuf_printf(out, " b v f t\r\n") < 0)
         return -1;
     return 0;
 }
@@ -190,19 +189,34 @@ meta_flag(const char *line, size_t n, char f, long long *v)
     return -1;
 }
 
+/*
+ * The steps: 0, mg on the old member: a miss ends it; a hit: 1, ms (add)
+ * of what it read on the new member. For a delete: 2, md on the old
+ * member -- the copy is deleted there, and the client's delete finds it
+ * on the new member (DELETED, as memcached would say).
+ */
 static int
-mc_gate_result(int step, const char *buf, size_t len, const char *key,
-               size_t klen, struct rbuf *next, int *sent)
+mc_gate_result(int step, int command, const char *buf, size_t len,
+               const char *key, size_t klen, struct rbuf *next, int *sent)
 {
     const char *nl = memchr(buf, '\n', len);
     size_t line = nl != NULL ? (size_t)(nl - buf) + 1 : len;
     long long vlen, flags = 0, ttl = -1;
+    bool del = command == MC_DELETE || command == MC_MD;
 
-    if (step == 1) /* the add on the new owner: HD stored, NS it had one */
-        return len >= 2 && memcmp(buf, "HD", 2) == 0 ? GATE_MOVED
-                                                       : GATE_ABSENT;
-    if (len >= 2 && memcmp(buf, "HD", 2) == 0)
-        return GATE_MOVED; /* md: deleted on the old owner too */
+    if (step == 2) /* md on the old member: done (not a warmed key) */
+        return GATE_ABSENT;
+    if (step == 1) {
+        bool stored = len >= 2 && memcmp(buf, "HD", 2) == 0;
+
+        if (!del) /* the add on the new member: HD stored, NS it had one */
+            return stored ? GATE_MOVED : GATE_ABSENT;
+        if (rbuf_append(next, "md ", 3) < 0 ||
+            b64_append(next, key, klen) < 0 || rbuf_append(next, " b\r\n", 4) < 0)
+            return GATE_ABSENT;
+        *sent = MC_MD;
+        return GATE_NEXT_OLD;
+    }
     if (len < 3 || memcmp(buf, "VA ", 3) != 0)
         return GATE_ABSENT; /* EN, NF, an error: nothing to warm */
     vlen = strtoll(buf + 3, NULL, 10);
@@ -265,7 +279,7 @@ warm_key(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
     key = raw_key(buf, rq, i, raw, &len);
     if (request_key_source(snap, key, len, hash, to, &from, &why) <= 0)
         return 0; /* not moving, or its old owner is not up: cold */
-    return request_gate(r, f, from, to, key, len);
+    return request_gate(r, snap, f, from, to, key, len);
 }
 
 /* ---- one key ------------------------------------------------------------- */

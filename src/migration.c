@@ -971,6 +971,36 @@ source_error(struct msource *ms, const char *err)
                      ms->srv->name, err);
 }
 
+/* Count what a batch of <ms> in pass <pass> did (the counters go to 0):
+ * shown, and saved, batch by batch. */
+static void
+account(struct msource *ms, unsigned pass, uint64_t *moved, uint64_t *absent,
+        uint64_t *failed, uint64_t *bytes, const char *err)
+{
+    pthread_mutex_lock(&ms->m->lock);
+    ms->bytes += *bytes;
+    ms->absent += *absent;
+    ms->moved += *moved;
+    if (pass >= 2) {
+        /* a moving key on its old owner after the copy pass: one that
+         * failed in the pass before, or an anomaly */
+        for (uint64_t x = 0; x < *moved; x++) {
+            if (ms->retry_failed > 0)
+                ms->retry_failed--;
+            else
+                ms->anomalies++;
+        }
+    }
+    ms->failed += *failed;
+    ms->pass_failed += *failed;
+    if (*failed > 0) {
+        ms->errors++;
+        snprintf(ms->last_error, sizeof(ms->last_error), "%.190s", err);
+    }
+    pthread_mutex_unlock(&ms->m->lock);
+    *moved = *absent = *failed = *bytes = 0;
+}
+
 /* One SCAN step of <ms> and the moves it finds. 0, or -1 when the
  * connection failed (<err>). */
 static int
@@ -1064,10 +1094,13 @@ copy_step(struct msource *ms, struct rconn *c, char *err, size_t errlen)
             uint64_t t0 = clock_ms();
 
             throttle(m, 1, (uint64_t)mv[i].bytes);
+            uint64_t before = moved;
+
             rc = migrate_keys(ms, c, &mv[i], 1, &moved, &absent, &failed,
                               &bytes, err, errlen);
-            if (rc == 0 && moved > 0)
+            if (rc == 0 && moved > before)
                 big_key(ms, &mv[i], clock_ms() - t0);
+            account(ms, pass, &moved, &absent, &failed, &bytes, err);
             i++;
             continue;
         }
@@ -1079,29 +1112,12 @@ copy_step(struct msource *ms, struct rconn *c, char *err, size_t errlen)
         throttle(m, j - i, nbytes);
         rc = migrate_keys(ms, c, &mv[i], j - i, &moved, &absent, &failed,
                           &bytes, err, errlen);
+        account(ms, pass, &moved, &absent, &failed, &bytes, err);
         i = j;
     }
+    account(ms, pass, &moved, &absent, &failed, &bytes, err);
     pthread_mutex_lock(&m->lock);
     ms->scanned += keys->n;
-    ms->bytes += bytes;
-    ms->absent += absent;
-    ms->moved += moved;
-    if (pass >= 2) {
-        /* a moving key on its old owner after the copy pass: one that
-         * failed in the pass before, or an anomaly */
-        for (uint64_t x = 0; x < moved; x++) {
-            if (ms->retry_failed > 0)
-                ms->retry_failed--;
-            else
-                ms->anomalies++;
-        }
-    }
-    ms->failed += failed;
-    ms->pass_failed += failed;
-    if (failed > 0) {
-        ms->errors++;
-        snprintf(ms->last_error, sizeof(ms->last_error), "%.190s", err);
-    }
     if (rc == 0 && !atomic_load(&m->stop)) {
         snprintf(ms->cursor, sizeof(ms->cursor), "%s", v.el[0].s);
         if (strcmp(ms->cursor, "0") == 0) {
@@ -2499,8 +2515,15 @@ migration_skip(struct pool *p, const char *member, char *err, size_t errlen)
     struct migration *m = p->migration;
     struct msource *ms = NULL;
 
-    if (m == NULL || m->warmup) {
+    if (m == NULL) {
         snprintf(err, errlen, "pool %s has no migration running", p->name);
+        return -1;
+    }
+    if (m->warmup) {
+        snprintf(err, errlen,
+                 "pool %s is warming up (migration: warmup): nothing is "
+                 "copied from its old members, nothing to give up",
+                 p->name);
         return -1;
     }
     for (size_t i = 0; i < m->nsrc; i++)

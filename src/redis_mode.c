@@ -189,7 +189,8 @@ gate_keys(struct rreq *r, const struct pool_snapshot *snap,
             request_error(r, PROTO_ERR_NO_MEMBER, why);
             return 0;
         }
-        if (rc > 0 && f != NULL && request_gate(r, f, from, dest, k, len) < 0)
+        if (rc > 0 && f != NULL &&
+            request_gate(r, snap, f, from, dest, k, len) < 0)
             return -1;
     }
     return 1;
@@ -232,10 +233,11 @@ redis_gate_build(const struct pool_snapshot *snap, const struct server *to,
 }
 
 static int
-redis_gate_result(int step, const char *buf, size_t len, const char *key,
-                  size_t klen, struct rbuf *next, int *sent)
+redis_gate_result(int step, int command, const char *buf, size_t len,
+                  const char *key, size_t klen, struct rbuf *next, int *sent)
 {
     (void)step;
+    (void)command;
     (void)key;
     (void)klen;
     (void)next;
@@ -243,12 +245,12 @@ redis_gate_result(int step, const char *buf, size_t len, const char *key,
     return migration_migrate_result(buf, len);
 }
 
-/* Send the whole request (<pr>) to <s> as its one fragment. */
+/* Send the whole request (<pr>) to <s> as its one fragment; <snap> is
+ * the snapshot <s> was chosen in (one loaded again may be newer). */
 static int
-send_whole(struct rreq *r, const struct parsed *pr, struct server *s,
-           uint64_t hash)
+send_whole(struct rreq *r, const struct pool_snapshot *snap,
+           const struct parsed *pr, struct server *s, uint64_t hash)
 {
-    const struct pool_snapshot *snap = request_snapshot(r->client);
     int rc = gate_keys(r, snap, pr, NULL, s, NULL);
 
     if (rc <= 0)
@@ -374,7 +376,7 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
         goto out;
     rc = -1;
     if (rt.nmembers == 1) {
-        rc = send_whole(r, pr, rt.owner[0], rt.hash[0]);
+        rc = send_whole(r, snap, pr, rt.owner[0], rt.hash[0]);
         goto out;
     }
     if ((rc = gate_keys(r, snap, pr, rt.owner, NULL, NULL)) <= 0)
@@ -914,7 +916,7 @@ redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
                 request_error(r, PROTO_ERR_NO_MEMBER, "no member is up");
                 return 0;
             }
-            return send_whole(r, &pr, s, 0);
+            return send_whole(r, snap, &pr, s, 0);
         }
         if (rq->nkeys == 0) {
             answer_error(r,
@@ -926,7 +928,7 @@ redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
         s = same_member(r, snap, &pr, &hash);
         if (s == NULL)
             return 0; /* answered */
-        return send_whole(r, &pr, s, hash);
+        return send_whole(r, snap, &pr, s, hash);
     case REDIS_SPLIT_KEYS:
         return split(r, snap, &pr, 1,
                      strcmp(name, "mget") == 0 ? MERGE_BY_KEY : MERGE_SUM);

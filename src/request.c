@@ -1572,11 +1572,11 @@ moved_put(struct rworker *rw, uint64_t epoch, const char *key, size_t len)
 }
 
 int
-request_gate(struct rreq *r, struct rfrag *f, struct server *from,
-             struct server *to, const char *key, size_t len)
+request_gate(struct rreq *r, const struct pool_snapshot *snap, struct rfrag *f,
+             struct server *from, struct server *to, const char *key,
+             size_t len)
 {
     struct rclient *c = r->client;
-    struct pool_snapshot *snap = request_snapshot(c);
     struct rworker *rw = c->w->requests;
     struct rgate *g;
     size_t off, klen;
@@ -1695,15 +1695,17 @@ gate_done(struct rgate *g)
     const char *rep = g->frag.reply.data + g->frag.reply.off;
     size_t len = rbuf_size(&g->frag.reply);
     struct rbuf next = {0};
-    int res = len > 0 ? r->mode->gate_result(g->step, rep, len, g->key,
-                                             g->len, &next, &g->command)
+    int res = len > 0 ? r->mode->gate_result(g->step, r->command, rep, len,
+                                             g->key, g->len, &next,
+                                             &g->command)
                       : GATE_FAILED;
 
-    if (res == GATE_NEXT) {
+    if (res == GATE_NEXT || res == GATE_NEXT_OLD) {
         struct rserver *s;
 
         /* the next step goes to the new owner, on the connection the
-         * fragment will take (the same key's hash): before it, in order */
+         * fragment will take (the same key's hash): before it, in order;
+         * or back to the old owner, on the gate's connection there */
         if (r->client == NULL || f->abandoned) {
             rbuf_free(&next);
             res = GATE_ABSENT;
@@ -1711,7 +1713,8 @@ gate_done(struct rgate *g)
             g->step++;
             rbuf_free(&g->frag.reply);
             g->frag.error = false;
-            s = send_to(r, &g->frag, g->to, f->hold_hash);
+            s = res == GATE_NEXT ? send_to(r, &g->frag, g->to, f->hold_hash)
+                                 : send_to(r, &g->frag, g->from, g->hash);
             if (s != NULL)
                 conn_queue(s, &g->frag, next.data, next.len, NULL);
             rbuf_free(&next);

@@ -159,12 +159,14 @@ struct request_mode {
                       struct rbuf *out, int *sent);
     /*
      * What the reply <buf> (<len> bytes) to step <step> (0: gate_build's)
-     * of the gate for <key> says: enum request_gate_result. GATE_NEXT:
-     * <next> holds the request of the next step, for the new owner, and
-     * *<sent> its command index.
+     * of the gate for <key> (before the client's request <command>) says:
+     * enum request_gate_result. GATE_NEXT (GATE_NEXT_OLD): <next> holds
+     * the request of the next step, for the new (old) owner, and *<sent>
+     * its command index.
      */
-    int (*gate_result)(int step, const char *buf, size_t len, const char *key,
-                       size_t klen, struct rbuf *next, int *sent);
+    int (*gate_result)(int step, int command, const char *buf, size_t len,
+                       const char *key, size_t klen, struct rbuf *next,
+                       int *sent);
 };
 
 enum request_gate_result {
@@ -172,8 +174,9 @@ enum request_gate_result {
     GATE_ABSENT, /* the old owner did not have it (moved already, or none) */
     GATE_RETRY,  /* the new owner has a copy (an earlier failed move):
                     again, overwriting it */
-    GATE_FAILED, /* not moved: the request must not run */
-    GATE_NEXT    /* one more step, on the new owner */
+    GATE_FAILED,  /* not moved: the request must not run */
+    GATE_NEXT,    /* one more step, on the new owner */
+    GATE_NEXT_OLD /* one more step, on the old owner */
 };
 
 /* A client of a store pool. */
@@ -309,12 +312,15 @@ int request_key_source(const struct pool_snapshot *snap, const char *key,
 
 /*
  * Before fragment <f> of <r> runs on <to>, key <key> must have left
- * <from>: the mode's gate_build request goes to <from> first, and <f>
+ * <from> (as request_key_source said of it in <snap>: the same snapshot,
+ * not one loaded again, which may be newer and carry no migration): the
+ * mode's gate_build request goes to <from> first, and <f>
  * (sent with request_send as usual) waits for its answer. 0 or -1 (out of
  * memory).
  */
-int request_gate(struct rreq *r, struct rfrag *f, struct server *from,
-                 struct server *to, const char *key, size_t len);
+int request_gate(struct rreq *r, const struct pool_snapshot *snap,
+                 struct rfrag *f, struct server *from, struct server *to,
+                 const char *key, size_t len);
 
 /* worker_call target: the drain barrier of a migration (struct
  * migration_drain *<arg>, whose reference it takes) in worker <w>. */
