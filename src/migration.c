@@ -998,6 +998,11 @@ account(struct msource *ms, unsigned pass, uint64_t *moved, uint64_t *absent,
         snprintf(ms->last_error, sizeof(ms->last_error), "%.190s", err);
     }
     pthread_mutex_unlock(&ms->m->lock);
+    if (*failed > 0)
+        log_warn_limited(1,
+                         "pool %s: migration from %s: %" PRIu64 " keys not "
+                         "moved (tried again in the next pass): %s",
+                         ms->m->pool->name, ms->srv->name, *failed, err);
     *moved = *absent = *failed = *bytes = 0;
 }
 
@@ -1191,6 +1196,9 @@ copier(void *arg)
                 sleep_ms(50);
         }
         if (copy_step(ms, &c, err, sizeof(err)) != 0) {
+            if (err[0] == '\0')
+                snprintf(err, sizeof(err), "connection to %s (%s) lost",
+                         ms->srv->name, ms->srv->addr.text);
             source_error(ms, err);
             rc_close(&c);
         }
@@ -1705,6 +1713,40 @@ members_swap(const struct migration *m)
     return swap;
 }
 
+/* Old members that give no key (the flows between the rings say so) have
+ * nothing to copy: done at once, their keyspaces not scanned. */
+static void
+idle_sources(struct migration *m)
+{
+    const struct pool_snapshot *was = m->view->old, *now = m->new_snap;
+    struct chash_flow *fl = NULL;
+    size_t n = 0;
+
+    /* (only where the flows are exact: sampled ones could miss a small
+     * giver, whose keys would stay behind) */
+    if (was->ring == NULL || now->ring == NULL ||
+        !chash_ring_diff_exact(was->ring) ||
+        chash_ring_flows(was->ring, now->ring, NULL, 0, &n) != 0 ||
+        (n > 0 && ((fl = calloc(n, sizeof(*fl))) == NULL ||
+                   chash_ring_flows(was->ring, now->ring, fl, n, &n) != 0))) {
+        free(fl);
+        return; /* cannot tell: every member is scanned */
+    }
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->nsrc; i++) {
+        bool gives = false;
+
+        for (size_t k = 0; k < n && !gives; k++)
+            gives = was->servers[fl[k].from] == m->src[i].srv;
+        if (!gives && m->src[i].phase != MIG_DONE) {
+            m->src[i].phase = MIG_DONE;
+            m->src[i].dbsize_start = 0;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    free(fl);
+}
+
 /* Hand a new drain barrier to every worker. */
 static void
 drain_start(struct migration *m)
@@ -1750,6 +1792,7 @@ stage_two(struct migration *m)
         snprintf(ms->cursor, sizeof(ms->cursor), "0");
     }
     pthread_mutex_unlock(&m->lock);
+    idle_sources(m);
     atomic_store(&m->view->stage, 2);
     log_info("pool %s: migration %" PRIu64 ": first stage done; the keys "
              "moving the other way go now",
@@ -1792,6 +1835,7 @@ migration_start(struct pool *p)
     if (m->view->old->ring != NULL && m->new_snap->ring != NULL &&
         atomic_load(&m->view->stage) == 0 && members_swap(m))
         atomic_store(&m->view->stage, 1);
+    idle_sources(m);
     d = calloc(1, sizeof(*d));
     if (d == NULL) {
         /* no barrier to wait for: as good as none; log it */

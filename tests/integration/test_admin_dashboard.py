@@ -35,7 +35,7 @@ def test_the_served_page_is_the_embedded_source(cluster):
     assert b"<link" not in body and b"@import" not in body
     assert b"url(" not in body
     assert re.findall(rb'api\("([^"]*)', body) == \
-        [b"/api/pools", b"/api/pools/", b"/api/changes"]
+        [b"/api/pools", b"/api/pools/", b"/api/pools/", b"/api/changes"]
     with open(os.path.join(REPO, "src", "dashboard.c")) as f:
         assert f.read() == dashboard_c(html), \
             "src/dashboard.c is stale: run admin_util.py --regen-dashboard"
