@@ -223,9 +223,8 @@ member_json(const struct pool_snapshot *snap, const struct server *s)
         pool_snapshot_share(snap, s));
     json_object_set_new(j, "ejections", json_integer((json_int_t)s->ejections));
     if (s->pool != NULL && s->pool->cfg.migration == CONF_MIGRATION_COPY)
-        json_object_set_new(j, "leaving",
-                            json_boolean(migration_is_leaving(s->pool,
-                                                              s->name)));
+        json_object_set_new(
+            j, "leaving", json_boolean(migration_is_leaving(s->pool, s->name)));
     json_object_set_new(j, "early_closes",
                         json_integer((json_int_t)sum.early_closes));
     /* store modes: requests (fragments), how they ended, in flight */
@@ -480,8 +479,8 @@ weight_arg(struct MHD_Connection *c, const json_t *v,
 static enum MHD_Result
 member_add(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
 {
-    static const char *const allowed[] = {"name", "address", "weight",
-                                          "force", NULL};
+    static const char *const allowed[] = {"name", "address", "weight", "force",
+                                          NULL};
     struct membership_request mr = {.op = MEMBERSHIP_ADD};
     enum MHD_Result ret = MHD_NO;
     json_t *j, *jname, *jaddr;

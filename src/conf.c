@@ -2148,8 +2148,7 @@ check_migration(struct load *ld, struct conf_pool *pool, const int *lines)
                                   pool->mode_source == CONF_MODE_SRC_MODE
                               ? CONF_MIGRATION_COPY
                               : CONF_MIGRATION_OFF;
-    if (pool->migration == CONF_MIGRATION_COPY &&
-        pool->mode != CONF_MODE_REDIS)
+    if (pool->migration == CONF_MIGRATION_COPY && pool->mode != CONF_MODE_REDIS)
         return fail_at(ld, lines[PK_MIGRATION],
                        "'migration: copy' is for redis pools; pool '%s' is "
                        "%s (memcache pools take 'migration: warmup')",

@@ -122,14 +122,14 @@ struct conf_pool {
                                      (default 1 MB, memcached's -I) */
     bool preconnect;
     /* live data migration (migration.h) */
-    int migration;                /* enum conf_migration */
-    int migration_line;           /* where it was given, 0: the default */
-    uint32_t migration_rate;      /* keys/s, 0 = unlimited */
-    uint64_t migration_bandwidth; /* bytes/s, 0 = unlimited */
-    uint32_t migration_batch;     /* keys per MIGRATE */
+    int migration;                 /* enum conf_migration */
+    int migration_line;            /* where it was given, 0: the default */
+    uint32_t migration_rate;       /* keys/s, 0 = unlimited */
+    uint64_t migration_bandwidth;  /* bytes/s, 0 = unlimited */
+    uint32_t migration_batch;      /* keys per MIGRATE */
     uint32_t migration_timeout_ms; /* MIGRATE's own timeout */
-    uint64_t migration_big_key;   /* bytes: moved alone, listed */
-    uint32_t migration_warmup_ms; /* memcache: how long a warm-up lasts */
+    uint64_t migration_big_key;    /* bytes: moved alone, listed */
+    uint32_t migration_warmup_ms;  /* memcache: how long a warm-up lasts */
     bool auto_eject_hosts;
     uint32_t server_failure_limit;    /* default 2, as twemproxy */
     uint32_t server_retry_timeout_ms; /* default 30000, as twemproxy */

@@ -84,7 +84,8 @@ load(char *err, size_t errlen)
 /*
  * What chashd can run today; conf_load accepts more (the modes still to
  * come). The one check `chashd -t`, the start and every reload make, so
- * -t refuses exactly what a start would. 0, or -1 with "file:line: message" in <err>.
+ * -t refuses exactly what a start would. 0, or -1 with "file:line: message" in
+ * <err>.
  */
 static int
 check_supported(const struct conf *c, char *err, size_t errlen)
@@ -244,8 +245,7 @@ reload_migration(struct pool *p, struct conf_pool *cp,
 
 /* A reload's migration is live: drain, then copy. */
 static void
-reload_migration_live(struct pool *p, const struct pool_change *chg,
-                      void *arg)
+reload_migration_live(struct pool *p, const struct pool_change *chg, void *arg)
 {
     (void)arg;
     if (chg != NULL)
@@ -287,9 +287,8 @@ reload_apply(struct conf *nc, char *err)
     for (i = 0; i < nc->npools; i++) {
         struct pool *p = pool_find(nc->pools[i].name);
 
-        if (p != NULL &&
-            migration_reload_plan(p, &nc->pools[i], &plans[i], err, ERRLEN) <
-                0) {
+        if (p != NULL && migration_reload_plan(p, &nc->pools[i], &plans[i], err,
+                                               ERRLEN) < 0) {
             log_error("reload refused, the running config stays: %s", err);
             metrics_note_reload(false);
             membership_state_abandon();
@@ -311,9 +310,8 @@ reload_apply(struct conf *nc, char *err)
         fds[i] = malloc(sizeof(int) * nw);
         if (fds[i] == NULL)
             goto nomem;
-        if (listener_open(&cp->listen, cp->backlog, cp->listen_perm, fds[i],
-                          nw, err, ERRLEN) <
-            0) {
+        if (listener_open(&cp->listen, cp->backlog, cp->listen_perm, fds[i], nw,
+                          err, ERRLEN) < 0) {
             free(fds[i]);
             fds[i] = NULL;
             log_error("reload refused, the running config stays: pool %s: "
@@ -718,7 +716,7 @@ migration_phrase(const struct conf_pool *cp, char *buf, size_t cap)
         return "";
     snprintf(buf, cap, ", migration %s (%s)",
              conf_migration_name(cp->migration),
-             cp->migration_line != 0 ? "set by 'migration:'"
+             cp->migration_line != 0          ? "set by 'migration:'"
              : cp->mode == CONF_MODE_MEMCACHE ? "the default"
              : cp->migration == CONF_MIGRATION_COPY
                  ? "the default of 'mode: redis'"
@@ -951,8 +949,8 @@ main(int argc, char **argv)
         for (size_t i = 0; i < conf->npools; i++) {
             const struct conf_pool *cp = &conf->pools[i];
             if (listener_open(&cp->listen, cp->backlog, cp->listen_perm,
-                              fds + i * conf->workers,
-                              conf->workers, err, sizeof(err)) < 0) {
+                              fds + i * conf->workers, conf->workers, err,
+                              sizeof(err)) < 0) {
                 log_error("pool %s: %s", cp->name, err);
                 for (size_t j = 0; j < i * conf->workers; j++)
                     close(fds[j]);

@@ -66,11 +66,11 @@ static struct change changes[CHANGES_KEPT];
 static uint64_t nchanges; /* total; the ring above keeps the last ones */
 static struct pool_count *counts;
 static size_t ncounts;
-static struct state *state;       /* the delta the running pools have */
-static struct state *pending;     /* applied to a config being loaded */
-static char *pending_file;        /* its state_file */
-static bool state_loaded;         /* the file was read (first load) */
-static char *state_file;          /* NULL: changes are not persisted */
+static struct state *state;   /* the delta the running pools have */
+static struct state *pending; /* applied to a config being loaded */
+static char *pending_file;    /* its state_file */
+static bool state_loaded;     /* the file was read (first load) */
+static char *state_file;      /* NULL: changes are not persisted */
 static int state_persist(struct pool *p, char *warn, size_t warnlen);
 static struct saved_model *saved; /* before a reload */
 /* The config the pools run (borrowed from main, which keeps it until the
@@ -501,11 +501,11 @@ struct report_job {
     /* migration: copy pools: the members' key counts, asked on the
      * builder thread (never the control thread) */
     struct migration_probe probe;
-    char **addrs;     /* [probe.n] owned */
-    char *auth;       /* owned */
-    int64_t *keys;    /* [probe.n] */
-    int joiner;       /* index of a joining member, -1: none */
-    int leaver;       /* index of a member removed at once, -1: none */
+    char **addrs;  /* [probe.n] owned */
+    char *auth;    /* owned */
+    int64_t *keys; /* [probe.n] */
+    int joiner;    /* index of a joining member, -1: none */
+    int leaver;    /* index of a member removed at once, -1: none */
 };
 
 static void
@@ -1112,7 +1112,7 @@ struct pending {
     struct server *s;  /* (ref held) once applied, for the log line */
     char op[32], detail[160], what[192];
     /* migration: copy */
-    bool migrate;      /* the change moves keys: a migration runs */
+    bool migrate; /* the change moves keys: a migration runs */
     uint64_t keys_total, keys_predicted;
 };
 
@@ -1177,19 +1177,17 @@ pending_apply(struct pending *pc)
         const char *leaving[] = {pc->name};
 
         snprintf(change, sizeof(change), "%s %s", pc->op, pc->name);
-        if (migration_prepare(p, change, leaving,
-                              pc->rq.op == MEMBERSHIP_REMOVE && pool_copies(p)
-                                  ? 1
-                                  : 0,
-                              pc->keys_predicted, pc->keys_total, err,
-                              sizeof(err)) != 0)
+        if (migration_prepare(
+                p, change, leaving,
+                pc->rq.op == MEMBERSHIP_REMOVE && pool_copies(p) ? 1 : 0,
+                pc->keys_predicted, pc->keys_total, err, sizeof(err)) != 0)
             return refuse(&pc->res, MEMBERSHIP_ECONFLICT, "%s", err);
     }
     if (pc->migrate && pc->rq.op == MEMBERSHIP_REMOVE && pool_copies(p)) {
         /* scale-in: out of the ring now, out of the pool once its keys
          * have moved (migration_prepare named it the one leaving) */
-        if (s == NULL || pool_member_set_admin(p, pc->name,
-                                               STATE_ADMIN_DRAIN) != 0) {
+        if (s == NULL ||
+            pool_member_set_admin(p, pc->name, STATE_ADMIN_DRAIN) != 0) {
             migration_cancel(p);
             return refuse(&pc->res, MEMBERSHIP_ENOENT,
                           "pool %s: cannot remove %s: %s", p->name, pc->name,
@@ -1336,9 +1334,8 @@ pending_reported(struct report_job *rj)
     if (pc->migrate && p->migration != NULL)
         json_object_set_new(
             pc->res.report, "migration",
-            json_pack("{s:I,s:I,s:s}", "epoch",
-                      (json_int_t)p->mig_view->epoch, "keys_predicted",
-                      (json_int_t)pc->keys_predicted, "phase",
+            json_pack("{s:I,s:I,s:s}", "epoch", (json_int_t)p->mig_view->epoch,
+                      "keys_predicted", (json_int_t)pc->keys_predicted, "phase",
                       pool_copies(p) ? "draining" : "warming"));
     if (pc->overrides != NULL)
         json_object_set_new(
@@ -2014,8 +2011,8 @@ membership_migration_save(const char *pool, json_t *m)
     }
     if (state_file != NULL &&
         state_save(state, state_file, err, sizeof(err)) != 0)
-        log_error("pool %s: migration: its progress is not persisted: %s",
-                  pool, err);
+        log_error("pool %s: migration: its progress is not persisted: %s", pool,
+                  err);
 }
 
 json_t *
@@ -2040,7 +2037,7 @@ membership_migration_leave(struct pool *p, const char *name)
     }
     change_log(p->name, name, "remove", MEMBERSHIP_ADMIN,
                "left once its keys had moved", NULL);
-    log_info("pool %s: member %s left the pool: its keys have moved",
-             p->name, name);
+    log_info("pool %s: member %s left the pool: its keys have moved", p->name,
+             name);
     state_persist(p, warn, sizeof(warn));
 }

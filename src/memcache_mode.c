@@ -212,7 +212,8 @@ mc_gate_result(int step, int command, const char *buf, size_t len,
         if (!del) /* the add on the new member: HD stored, NS it had one */
             return stored ? GATE_MOVED : GATE_ABSENT;
         if (rbuf_append(next, "md ", 3) < 0 ||
-            b64_append(next, key, klen) < 0 || rbuf_append(next, " b\r\n", 4) < 0)
+            b64_append(next, key, klen) < 0 ||
+            rbuf_append(next, " b\r\n", 4) < 0)
             return GATE_ABSENT;
         *sent = MC_MD;
         return GATE_NEXT_OLD;

@@ -69,8 +69,8 @@ struct msource {
     pthread_t thread;
     bool started;
     /* under m->lock */
-    int phase;      /* MIG_COPYING, MIG_VERIFYING, MIG_DONE */
-    unsigned pass;  /* 1: copy; 2 and later: verification */
+    int phase;     /* MIG_COPYING, MIG_VERIFYING, MIG_DONE */
+    unsigned pass; /* 1: copy; 2 and later: verification */
     char cursor[24];
     uint64_t scanned, moved, bytes, absent, failed, anomalies, errors;
     uint64_t retry_failed; /* failed in the last pass, to find again */
@@ -113,9 +113,9 @@ struct migration {
     uint64_t gate_base_moved, gate_base_absent, gate_base_failed;
     uint64_t gate_moved_before; /* moved by traffic before a restart */
     uint64_t saved_ms;
-    uint64_t saved_sig; /* what the last save had: saved again on change */
-    bool detached;         /* chashd stopped while it was finishing */
-    bool warmup;           /* migration: warmup (memcache) */
+    uint64_t saved_sig;     /* what the last save had: saved again on change */
+    bool detached;          /* chashd stopped while it was finishing */
+    bool warmup;            /* migration: warmup (memcache) */
     uint64_t warm_until_ms; /* its window's end */
 };
 
@@ -168,7 +168,7 @@ migration_drain_unref(struct migration_drain *d)
 
 int
 migration_host_port(const struct conf_addr *a, char *host, size_t hostcap,
-                     char *port, size_t portcap)
+                    char *port, size_t portcap)
 {
     const void *ip;
 
@@ -372,8 +372,8 @@ rc_parse(struct rconn *c, size_t *pos, struct rval *v)
             v->type = 0;
             return 1;
         }
-        if (n > 10000000 || (v->el = calloc((size_t)n ? (size_t)n : 1,
-                                            sizeof(*v->el))) == NULL)
+        if (n > 10000000 ||
+            (v->el = calloc((size_t)n ? (size_t)n : 1, sizeof(*v->el))) == NULL)
             return -1;
         for (v->n = 0; v->n < (size_t)n; v->n++) {
             int rc = rc_parse(c, pos, &v->el[v->n]);
@@ -564,8 +564,7 @@ migration_probe(struct migration_probe *pr)
                 pr->keys[i] = v.i;
             else if (pr->why[0] == '\0')
                 snprintf(pr->why, sizeof(pr->why), "DBSIZE on %s: %s",
-                         pr->addresses[i],
-                         v.type == '-' ? v.s : "no answer");
+                         pr->addresses[i], v.type == '-' ? v.s : "no answer");
             rval_free(&v);
         }
         rc_close(&c);
@@ -574,7 +573,8 @@ migration_probe(struct migration_probe *pr)
     rc_free(&c);
 }
 
-/* ---- the copier ------------------------------------------------------------ */
+/* ---- the copier ------------------------------------------------------------
+ */
 
 static void
 sleep_ms(uint32_t ms)
@@ -886,8 +886,8 @@ migrate_batch(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
                 snprintf(ms->last_error, sizeof(ms->last_error),
                          "MIGRATE to %.40s: %.140s", k[0].to->name, line + 1);
                 pthread_mutex_unlock(&m->lock);
-                rc = migrate_each(ms, c, k, left, moved, absent, failed,
-                                  bytes, err, errlen);
+                rc = migrate_each(ms, c, k, left, moved, absent, failed, bytes,
+                                  err, errlen);
             }
         }
         rval_free(&v);
@@ -946,9 +946,9 @@ big_key(struct msource *ms, const struct moving *k, uint64_t ms_taken)
     if (json_array_size(m->big_keys) < BIG_KEYS_MAX &&
         (j = json_object()) != NULL) {
         json_object_set_new(j, "member", json_string(ms->srv->name));
-        json_object_set_new(j, "key",
-                            json_stringn_nocheck(k->key, k->len > 200 ? 200
-                                                                       : k->len));
+        json_object_set_new(
+            j, "key",
+            json_stringn_nocheck(k->key, k->len > 200 ? 200 : k->len));
         json_object_set_new(j, "bytes", json_integer(k->bytes));
         json_object_set_new(j, "ms", json_integer((json_int_t)ms_taken));
         json_array_append_new(m->big_keys, j);
@@ -956,8 +956,8 @@ big_key(struct msource *ms, const struct moving *k, uint64_t ms_taken)
     pthread_mutex_unlock(&m->lock);
     log_info("pool %s: migration: big key '%.*s' (%lld bytes) moved from %s "
              "to %s in %" PRIu64 " ms",
-             m->pool->name, (int)(k->len > 60 ? 60 : k->len), k->key,
-             k->bytes, ms->srv->name, k->to->name, ms_taken);
+             m->pool->name, (int)(k->len > 60 ? 60 : k->len), k->key, k->bytes,
+             ms->srv->name, k->to->name, ms_taken);
 }
 
 static void
@@ -1162,14 +1162,14 @@ copier(void *arg)
         if (done)
             break;
         if (c.fd < 0) {
-            if (rc_open(&c, &ms->srv->addr, m->timeout_ms, m->auth, m->db,
-                        err, sizeof(err)) != 0) {
+            if (rc_open(&c, &ms->srv->addr, m->timeout_ms, m->auth, m->db, err,
+                        sizeof(err)) != 0) {
                 source_error(ms, err);
                 for (uint32_t t = 0; t < backoff && !atomic_load(&m->stop);
                      t += 50)
                     sleep_ms(50);
-                backoff = backoff * 2 > RETRY_MAX_MS ? RETRY_MAX_MS
-                                                     : backoff * 2;
+                backoff =
+                    backoff * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : backoff * 2;
                 continue;
             }
             backoff = RETRY_MS;
@@ -1301,8 +1301,8 @@ migration_busy(const struct pool *p, char *buf, size_t cap)
              "migration in progress in pool %s (%s, phase %s, %" PRIu64
              " of about %" PRIu64 " keys moved): one change at a time; "
              "`chash ctl migration %s` shows its progress",
-             p->name, m->change, phase_names[m->phase],
-             t.moved + t.gate_moved, m->keys_predicted, p->name);
+             p->name, m->change, phase_names[m->phase], t.moved + t.gate_moved,
+             m->keys_predicted, p->name);
 }
 
 static void
@@ -1356,8 +1356,9 @@ migration_to_json(struct migration *m)
     json_object_set_new(j, "migration",
                         json_string(m->warmup ? "warmup" : "copy"));
     if (m->warmup) {
-        json_object_set_new(j, "warmup_s",
-                            json_real(m->pool->cfg.migration_warmup_ms / 1000.0));
+        json_object_set_new(
+            j, "warmup_s",
+            json_real(m->pool->cfg.migration_warmup_ms / 1000.0));
         json_object_set_new(
             j, "warmup_left_s",
             json_real(m->phase == MIG_WARMING && m->warm_until_ms > now
@@ -1411,10 +1412,10 @@ migration_to_json(struct migration *m)
             progress = 0.99;
         json_object_set_new(s, "member", json_string(ms->srv->name));
         json_object_set_new(s, "address", json_string(ms->srv->addr.text));
-        json_object_set_new(
-            s, "phase",
-            json_string(m->phase == MIG_DRAINING ? "draining"
-                                                 : phase_names[ms->phase]));
+        json_object_set_new(s, "phase",
+                            json_string(m->phase == MIG_DRAINING
+                                            ? "draining"
+                                            : phase_names[ms->phase]));
         json_object_set_new(s, "pass", json_integer(ms->pass));
         json_object_set_new(s, "cursor", json_string(ms->cursor));
         json_object_set_new(s, "keys_scanned",
@@ -1491,8 +1492,7 @@ saved_json(struct migration *m)
                         json_integer((json_int_t)m->keys_total));
     json_object_set_new(j, "moved_by_traffic",
                         json_integer((json_int_t)t.gate_moved));
-    json_object_set_new(j, "stage",
-                        json_integer(atomic_load(&m->view->stage)));
+    json_object_set_new(j, "stage", json_integer(atomic_load(&m->view->stage)));
     for (size_t i = 0; i < old->n; i++)
         json_array_append_new(o, json_pack("{s:s,s:I}", "name",
                                            old->members[i].name, "weight",
@@ -1504,15 +1504,14 @@ saved_json(struct migration *m)
 
         json_object_set_new(
             srcs, ms->srv->name,
-            json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b}", "pass",
-                      (int)ms->pass, "cursor", ms->cursor, "scanned",
-                      (json_int_t)ms->scanned, "moved", (json_int_t)ms->moved,
-                      "bytes", (json_int_t)ms->bytes, "failed",
-                      (json_int_t)ms->failed, "anomalies",
-                      (json_int_t)ms->anomalies, "dbsize_start",
-                      (json_int_t)ms->dbsize_start, "done",
-                      (json_int_t)(ms->phase == MIG_DONE), "skipped",
-                      ms->skipped));
+            json_pack(
+                "{s:i,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b}", "pass",
+                (int)ms->pass, "cursor", ms->cursor, "scanned",
+                (json_int_t)ms->scanned, "moved", (json_int_t)ms->moved,
+                "bytes", (json_int_t)ms->bytes, "failed",
+                (json_int_t)ms->failed, "anomalies", (json_int_t)ms->anomalies,
+                "dbsize_start", (json_int_t)ms->dbsize_start, "done",
+                (json_int_t)(ms->phase == MIG_DONE), "skipped", ms->skipped));
     }
     pthread_mutex_unlock(&m->lock);
     json_object_set_new(j, "sources", srcs);
@@ -1649,8 +1648,8 @@ migration_prepare(struct pool *p, const char *change,
         return -1;
     }
     if (!ended && (p->build != NULL || p->dirty)) {
-        snprintf(err, errlen,
-                 "pool %s: a change is being published; try again", p->name);
+        snprintf(err, errlen, "pool %s: a change is being published; try again",
+                 p->name);
         return -1;
     }
     m = migration_new(p, old, ++next_epoch, change, leaving, nleaving);
@@ -1929,8 +1928,8 @@ finished(struct pool *p, const struct pool_change *chg, void *arg)
         l->failed += t.failed + t.gate_failed;
     }
     log_info("pool %s: migration %" PRIu64 " (%s) done in %.1f s: %" PRIu64
-             " keys moved by the copier, %" PRIu64
-             " by requests, %" PRIu64 " anomalies",
+             " keys moved by the copier, %" PRIu64 " by requests, %" PRIu64
+             " anomalies",
              p->name, m->epoch, m->change,
              (double)(m->finished_ms - m->started_ms) / 1000.0, t.moved,
              t.gate_moved, t.anomalies);
@@ -2013,8 +2012,7 @@ migration_tick(uint64_t now_ms, void *arg)
         if (m->phase == MIG_DRAINING && m->drain != NULL &&
             atomic_load(&m->drain->done) >= m->drain->workers) {
             atomic_store(&m->pool->mig_drained,
-                         migration_gen(m->epoch,
-                                       atomic_load(&m->view->stage)));
+                         migration_gen(m->epoch, atomic_load(&m->view->stage)));
             migration_drain_unref(m->drain);
             m->drain = NULL;
             m->phase = MIG_COPYING;
@@ -2146,8 +2144,9 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
         (uint64_t)json_integer_value(json_object_get(saved, "epoch"));
 
     if (!json_is_array(old) || n == 0 || epoch == 0) {
-        snprintf(err, errlen, "the state file's migration of pool %s is "
-                              "malformed (no \"old\" members or epoch)",
+        snprintf(err, errlen,
+                 "the state file's migration of pool %s is "
+                 "malformed (no \"old\" members or epoch)",
                  p->name);
         return -1;
     }
@@ -2165,8 +2164,9 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
         mem[i].ramp = 1.0;
         if (mem[i].name == NULL) {
             free(mem);
-            snprintf(err, errlen, "the state file's migration of pool %s "
-                                  "names a member without a name",
+            snprintf(err, errlen,
+                     "the state file's migration of pool %s "
+                     "names a member without a name",
                      p->name);
             return -1;
         }
@@ -2219,7 +2219,8 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
             ms->pass = 1;
         if (cur != NULL && strlen(cur) < sizeof(ms->cursor))
             snprintf(ms->cursor, sizeof(ms->cursor), "%s", cur);
-        ms->scanned = (uint64_t)json_integer_value(json_object_get(s, "scanned"));
+        ms->scanned =
+            (uint64_t)json_integer_value(json_object_get(s, "scanned"));
         ms->moved = (uint64_t)json_integer_value(json_object_get(s, "moved"));
         ms->bytes = (uint64_t)json_integer_value(json_object_get(s, "bytes"));
         ms->failed = (uint64_t)json_integer_value(json_object_get(s, "failed"));
@@ -2227,10 +2228,9 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
             (uint64_t)json_integer_value(json_object_get(s, "anomalies"));
         v = json_object_get(s, "dbsize_start");
         ms->dbsize_start = json_is_integer(v) ? json_integer_value(v) : -1;
-        ms->phase = json_integer_value(json_object_get(s, "done"))
-                        ? MIG_DONE
-                        : ms->pass >= 2 ? MIG_VERIFYING
-                                        : MIG_COPYING;
+        ms->phase = json_integer_value(json_object_get(s, "done")) ? MIG_DONE
+                    : ms->pass >= 2 ? MIG_VERIFYING
+                                    : MIG_COPYING;
         if (json_is_true(json_object_get(s, "skipped"))) {
             ms->skipped = true;
             ms->phase = MIG_DONE;
@@ -2252,7 +2252,8 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
     return 0;
 }
 
-/* ---- reloads --------------------------------------------------------------- */
+/* ---- reloads ---------------------------------------------------------------
+ */
 
 /* Member <name> of <p> in its placement (a member, admin up, weight > 0). */
 static const struct server *
@@ -2424,7 +2425,8 @@ migration_reload_plan(const struct pool *p, const struct conf_pool *cp,
     return change ? 1 : 0;
 }
 
-/* ---- metrics --------------------------------------------------------------- */
+/* ---- metrics ---------------------------------------------------------------
+ */
 
 static void
 label(FILE *f, const char *name, const char *pool, const char *source)
@@ -2505,7 +2507,8 @@ migration_metrics(FILE *f)
             case 2:
                 fprintf(f, "%s{pool=\"", fam[k].name);
                 metrics_label_escape(f, p->name);
-                fprintf(f, "\",by=\"copier\"} %" PRIu64 "\n", sum.moved + t.moved);
+                fprintf(f, "\",by=\"copier\"} %" PRIu64 "\n",
+                        sum.moved + t.moved);
                 fprintf(f, "%s{pool=\"", fam[k].name);
                 metrics_label_escape(f, p->name);
                 fprintf(f, "\",by=\"request\"} %" PRIu64 "\n",
@@ -2551,7 +2554,8 @@ migration_metrics(FILE *f)
     }
 }
 
-/* ---- giving up a source ---------------------------------------------------- */
+/* ---- giving up a source ----------------------------------------------------
+ */
 
 int
 migration_skip(struct pool *p, const char *member, char *err, size_t errlen)
@@ -2575,8 +2579,8 @@ migration_skip(struct pool *p, const char *member, char *err, size_t errlen)
             ms = &m->src[i];
     if (ms == NULL) {
         snprintf(err, errlen,
-                 "member \"%s\" is not a source of pool %s's migration",
-                 member, p->name);
+                 "member \"%s\" is not a source of pool %s's migration", member,
+                 p->name);
         return -1;
     }
     pthread_mutex_lock(&m->lock);

@@ -43,8 +43,8 @@ struct server;
  */
 struct migration_view {
     unsigned refs;
-    uint64_t epoch;             /* the pool's migration number */
-    struct pool_snapshot *old;  /* pinned */
+    uint64_t epoch;            /* the pool's migration number */
+    struct pool_snapshot *old; /* pinned */
     /*
      * (atomic) Two members that both give and take keys would deadlock
      * each other's MIGRATEs (each blocks until the other answers): such a
@@ -138,8 +138,7 @@ struct migration_plan {
     uint64_t keys_total;
 };
 int migration_reload_plan(const struct pool *p, const struct conf_pool *cp,
-                          struct migration_plan *pl, char *err,
-                          size_t errlen);
+                          struct migration_plan *pl, char *err, size_t errlen);
 void migration_plan_free(struct migration_plan *pl);
 
 /* Resume the migration the state file holds for <p> (start-up). */
@@ -169,10 +168,10 @@ struct migration_probe {
     size_t n;
     const char *auth;
     int db;
-    int flush;          /* index to flush, -1: none */
+    int flush; /* index to flush, -1: none */
     uint32_t timeout_ms;
-    int64_t *keys;      /* [n] out */
-    char why[256];      /* the first failure */
+    int64_t *keys; /* [n] out */
+    char why[256]; /* the first failure */
 };
 void migration_probe(struct migration_probe *pr);
 

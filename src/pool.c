@@ -660,12 +660,11 @@ pool_snapshot_of(struct pool *p, const struct chash_member *m, size_t n,
     struct pool_snapshot *snap = calloc(1, sizeof(*snap));
     int rc;
 
-    if (snap == NULL || (n > 0 && ((snap->members = calloc(
-                                        n, sizeof(*snap->members))) == NULL ||
-                                   (snap->servers = calloc(
-                                        n, sizeof(*snap->servers))) == NULL ||
-                                   (snap->states = calloc(
-                                        n, sizeof(*snap->states))) == NULL))) {
+    if (snap == NULL ||
+        (n > 0 &&
+         ((snap->members = calloc(n, sizeof(*snap->members))) == NULL ||
+          (snap->servers = calloc(n, sizeof(*snap->servers))) == NULL ||
+          (snap->states = calloc(n, sizeof(*snap->states))) == NULL))) {
         snapshot_free(snap);
         snprintf(err, errlen, "out of memory");
         return NULL;

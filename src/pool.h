@@ -202,7 +202,7 @@ struct pool {
     struct pool_change last;     /* the latest publication */
     struct migration_view *mig_view; /* put in every snapshot built while
                                         a migration runs (ref held) */
-    struct migration *migration; /* migration.c's, NULL when none runs */
+    struct migration *migration;     /* migration.c's, NULL when none runs */
 };
 
 /* Start-up: <workers> stats slots per counter array and epoch slots. */

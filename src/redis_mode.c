@@ -210,8 +210,8 @@ redis_gate_build(const struct pool_snapshot *snap, const struct server *to,
 
     (void)command;
     *sent = -1; /* the reply's parse needs no command in RESP */
-    if (migration_host_port(&to->addr, host, sizeof(host), port,
-                            sizeof(port)) < 0)
+    if (migration_host_port(&to->addr, host, sizeof(host), port, sizeof(port)) <
+        0)
         return -1;
     snprintf(db, sizeof(db), "%d", snap->set.redis_db);
     snprintf(timeout, sizeof(timeout), "%u", snap->set.migration_timeout_ms);
@@ -257,8 +257,7 @@ send_whole(struct rreq *r, const struct pool_snapshot *snap,
         return rc;
     if (request_frags(r, 1) < 0)
         return -1;
-    if (pr->rq->nkeys > 0 &&
-        gate_keys(r, snap, pr, NULL, s, &r->frags[0]) < 0)
+    if (pr->rq->nkeys > 0 && gate_keys(r, snap, pr, NULL, s, &r->frags[0]) < 0)
         return -1;
     request_send(r, &r->frags[0], s, hash, pr->buf, pr->len, pr->rq->body);
     return 0;
@@ -419,8 +418,7 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
                 }
             }
         }
-        if (gate_keys(r, snap, pr, rt.owner, rt.members[f], &r->frags[f]) <
-            0) {
+        if (gate_keys(r, snap, pr, rt.owner, rt.members[f], &r->frags[f]) < 0) {
             rbuf_free(&b);
             goto out;
         }

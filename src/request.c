@@ -110,8 +110,8 @@ struct rgate {
     struct server *from, *to; /* old and new owner (refs held) */
     struct pool *pool;        /* (ref held) */
     struct worker *w;
-    uint64_t epoch;           /* the migration's: sent once it drained */
-    uint64_t hash;            /* the key's: its connection among several */
+    uint64_t epoch; /* the migration's: sent once it drained */
+    uint64_t hash;  /* the key's: its connection among several */
     char *key;
     size_t len;
     unsigned tries;
@@ -130,7 +130,7 @@ struct rdrain {
     struct rdrain_mark {
         struct rserver *s;
         uint64_t mark;
-    } *marks;
+    } * marks;
 };
 
 /* Keys a gate found gone from their old owner (moved, or never there),
@@ -462,8 +462,7 @@ request_route_free(struct request_route *rt)
 static struct server *
 old_owner(const struct pool_snapshot *snap, const char *key, size_t len)
 {
-    const struct pool_snapshot *old =
-        snap->mig != NULL ? snap->mig->old : NULL;
+    const struct pool_snapshot *old = snap->mig != NULL ? snap->mig->old : NULL;
     size_t off, klen;
 
     if (old == NULL || old->ring == NULL)
@@ -479,8 +478,7 @@ static bool
 deferred(const struct pool_snapshot *snap, const struct server *o,
          const struct server *n)
 {
-    return atomic_load_explicit(&snap->mig->stage, memory_order_acquire) ==
-               1 &&
+    return atomic_load_explicit(&snap->mig->stage, memory_order_acquire) == 1 &&
            o->id > n->id;
 }
 
@@ -1420,8 +1418,7 @@ request_send_batch(struct rreq *r, struct rfrag *f, struct server *srv,
     o = s->open;
     if (o != NULL && o->batch == kind && o->riders < BATCH_MAX &&
         s->open_len + 1 + keyslen <= BATCH_LINE_MAX &&
-        s->open_keys + nkeys <= BATCH_KEYS_MAX &&
-        rbuf_size(&s->out) >= 2) {
+        s->open_keys + nkeys <= BATCH_KEYS_MAX && rbuf_size(&s->out) >= 2) {
         /* ride on <o>'s line: " <keys>" before its CRLF */
         uint32_t timeout = request_snapshot(r->client)->set.timeout_ms;
 
@@ -1538,16 +1535,14 @@ moved_slot(const char *key, size_t len)
 }
 
 static bool
-moved_has(const struct rworker *rw, uint64_t epoch, const char *key,
-          size_t len)
+moved_has(const struct rworker *rw, uint64_t epoch, const char *key, size_t len)
 {
     const struct moved *m;
 
     if (rw->moved == NULL)
         return false;
     m = &rw->moved[moved_slot(key, len)];
-    return m->epoch == epoch && m->len == len &&
-           memcmp(m->key, key, len) == 0;
+    return m->epoch == epoch && m->len == len && memcmp(m->key, key, len) == 0;
 }
 
 static void
@@ -1643,9 +1638,8 @@ gate_send(struct rgate *g)
         gate_done(g);
         return;
     }
-    if (r->mode->gate_build(request_snapshot(r->client), g->to, g->key,
-                            g->len, r->command, g->tries > 0, &cmd,
-                            &g->command) < 0) {
+    if (r->mode->gate_build(request_snapshot(r->client), g->to, g->key, g->len,
+                            r->command, g->tries > 0, &cmd, &g->command) < 0) {
         rbuf_free(&cmd);
         g->frag.error = true;
         rbuf_append(&g->frag.reply, "-ERR out of memory\r\n", 20);
@@ -1696,8 +1690,7 @@ gate_done(struct rgate *g)
     size_t len = rbuf_size(&g->frag.reply);
     struct rbuf next = {0};
     int res = len > 0 ? r->mode->gate_result(g->step, r->command, rep, len,
-                                             g->key, g->len, &next,
-                                             &g->command)
+                                             g->key, g->len, &next, &g->command)
                       : GATE_FAILED;
 
     if (res == GATE_NEXT || res == GATE_NEXT_OLD) {
@@ -1745,8 +1738,8 @@ gate_done(struct rgate *g)
                 rep++, n--;
             snprintf(msg, sizeof(msg),
                      "migration of key '%.*s' from %s failed: %.*s",
-                     (int)(g->len > 64 ? 64 : g->len), g->key,
-                     g->from->name, (int)(n > 200 ? 200 : n), rep);
+                     (int)(g->len > 64 ? 64 : g->len), g->key, g->from->name,
+                     (int)(n > 200 ? 200 : n), rep);
             f->gate_error = strdup(msg);
         }
     }
@@ -1834,9 +1827,8 @@ client_release(struct rclient *c)
             c->stream_held = false;
         if (f->gate_error != NULL) {
             char buf[512];
-            size_t n = req_proto(r)->error_reply(buf, sizeof(buf),
-                                                 PROTO_ERR_REQUEST,
-                                                 f->gate_error);
+            size_t n = req_proto(r)->error_reply(
+                buf, sizeof(buf), PROTO_ERR_REQUEST, f->gate_error);
 
             f->error = true;
             frag_data(f, buf, n);

@@ -73,32 +73,32 @@ struct rfrag {
      * its way the fragment is held: its bytes wait in <pending>, in its
      * client's held FIFO (<hnext>), and everything the client sends
      * after it waits behind it (per-client order). */
-    struct rgate *gates;     /* registered, not sent yet */
-    unsigned gates_pending;  /* sent, not answered */
+    struct rgate *gates;    /* registered, not sent yet */
+    unsigned gates_pending; /* sent, not answered */
     bool held;
-    bool abandoned;          /* its client is gone: fails once released */
+    bool abandoned; /* its client is gone: fails once released */
     struct rfrag *hnext;
-    struct server *hold_to;  /* where it goes when released (ref held) */
+    struct server *hold_to; /* where it goes when released (ref held) */
     uint64_t hold_hash, hold_stream;
-    char *gate_error;        /* why a gate failed: the fragment's error */
-    struct rgate *gate;      /* this fragment is a gate's own */
+    char *gate_error;   /* why a gate failed: the fragment's error */
+    struct rgate *gate; /* this fragment is a gate's own */
 };
 
 /* A client request, from parse to the last byte of its reply. */
 struct rreq {
     struct rclient *client;
     const struct request_mode *mode; /* its client's (an orphan keeps it) */
-    struct rreq *next;      /* the client's FIFO */
-    int command;            /* the mode's command index, -1 unknown */
-    int kind;               /* the mode's class of it */
-    unsigned flags;         /* enum proto_request_flag */
-    struct rfrag *frags;    /* [nfrags] */
-    size_t nfrags, pending; /* fragments, and those not answered yet */
-    struct rfrag one;       /* the fragment of a plain request */
-    struct rbuf reply;      /* what the client gets, in order */
-    bool done;              /* <reply> is complete */
-    bool streaming;         /* its reply body is still arriving */
-    bool quit;              /* close once it is answered */
+    struct rreq *next;               /* the client's FIFO */
+    int command;                     /* the mode's command index, -1 unknown */
+    int kind;                        /* the mode's class of it */
+    unsigned flags;                  /* enum proto_request_flag */
+    struct rfrag *frags;             /* [nfrags] */
+    size_t nfrags, pending;          /* fragments, and those not answered yet */
+    struct rfrag one;                /* the fragment of a plain request */
+    struct rbuf reply;               /* what the client gets, in order */
+    bool done;                       /* <reply> is complete */
+    bool streaming;                  /* its reply body is still arriving */
+    bool quit;                       /* close once it is answered */
     uint64_t start_ms;
     uint64_t start_us; /* parsed at (monotonic): latency */
     void *mode_data;   /* the mode's (merge state), freed by it */
@@ -112,7 +112,7 @@ struct rmember {
     struct rserver **conns; /* [nconns] server_connections of it */
     size_t nconns;
     const struct request_mode *mode; /* the protocol its connections speak */
-    struct rmember *next; /* hash chain */
+    struct rmember *next;            /* hash chain */
 };
 
 /* What a store mode supplies to the engine (redis.c, later memcache.c). */
@@ -170,10 +170,10 @@ struct request_mode {
 };
 
 enum request_gate_result {
-    GATE_MOVED,  /* the key was moved (or copied: a warm-up) */
-    GATE_ABSENT, /* the old owner did not have it (moved already, or none) */
-    GATE_RETRY,  /* the new owner has a copy (an earlier failed move):
-                    again, overwriting it */
+    GATE_MOVED,   /* the key was moved (or copied: a warm-up) */
+    GATE_ABSENT,  /* the old owner did not have it (moved already, or none) */
+    GATE_RETRY,   /* the new owner has a copy (an earlier failed move):
+                     again, overwriting it */
     GATE_FAILED,  /* not moved: the request must not run */
     GATE_NEXT,    /* one more step, on the new owner */
     GATE_NEXT_OLD /* one more step, on the old owner */
@@ -196,19 +196,19 @@ struct rclient {
     char *scratch; /* inline re-encoding */
     size_t scratchcap;
     struct proto_progress progress; /* through the request coming in */
-    struct rserver *stream_to; /* a request body being forwarded there */
+    struct rserver *stream_to;      /* a request body being forwarded there */
     uint64_t stream_left;
-    bool stream_wait; /* ...once that connection is free: another
-                         client's value goes first */
-    bool authed;      /* AUTH given (or none required) */
-    bool closing;     /* close once every reply is written */
-    bool lingering;   /* replies written and FIN sent: what the
-                         client still sends is read and dropped
-                         (so its kernel does not reset the
-                         connection before it reads our last
-                         reply), until its FIN or <timer> */
-    struct timer timer; /* lingering, or watching a value's stream */
-    bool stall_armed;   /* <timer> watches the stream */
+    bool stream_wait;        /* ...once that connection is free: another
+                                client's value goes first */
+    bool authed;             /* AUTH given (or none required) */
+    bool closing;            /* close once every reply is written */
+    bool lingering;          /* replies written and FIN sent: what the
+                                client still sends is read and dropped
+                                (so its kernel does not reset the
+                                connection before it reads our last
+                                reply), until its FIN or <timer> */
+    struct timer timer;      /* lingering, or watching a value's stream */
+    bool stall_armed;        /* <timer> watches the stream */
     uint64_t stream_seen_ms; /* when its value last moved */
     bool closed;
     char *name; /* CLIENT SETNAME */
@@ -295,8 +295,8 @@ struct request_route {
  * request_route_free in every case.
  */
 int request_route(struct rreq *r, const struct pool_snapshot *snap,
-                  const char *buf, const struct proto_span *keys,
-                  size_t nkeys, struct request_route *rt);
+                  const char *buf, const struct proto_span *keys, size_t nkeys,
+                  struct request_route *rt);
 void request_route_free(struct request_route *rt);
 
 /*

@@ -436,8 +436,8 @@ state_load_string(struct state *st, const char *name, const char *text,
     json_object_foreach(v, key, mv)
     {
         if (!json_is_object(mv)) {
-            seterr(err, errlen, "%s: migration of pool \"%s\" must be an object",
-                   name, key);
+            seterr(err, errlen,
+                   "%s: migration of pool \"%s\" must be an object", name, key);
             goto out;
         }
     }
@@ -1236,8 +1236,7 @@ state_json(const struct state *st)
     }
     json_object_set_new(root, "pools", pools);
     if (st->migrations != NULL && json_object_size(st->migrations) > 0)
-        json_object_set_new(root, "migrations",
-                            json_deep_copy(st->migrations));
+        json_object_set_new(root, "migrations", json_deep_copy(st->migrations));
     return root;
 }
 

@@ -125,8 +125,7 @@ int worker_del_listener(unsigned w, int fd);
 void worker_stop_accepting(void);
 /* Control thread: run <fn>(<w>, <arg>) on worker <w> (in its loop, in
  * order with the other commands). 0 or -1 (then <fn> is not called). */
-int worker_call(unsigned w, void (*fn)(struct worker *w, void *arg),
-                void *arg);
+int worker_call(unsigned w, void (*fn)(struct worker *w, void *arg), void *arg);
 /* Any thread: live client connections over all workers. */
 uint64_t worker_connections(void);
 

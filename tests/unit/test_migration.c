@@ -56,24 +56,21 @@ test_host_port(void **unused)
     (void)unused;
     assert_int_equal(conf_parse_addr("127.0.0.1:7001", &a, err, sizeof(err)),
                      0);
-    assert_int_equal(migration_host_port(&a, host, sizeof(host), port,
-                                         sizeof(port)),
-                     0);
+    assert_int_equal(
+        migration_host_port(&a, host, sizeof(host), port, sizeof(port)), 0);
     assert_string_equal(host, "127.0.0.1");
     assert_string_equal(port, "7001");
     conf_addr_deinit(&a);
     assert_int_equal(conf_parse_addr("[::1]:6379", &a, err, sizeof(err)), 0);
-    assert_int_equal(migration_host_port(&a, host, sizeof(host), port,
-                                         sizeof(port)),
-                     0);
+    assert_int_equal(
+        migration_host_port(&a, host, sizeof(host), port, sizeof(port)), 0);
     assert_string_equal(host, "::1");
     assert_string_equal(port, "6379");
     conf_addr_deinit(&a);
     /* MIGRATE cannot reach a unix socket */
     assert_int_equal(conf_parse_addr("/tmp/r.sock", &a, err, sizeof(err)), 0);
-    assert_int_equal(migration_host_port(&a, host, sizeof(host), port,
-                                         sizeof(port)),
-                     -1);
+    assert_int_equal(
+        migration_host_port(&a, host, sizeof(host), port, sizeof(port)), -1);
     conf_addr_deinit(&a);
 }
 

@@ -109,10 +109,10 @@ test_migration_round_trips(void **unused)
 {
     char dir[] = "/tmp/chash-state-XXXXXX", path[256], err[256];
     struct state *st = state_create(), *st2 = state_create();
-    json_t *m = json_pack("{s:i,s:s,s:[{s:s,s:i}],s:{s:{s:s,s:i}}}", "epoch",
-                          7, "change", "add web-4", "old", "name", "web-1",
-                          "weight", 1, "sources", "web-1", "cursor", "1234",
-                          "pass", 1);
+    json_t *m =
+        json_pack("{s:i,s:s,s:[{s:s,s:i}],s:{s:{s:s,s:i}}}", "epoch", 7,
+                  "change", "add web-4", "old", "name", "web-1", "weight", 1,
+                  "sources", "web-1", "cursor", "1234", "pass", 1);
     json_t *back;
 
     (void)unused;
