@@ -309,7 +309,7 @@ put_text(struct line *l, const char *msg, size_t n)
 
 /* ---- writing ------------------------------------------------------------- */
 
-static void
+static void __attribute__((format(printf, 2, 0)))
 log_vwrite(int level, const char *fmt, va_list ap)
 {
     char msg[LOG_MSG_MAX], stamp[64], line[LOG_LINE_MAX];
