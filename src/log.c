@@ -376,7 +376,7 @@ log_write(int level, const char *fmt, ...)
 
 /* ---- rate limiting ------------------------------------------------------- */
 
-static void
+static void __attribute__((format(printf, 4, 0)))
 log_vlimited(struct log_limit *rl, uint64_t now_ms, int level, const char *fmt,
              va_list ap)
 {
