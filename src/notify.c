@@ -94,7 +94,7 @@ send_msg(const char *msg, size_t len)
 
 /* Append "STATUS=<fmt ...>" to <msg> (holding <len> bytes), newlines in
  * the status turned into spaces. The new length. */
-static size_t
+static size_t __attribute__((format(printf, 3, 0)))
 put_status(char *msg, size_t len, const char *fmt, va_list ap)
 {
     size_t start;
