@@ -114,7 +114,7 @@ put_status(char *msg, size_t len, const char *fmt, va_list ap)
     return len;
 }
 
-static int
+static int __attribute__((format(printf, 2, 0)))
 vsend(const char *state, const char *fmt, va_list ap)
 {
     char msg[NOTIFY_MAX];
