@@ -641,6 +641,11 @@ throttle(struct migration *m, uint64_t keys, uint64_t bytes)
     }
 }
 
+/* What a batch of moves did. */
+struct tally {
+    uint64_t moved, absent, failed, bytes;
+};
+
 struct moving {
     char *key;
     size_t len;
@@ -648,13 +653,49 @@ struct moving {
     long long bytes; /* MEMORY USAGE, -1: gone */
 };
 
+/* The words of "MIGRATE <host> <port> "" <db> <timeout> [REPLACE] [AUTH
+ * pw] KEYS" to member <to>, their text kept in <h>: into <argv> (room
+ * for 10) with their lengths in <lens>; how many, or 0 when <to> is a
+ * unix socket. */
+struct mhead {
+    char host[64], port[8], db[16], timeout[16];
+};
+
+static size_t
+migrate_head(const struct migration *m, const struct server *to, bool replace,
+             struct mhead *h, const char **argv, size_t *lens)
+{
+    size_t argc = 0;
+
+    if (migration_host_port(&to->addr, h->host, sizeof(h->host), h->port,
+                            sizeof(h->port)) < 0)
+        return 0;
+    snprintf(h->db, sizeof(h->db), "%d", m->db);
+    snprintf(h->timeout, sizeof(h->timeout), "%u", m->timeout_ms);
+    argv[argc++] = "MIGRATE";
+    argv[argc++] = h->host;
+    argv[argc++] = h->port;
+    argv[argc++] = "";
+    argv[argc++] = h->db;
+    argv[argc++] = h->timeout;
+    if (replace)
+        argv[argc++] = "REPLACE";
+    if (m->auth != NULL) {
+        argv[argc++] = "AUTH";
+        argv[argc++] = m->auth;
+    }
+    argv[argc++] = "KEYS";
+    for (size_t a = 0; a < argc; a++)
+        lens[a] = strlen(argv[a]);
+    return argc;
+}
+
 /* MIGRATE each of <k>[0..<n>) to its new owner, one key per MIGRATE,
  * pipelined; keys that the target already has (or that timed out) are
  * tried again with REPLACE. -1 when the connection failed. */
 static int
 migrate_each(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
-             uint64_t *moved, uint64_t *absent, uint64_t *failed,
-             uint64_t *bytes, char *err, size_t errlen)
+             struct tally *t, char *err, size_t errlen)
 {
     struct migration *m = ms->m;
     unsigned *tries = calloc(n ? n : 1, sizeof(*tries));
@@ -675,38 +716,20 @@ migrate_each(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
 
         again = false;
         for (size_t i = 0; i < n; i++) {
-            char host[64], port[8], db[16], to[16];
+            struct mhead h;
             const char *argv[12];
-            size_t lens[12];
-            int argc = 0;
+            size_t lens[12], argc;
 
             if (res[i] != GATE_RETRY)
                 continue;
-            if (migration_host_port(&k[i].to->addr, host, sizeof(host), port,
-                                    sizeof(port)) < 0) {
+            argc = migrate_head(m, k[i].to, tries[i] > 0, &h, argv, lens);
+            if (argc == 0) {
                 res[i] = GATE_FAILED;
                 continue;
             }
-            snprintf(db, sizeof(db), "%d", m->db);
-            snprintf(to, sizeof(to), "%u", m->timeout_ms);
-            argv[argc++] = "MIGRATE";
-            argv[argc++] = host;
-            argv[argc++] = port;
-            argv[argc++] = "";
-            argv[argc++] = db;
-            argv[argc++] = to;
-            if (tries[i] > 0)
-                argv[argc++] = "REPLACE";
-            if (m->auth != NULL) {
-                argv[argc++] = "AUTH";
-                argv[argc++] = m->auth;
-            }
-            argv[argc++] = "KEYS";
+            lens[argc] = k[i].len;
             argv[argc++] = k[i].key;
-            for (int a = 0; a < argc; a++)
-                lens[a] = strlen(argv[a]);
-            lens[argc - 1] = k[i].len;
-            if (rc_cmd(c, argc, argv, lens) < 0) {
+            if (rc_cmd(c, (int)argc, argv, lens) < 0) {
                 rc = -1;
                 break;
             }
@@ -749,12 +772,12 @@ migrate_each(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
     }
     for (size_t i = 0; rc == 0 && i < n; i++) {
         if (res[i] == GATE_MOVED) {
-            (*moved)++;
-            *bytes += (uint64_t)(k[i].bytes > 0 ? k[i].bytes : 0);
+            t->moved++;
+            t->bytes += (uint64_t)(k[i].bytes > 0 ? k[i].bytes : 0);
         } else if (res[i] == GATE_ABSENT) {
-            (*absent)++;
+            t->absent++;
         } else {
-            (*failed)++;
+            t->failed++;
         }
     }
     free(tries);
@@ -772,11 +795,10 @@ migrate_each(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
  */
 static int
 migrate_batch(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
-              uint64_t *moved, uint64_t *absent, uint64_t *failed,
-              uint64_t *bytes, char *err, size_t errlen)
+              struct tally *t, char *err, size_t errlen)
 {
     struct migration *m = ms->m;
-    char host[64], port[8], db[16], to[16];
+    struct mhead h;
     const char **argv = calloc(n + 10, sizeof(*argv));
     size_t *lens = calloc(n + 10, sizeof(*lens));
     struct rval v;
@@ -789,15 +811,13 @@ migrate_batch(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    if (migration_host_port(&k[0].to->addr, host, sizeof(host), port,
-                            sizeof(port)) < 0) {
+    argc = migrate_head(m, k[0].to, false, &h, argv, lens);
+    if (argc == 0) {
         free(argv);
         free(lens);
-        *failed += n;
+        t->failed += n;
         return 0;
     }
-    snprintf(db, sizeof(db), "%d", m->db);
-    snprintf(to, sizeof(to), "%u", m->timeout_ms);
     {
         const char *multi[] = {"MULTI"};
 
@@ -811,19 +831,6 @@ migrate_batch(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
         if (rc_cmd(c, 2, ex, exl) < 0)
             rc = -1;
     }
-    argv[argc++] = "MIGRATE";
-    argv[argc++] = host;
-    argv[argc++] = port;
-    argv[argc++] = "";
-    argv[argc++] = db;
-    argv[argc++] = to;
-    if (m->auth != NULL) {
-        argv[argc++] = "AUTH";
-        argv[argc++] = m->auth;
-    }
-    argv[argc++] = "KEYS";
-    for (size_t a = 0; a < argc; a++)
-        lens[a] = strlen(argv[a]);
     for (size_t i = 0; i < n; i++) {
         lens[argc] = k[i].len;
         argv[argc++] = k[i].key;
@@ -870,15 +877,15 @@ migrate_batch(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
 
                 if (r == GATE_MOVED || r == GATE_ABSENT) {
                     if (there) {
-                        (*moved)++;
-                        *bytes += (uint64_t)(k[i].bytes > 0 ? k[i].bytes : 0);
+                        t->moved++;
+                        t->bytes += (uint64_t)(k[i].bytes > 0 ? k[i].bytes : 0);
                     } else {
-                        (*absent)++;
+                        t->absent++;
                     }
                 } else if (there) {
                     k[left++] = k[i]; /* try it alone */
                 } else {
-                    (*absent)++;
+                    t->absent++;
                 }
             }
             if (r != GATE_MOVED && r != GATE_ABSENT && left > 0) {
@@ -886,8 +893,7 @@ migrate_batch(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
                 snprintf(ms->last_error, sizeof(ms->last_error),
                          "MIGRATE to %.40s: %.140s", k[0].to->name, line + 1);
                 pthread_mutex_unlock(&m->lock);
-                rc = migrate_each(ms, c, k, left, moved, absent, failed, bytes,
-                                  err, errlen);
+                rc = migrate_each(ms, c, k, left, t, err, errlen);
             }
         }
         rval_free(&v);
@@ -900,8 +906,7 @@ migrate_batch(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
 /* Move <k>[0..<n>): one batch per new owner. */
 static int
 migrate_keys(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
-             uint64_t *moved, uint64_t *absent, uint64_t *failed,
-             uint64_t *bytes, char *err, size_t errlen)
+             struct tally *t, char *err, size_t errlen)
 {
     bool *sent = calloc(n ? n : 1, sizeof(*sent));
     struct moving *grp = calloc(n ? n : 1, sizeof(*grp));
@@ -919,7 +924,7 @@ migrate_keys(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
         if (sent[i])
             continue;
         if (k[i].bytes < 0) { /* gone since SCAN (MEMORY USAGE: nil) */
-            (*absent)++;
+            t->absent++;
             sent[i] = true;
             continue;
         }
@@ -928,8 +933,7 @@ migrate_keys(struct msource *ms, struct rconn *c, struct moving *k, size_t n,
                 grp[g++] = k[j];
                 sent[j] = true;
             }
-        rc = migrate_batch(ms, c, grp, g, moved, absent, failed, bytes, err,
-                           errlen);
+        rc = migrate_batch(ms, c, grp, g, t, err, errlen);
     }
     free(sent);
     free(grp);
@@ -971,39 +975,38 @@ source_error(struct msource *ms, const char *err)
                      ms->srv->name, err);
 }
 
-/* Count what a batch of <ms> in pass <pass> did (the counters go to 0):
+/* Count what a batch of <ms> in pass <pass> did (<t> goes back to 0):
  * shown, and saved, batch by batch. */
 static void
-account(struct msource *ms, unsigned pass, uint64_t *moved, uint64_t *absent,
-        uint64_t *failed, uint64_t *bytes, const char *err)
+account(struct msource *ms, unsigned pass, struct tally *t, const char *err)
 {
     pthread_mutex_lock(&ms->m->lock);
-    ms->bytes += *bytes;
-    ms->absent += *absent;
-    ms->moved += *moved;
+    ms->bytes += t->bytes;
+    ms->absent += t->absent;
+    ms->moved += t->moved;
     if (pass >= 2) {
         /* a moving key on its old owner after the copy pass: one that
          * failed in the pass before, or an anomaly */
-        for (uint64_t x = 0; x < *moved; x++) {
+        for (uint64_t x = 0; x < t->moved; x++) {
             if (ms->retry_failed > 0)
                 ms->retry_failed--;
             else
                 ms->anomalies++;
         }
     }
-    ms->failed += *failed;
-    ms->pass_failed += *failed;
-    if (*failed > 0) {
+    ms->failed += t->failed;
+    ms->pass_failed += t->failed;
+    if (t->failed > 0) {
         ms->errors++;
         snprintf(ms->last_error, sizeof(ms->last_error), "%.190s", err);
     }
     pthread_mutex_unlock(&ms->m->lock);
-    if (*failed > 0)
+    if (t->failed > 0)
         log_warn_limited(1,
                          "pool %s: migration from %s: %" PRIu64 " keys not "
                          "moved (tried again in the next pass): %s",
-                         ms->m->pool->name, ms->srv->name, *failed, err);
-    *moved = *absent = *failed = *bytes = 0;
+                         ms->m->pool->name, ms->srv->name, t->failed, err);
+    memset(t, 0, sizeof(*t));
 }
 
 /* One SCAN step of <ms> and the moves it finds. 0, or -1 when the
@@ -1018,7 +1021,7 @@ copy_step(struct msource *ms, struct rconn *c, char *err, size_t errlen)
     struct rval v, *keys;
     struct moving *mv = NULL;
     size_t nmv = 0;
-    uint64_t moved = 0, absent = 0, failed = 0, bytes = 0;
+    struct tally t = {0};
     int rc = 0;
 
     int stage = atomic_load(&m->view->stage);
@@ -1099,13 +1102,10 @@ copy_step(struct msource *ms, struct rconn *c, char *err, size_t errlen)
             uint64_t t0 = clock_ms();
 
             throttle(m, 1, (uint64_t)mv[i].bytes);
-            uint64_t before = moved;
-
-            rc = migrate_keys(ms, c, &mv[i], 1, &moved, &absent, &failed,
-                              &bytes, err, errlen);
-            if (rc == 0 && moved > before)
+            rc = migrate_keys(ms, c, &mv[i], 1, &t, err, errlen);
+            if (rc == 0 && t.moved > 0)
                 big_key(ms, &mv[i], clock_ms() - t0);
-            account(ms, pass, &moved, &absent, &failed, &bytes, err);
+            account(ms, pass, &t, err);
             i++;
             continue;
         }
@@ -1115,12 +1115,11 @@ copy_step(struct msource *ms, struct rconn *c, char *err, size_t errlen)
             j++;
         }
         throttle(m, j - i, nbytes);
-        rc = migrate_keys(ms, c, &mv[i], j - i, &moved, &absent, &failed,
-                          &bytes, err, errlen);
-        account(ms, pass, &moved, &absent, &failed, &bytes, err);
+        rc = migrate_keys(ms, c, &mv[i], j - i, &t, err, errlen);
+        account(ms, pass, &t, err);
         i = j;
     }
-    account(ms, pass, &moved, &absent, &failed, &bytes, err);
+    account(ms, pass, &t, err);
     pthread_mutex_lock(&m->lock);
     ms->scanned += keys->n;
     if (rc == 0 && !atomic_load(&m->stop)) {

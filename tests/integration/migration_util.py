@@ -13,6 +13,7 @@
 # started through the test's Procs (killed at teardown); every wait and
 # every load loop is bounded.
 # SPDX-License-Identifier: BSD-2-Clause
+import pytest
 import math
 import os
 import random
@@ -1070,3 +1071,19 @@ class Sampler:
         finally:
             for c in conns.values():
                 c.close()
+
+
+# ------------------------------------------------ what the suites share --
+
+@pytest.fixture(name="store")
+def store_fixture(procs):
+    """store(n=3, spares=1, opts=None, ...) -> a running Store (the
+    fixture `store`: a suite imports store_fixture)."""
+    def make(**kw):
+        return Store(procs, **kw)
+    return make
+
+
+def brief(bad, n=12):
+    """The first <n> of a checker's violations, for an assertion."""
+    return "%d violations:\n  %s" % (len(bad), "\n  ".join(bad[:n]))

@@ -19,24 +19,14 @@ import pytest
 
 from admin_util import parse_metrics
 from conftest import wait_for
-from migration_util import (POOL, Change, Sampler, Store, Workload,
+from migration_util import store_fixture  # noqa: F401 (the fixture store)
+from migration_util import (brief, POOL, Change, Sampler, Store, Workload,
                             binomial_slack, check_placement, check_workload,
                             moving_keys, plan, wait_shorts_expired)
 from redis_util import Err, Simple, encode
 
 SLOW = {"migration_rate": 1, "migration_batch": 1}
 
-
-@pytest.fixture
-def store(procs):
-    """store(n=3, spares=1, opts=None, ...) -> a running Store."""
-    def make(**kw):
-        return Store(procs, **kw)
-    return make
-
-
-def brief(bad, n=12):
-    return "%d violations:\n  %s" % (len(bad), "\n  ".join(bad[:n]))
 
 
 def moved_total(rep):

@@ -13,20 +13,11 @@ import time
 import pytest
 
 from conftest import wait_for
-from migration_util import (POOL, Store, Workload, check_placement,
+from migration_util import store_fixture  # noqa: F401 (the fixture store)
+from migration_util import (brief, POOL, Workload, check_placement,
                             check_workload, moving_keys, plan)
 from redis_util import Simple
 
-
-@pytest.fixture
-def store(procs):
-    def make(**kw):
-        return Store(procs, **kw)
-    return make
-
-
-def brief(bad, n=12):
-    return "%d violations:\n  %s" % (len(bad), "\n  ".join(bad[:n]))
 
 
 def fill(st, keys):

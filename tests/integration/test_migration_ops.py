@@ -16,22 +16,12 @@ import subprocess
 import threading
 import time
 
-import pytest
-
 from conftest import wait_for
-from migration_util import POOL, Change, Store, check_placement, plan
+from migration_util import store_fixture  # noqa: F401 (the fixture store)
+from migration_util import brief
+from migration_util import POOL, Change, check_placement, plan
 from redis_util import REDIS_CLI, Closed, Err, Simple
 
-
-@pytest.fixture
-def store(procs):
-    def make(**kw):
-        return Store(procs, **kw)
-    return make
-
-
-def brief(bad, n=12):
-    return "%d violations:\n  %s" % (len(bad), "\n  ".join(bad[:n]))
 
 
 def fill(st, keys, value=None):
