@@ -460,6 +460,10 @@ class ChashdRedis:
         self.ports = listen_ports(conf_text)
         assert self.ports, "no listen port in the config"
         self.port = self.ports[0]
+        # the admin API, when the config has one, is bound last: wait for
+        # it too, or a test's first API call races it
+        admin = re.search(r"^  admin: 127\.0\.0\.1:(\d+)$", conf_text, re.M)
+        waits = self.ports + ([int(admin.group(1))] if admin else [])
         self.proc = procs.start([CHASHD, "-c", self.conf, "--log-level",
                                  "info", *args], name + ".log")
 
@@ -467,7 +471,7 @@ class ChashdRedis:
             if self.proc.poll() is not None:
                 raise AssertionError("chashd exited %d: %s"
                                      % (self.proc.returncode, self.log()))
-            return all(can_connect(p) for p in self.ports)
+            return all(can_connect(p) for p in waits)
         wait_for(up, timeout=10, what="chashd to listen")
 
     def log(self):
