@@ -29,6 +29,56 @@ def free_port():
         return s.getsockname()[1]
 
 
+# ---- a RESP client: populating members, DBSIZE, EXISTS ------------------
+def encode(*args):
+    """A RESP command of <args> (bytes, or anything str() makes text)."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class Conn:
+    """A blocking RESP connection that reads one-line replies."""
+
+    def __init__(self, port, timeout=60):
+        self.s = socket.create_connection(("127.0.0.1", port),
+                                          timeout=timeout)
+        self.buf = b""
+
+    def line(self):
+        while b"\r\n" not in self.buf:
+            chunk = self.s.recv(1 << 20)
+            if not chunk:
+                raise RuntimeError("connection closed")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def replies(self, n):
+        """n replies that are a status or an integer (an error raises)."""
+        out = [self.line() for _ in range(n)]
+        bad = [r for r in out if r[:1] not in (b"+", b":")]
+        if bad:
+            raise RuntimeError("error reply: %r" % bad[0])
+        return out
+
+    def pipeline(self, commands):
+        """Send the encoded <commands> at once; their one-line replies."""
+        self.s.sendall(b"".join(commands))
+        return self.replies(len(commands))
+
+    def call(self, *args):
+        return self.pipeline([encode(*args)])[0]
+
+    def integer(self, *args):
+        return int(self.call(*args)[1:])
+
+    def close(self):
+        self.s.close()
+
+
 def pinned(cpus, args):
     return ["taskset", "-c", cpus] + args if PIN else args
 

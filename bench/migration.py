@@ -6,13 +6,13 @@
 # Standard library only; the processes come from bench/benchlib.py.
 #
 # SPDX-License-Identifier: BSD-2-Clause
-import csv, json, os, re, socket, statistics, subprocess, sys, threading
+import csv, json, os, re, statistics, subprocess, sys, threading
 import time, urllib.error, urllib.request
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.environ["BENCH_DIR"])
 import benchlib
-from benchlib import free_port, pinned
+from benchlib import Conn, encode, free_port, pinned
 
 CHASHD = os.environ["CHASHD"]
 POOL = "bench"
@@ -47,48 +47,6 @@ WAIT = knob("WAIT", 180.0, float, 1)
 bench = benchlib.Bench("migration")
 
 
-# ---- a RESP client: preload, DBSIZE, EXISTS ---------------------------------
-def encode(*args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
-
-
-class Conn:
-    def __init__(self, port):
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.buf = b""
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            chunk = self.s.recv(1 << 20)
-            if not chunk:
-                raise RuntimeError("connection closed")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def replies(self, n):
-        """n replies that are a status or an integer (an error raises)."""
-        out = [self.line() for _ in range(n)]
-        bad = [r for r in out if r[:1] not in (b"+", b":")]
-        if bad:
-            raise RuntimeError("error reply: %r" % bad[0])
-        return out
-
-    def pipeline(self, commands):
-        self.s.sendall(b"".join(commands))
-        return self.replies(len(commands))
-
-    def integer(self, *args):
-        return int(self.pipeline([encode(*args)])[0][1:])
-
-    def close(self):
-        self.s.close()
-
-
 def key(i):
     return b"key:%012d" % i       # redis-benchmark's name for -r
 
@@ -99,7 +57,7 @@ def batches(size):
 
 
 def preload(port):
-    c = Conn(port)
+    c = Conn(port, timeout=30)
     value = b"x" * VALUE
     for keys in batches(1000):
         c.pipeline([encode("SET", k, value) for k in keys])
@@ -109,7 +67,7 @@ def preload(port):
 def found(port):
     """How many of the KEYS keys chashd finds (EXISTS of 100 keys at a time,
     which chashd splits per member and sums)."""
-    c = Conn(port)
+    c = Conn(port, timeout=30)
     n = 0
     group = []
     for keys in batches(100):
@@ -124,7 +82,7 @@ def found(port):
 
 
 def dbsize(port):
-    c = Conn(port)
+    c = Conn(port, timeout=30)
     try:
         return c.integer("DBSIZE")
     finally:

@@ -41,54 +41,15 @@ done
 
 export CHASHD BENCH_DIR
 exec $PY - <<'EOF'
-import csv, os, re, socket, subprocess, sys
+import csv, os, re, subprocess, sys
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.environ["BENCH_DIR"])
 import benchlib
-from benchlib import KEYSPACE, THREADS, free_port, pinned
+from benchlib import KEYSPACE, THREADS, Conn, encode, free_port, pinned
 
 CHASHD = os.environ["CHASHD"]
 bench = benchlib.Bench("redis")
-
-
-# ---- a RESP client for populating and DBSIZE ------------------------------
-def encode(*args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
-
-
-class Conn:
-    def __init__(self, port):
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=60)
-        self.buf = b""
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            chunk = self.s.recv(1 << 20)
-            if not chunk:
-                raise RuntimeError("connection closed")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def replies(self, n):
-        """n simple replies (status, error or integer)."""
-        out = [self.line() for _ in range(n)]
-        bad = [r for r in out if r[:1] not in (b"+", b":")]
-        if bad:
-            raise RuntimeError("error reply: %r" % bad[0])
-        return out
-
-    def call(self, *args):
-        self.s.sendall(encode(*args))
-        return self.replies(1)[0]
-
-    def close(self):
-        self.s.close()
 
 
 def populate(port, size):
@@ -99,8 +60,7 @@ def populate(port, size):
     for i in range(0, KEYSPACE, 1000):
         batch = [encode("SET", b"key:%012d" % j, value)
                  for j in range(i, min(i + 1000, KEYSPACE))]
-        c.s.sendall(b"".join(batch))
-        c.replies(len(batch))
+        c.pipeline(batch)
     c.close()
 
 

@@ -120,35 +120,18 @@ gate_kind(const char *buf, const struct proto_request *rq)
     }
 }
 
-static const char b64[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 /* <key> base64-encoded into <b> (a meta command's key, with flag b: any
  * bytes a text key or a decoded one may hold). */
 static int
 b64_append(struct rbuf *b, const char *key, size_t len)
 {
-    const unsigned char *k = (const unsigned char *)key;
-    char q[4];
+    char enc[(MC_KEY_MAX + 2) / 3 * 4];
 
-    for (size_t i = 0; i < len; i += 3) {
-        uint32_t v = (uint32_t)k[i] << 16;
-
-        if (i + 1 < len)
-            v |= (uint32_t)k[i + 1] << 8;
-        if (i + 2 < len)
-            v |= k[i + 2];
-        q[0] = b64[(v >> 18) & 63];
-        q[1] = b64[(v >> 12) & 63];
-        q[2] = i + 1 < len ? b64[(v >> 6) & 63] : '=';
-        q[3] = i + 2 < len ? b64[v & 63] : '=';
-        if (rbuf_append(b, q, 4) < 0)
-            return -1;
-    }
-    return 0;
+    if (len > MC_KEY_MAX)
+        return -1;
+    return rbuf_append(b, enc, mc_base64_encode(key, len, enc));
 }
 
-/* Every gate starts with a read on the old member: mg <key> b v f t. */
 static int
 mc_gate_build(const struct pool_snapshot *snap, const struct server *to,
               const char *key, size_t len, int command, bool again,
@@ -292,25 +275,10 @@ static struct server *
 member_of(const struct pool_snapshot *snap, const char *buf,
           const struct proto_request *rq, uint64_t *hash, const char **why)
 {
-    const char *key = buf + rq->keys[0].off;
-    size_t len = rq->keys[0].len;
+    unsigned char raw[MC_KEY_MAX];
+    size_t len;
+    const char *key = raw_key(buf, rq, 0, raw, &len);
 
-    if (mc_is_meta(rq->command)) {
-        size_t first = rq->command == MC_MS ? 3 : 2;
-
-        for (size_t i = first; i < rq->nargs; i++) {
-            unsigned char raw[MC_KEY_MAX];
-            long n;
-
-            if (!word_is(buf, rq, i, "b"))
-                continue;
-            n = mc_base64_decode(key, len, raw, sizeof(raw));
-            if (n > 0)
-                return request_key_member(snap, (const char *)raw, (size_t)n,
-                                          hash, why);
-            break;
-        }
-    }
     return request_key_member(snap, key, len, hash, why);
 }
 

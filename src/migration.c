@@ -100,7 +100,6 @@ struct migration {
     int db;
     uint32_t timeout_ms, batch, rate;
     uint64_t bandwidth, big_key;
-    char hash_tag[3];
     struct msource *src;
     size_t nsrc;
     pthread_mutex_t lock;
@@ -585,20 +584,6 @@ sleep_ms(uint32_t ms)
         ;
 }
 
-/* The member owning <key> in <snap>. */
-static struct server *
-owner_in(const struct pool_snapshot *snap, const char *tag, const char *key,
-         size_t len)
-{
-    size_t off, n;
-
-    if (snap->ring == NULL)
-        return NULL;
-    n = chash_key_tag(key, len, tag, &off);
-    return snap->servers[chash_ring_lookup(
-        snap->ring, chash_ring_hash(snap->ring, key + off, n))];
-}
-
 /* Wait until <keys> keys and <bytes> bytes may go (migration_rate,
  * migration_bandwidth), or the migration stops. */
 static void
@@ -1060,8 +1045,8 @@ copy_step(struct msource *ms, struct rconn *c, char *err, size_t errlen)
 
         if (k->type != '$')
             continue;
-        o = owner_in(was, m->hash_tag, k->s, k->len);
-        n = owner_in(now, m->hash_tag, k->s, k->len);
+        o = pool_snapshot_owner(was, k->s, k->len);
+        n = pool_snapshot_owner(now, k->s, k->len);
         if (o != ms->srv || n == NULL || n == ms->srv)
             continue; /* stays, or not ours to move */
         if (stage == 1 && o->id > n->id)
@@ -1582,7 +1567,6 @@ migration_new(struct pool *p, struct pool_snapshot *old, uint64_t epoch,
     m->rate = p->cfg.migration_rate;
     m->bandwidth = p->cfg.migration_bandwidth;
     m->big_key = p->cfg.migration_big_key;
-    memcpy(m->hash_tag, p->cfg.hash_tag, sizeof(m->hash_tag));
     m->started_wall = time(NULL);
     m->started_ms = clock_ms();
     m->tok_ms = m->started_ms;

@@ -562,6 +562,19 @@ snapshot_index(const struct pool_snapshot *snap, const struct server *s)
     return -1;
 }
 
+struct server *
+pool_snapshot_owner(const struct pool_snapshot *snap, const char *key,
+                    size_t len)
+{
+    size_t off, n;
+
+    if (snap->ring == NULL)
+        return NULL;
+    n = chash_key_tag(key, len, snap->set.hash_tag, &off);
+    return snap->servers[chash_ring_lookup(
+        snap->ring, chash_ring_hash(snap->ring, key + off, n))];
+}
+
 double
 pool_snapshot_share(const struct pool_snapshot *snap, const struct server *s)
 {

@@ -358,6 +358,12 @@ pool_snapshot_routing(const struct pool_snapshot *snap);
 double pool_snapshot_routing_share(const struct pool_snapshot *snap,
                                    const char *name);
 
+/* The member owning <key> (<len> bytes; its hash tag's part hashed) in
+ * <snap>'s ring, fail-over aside; NULL when it has no ring. Any thread
+ * that holds <snap>. */
+struct server *pool_snapshot_owner(const struct pool_snapshot *snap,
+                                   const char *key, size_t len);
+
 /* The exact share and the points member <s> owns in <snap>'s ring; 0 when
  * <snap> is NULL, has no ring, or <s> is not in it. Any thread that holds
  * <snap> (a worker in an epoch section, or the control thread). */

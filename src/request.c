@@ -462,14 +462,8 @@ request_route_free(struct request_route *rt)
 static struct server *
 old_owner(const struct pool_snapshot *snap, const char *key, size_t len)
 {
-    const struct pool_snapshot *old = snap->mig != NULL ? snap->mig->old : NULL;
-    size_t off, klen;
-
-    if (old == NULL || old->ring == NULL)
-        return NULL;
-    klen = chash_key_tag(key, len, snap->set.hash_tag, &off);
-    return old->servers[chash_ring_lookup(
-        old->ring, chash_ring_hash(old->ring, key + off, klen))];
+    return snap->mig != NULL ? pool_snapshot_owner(snap->mig->old, key, len)
+                             : NULL;
 }
 
 /* In the first stage of a two-stage migration, a key moving to a member

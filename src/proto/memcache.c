@@ -669,6 +669,30 @@ mc_error_reply(char *out, size_t cap, int kind, const char *msg)
 
 /* ---- base64 -------------------------------------------------------------- */
 
+static const char b64_digits[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+size_t
+mc_base64_encode(const void *in, size_t len, char *out)
+{
+    const unsigned char *k = in;
+    size_t o = 0;
+
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t v = (uint32_t)k[i] << 16;
+
+        if (i + 1 < len)
+            v |= (uint32_t)k[i + 1] << 8;
+        if (i + 2 < len)
+            v |= k[i + 2];
+        out[o++] = b64_digits[(v >> 18) & 63];
+        out[o++] = b64_digits[(v >> 12) & 63];
+        out[o++] = i + 1 < len ? b64_digits[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < len ? b64_digits[v & 63] : '=';
+    }
+    return o;
+}
+
 static int
 b64_value(unsigned char c)
 {

@@ -74,6 +74,10 @@ bool mc_is_retrieval(int command);
  * least len * 3 / 4). Returns the decoded length, or -1 when <in> is not
  * base64 (its length not a multiple of 4, a foreign byte, bad padding).
  */
+/* <len> bytes at <in> base64-encoded into <out> (room for
+ * (len + 2) / 3 * 4 bytes): the length written. */
+size_t mc_base64_encode(const void *in, size_t len, char *out);
+
 long mc_base64_decode(const char *in, size_t len, unsigned char *out,
                       size_t cap);
 

@@ -34,6 +34,25 @@ def moved_so_far(st):
 
 # ------------------------------------------------------------ pauses --
 
+def start_workload(st):
+    """A running workload (3 threads) over keys it prepared, and the
+    Change of adding s1 for them."""
+    wl = Workload(st.port, threads=3, shorts=0)
+    with st.client() as c:
+        wl.prepare(c)
+    ch = plan(st, wl.all_keys(), add="s1")
+    wl.start()
+    return wl, ch
+
+
+def add_s1(st):
+    """s1 added (after the workload ran a moment): its migration's epoch."""
+    time.sleep(0.3)
+    status, rep = st.add("s1")
+    assert status == 201, rep
+    return rep["migration"]["epoch"]
+
+
 @pytest.mark.parametrize("side", ["source", "target"])
 def test_paused_server_mid_migration(store, side):
     """A source (r1) or the target (s1) paused 1.5 s for everything while
@@ -43,16 +62,9 @@ def test_paused_server_mid_migration(store, side):
     st = store(n=3, spares=1, opts={"migration_rate": 100,
                                     "migration_batch": 10,
                                     "migration_timeout": "300ms"})
-    wl = Workload(st.port, threads=3, shorts=0)
-    with st.client() as c:
-        wl.prepare(c)
-    ch = plan(st, wl.all_keys(), add="s1")
-    wl.start()
+    wl, ch = start_workload(st)
     try:
-        time.sleep(0.3)
-        status, rep = st.add("s1")
-        assert status == 201, rep
-        epoch = rep["migration"]["epoch"]
+        epoch = add_s1(st)
         # the copier's first second's burst (100 keys) is on s1: pause
         wait_for(lambda: st.servers["s1"].dbsize() >= 1, timeout=10,
                  what="the first keys to move")
@@ -144,16 +156,9 @@ def test_chashd_killed_mid_migration_resumes(store):
     holds (requests in flight at the kill count as unknown outcomes)."""
     st = store(n=3, spares=1, opts={"migration_rate": 100,
                                     "migration_batch": 10})
-    wl = Workload(st.port, threads=3, shorts=0)
-    with st.client() as c:
-        wl.prepare(c)
-    ch = plan(st, wl.all_keys(), add="s1")
-    wl.start()
+    wl, ch = start_workload(st)
     try:
-        time.sleep(0.3)
-        status, rep = st.add("s1")
-        assert status == 201, rep
-        epoch = rep["migration"]["epoch"]
+        epoch = add_s1(st)
         wait_for(lambda: moved_so_far(st) > 60, timeout=10,
                  what="the first keys to move")
         before = st.migration()

@@ -514,6 +514,23 @@ test_base64(void **state)
     assert_int_equal(mc_base64_decode("YWJjYWJj", 8, out, 3), -1);
 }
 
+/* The encoder (a warm-up's meta keys) round-trips through the decoder. */
+static void
+test_base64_encode(void **state)
+{
+    char enc[16];
+    unsigned char out[16];
+
+    (void)state;
+    assert_int_equal(mc_base64_encode("abc", 3, enc), 4);
+    assert_memory_equal(enc, "YWJj", 4);
+    assert_int_equal(mc_base64_encode("a", 1, enc), 4);
+    assert_memory_equal(enc, "YQ==", 4);
+    assert_int_equal(mc_base64_encode("a b\r\n", 5, enc), 8);
+    assert_int_equal(mc_base64_decode(enc, 8, out, sizeof(out)), 5);
+    assert_memory_equal(out, "a b\r\n", 5);
+}
+
 static void
 test_error_reply_and_probe(void **state)
 {
@@ -559,6 +576,7 @@ main(void)
         cmocka_unit_test(test_quiet_reply),
         cmocka_unit_test(test_value_block),
         cmocka_unit_test(test_base64),
+        cmocka_unit_test(test_base64_encode),
         cmocka_unit_test(test_error_reply_and_probe),
     };
 
