@@ -83,7 +83,7 @@ UT_MODS_test_log       := log
 UT_MODS_test_pool      := pool conf log health control invariant builder \
                           membership report state text proto/proto proto/tcp \
                           proto/redis proto/memcache proto/error migration \
-                          stats metrics rconn
+                          stats metrics rconn replica
 UT_MODS_test_state     := state conf
 UT_MODS_test_migration := $(UT_MODS_test_pool)
 UT_MODS_test_tcp       := proto/proto proto/tcp proto/redis proto/memcache \

@@ -36,6 +36,7 @@
 #include "migration.h"
 #include "metrics.h"
 #include "pool.h"
+#include "replica.h"
 #include "state.h"
 #include "text.h"
 
@@ -311,6 +312,12 @@ pool_json(struct pool *p, bool full)
                                   full ? member_json(snap, p->servers[i])
                                        : json_string(p->servers[i]->name));
     json_object_set_new(j, "members", members);
+    {
+        json_t *rep = replica_json(p);
+
+        if (rep != NULL)
+            json_object_set_new(j, "replication", rep);
+    }
     return j;
 }
 
@@ -949,6 +956,18 @@ route(struct MHD_Connection *c, const char *url, const char *method,
     if (n == 4 && is(seg[3], "migration"))
         return get ? respond_json(c, MHD_HTTP_OK, migration_json(p))
                    : respond_405(c, method, url, "GET");
+    if (n == 4 && is(seg[3], "replication")) {
+        json_t *rep = replica_json(p);
+
+        if (!get)
+            return respond_405(c, method, url, "GET");
+        if (rep == NULL)
+            return respond_error(c, MHD_HTTP_NOT_FOUND,
+                                 "pool \"%s\" keeps one copy of each key "
+                                 "(replicas: 1)",
+                                 p->name);
+        return respond_json(c, MHD_HTTP_OK, rep);
+    }
     if (n == 6 && is(seg[3], "migration") && is(seg[4], "sources")) {
         char why[400];
 

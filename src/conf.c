@@ -301,6 +301,8 @@ static const char *const hash_key_names[] = {"source_ip", "source_ip_port",
 static const char *const on_failure_names[] = {"failover", "remap", "error",
                                                NULL};
 static const char *const migration_names[] = {"off", "copy", "warmup", NULL};
+static const char *const read_policy_names[] = {"primary", "any", "quorum",
+                                                NULL};
 static const char *const health_type_names[] = {"tcp", "redis", "memcache",
                                                 NULL};
 static const char *const log_level_names[] = {"error", "warn", "info", "debug",
@@ -344,6 +346,13 @@ const char *
 conf_migration_name(int migration)
 {
     return enum_name(migration_names, ARRAY_SIZE(migration_names), migration);
+}
+
+const char *
+conf_read_policy_name(int read_policy)
+{
+    return enum_name(read_policy_names, ARRAY_SIZE(read_policy_names),
+                     read_policy);
 }
 
 const char *
@@ -1610,6 +1619,11 @@ enum pool_key {
     PK_MIGRATION_TIMEOUT,
     PK_MIGRATION_BIG_KEY,
     PK_MIGRATION_WARMUP,
+    PK_REPLICAS,
+    PK_WRITE_QUORUM,
+    PK_READ_POLICY,
+    PK_READ_QUORUM,
+    PK_REPAIR_LOG,
     PK_COUNT
 };
 
@@ -1722,6 +1736,17 @@ static const struct conf_key pool_keys[] = {
     [PK_MIGRATION_WARMUP] = {"migration_warmup", set_ms,
                              POOL(migration_warmup_ms), 1000, MAX_DURATION,
                              NULL, M_MEMCACHE, false},
+    /* replication to N distinct members (doc/replication.md) */
+    [PK_REPLICAS] = {"replicas", set_u32, POOL(replicas), 1, REPLICAS_MAX, NULL,
+                     M_STORE, false},
+    [PK_WRITE_QUORUM] = {"write_quorum", set_u32, POOL(write_quorum), 1,
+                         REPLICAS_MAX, NULL, M_STORE, false},
+    [PK_READ_POLICY] = {"read_policy", set_enum, POOL(read_policy), 0, 0,
+                        read_policy_names, M_STORE, false},
+    [PK_READ_QUORUM] = {"read_quorum", set_u32, POOL(read_quorum), 1,
+                        REPLICAS_MAX, NULL, M_STORE, false},
+    [PK_REPAIR_LOG] = {"repair_log", set_u32, POOL(repair_log), 0, 100000000,
+                       NULL, M_STORE, false},
 };
 _Static_assert(ARRAY_SIZE(pool_keys) == PK_COUNT, "one entry per pool key");
 
@@ -1902,6 +1927,9 @@ pool_init(struct conf_pool *pool)
     pool->migration_timeout_ms = 5000;
     pool->migration_big_key = 1024u * 1024;
     pool->migration_warmup_ms = 10 * 60 * 1000;
+    pool->replicas = 1;
+    pool->read_policy = CONF_READ_PRIMARY;
+    pool->repair_log = 100000;
     pool->health.interval_ms = 1000;
     pool->health.timeout_ms = 500;
     pool->health.rise = 2;
@@ -2145,7 +2173,8 @@ check_migration(struct load *ld, struct conf_pool *pool, const int *lines)
     pool->migration_line = lines[PK_MIGRATION];
     if (lines[PK_MIGRATION] == 0)
         pool->migration = pool->mode == CONF_MODE_REDIS &&
-                                  pool->mode_source == CONF_MODE_SRC_MODE
+                                  pool->mode_source == CONF_MODE_SRC_MODE &&
+                                  pool->replicas <= 1
                               ? CONF_MIGRATION_COPY
                               : CONF_MIGRATION_OFF;
     if (pool->migration == CONF_MIGRATION_COPY && pool->mode != CONF_MODE_REDIS)
@@ -2175,6 +2204,74 @@ check_migration(struct load *ld, struct conf_pool *pool, const int *lines)
                 pool->name) != 0)
         return -1;
     pool->slow_start_ms = 0;
+    return 0;
+}
+
+/*
+ * `replicas:` and its quorums. A replicated pool places keys by
+ * membership alone (a down member keeps its place in every replica set
+ * and is counted as failed), moves no data on a membership change yet
+ * (migration: copy and warmup move one owner's keys: refused), and
+ * resolves its quorums' defaults (a majority).
+ */
+static int
+check_replication(struct load *ld, struct conf_pool *pool, const int *lines)
+{
+    uint32_t n = pool->replicas, majority = pool->replicas / 2 + 1;
+
+    if (pool->write_quorum == 0)
+        pool->write_quorum = majority;
+    if (pool->read_quorum == 0)
+        pool->read_quorum = majority;
+    if (pool->write_quorum > n)
+        return fail_at(ld, lines[PK_WRITE_QUORUM],
+                       "'write_quorum: %u' in pool '%s' is more than its "
+                       "%u replicas",
+                       pool->write_quorum, pool->name, n);
+    if (pool->read_quorum > n)
+        return fail_at(ld, lines[PK_READ_QUORUM],
+                       "'read_quorum: %u' in pool '%s' is more than its "
+                       "%u replicas",
+                       pool->read_quorum, pool->name, n);
+    if (n == 1) {
+        int given = lines[PK_WRITE_QUORUM]  ? lines[PK_WRITE_QUORUM]
+                    : lines[PK_READ_QUORUM] ? lines[PK_READ_QUORUM]
+                    : lines[PK_READ_POLICY] ? lines[PK_READ_POLICY]
+                                            : 0;
+        if (given != 0 &&
+            warn_at(ld, given,
+                    "pool '%s' keeps one copy of each key (replicas: 1): "
+                    "its quorums and read policy have no effect",
+                    pool->name) != 0)
+            return -1;
+        return 0;
+    }
+    if (pool->migration != CONF_MIGRATION_OFF) {
+        if (lines[PK_MIGRATION] != 0)
+            return fail_at(ld, lines[PK_MIGRATION],
+                           "'migration: %s' is not supported in pool '%s' "
+                           "with replicas: %u (a membership change moves no "
+                           "data yet; reads repair what a new member lacks)",
+                           conf_migration_name(pool->migration), pool->name, n);
+        pool->migration = CONF_MIGRATION_OFF;
+    }
+    if (pool->nservers < n &&
+        warn_at(ld, lines[PK_REPLICAS],
+                "pool '%s' has %zu members for 'replicas: %u': each key is "
+                "kept on %zu",
+                pool->name, pool->nservers, n, pool->nservers) != 0)
+        return -1;
+    if (lines[PK_READ_QUORUM] != 0 && pool->read_policy != CONF_READ_QUORUM &&
+        warn_at(ld, lines[PK_READ_QUORUM],
+                "'read_quorum' has no effect in pool '%s' (read_policy: %s)",
+                pool->name, conf_read_policy_name(pool->read_policy)) != 0)
+        return -1;
+    if (lines[PK_ON_FAILURE] != 0 &&
+        warn_at(ld, lines[PK_ON_FAILURE],
+                "'on_failure' has no effect in pool '%s' (replicas: %u: a "
+                "member that is down keeps its place and counts as failed)",
+                pool->name, n) != 0)
+        return -1;
     return 0;
 }
 
@@ -2255,7 +2352,8 @@ parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
                  conf_mode_name(pool->mode));
         return -1;
     }
-    if (check_migration(ld, pool, lines) != 0)
+    if (check_migration(ld, pool, lines) != 0 ||
+        check_replication(ld, pool, lines) != 0)
         return -1;
     if (lines[PK_LISTEN] == 0)
         return fail(ld, name_node, "pool '%s' has no 'listen' address",

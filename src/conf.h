@@ -25,6 +25,12 @@ enum conf_migration {
     CONF_MIGRATION_COPY,   /* redis: keys move to their new owner, live */
     CONF_MIGRATION_WARMUP, /* memcache: misses on a new owner read the old */
 };
+/* Which members of a key's replica set answer a read (replicas > 1). */
+enum conf_read_policy {
+    CONF_READ_PRIMARY, /* the first readable member, in preference order */
+    CONF_READ_ANY,     /* any readable member, spread by client */
+    CONF_READ_QUORUM   /* every readable member; read_quorum must agree */
+};
 /* Where a pool's mode came from, so `chashd -t` and the start-up log can
  * say why a pool without `mode:` is memcache (twemproxy's rule). */
 enum conf_mode_source {
@@ -32,6 +38,9 @@ enum conf_mode_source {
     CONF_MODE_SRC_REDIS,  /* `redis:` given, no `mode:` */
     CONF_MODE_SRC_DEFAULT /* neither: twemproxy's rule, memcache */
 };
+/* The most members a key may be kept on (`replicas:`). */
+#define REPLICAS_MAX 16
+
 enum conf_hash_key { CONF_HASH_KEY_SOURCE_IP, CONF_HASH_KEY_SOURCE_IP_PORT };
 enum conf_on_failure {
     CONF_ON_FAILURE_FAILOVER,
@@ -130,6 +139,13 @@ struct conf_pool {
     uint32_t migration_timeout_ms; /* MIGRATE's own timeout */
     uint64_t migration_big_key;    /* bytes: moved alone, listed */
     uint32_t migration_warmup_ms;  /* memcache: how long a warm-up lasts */
+    /* replication (doc/replication.md) */
+    uint32_t replicas;     /* members per key, default 1 */
+    uint32_t write_quorum; /* acknowledgements a write needs (resolved:
+                              default replicas/2+1) */
+    int read_policy;       /* enum conf_read_policy */
+    uint32_t read_quorum;  /* equal replies a quorum read needs */
+    uint32_t repair_log;   /* keys remembered per member for its repair */
     bool auto_eject_hosts;
     uint32_t server_failure_limit;    /* default 2, as twemproxy */
     uint32_t server_retry_timeout_ms; /* default 30000, as twemproxy */
@@ -293,6 +309,7 @@ const char *conf_mode_name(int mode);
 const char *conf_hash_key_name(int hash_key);
 const char *conf_on_failure_name(int on_failure);
 const char *conf_migration_name(int migration);
+const char *conf_read_policy_name(int read_policy);
 const char *conf_dist_name(int distribution);
 const char *conf_log_level_name(int log_level);
 

@@ -30,6 +30,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "pool.h"
+#include "replica.h"
 #include "request.h"
 #include "proto/proto.h"
 #include "state.h"
@@ -712,15 +713,25 @@ usage_error(const char *fmt, ...)
 static const char *
 migration_phrase(const struct conf_pool *cp, char *buf, size_t cap)
 {
+    int n;
+
     if (cp->mode != CONF_MODE_REDIS && cp->mode != CONF_MODE_MEMCACHE)
         return "";
-    snprintf(buf, cap, ", migration %s (%s)",
-             conf_migration_name(cp->migration),
-             cp->migration_line != 0          ? "set by 'migration:'"
-             : cp->mode == CONF_MODE_MEMCACHE ? "the default"
-             : cp->migration == CONF_MIGRATION_COPY
-                 ? "the default of 'mode: redis'"
-                 : "the default of twemproxy's 'redis: true'");
+    n = snprintf(buf, cap, ", migration %s (%s)",
+                 conf_migration_name(cp->migration),
+                 cp->migration_line != 0          ? "set by 'migration:'"
+                 : cp->replicas > 1               ? "replicas move no data yet"
+                 : cp->mode == CONF_MODE_MEMCACHE ? "the default"
+                 : cp->migration == CONF_MIGRATION_COPY
+                     ? "the default of 'mode: redis'"
+                     : "the default of twemproxy's 'redis: true'");
+    if (cp->replicas > 1 && n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n,
+                 ", replicas %u (write_quorum %u, read_policy %s%s%.0u)",
+                 cp->replicas, cp->write_quorum,
+                 conf_read_policy_name(cp->read_policy),
+                 cp->read_policy == CONF_READ_QUORUM ? ", read_quorum " : "",
+                 cp->read_policy == CONF_READ_QUORUM ? cp->read_quorum : 0);
     return buf;
 }
 
@@ -869,7 +880,7 @@ main(int argc, char **argv)
             fprintf(stderr, "%s\n", conf->warnings[i]);
         for (size_t i = 0; i < conf->npools; i++) {
             const struct conf_pool *cp = &conf->pools[i];
-            char mig[128];
+            char mig[256];
 
             printf("pool %s: mode %s (%s), listen %s, %zu servers, %s/%s%s\n",
                    cp->name, conf_mode_name(cp->mode),
@@ -926,7 +937,7 @@ main(int argc, char **argv)
 
     if (control_init() < 0 || pool_global_init(conf->workers) < 0 ||
         health_init() < 0 || membership_init() < 0 || migration_init() < 0 ||
-        builder_init() < 0) {
+        replica_init() < 0 || builder_init() < 0) {
         log_error("cannot start: %s", strerror(errno));
         goto out;
     }
@@ -971,7 +982,7 @@ main(int argc, char **argv)
                 goto out;
             }
             pool_listen_start(p, fds + i * conf->workers);
-            char mig[128];
+            char mig[256];
 
             log_info("pool %s: listening on %s, mode %s (%s), %zu members, "
                      "on_failure %s%s",
@@ -1016,6 +1027,7 @@ main(int argc, char **argv)
 out:
     /* Copiers first: where they are is saved for the next start. */
     migration_deinit();
+    replica_deinit();
     /* Jobs first: a membership change waiting for one answers its
      * suspended admin connection before the admin server stops. */
     builder_deinit();

@@ -294,7 +294,7 @@ one_key(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
     const char *why;
     uint64_t hash = 0;
     struct server *s = member_of(snap, buf, rq, &hash, &why);
-    struct rbuf b = {0};
+    struct rbuf b = {0}, keys = {0};
 
     if (s == NULL) {
         if (rq->flags & PROTO_REQ_NOREPLY)
@@ -306,8 +306,12 @@ one_key(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
     if (request_frags(r, 1) < 0 ||
         warm_key(r, snap, buf, rq, 0, s, hash, &r->frags[0]) < 0)
         return -1;
+    if (request_key_pack(&keys, buf + rq->keys[0].off, rq->keys[0].len) < 0)
+        goto oom;
     if (!(rq->flags & PROTO_REQ_NOREPLY)) {
-        request_send(r, &r->frags[0], s, hash, buf, rq->head, 0);
+        request_send_keyed(r, snap, &r->frags[0], s, hash, buf, rq->head, 0,
+                           keys.data, keys.len);
+        rbuf_free(&keys);
         return 0;
     }
     if (mc_is_meta(rq->command)) {
@@ -328,11 +332,14 @@ one_key(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
             rbuf_append(&b, buf + line, rq->head - line) < 0)
             goto oom;
     }
-    request_send(r, &r->frags[0], s, hash, b.data + b.off, b.len - b.off, 0);
+    request_send_keyed(r, snap, &r->frags[0], s, hash, b.data + b.off,
+                       b.len - b.off, 0, keys.data, keys.len);
     rbuf_free(&b);
+    rbuf_free(&keys);
     return 0;
 oom:
     rbuf_free(&b);
+    rbuf_free(&keys);
     return -1;
 }
 
@@ -349,12 +356,13 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
 {
     size_t nkeys = rq->nkeys, first, textlen = 0;
     /* (no batching while a warm-up runs: a gated get waits alone) */
-    int batch = snap->mig != NULL        ? 0
-                : rq->command == MC_GET  ? BATCH_GET
-                : rq->command == MC_GETS ? BATCH_GETS
-                                         : 0;
+    int batch = snap->mig != NULL || snap->set.replicas > 1 ? 0
+                : rq->command == MC_GET                     ? BATCH_GET
+                : rq->command == MC_GETS                    ? BATCH_GETS
+                                                            : 0;
     struct request_route rt;
     struct merge *m;
+    struct rbuf keys = {0};
     int rc = request_route(r, snap, buf, rq->keys, nkeys, &rt);
 
     if (rc <= 0)
@@ -368,10 +376,15 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
                 if (warm_key(r, snap, buf, rq, i, rt.owner[0], rt.hash[i],
                              &r->frags[0]) < 0)
                     goto out;
-            if (batch == 0) /* gat: its exptime is its own */
-                request_send(r, &r->frags[0], rt.owner[0], rt.hash[0], buf,
-                             rq->head, 0);
-            else /* the keys as the line has them, spaces and all */
+            if (batch == 0) { /* gat: its exptime is its own */
+                for (size_t i = 0; i < nkeys; i++)
+                    if (request_key_pack(&keys, buf + rq->keys[i].off,
+                                         rq->keys[i].len) < 0)
+                        goto out;
+                request_send_keyed(r, snap, &r->frags[0], rt.owner[0],
+                                   rt.hash[0], buf, rq->head, 0, keys.data,
+                                   keys.len);
+            } else /* the keys as the line has them, spaces and all */
                 request_send_batch(
                     r, &r->frags[0], rt.owner[0], rt.hash[0], batch,
                     rq->command == MC_GETS ? "gets" : "get",
@@ -411,8 +424,10 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
             bad |= rbuf_append(&b, " ", 1);
         }
         for (size_t i = 0; i < nkeys; i++) {
-            if (rt.owner[i] != rt.members[f])
+            if (rt.group[i] != f)
                 continue;
+            bad |=
+                request_key_pack(&keys, buf + rq->keys[i].off, rq->keys[i].len);
             m->frag[i] = (uint32_t)f;
             if (fhash == 0)
                 fhash = rt.hash[i];
@@ -435,8 +450,8 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
         }
         r->frags[f].member = f;
         if (batch == 0) {
-            request_send(r, &r->frags[f], rt.members[f], fhash, b.data, b.len,
-                         0);
+            request_send_keyed(r, snap, &r->frags[f], rt.members[f], fhash,
+                               b.data, b.len, 0, keys.data, keys.len);
         } else {
             /* the keys, without the command word and the CRLF */
             size_t word = rq->args[0].len + 1;
@@ -445,9 +460,11 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
                                b.data + word, b.len - word - 2);
         }
         rbuf_free(&b);
+        keys.len = 0;
     }
     rc = 0;
 out:
+    rbuf_free(&keys);
     request_route_free(&rt);
     return rc;
 }
@@ -615,6 +632,20 @@ mc_dispatch(struct rclient *c, struct rreq *r, const char *buf,
     }
     if (rq->command == MC_FLUSH_ALL)
         return flush_all(r, snap, buf, rq);
+    if (snap->set.replicas > 1 &&
+        (rq->command == MC_GETS || rq->command == MC_GATS ||
+         rq->command == MC_CAS ||
+         (mc_is_meta(rq->command) && rq->command != MC_MN))) {
+        /* each member keeps its own cas unique; meta flags ask for
+         * what differs by member (cas, time to live) */
+        if (rq->flags & PROTO_REQ_NOREPLY)
+            answer(r, "");
+        else
+            request_error(r, PROTO_ERR_REQUEST,
+                          "SERVER_ERROR this command is not supported in a "
+                          "pool with replicas (cas and meta commands)");
+        return 0;
+    }
     if (mc_is_retrieval(rq->command))
         return retrieval(r, snap, buf, rq);
     return one_key(r, snap, buf, rq);

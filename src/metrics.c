@@ -15,6 +15,7 @@
 #include "membership.h"
 #include "migration.h"
 #include "pool.h"
+#include "replica.h"
 #include "state.h"
 #include "stats.h"
 
@@ -593,6 +594,7 @@ metrics_render(size_t *len)
     member_latency_family(f);
     pool_requests_family(f);
     migration_metrics(f);
+    replica_metrics(f);
 
     if (fclose(f) != 0) {
         free(buf);

@@ -199,6 +199,7 @@ server_unref(struct server *s)
     free(s->name);
     conf_addr_deinit(&s->addr);
     free(s->stats);
+    replica_log_deinit(&s->rlog);
     free(s);
 }
 
@@ -294,6 +295,7 @@ server_create(struct pool *p, const struct conf_server *cs, bool ramp)
         free(s);
         return NULL;
     }
+    replica_log_init(&s->rlog);
     s->id = next_server_id++;
     s->pool = p;
     s->weight = cs->weight;
@@ -395,6 +397,11 @@ settings_from_conf(struct pool_settings *set, const struct conf_pool *cp)
     set->preconnect = cp->preconnect;
     set->migration = cp->migration;
     set->migration_timeout_ms = cp->migration_timeout_ms;
+    set->replicas = cp->replicas > 0 ? cp->replicas : 1;
+    set->write_quorum = cp->write_quorum;
+    set->read_policy = cp->read_policy;
+    set->read_quorum = cp->read_quorum;
+    set->repair_log = cp->repair_log;
     memcpy(set->hash_tag, cp->hash_tag, sizeof(set->hash_tag));
     /* A string of the snapshot's own: a reload frees the pool's config
      * while workers may still read this snapshot. */
@@ -414,7 +421,9 @@ server_in_ring(const struct pool *p, const struct server *s)
      * gives its keys away (they move), health moves nothing (a down
      * member's keys wait for it, they are nowhere else). warmup: a
      * drained member leaves the ring (its keys warm up elsewhere). */
-    if (p->cfg.migration == CONF_MIGRATION_COPY ||
+    /* replicas: a member keeps its place in every replica set whatever
+     * its health (counted as failed while down: placement is stable) */
+    if (p->cfg.migration == CONF_MIGRATION_COPY || p->cfg.replicas > 1 ||
         (p->cfg.migration == CONF_MIGRATION_WARMUP &&
          s->admin != STATE_ADMIN_UP))
         return s->admin == STATE_ADMIN_UP;

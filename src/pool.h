@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "conf.h"
+#include "replica.h"
 #include "stats.h"
 
 struct proto;
@@ -86,6 +87,7 @@ struct server {
     struct stats_server *stats; /* [workers] slots, stats.h */
     _Atomic bool mig_skip;      /* (atomic) the running migration gave up
                                    moving keys from it (it is dead) */
+    struct replica_log rlog;    /* replication: keys to repair on it */
 
     /* Control thread only. */
     uint32_t weight;
@@ -133,6 +135,11 @@ struct pool_settings {
     char hash_tag[3];
     int migration;                 /* enum conf_migration */
     uint32_t migration_timeout_ms; /* MIGRATE's timeout */
+    uint32_t replicas;             /* members per key (1: no replication) */
+    uint32_t write_quorum;         /* acknowledgements a write needs */
+    int read_policy;               /* enum conf_read_policy */
+    uint32_t read_quorum;          /* equal replies a quorum read needs */
+    uint32_t repair_log;           /* keys noted per member, at most */
 };
 
 /*
@@ -203,6 +210,8 @@ struct pool {
     struct migration_view *mig_view; /* put in every snapshot built while
                                         a migration runs (ref held) */
     struct migration *migration;     /* migration.c's, NULL when none runs */
+    struct replica_stats rstats;     /* replication counters (replica.h) */
+    struct repairer *repairer;       /* replica.c's, NULL when none runs */
 };
 
 /* Start-up: <workers> stats slots per counter array and epoch slots. */

@@ -245,12 +245,28 @@ redis_gate_result(int step, int command, const char *buf, size_t len,
     return migration_migrate_result(buf, len);
 }
 
+/* The keys of <pr>, packed for request_send_keyed into <out>. 0 or -1. */
+static int
+pack_keys(const struct parsed *pr, struct rbuf *out)
+{
+    const struct proto_request *rq = pr->rq;
+
+    for (size_t i = 0; i < rq->nkeys; i++)
+        if (request_key_pack(out, pr->buf + rq->keys[i].off, rq->keys[i].len) <
+            0)
+            return -1;
+    return 0;
+}
+
 /* Send the whole request (<pr>) to <s> as its one fragment; <snap> is
- * the snapshot <s> was chosen in (one loaded again may be newer). */
+ * the snapshot <s> was chosen in (one loaded again may be newer). With
+ * replicas, to the keys' replica set (<s> its primary). */
 static int
 send_whole(struct rreq *r, const struct pool_snapshot *snap,
            const struct parsed *pr, struct server *s, uint64_t hash)
 {
+    const struct redis_command *cmd = redis_command_at(r->command);
+    struct rbuf keys = {0};
     int rc = gate_keys(r, snap, pr, NULL, s, NULL);
 
     if (rc <= 0)
@@ -259,7 +275,16 @@ send_whole(struct rreq *r, const struct pool_snapshot *snap,
         return -1;
     if (pr->rq->nkeys > 0 && gate_keys(r, snap, pr, NULL, s, &r->frags[0]) < 0)
         return -1;
-    request_send(r, &r->frags[0], s, hash, pr->buf, pr->len, pr->rq->body);
+    if (pr->rq->nkeys == 0 || snap->set.replicas <= 1) {
+        request_send(r, &r->frags[0], s, hash, pr->buf, pr->len, pr->rq->body);
+        return 0;
+    }
+    if (pack_keys(pr, &keys) < 0)
+        return -1;
+    r->rep_one = cmd != NULL && (cmd->flags & REDIS_VOLATILE);
+    request_send_keyed(r, snap, &r->frags[0], s, hash, pr->buf, pr->len,
+                       pr->rq->body, keys.data, keys.len);
+    rbuf_free(&keys);
     return 0;
 }
 
@@ -293,7 +318,8 @@ same_member(struct rreq *r, const struct pool_snapshot *snap,
         if (i == 0) {
             first = s;
             *hash = h;
-        } else if (s != first) {
+        } else if (s != first || (snap->set.replicas > 1 &&
+                                  !request_same_set(snap, *hash, h))) {
             cross = true;
         }
     }
@@ -369,6 +395,7 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
     size_t nkeys = rq->nkeys;
     struct request_route rt;
     struct merge *m = NULL;
+    struct rbuf keys = {0};
     int rc = request_route(r, snap, pr->buf, rq->keys, nkeys, &rt);
 
     if (rc <= 0)
@@ -395,7 +422,7 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
         uint64_t fhash = 0;
 
         for (size_t i = 0; i < nkeys; i++)
-            mine += rt.owner[i] == rt.members[f];
+            mine += rt.group[i] == f;
         if (frag_header(&b, pr, 1 + mine * (size_t)pairs) < 0) {
             rbuf_free(&b);
             goto out;
@@ -403,8 +430,13 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
         for (size_t i = 0; i < nkeys; i++) {
             size_t a = 1 + i * (size_t)pairs; /* the key's argument */
 
-            if (rt.owner[i] != rt.members[f])
+            if (rt.group[i] != f)
                 continue;
+            if (request_key_pack(&keys, pr->buf + rq->keys[i].off,
+                                 rq->keys[i].len) < 0) {
+                rbuf_free(&b);
+                goto out;
+            }
             m->frag[i] = (uint32_t)f;
             m->pos[i] = (uint32_t)r->frags[f].nkeys++;
             if (fhash == 0)
@@ -422,11 +454,14 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
             rbuf_free(&b);
             goto out;
         }
-        request_send(r, &r->frags[f], rt.members[f], fhash, b.data, b.len, 0);
+        request_send_keyed(r, snap, &r->frags[f], rt.members[f], fhash, b.data,
+                           b.len, 0, keys.data, keys.len);
         rbuf_free(&b);
+        keys.len = 0;
     }
     rc = 0;
 out:
+    rbuf_free(&keys);
     request_route_free(&rt);
     return rc;
 }

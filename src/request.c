@@ -33,6 +33,7 @@
 #include "proto/memcache.h"
 #include "proto/redis.h"
 #include "redis_mode.h"
+#include "replica.h"
 
 #define OF(ptr, type, field) ((type *)((char *)(ptr)-offsetof(type, field)))
 
@@ -174,6 +175,7 @@ static void client_abandon(struct rclient *c);
 static struct rserver *send_to(struct rreq *r, struct rfrag *f,
                                struct server *srv, uint64_t hash);
 static void mig_timer(struct worker *w, struct timer *t);
+static void rep_report(struct rreq *copy);
 
 /* ---- buffers ------------------------------------------------------------- */
 
@@ -411,6 +413,16 @@ req_proto(const struct rreq *r)
 
 /* ---- routing (for the modes) ------------------------------------------- */
 
+bool
+request_same_set(const struct pool_snapshot *snap, uint64_t a, uint64_t b)
+{
+    size_t sa[REPLICAS_MAX], sb[REPLICAS_MAX], n = snap->set.replicas;
+    size_t na = chash_ring_lookup_n(snap->ring, a, sa, n);
+
+    return na == chash_ring_lookup_n(snap->ring, b, sb, n) &&
+           memcmp(sa, sb, na * sizeof(*sa)) == 0;
+}
+
 int
 request_route(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
               const struct proto_span *keys, size_t nkeys,
@@ -418,17 +430,21 @@ request_route(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
 {
     size_t n = nkeys ? nkeys : 1;
     const char *why;
+    bool sets = snap->set.replicas > 1;
 
     rt->nmembers = 0;
     if (n <= REQUEST_ROUTE_INLINE) {
         rt->owner = rt->owner_in;
         rt->hash = rt->hash_in;
         rt->members = rt->members_in;
+        rt->group = rt->group_in;
     } else {
         rt->owner = calloc(n, sizeof(*rt->owner));
         rt->hash = calloc(n, sizeof(*rt->hash));
         rt->members = calloc(n, sizeof(*rt->members));
-        if (rt->owner == NULL || rt->hash == NULL || rt->members == NULL)
+        rt->group = calloc(n, sizeof(*rt->group));
+        if (rt->owner == NULL || rt->hash == NULL || rt->members == NULL ||
+            rt->group == NULL)
             return -1;
     }
     for (size_t i = 0; i < nkeys; i++) {
@@ -440,10 +456,23 @@ request_route(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
             request_error(r, PROTO_ERR_NO_MEMBER, why);
             return 0;
         }
-        for (j = 0; j < rt->nmembers && rt->members[j] != rt->owner[i]; j++)
-            ;
+        /* one group per member; with replicas, per replica set (keys of
+         * one primary may have different secondaries) */
+        for (j = 0; j < rt->nmembers; j++) {
+            size_t first = 0;
+
+            if (rt->members[j] != rt->owner[i])
+                continue;
+            if (!sets)
+                break;
+            while (rt->group[first] != j)
+                first++;
+            if (request_same_set(snap, rt->hash[first], rt->hash[i]))
+                break;
+        }
         if (j == rt->nmembers)
             rt->members[rt->nmembers++] = rt->owner[i];
+        rt->group[i] = (uint32_t)j;
     }
     return 1;
 }
@@ -455,6 +484,7 @@ request_route_free(struct request_route *rt)
         free(rt->owner);
         free(rt->hash);
         free(rt->members);
+        free(rt->group);
     }
 }
 
@@ -505,7 +535,9 @@ request_key_member(const struct pool_snapshot *snap, const char *key,
         if (o != NULL && o != s && deferred(snap, o, s))
             s = o; /* not moving yet: where it is */
     }
-    if (server_usable(s))
+    /* replicas: the primary of the key's set, whatever its health (the
+     * engine runs the request on the set's members, request_send_keyed) */
+    if (server_usable(s) || snap->set.replicas > 1)
         return s;
     /* migration: copy: a member being drained (or leaving) still serves
      * the keys it owns in a snapshot that still places them on it */
@@ -636,6 +668,10 @@ frag_done(struct rfrag *f)
     f->conn = NULL;
     if (--r->pending > 0)
         return;
+    if (r->rep != NULL) {
+        rep_report(r); /* a replica's copy: it reports, and goes */
+        return;
+    }
     req_complete(r);
     if (r->client == NULL) {
         req_free(r);
@@ -654,6 +690,7 @@ frag_fail(struct rfrag *f, int kind)
     size_t n = req_proto(f->req)->error_reply(buf, sizeof(buf), kind, NULL);
 
     f->error = true;
+    f->failed = true;
     frag_data(f, buf, n);
     frag_done(f);
 }
@@ -1364,29 +1401,38 @@ request_snapshot(struct rclient *c)
  * <hash> among its server_connections), counted as sent; NULL when none
  * can be had (<f> is answered with the error). */
 static struct rserver *
-send_to(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash)
+send_on(struct worker *w, struct pool *p, const struct request_mode *mode,
+        struct rfrag *f, struct server *srv, uint64_t hash)
 {
-    struct rclient *c = r->client;
-    struct rworker *rw = rworker_get(c->w);
-    struct pool_snapshot *snap = request_snapshot(c);
+    struct rworker *rw = rworker_get(w);
     struct rmember *m;
     size_t i;
 
-    m = rw ? member_get(rw, srv, c->pool, snap->set.server_connections, r->mode)
+    m = rw ? member_get(rw, srv, p, pool_snapshot(p)->set.server_connections,
+                        mode)
            : NULL;
     if (m == NULL) {
         frag_fail(f, PROTO_ERR_CLOSED);
         return NULL;
     }
     i = m->nconns > 1 ? (size_t)(hash % m->nconns) : 0;
-    if (m->conns[i] == NULL && (m->conns[i] = conn_create(c->w, m)) == NULL) {
+    if (m->conns[i] == NULL && (m->conns[i] = conn_create(w, m)) == NULL) {
         frag_fail(f, PROTO_ERR_CLOSED);
         return NULL;
     }
-    stats_add(&srv->stats[c->w->id].inflight, 1);
-    stats_add(&c->pool->stats[c->w->id].fragments, 1);
-    stats_add(&srv->stats[c->w->id].requests, 1);
+    stats_add(&srv->stats[w->id].inflight, 1);
+    stats_add(&p->stats[w->id].fragments, 1);
+    stats_add(&srv->stats[w->id].requests, 1);
     return m->conns[i];
+}
+
+/* The connection to member <srv> that fragment <f> of <r> goes on (by
+ * <hash> among its server_connections), counted as sent; NULL when none
+ * can be had (<f> is answered with the error). */
+static struct rserver *
+send_to(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash)
+{
+    return send_on(r->client->w, r->client->pool, r->mode, f, srv, hash);
 }
 
 void
@@ -1480,6 +1526,452 @@ request_send(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash,
     INVARIANT(c->stream_to == NULL && c->stream_left == 0);
     c->stream_left = stream;
     conn_queue(s, f, buf, len, stream > 0 ? c : NULL);
+}
+
+/* ---- replication --------------------------------------------------------- */
+
+/* How a replicated fragment runs. */
+enum rep_policy {
+    REP_WRITE,      /* every member; write_quorum successes answer */
+    REP_READ_ONE,   /* one member at a time, the next when one fails */
+    REP_READ_QUORUM /* every readable member; read_quorum equal replies */
+};
+
+/* Where one member of the set is. */
+enum rep_state {
+    REP_NOT_SENT, /* not asked (yet: a read's next member) */
+    REP_SKIPPED,  /* not asked: not readable (it has keys to repair) */
+    REP_PENDING,  /* its copy is on its way */
+    REP_OK,       /* answered, not an error */
+    REP_ERROR,    /* answered with an error reply */
+    REP_FAILED    /* no reply: down, refused, reset, timed out */
+};
+
+/*
+ * A fragment on the members of its key's replica set. The fragment <f>
+ * of the client's request waits for the decision; each member gets its
+ * own copy (a request of no client, struct rreq.rep), which may still be
+ * on its way after <f> was answered (a write acknowledged by a quorum):
+ * the last copy to report frees this, and notes the keys of the members
+ * that missed the write or disagreed (replica_note) for their repair.
+ */
+struct rrep {
+    struct rfrag *f; /* the client's fragment, NULL once answered */
+    struct worker *w;
+    struct pool *pool; /* (ref held) */
+    const struct request_mode *mode;
+    int command;
+    unsigned flags;
+    int policy; /* enum rep_policy */
+    unsigned n, need, out;
+    unsigned next;      /* REP_READ_ONE: the next member to ask */
+    bool wait_primary;  /* a write waits for the primary's answer too */
+    int chosen;         /* the member whose reply answered, -1 */
+    bool quorum_failed; /* answered with the replication error */
+    bool sending;       /* the first copies are being sent: no decision
+                           before all are (one may fail at once) */
+    struct server *m[REPLICAS_MAX]; /* in preference order (refs held) */
+    int st[REPLICAS_MAX];           /* enum rep_state */
+    struct rbuf reply[REPLICAS_MAX];
+    uint64_t hash;
+    char *req; /* what each member is sent */
+    size_t reqlen;
+    char *keys; /* packed (request_key_pack) */
+    size_t keyslen;
+    size_t log_cap; /* repair_log */
+};
+
+int
+request_key_pack(struct rbuf *keys, const char *k, size_t len)
+{
+    uint32_t n = (uint32_t)len;
+
+    return rbuf_append(keys, &n, sizeof(n)) < 0 || rbuf_append(keys, k, len) < 0
+               ? -1
+               : 0;
+}
+
+static void
+rep_free(struct rrep *rep)
+{
+    for (unsigned i = 0; i < rep->n; i++) {
+        server_unref(rep->m[i]);
+        rbuf_free(&rep->reply[i]);
+    }
+    pool_unref(rep->pool);
+    free(rep->req);
+    free(rep->keys);
+    free(rep);
+}
+
+/* Whether members <a> and <b> gave the same reply. */
+static bool
+rep_same(const struct rrep *rep, unsigned a, unsigned b)
+{
+    return rep->st[a] == rep->st[b] &&
+           rbuf_size(&rep->reply[a]) == rbuf_size(&rep->reply[b]) &&
+           memcmp(rep->reply[a].data + rep->reply[a].off,
+                  rep->reply[b].data + rep->reply[b].off,
+                  rbuf_size(&rep->reply[a])) == 0;
+}
+
+/* The reply given by most members in state <st> (REP_OK, or REP_ERROR
+ * too when <errors>): the member of it that comes first in preference
+ * order, and its count in *<count>; -1 when none. */
+static int
+rep_best(const struct rrep *rep, bool errors, unsigned *count)
+{
+    int best = -1;
+
+    *count = 0;
+    for (unsigned i = 0; i < rep->n; i++) {
+        unsigned k = 0;
+
+        if (rep->st[i] != REP_OK && !(errors && rep->st[i] == REP_ERROR))
+            continue;
+        for (unsigned j = 0; j < rep->n; j++)
+            k += rep_same(rep, i, j);
+        if (k > *count) {
+            *count = k;
+            best = (int)i;
+        }
+    }
+    return best;
+}
+
+/* Note the fragment's keys on member <i> for its repair (<missed>: it
+ * missed a write, and serves no read until repaired). */
+static void
+rep_note(struct rrep *rep, unsigned i, bool missed)
+{
+    size_t off = 0;
+
+    while (off + sizeof(uint32_t) <= rep->keyslen) {
+        uint32_t len;
+
+        memcpy(&len, rep->keys + off, sizeof(len));
+        off += sizeof(len);
+        if (len > rep->keyslen - off)
+            break;
+        replica_note(rep->m[i], rep->keys + off, len, rep->log_cap, missed);
+        off += len;
+    }
+}
+
+/* Answer the client's fragment with member <i>'s reply, or, <i> < 0,
+ * with the error <msg> (the protocol's words around it). */
+static void
+rep_answer(struct rrep *rep, int i, const char *msg)
+{
+    struct rfrag *f = rep->f;
+
+    rep->f = NULL;
+    rep->chosen = i;
+    if (i >= 0) {
+        f->error = rep->st[i] == REP_ERROR;
+        if (frag_data(f, rep->reply[i].data + rep->reply[i].off,
+                      rbuf_size(&rep->reply[i])) < 0 &&
+            f->req->client != NULL)
+            f->req->client->closing = true; /* out of memory */
+    } else {
+        char buf[512];
+        const struct proto *pr = rep->mode->proto;
+        char text[400];
+        size_t n;
+
+        snprintf(text, sizeof(text), "%s%s",
+                 pr->mode == CONF_MODE_MEMCACHE ? "SERVER_ERROR " : "", msg);
+        n = pr->error_reply(buf, sizeof(buf), PROTO_ERR_REQUEST, text);
+        rep->quorum_failed = true;
+        f->error = true;
+        if (frag_data(f, buf, n) < 0 && f->req->client != NULL)
+            f->req->client->closing = true;
+    }
+    frag_done(f);
+}
+
+static void rep_send(struct rrep *rep, unsigned i);
+
+/* A read's next member to ask: the first readable one not asked yet;
+ * false when none is left. */
+static bool
+rep_next(struct rrep *rep)
+{
+    while (rep->next < rep->n) {
+        unsigned i = rep->next++;
+
+        if (!server_usable(rep->m[i]) || !replica_readable(rep->m[i])) {
+            rep->st[i] = REP_SKIPPED;
+            continue;
+        }
+        rep_send(rep, i);
+        return true;
+    }
+    return false;
+}
+
+/* Decide, if the replies so far allow it. */
+static void
+rep_decide(struct rrep *rep)
+{
+    unsigned ok = 0, pending = 0, answered = 0, count, n = rep->n;
+    char msg[256];
+    int best;
+
+    if (rep->f == NULL || rep->sending)
+        return;
+    for (unsigned i = 0; i < n; i++) {
+        ok += rep->st[i] == REP_OK;
+        pending += rep->st[i] == REP_PENDING;
+        answered += rep->st[i] == REP_OK || rep->st[i] == REP_ERROR;
+    }
+    switch (rep->policy) {
+    case REP_READ_ONE:
+        for (unsigned i = 0; i < n; i++)
+            if (rep->st[i] == REP_OK || rep->st[i] == REP_ERROR) {
+                rep_answer(rep, (int)i, NULL);
+                return;
+            }
+        if (pending > 0 || rep_next(rep))
+            return;
+        atomic_fetch_add(&rep->pool->rstats.read_failures, 1);
+        rep_answer(rep, -1,
+                   "replication: no member of the key's replica set could "
+                   "answer");
+        return;
+    case REP_READ_QUORUM:
+        best = rep_best(rep, true, &count);
+        if (best >= 0 && count >= rep->need) {
+            rep_answer(rep, best, NULL);
+            return;
+        }
+        if (pending > 0 && count + pending >= rep->need)
+            return; /* the rest may still agree */
+        atomic_fetch_add(&rep->pool->rstats.read_failures, 1);
+        if (answered < rep->need)
+            snprintf(msg, sizeof(msg),
+                     "replication: %u of %u members answered (need %u)",
+                     answered, n, rep->need);
+        else
+            snprintf(msg, sizeof(msg),
+                     "replication: the members disagree on the key (%u "
+                     "replies, at most %u equal; need %u)",
+                     answered, count, rep->need);
+        rep_answer(rep, -1, msg);
+        return;
+    default:
+        break;
+    }
+    /* a write */
+    if (ok >= rep->need) {
+        if (rep->wait_primary && rep->st[0] == REP_PENDING)
+            return; /* primary reads must see what was acknowledged */
+        best = rep_best(rep, false, &count);
+        rep_answer(rep, best, NULL);
+        return;
+    }
+    if (ok + pending >= rep->need || pending > 0)
+        return; /* still possible; or decided once all are in */
+    /* No quorum. When every member that answered gave one error
+     * (WRONGTYPE...), that is the command's own reply. */
+    best = rep_best(rep, true, &count);
+    if (ok == 0 && best >= 0 && count >= rep->need && count == answered) {
+        rep_answer(rep, best, NULL);
+        return;
+    }
+    atomic_fetch_add(&rep->pool->rstats.write_failures, 1);
+    snprintf(msg, sizeof(msg),
+             "replication: %u of %u members acknowledged (need %u)", ok, n,
+             rep->need);
+    rep_answer(rep, -1, msg);
+}
+
+/* Every copy is in: note what must be repaired, count, free. A member
+ * that missed a write (no reply, an error where others succeeded) stops
+ * serving reads until it is repaired; one that answered apart from the
+ * others (a divergence) is repaired too, and keeps serving. */
+static void
+rep_finish(struct rrep *rep)
+{
+    unsigned count, ok = 0;
+    int best;
+    bool differ = false, missed = false;
+
+    if (rep->policy == REP_READ_ONE) {
+        rep_free(rep);
+        return;
+    }
+    for (unsigned i = 0; i < rep->n; i++)
+        ok += rep->st[i] == REP_OK;
+    best = rep_best(rep, rep->policy != REP_WRITE || ok == 0, &count);
+    for (unsigned i = 0; i < rep->n; i++) {
+        bool answered = rep->st[i] == REP_OK || rep->st[i] == REP_ERROR;
+
+        if (rep->st[i] == REP_NOT_SENT || rep->st[i] == REP_SKIPPED ||
+            (best >= 0 && rep_same(rep, (unsigned)best, i)))
+            continue;
+        if (rep->policy == REP_READ_QUORUM) {
+            if (answered) {
+                differ = true;
+                rep_note(rep, i, false); /* read repair */
+            }
+            continue;
+        }
+        if (rep->st[i] == REP_OK) {
+            differ = true; /* INCR 5 here, 6 there */
+            rep_note(rep, i, false);
+        } else {
+            missed = true;
+            rep_note(rep, i, true);
+        }
+    }
+    if (differ)
+        atomic_fetch_add(&rep->pool->rstats.divergences, 1);
+    if (rep->policy == REP_WRITE && missed && !rep->quorum_failed)
+        atomic_fetch_add(&rep->pool->rstats.partial_writes, 1);
+    rep_free(rep);
+}
+
+/* A copy is answered (or failed): take its reply, decide, and finish
+ * once every copy is in. Frees <copy>. Its reference on <rep> is held
+ * through the decision (which may send, and see sends fail at once). */
+static void
+rep_report(struct rreq *copy)
+{
+    struct rrep *rep = copy->rep;
+    unsigned i = copy->rep_idx;
+    struct rfrag *f = &copy->one;
+    struct rbuf t;
+
+    rep->st[i] = f->failed ? REP_FAILED : f->error ? REP_ERROR : REP_OK;
+    t = rep->reply[i];
+    rep->reply[i] = copy->reply;
+    copy->reply = t;
+    copy->rep = NULL;
+    req_free(copy);
+    rep_decide(rep);
+    if (--rep->out == 0 && rep->f == NULL)
+        rep_finish(rep);
+}
+
+/* Send member <i> its copy. */
+static void
+rep_send(struct rrep *rep, unsigned i)
+{
+    struct rreq *copy = calloc(1, sizeof(*copy));
+    struct rserver *s;
+
+    rep->st[i] = REP_PENDING;
+    rep->out++;
+    if (copy == NULL || request_frags(copy, 1) < 0) {
+        free(copy);
+        rep->st[i] = REP_FAILED;
+        rep->out--;
+        return;
+    }
+    copy->mode = rep->mode;
+    copy->command = rep->command;
+    copy->flags = rep->flags;
+    copy->start_us = now_us();
+    copy->start_ms = rep->w->now_ms;
+    copy->rep = rep;
+    copy->rep_idx = i;
+    s = send_on(rep->w, rep->pool, rep->mode, &copy->one, rep->m[i], rep->hash);
+    if (s != NULL)
+        conn_queue(s, &copy->one, rep->req, rep->reqlen, NULL);
+    /* (a copy that failed at once has reported already) */
+}
+
+void
+request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
+                   struct rfrag *f, struct server *s, uint64_t hash,
+                   const char *buf, size_t len, uint64_t stream,
+                   const char *keys, size_t keyslen)
+{
+    const struct pool_settings *set = &snap->set;
+    size_t idx[REPLICAS_MAX];
+    struct rrep *rep;
+    unsigned n;
+
+    if (set->replicas <= 1 || snap->ring == NULL) {
+        request_send(r, f, s, hash, buf, len, stream);
+        return;
+    }
+    INVARIANT(stream == 0);
+    n = (unsigned)chash_ring_lookup_n(snap->ring, hash, idx, set->replicas);
+    rep = calloc(1, sizeof(*rep));
+    if (rep == NULL || (rep->req = malloc(len ? len : 1)) == NULL ||
+        (rep->keys = malloc(keyslen ? keyslen : 1)) == NULL || n == 0) {
+        if (rep != NULL) {
+            free(rep->req);
+            free(rep->keys);
+        }
+        free(rep);
+        frag_fail(f, PROTO_ERR_CLOSED);
+        return;
+    }
+    memcpy(rep->req, buf, len);
+    rep->reqlen = len;
+    memcpy(rep->keys, keys, keyslen);
+    rep->keyslen = keyslen;
+    rep->f = f;
+    rep->w = r->client->w;
+    rep->pool = r->client->pool;
+    pool_ref(rep->pool);
+    rep->mode = r->mode;
+    rep->command = r->command;
+    rep->flags = r->flags;
+    rep->hash = hash;
+    rep->n = n;
+    rep->chosen = -1;
+    rep->log_cap = set->repair_log;
+    for (unsigned i = 0; i < n; i++) {
+        rep->m[i] = snap->servers[idx[i]];
+        server_ref(rep->m[i]);
+    }
+    if (r->flags & PROTO_REQ_WRITE) {
+        rep->policy = REP_WRITE;
+        rep->need = set->write_quorum < n ? set->write_quorum : n;
+        rep->wait_primary = set->read_policy == CONF_READ_PRIMARY;
+    } else if (r->rep_one || set->read_policy != CONF_READ_QUORUM) {
+        rep->policy = REP_READ_ONE;
+        rep->need = 1;
+        if (set->read_policy == CONF_READ_ANY && !r->rep_one) {
+            /* spread by client: a rotation of the preference order */
+            unsigned k = (unsigned)(r->client->id % n);
+            struct server *rot[REPLICAS_MAX];
+
+            for (unsigned i = 0; i < n; i++)
+                rot[i] = rep->m[(i + k) % n];
+            memcpy(rep->m, rot, n * sizeof(*rot));
+        }
+    } else {
+        rep->policy = REP_READ_QUORUM;
+        rep->need = set->read_quorum < n ? set->read_quorum : n;
+    }
+    /* the copies hold a reference: the last one frees <rep> */
+    rep->out++;
+    rep->sending = true;
+    if (rep->policy == REP_READ_ONE) {
+        rep_next(rep);
+    } else {
+        for (unsigned i = 0; i < n; i++) {
+            if (!server_usable(rep->m[i])) {
+                rep->st[i] = REP_FAILED; /* down: counted as failed */
+                continue;
+            }
+            if (rep->policy == REP_READ_QUORUM &&
+                !replica_readable(rep->m[i])) {
+                rep->st[i] = REP_SKIPPED;
+                continue;
+            }
+            rep_send(rep, i);
+        }
+    }
+    rep->sending = false;
+    rep_decide(rep);
+    if (--rep->out == 0 && rep->f == NULL)
+        rep_finish(rep);
 }
 
 /* ---- migration: gates and the drain barrier ------------------------------ */
@@ -2246,6 +2738,7 @@ client_parse(struct rclient *c)
         rq.scratchcap = c->scratchcap;
         rq.max = snap->set.client_max_request;
         rq.value_max = snap->set.item_size_max;
+        rq.whole = snap->set.replicas > 1;
         rq.progress = &c->progress;
         st = pr->parse_request(c->in.data + c->in.off, rbuf_size(&c->in), &rq);
         if (st != PROTO_AGAIN || rq.head > 0)

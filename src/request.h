@@ -29,6 +29,7 @@ struct rclient;
 struct rreq;
 struct rserver;
 struct rgate;
+struct rrep;
 
 /* A growable byte buffer: bytes [off, len) are live. */
 struct rbuf {
@@ -76,6 +77,7 @@ struct rfrag {
     struct rgate *gates;    /* registered, not sent yet */
     unsigned gates_pending; /* sent, not answered */
     bool held;
+    bool failed;    /* no reply came (refused, reset, timed out) */
     bool abandoned; /* its client is gone: fails once released */
     struct rfrag *hnext;
     struct server *hold_to; /* where it goes when released (ref held) */
@@ -102,6 +104,13 @@ struct rreq {
     uint64_t start_ms;
     uint64_t start_us; /* parsed at (monotonic): latency */
     void *mode_data;   /* the mode's (merge state), freed by it */
+    /* Replication (request_send_keyed): a copy of a fragment on its way
+     * to one member of the key's replica set -- its own request, with no
+     * client, that reports to <rep> (its slot <rep_idx>) when answered. */
+    struct rrep *rep;
+    unsigned rep_idx;
+    bool rep_one; /* set by the mode: a reply that differs by member
+                     (TTL, SRANDMEMBER...): one member answers a read */
 };
 
 /* The engine's per-worker, per-member state. */
@@ -243,6 +252,28 @@ void request_send(struct rreq *r, struct rfrag *f, struct server *s,
                   uint64_t hash, const char *buf, size_t len, uint64_t stream);
 
 /*
+ * request_send for a fragment whose keys (<nkeys> of them, packed: each
+ * a 4-byte length then its bytes, in <keys>) all share one replica set
+ * in <snap>, <s> being its primary (request_key_member's or
+ * request_route's answer) and <hash> the ring hash of its first key.
+ * With replicas: 1, request_send. Else it runs on the members of the
+ * key's replica set by the pool's policy: a write (PROTO_REQ_WRITE) on
+ * every member, answered once write_quorum of them succeeded; a read on
+ * one member (read_policy primary or any; the next one when it fails) or
+ * on every readable member (quorum, the reply that read_quorum of them
+ * agree on). <stream> is request_send's; 0 when replicated (a replicated
+ * pool's parser takes values whole).
+ */
+void request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
+                        struct rfrag *f, struct server *s, uint64_t hash,
+                        const char *buf, size_t len, uint64_t stream,
+                        const char *keys, size_t keyslen);
+
+/* Append key <k> (<len> bytes) to <keys>, packed for request_send_keyed.
+ * 0 or -1 (out of memory). */
+int request_key_pack(struct rbuf *keys, const char *k, size_t len);
+
+/*
  * Queue fragment <f> of <r> as request_send does, as the line "<cmd>
  * <keys>\r\n" -- or, when the connection's last queued line is a batch
  * of the same <kind> not written yet, by adding " <keys>" to that line:
@@ -279,13 +310,16 @@ struct request_route {
     struct server **owner;   /* [nkeys] key i's member */
     uint64_t *hash;          /* [nkeys] key i's ring hash */
     struct server **members; /* the distinct ones, in their first key's
-                                order */
+                                order (replicas > 1: the primary of each
+                                distinct replica set, maybe twice) */
+    uint32_t *group;         /* [nkeys] key i's index in <members> */
     size_t nmembers;
     /* the arrays themselves for up to REQUEST_ROUTE_INLINE keys (no
      * allocation for the usual request) */
     struct server *owner_in[REQUEST_ROUTE_INLINE];
     uint64_t hash_in[REQUEST_ROUTE_INLINE];
     struct server *members_in[REQUEST_ROUTE_INLINE];
+    uint32_t group_in[REQUEST_ROUTE_INLINE];
 };
 
 /*
@@ -298,6 +332,10 @@ int request_route(struct rreq *r, const struct pool_snapshot *snap,
                   const char *buf, const struct proto_span *keys, size_t nkeys,
                   struct request_route *rt);
 void request_route_free(struct request_route *rt);
+
+/* Whether keys of ring hashes <a> and <b> have the same replica set in
+ * <snap> (members, in the same preference order). */
+bool request_same_set(const struct pool_snapshot *snap, uint64_t a, uint64_t b);
 
 /*
  * Migration. Key <key> (<len> bytes, ring hash <hash>) goes to <to>

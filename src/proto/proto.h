@@ -95,16 +95,20 @@ struct proto_request {
     char *scratch;           /* (caller's) room for an inline request's
                                 re-encoding (PROTO_REQ_INLINE) */
     size_t scratchcap;
-    size_t scratchlen;       /* bytes of it used */
-    uint64_t max;            /* the largest request accepted (bytes); more
-                                is PROTO_FATAL ("too large") */
-    uint64_t value_max;      /* memcache: the largest value stored (the
-                                pool's item_size_max); 0: MC_ITEM_SIZE_MAX */
+    size_t scratchlen;  /* bytes of it used */
+    uint64_t max;       /* the largest request accepted (bytes); more
+                           is PROTO_FATAL ("too large") */
+    uint64_t value_max; /* memcache: the largest value stored (the
+                           pool's item_size_max); 0: MC_ITEM_SIZE_MAX */
+    bool whole;         /* (caller's) never stream a value: the
+                           request is complete when parsed (a
+                           replicated pool sends it to several
+                           members) */
     struct proto_progress *progress; /* (caller's, may be NULL) where a
                                         parse that said PROTO_AGAIN goes
                                         on from */
-    const char *err;         /* a static reason for PROTO_INVALID,
-                                PROTO_FATAL and PROTO_REQ_REFUSED */
+    const char *err;                 /* a static reason for PROTO_INVALID,
+                                        PROTO_FATAL and PROTO_REQ_REFUSED */
 };
 
 /* One parsed reply: <len> bytes parsed (the whole reply, or the head of a
@@ -188,7 +192,7 @@ struct proto_error_texts {
     const char *lead;                     /* the line's first bytes ("-") */
     const char *kinds[PROTO_ERR_REQUEST]; /* refused, timed out, closed, no
                                              member; a detail follows ": " */
-    const char *request;        /* a bad request, without a message */
+    const char *request;                  /* a bad request, without a message */
     const char *request_prefix; /* before a message without its own code */
     bool (*has_code)(const char *msg); /* the message has its code */
 };

@@ -100,6 +100,7 @@ struct redis_entry {
     }
 #define W REDIS_WRITE
 #define A REDIS_ADMIN
+#define V REDIS_VOLATILE
 
 /*
  * The commands of Redis 7.0 (redis-server 7.0.15's COMMAND), sorted by
@@ -184,7 +185,7 @@ static const struct redis_entry redis_table[] = {
     CMD("decrby",                  3, KEY,        1,  1, 1, W,    NONE),
     CMD("del",                    -2, SPLIT_KEYS,  1, -1, 1, W,    NONE),
     CMD("discard",                 1, REFUSED,    0,  0, 0, 0,    NONE),
-    CMD("dump",                    2, KEY,        1,  1, 1, 0,    NONE),
+    CMD("dump",                    2, KEY,        1,  1, 1, V,    NONE),
     CMD("echo",                    2, LOCAL,      0,  0, 0, 0,    NONE),
     CMD("eval",                   -3, NUMKEYS,    2,  0, 1, W,    SCRIPT),
     CMD("eval_ro",                -3, NUMKEYS,    2,  0, 1, 0,    SCRIPT),
@@ -194,7 +195,7 @@ static const struct redis_entry redis_table[] = {
     CMD("exists",                 -2, SPLIT_KEYS,  1, -1, 1, 0,    NONE),
     CMD("expire",                 -3, KEY,        1,  1, 1, W,    NONE),
     CMD("expireat",               -3, KEY,        1,  1, 1, W,    NONE),
-    CMD("expiretime",              2, KEY,        1,  1, 1, 0,    NONE),
+    CMD("expiretime",              2, KEY,        1,  1, 1, V,    NONE),
     CMD("failover",               -1, REFUSED,    0,  0, 0, 0,    NONE),
     CMD("fcall",                  -3, NUMKEYS,    2,  0, 1, W,    SCRIPT),
     CMD("fcall_ro",               -3, NUMKEYS,    2,  0, 1, 0,    SCRIPT),
@@ -228,8 +229,8 @@ static const struct redis_entry redis_table[] = {
     CMD("hlen",                    2, KEY,        1,  1, 1, 0,    NONE),
     CMD("hmget",                  -3, KEY,        1,  1, 1, 0,    NONE),
     CMD("hmset",                  -4, KEY,        1,  1, 1, W,    NONE),
-    CMD("hrandfield",             -2, KEY,        1,  1, 1, 0,    NONE),
-    CMD("hscan",                  -3, KEY,        1,  1, 1, 0,    NONE),
+    CMD("hrandfield",             -2, KEY,        1,  1, 1, V,    NONE),
+    CMD("hscan",                  -3, KEY,        1,  1, 1, V,    NONE),
     CMD("hset",                   -4, KEY,        1,  1, 1, W,    NONE),
     CMD("hsetnx",                  4, KEY,        1,  1, 1, W,    NONE),
     CMD("hstrlen",                 3, KEY,        1,  1, 1, 0,    NONE),
@@ -256,7 +257,7 @@ static const struct redis_entry redis_table[] = {
     CMD("lrem",                    4, KEY,        1,  1, 1, W,    NONE),
     CMD("lset",                    4, KEY,        1,  1, 1, W,    NONE),
     CMD("ltrim",                   4, KEY,        1,  1, 1, W,    NONE),
-    CMD("memory",                 -2, KEY,        2,  2, 1, 0,    SUBCOMMAND),
+    CMD("memory",                 -2, KEY,        2,  2, 1, V,    SUBCOMMAND),
     CMD("mget",                   -2, SPLIT_KEYS,  1, -1, 1, 0,    NONE),
     CMD("migrate",                -6, REFUSED,    3,  3, 1, W,    NONE),
     CMD("module",                 -2, REFUSED,    0,  0, 0, 0,    NONE),
@@ -265,11 +266,11 @@ static const struct redis_entry redis_table[] = {
     CMD("mset",                   -3, SPLIT_KV,   1, -1, 2, W,    NONE),
     CMD("msetnx",                 -3, SAME,       1, -1, 2, W,    NONE),
     CMD("multi",                   1, REFUSED,    0,  0, 0, 0,    NONE),
-    CMD("object",                 -2, KEY,        2,  2, 1, 0,    SUBCOMMAND),
+    CMD("object",                 -2, KEY,        2,  2, 1, V,    SUBCOMMAND),
     CMD("persist",                 2, KEY,        1,  1, 1, W,    NONE),
     CMD("pexpire",                -3, KEY,        1,  1, 1, W,    NONE),
     CMD("pexpireat",              -3, KEY,        1,  1, 1, W,    NONE),
-    CMD("pexpiretime",             2, KEY,        1,  1, 1, 0,    NONE),
+    CMD("pexpiretime",             2, KEY,        1,  1, 1, V,    NONE),
     CMD("pfadd",                  -2, KEY,        1,  1, 1, W,    NONE),
     CMD("pfcount",                -2, SAME,       1, -1, 1, 0,    NONE),
     CMD("pfdebug",                 3, REFUSED,    2,  2, 1, W,    NONE),
@@ -279,7 +280,7 @@ static const struct redis_entry redis_table[] = {
     CMD("psetex",                  4, KEY,        1,  1, 1, W,    NONE),
     CMD("psubscribe",             -2, REFUSED,    0,  0, 0, 0,    NONE),
     CMD("psync",                  -3, REFUSED,    0,  0, 0, 0,    NONE),
-    CMD("pttl",                    2, KEY,        1,  1, 1, 0,    NONE),
+    CMD("pttl",                    2, KEY,        1,  1, 1, V,    NONE),
     CMD("publish",                 3, REFUSED,    0,  0, 0, 0,    NONE),
     CMD("pubsub",                 -2, REFUSED,    0,  0, 0, 0,    NONE),
     CMD("punsubscribe",           -1, REFUSED,    0,  0, 0, 0,    NONE),
@@ -326,9 +327,9 @@ static const struct redis_entry redis_table[] = {
     CMD("sort_ro",                -2, KEY,        1,  1, 1, 0,    NONE),
     CMD("spop",                   -2, KEY,        1,  1, 1, W,    NONE),
     CMD("spublish",                3, REFUSED,    1,  1, 1, 0,    NONE),
-    CMD("srandmember",            -2, KEY,        1,  1, 1, 0,    NONE),
+    CMD("srandmember",            -2, KEY,        1,  1, 1, V,    NONE),
     CMD("srem",                   -3, KEY,        1,  1, 1, W,    NONE),
-    CMD("sscan",                  -3, KEY,        1,  1, 1, 0,    NONE),
+    CMD("sscan",                  -3, KEY,        1,  1, 1, V,    NONE),
     CMD("ssubscribe",             -2, REFUSED,    1, -1, 1, 0,    NONE),
     CMD("strlen",                  2, KEY,        1,  1, 1, 0,    NONE),
     CMD("subscribe",              -2, REFUSED,    0,  0, 0, 0,    NONE),
@@ -340,7 +341,7 @@ static const struct redis_entry redis_table[] = {
     CMD("sync",                    1, REFUSED,    0,  0, 0, 0,    NONE),
     CMD("time",                    1, LOCAL,      0,  0, 0, 0,    NONE),
     CMD("touch",                  -2, SPLIT_KEYS,  1, -1, 1, 0,    NONE),
-    CMD("ttl",                     2, KEY,        1,  1, 1, 0,    NONE),
+    CMD("ttl",                     2, KEY,        1,  1, 1, V,    NONE),
     CMD("type",                    2, KEY,        1,  1, 1, 0,    NONE),
     CMD("unlink",                 -2, SPLIT_KEYS,  1, -1, 1, W,    NONE),
     CMD("unsubscribe",            -1, REFUSED,    0,  0, 0, 0,    NONE),
@@ -376,7 +377,7 @@ static const struct redis_entry redis_table[] = {
     CMD("zmscore",                -3, KEY,        1,  1, 1, 0,    NONE),
     CMD("zpopmax",                -2, KEY,        1,  1, 1, W,    NONE),
     CMD("zpopmin",                -2, KEY,        1,  1, 1, W,    NONE),
-    CMD("zrandmember",            -2, KEY,        1,  1, 1, 0,    NONE),
+    CMD("zrandmember",            -2, KEY,        1,  1, 1, V,    NONE),
     CMD("zrange",                 -4, KEY,        1,  1, 1, 0,    NONE),
     CMD("zrangebylex",            -4, KEY,        1,  1, 1, 0,    NONE),
     CMD("zrangebyscore",          -4, KEY,        1,  1, 1, 0,    NONE),
@@ -390,7 +391,7 @@ static const struct redis_entry redis_table[] = {
     CMD("zrevrangebylex",         -4, KEY,        1,  1, 1, 0,    NONE),
     CMD("zrevrangebyscore",       -4, KEY,        1,  1, 1, 0,    NONE),
     CMD("zrevrank",                3, KEY,        1,  1, 1, 0,    NONE),
-    CMD("zscan",                  -3, KEY,        1,  1, 1, 0,    NONE),
+    CMD("zscan",                  -3, KEY,        1,  1, 1, V,    NONE),
     CMD("zscore",                  3, KEY,        1,  1, 1, 0,    NONE),
     CMD("zunion",                 -3, NUMKEYS,    1,  0, 1, 0,    NUMKEYS),
     CMD("zunionstore",            -4, SAME,       1,  1, 1, W,    DEST_NUMKEYS),
@@ -398,6 +399,7 @@ static const struct redis_entry redis_table[] = {
 /* clang-format on */
 #undef W
 #undef A
+#undef V
 #undef CMD
 
 /*
@@ -1060,7 +1062,7 @@ parse_multibulk(const char *buf, size_t len, struct proto_request *rq)
         if (i == 0)
             name = (struct proto_span){end, (size_t)blen};
         if (i > 0 && i == (size_t)count - 1 && blen >= PROTO_STREAM_MIN &&
-            streamable(buf, name, (size_t)count)) {
+            !rq->whole && streamable(buf, name, (size_t)count)) {
             rq->nargs = (size_t)count;
             if (rq->nargs > rq->argcap) {
                 rq->nkeys = rq->nargs;

@@ -72,8 +72,11 @@ enum redis_kind {
 
 /* struct redis_command.flags */
 enum redis_command_flag {
-    REDIS_WRITE = 1u << 0, /* changes data (replication, migration care) */
-    REDIS_ADMIN = 1u << 1  /* fan-out only with allow_fanout_admin */
+    REDIS_WRITE = 1u << 0,   /* changes data (replication, migration care) */
+    REDIS_ADMIN = 1u << 1,   /* fan-out only with allow_fanout_admin */
+    REDIS_VOLATILE = 1u << 2 /* the reply differs by member (TTL, random
+                                picks, scan cursors): a replicated read is
+                                answered by one member */
 };
 
 struct redis_command {

@@ -1,0 +1,90 @@
+/* replica.h -- replication of store pools (`replicas: N`): what is shared
+ * between the workers, which send each request to the members of its
+ * key's replica set (request.c), and the control thread, which repairs
+ * the members that missed writes:
+ *
+ *   - per member, a bounded log of the keys it must be repaired on (a
+ *     write it missed: down, refused, failed, or answered apart from the
+ *     others; a quorum read on which it disagreed), and whether it may
+ *     serve reads (not while it has keys to repair);
+ *   - the repairer: a thread per pool, started by the control thread's
+ *     tick when a member has keys to repair and is up; for each key it
+ *     reads every member of the key's set, takes the value most of them
+ *     hold (the primary's when no value has more copies than another)
+ *     and writes it where it differs. A log that overflowed is a full
+ *     comparison instead (redis: SCAN every member; memcache: the member
+ *     is flushed);
+ *   - counters for the metrics and the admin API.
+ * doc/replication.md for users.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#ifndef CHASHD_REPLICA_H
+#define CHASHD_REPLICA_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+struct pool;
+struct server;
+
+/* A member's keys to repair (in struct server). */
+struct replica_log {
+    pthread_mutex_t lock;
+    char **keys; /* open addressing, NULL: empty; each key is a 4-byte
+                    length then its bytes */
+    size_t cap, n;
+    bool overflow;        /* more keys than repair_log: compare all */
+    _Atomic bool dirty;   /* (atomic) keys to repair: not readable */
+    _Atomic uint64_t gen; /* (atomic) +1 per key noted */
+    /* control thread */
+    uint64_t clean_gen; /* gen when its last repair pass began */
+    uint64_t clean_ms;  /* when a pass found nothing left (0: not yet) */
+    uint64_t retry_ms;  /* not before (it was unreachable) */
+};
+
+/* Per pool counters, (atomic), any thread. */
+struct replica_stats {
+    _Atomic uint64_t divergences;    /* replies that differed */
+    _Atomic uint64_t repairs;        /* copies written (or deleted) */
+    _Atomic uint64_t repair_errors;  /* keys a pass could not repair */
+    _Atomic uint64_t write_failures; /* writes refused: quorum not met */
+    _Atomic uint64_t partial_writes; /* acknowledged, some member missed it */
+    _Atomic uint64_t read_failures;  /* quorum reads refused */
+    _Atomic uint64_t full_compares;  /* repairs of an overflowed log */
+};
+
+void replica_log_init(struct replica_log *l);
+void replica_log_deinit(struct replica_log *l);
+
+/*
+ * Worker side. Member <s> must be repaired on the key <key> (<len>
+ * bytes): noted in its log, which holds at most <cap> keys (beyond: the
+ * log overflows, its member is compared whole). <missed>: it missed a
+ * write, and stops serving reads at once, until repaired.
+ */
+void replica_note(struct server *s, const char *key, size_t len, size_t cap,
+                  bool missed);
+
+/* Whether <s> may serve reads (nothing to repair). Any thread. */
+bool replica_readable(const struct server *s);
+
+/* Keys waiting in <s>'s log (any thread; for the metrics). */
+size_t replica_pending(struct server *s);
+
+/* Control thread: start the tick that runs the repairers. 0 or -1. */
+int replica_init(void);
+/* Stop every repairer (at exit). */
+void replica_deinit(void);
+/* Prometheus families (the metrics handler). */
+void replica_metrics(FILE *f);
+/* The admin API's replication object of pool <p> (NULL when it keeps
+ * one copy). */
+json_t *replica_json(struct pool *p);
+
+#endif /* CHASHD_REPLICA_H */
