@@ -23,8 +23,11 @@
 #define RETRY_MS 1000
 /* How often each member's identity is checked (a restart). */
 #define PROBE_MS 1000
-/* Equal reads after a repair before a key counts as repaired. */
-#define REPAIR_TRIES 3
+/* Rounds of reading a key's copies before it is left for later. */
+#define REPAIR_TRIES 5
+/* Between the two reads of a key's copies (a write on its way shows as a
+ * copy that changed). */
+#define SETTLE_NS (5 * 1000 * 1000)
 
 /* ---- the logs (any thread) ----------------------------------------------- */
 
@@ -405,19 +408,44 @@ copy_same(const struct copy *a, const struct copy *b)
 
 /* ---- repairing a key ----------------------------------------------------- */
 
+/* Read every member of a set (<n>, snapshot indexes <idx>) into <cp>:
+ * 0, or -1 with *<who> the member that could not be read. */
+static int
+read_all(struct repairer *rp, const char *key, size_t klen, const size_t *idx,
+         size_t n, struct copy *cp, size_t *who)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct server *s = rp->snap->servers[idx[i]];
+        struct rconn *c = server_usable(s) ? conn_of(rp, idx[i]) : NULL;
+
+        if (c == NULL || read_copy(rp, c, key, klen, &cp[i]) < 0) {
+            *who = idx[i];
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /*
- * Make every reachable member of <key>'s replica set hold the value most
- * of its voters hold (the members that are up and have nothing to
- * repair; all of them when none is), the first in preference order when
- * no value has more copies than another. 0, or -1 when a member of the
- * set could not be read or written (*<who>: its snapshot index).
+ * Make every reachable member of <key>'s replica set hold the value its
+ * voters agree on. Voters: the members that serve reads (nothing to
+ * repair; every member when none does). Before a voter is written, the
+ * copies are read twice, a moment apart: a copy that changed in between
+ * is a client's write on
+ * its way, and the key is left to settle and read again (a repair must
+ * never undo a write on a member that serves reads). The value most
+ * voters hold wins (the first in preference order among equals); it is
+ * written on the members that do not serve reads at once, and on a voter
+ * only when the voter's copy stayed apart over two reads. 0, or -1 when a
+ * member could not be read or written
+ * (*<who>: its snapshot index) or the key never settled.
  */
 static int
 repair_key(struct repairer *rp, const char *key, size_t klen, size_t *who)
 {
     const struct pool_snapshot *snap = rp->snap;
     size_t idx[REPLICAS_MAX], n, off, tl;
-    struct copy cp[REPLICAS_MAX];
+    struct copy a[REPLICAS_MAX], b[REPLICAS_MAX];
     uint64_t h;
     int rc = -1;
 
@@ -426,21 +454,29 @@ repair_key(struct repairer *rp, const char *key, size_t klen, size_t *who)
     tl = chash_key_tag(key, klen, snap->set.hash_tag, &off);
     h = chash_ring_hash(snap->ring, key + off, tl);
     n = chash_ring_lookup_n(snap->ring, h, idx, snap->set.replicas);
+    memset(a, 0, sizeof(a));
+    memset(b, 0, sizeof(b));
     for (int tries = 0; tries < REPAIR_TRIES; tries++) {
-        bool voter[REPLICAS_MAX], any = false, wrote = false;
+        bool voter[REPLICAS_MAX], any = false, differ = false, moving = false,
+                                  voters_differ = false;
         int best = -1;
         unsigned bestn = 0;
+        struct timespec pause = {0, SETTLE_NS};
 
-        memset(cp, 0, sizeof(cp));
         for (size_t i = 0; i < n; i++) {
-            struct server *s = snap->servers[idx[i]];
-            struct rconn *c = server_usable(s) ? conn_of(rp, idx[i]) : NULL;
-
-            if (c == NULL || read_copy(rp, c, key, klen, &cp[i]) < 0) {
-                *who = idx[i];
-                goto out;
-            }
-            voter[i] = replica_readable(s);
+            copy_free(&a[i]);
+            copy_free(&b[i]);
+        }
+        if (read_all(rp, key, klen, idx, n, a, who) < 0)
+            goto out;
+        for (size_t i = 1; i < n; i++)
+            differ |= !copy_same(&a[0], &a[i]);
+        if (!differ) {
+            rc = 0; /* every copy agrees */
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+            voter[i] = replica_readable(snap->servers[idx[i]]);
             any |= voter[i];
         }
         for (size_t i = 0; i < n; i++) {
@@ -449,38 +485,44 @@ repair_key(struct repairer *rp, const char *key, size_t klen, size_t *who)
             if (any && !voter[i])
                 continue;
             for (size_t j = 0; j < n; j++)
-                k += (!any || voter[j]) && copy_same(&cp[i], &cp[j]);
+                k += (!any || voter[j]) && copy_same(&a[i], &a[j]);
             if (k > bestn) {
                 bestn = k;
                 best = (int)i;
             }
         }
-        if (best < 0) {
-            rc = 0;
-            goto out;
+        for (size_t i = 0; i < n; i++)
+            voters_differ |= (!any || voter[i]) && !copy_same(&a[i], &a[best]);
+        if (voters_differ) {
+            /* a voter serves reads: it is written only when its copy
+             * stays apart (not a client's write on its way) */
+            nanosleep(&pause, NULL);
+            if (read_all(rp, key, klen, idx, n, b, who) < 0)
+                goto out;
+            for (size_t i = 0; i < n; i++)
+                moving |= !copy_same(&a[i], &b[i]);
+            if (moving) {
+                nanosleep(&pause, NULL);
+                continue; /* again, once it landed */
+            }
         }
         for (size_t i = 0; i < n; i++) {
-            if (copy_same(&cp[i], &cp[best]))
+            if (copy_same(&a[i], &a[best]))
                 continue;
-            if (write_copy(rp, &rp->conns[idx[i]], key, klen, &cp[best]) < 0) {
+            if (write_copy(rp, &rp->conns[idx[i]], key, klen, &a[best]) < 0) {
                 *who = idx[i];
                 goto out;
             }
             atomic_fetch_add(&rp->pool->rstats.repairs, 1);
-            wrote = true;
         }
-        for (size_t i = 0; i < n; i++)
-            copy_free(&cp[i]);
-        if (!wrote) {
-            rc = 0; /* every copy agrees */
-            goto out;
-        }
-        /* read again: a write that raced the repair shows here */
+        /* read again: every copy must now agree */
     }
-    rc = 0; /* still moving: the writes of clients go on; left to them */
+    /* never settled: left for later (noted again) */
 out:
-    for (size_t i = 0; i < n; i++)
-        copy_free(&cp[i]);
+    for (size_t i = 0; i < n; i++) {
+        copy_free(&a[i]);
+        copy_free(&b[i]);
+    }
     return rc;
 }
 
@@ -892,6 +934,12 @@ job_start(struct repairer *rp, uint64_t now)
     struct pool *p = rp->pool;
     struct pool_snapshot *snap = pool_snapshot(p);
     bool probe = now >= rp->probe_ms + PROBE_MS;
+
+    /* A member about to serve reads again must not have restarted
+     * meanwhile (empty, and only its log repaired): every job checks
+     * identities while a member waits for that. */
+    for (size_t i = 0; i < snap->n; i++)
+        probe |= !replica_readable(snap->servers[i]);
 
     rp->jm = calloc(snap->n ? snap->n : 1, sizeof(*rp->jm));
     if (rp->jm == NULL)

@@ -1745,8 +1745,8 @@ rep_decide(struct rrep *rep)
             rep_answer(rep, best, NULL);
             return;
         }
-        if (pending > 0 && count + pending >= rep->need)
-            return; /* the rest may still agree */
+        if (pending > 0)
+            return; /* the rest may still agree; or the error counts them */
         atomic_fetch_add(&rep->pool->rstats.read_failures, 1);
         if (answered < rep->need)
             snprintf(msg, sizeof(msg),
@@ -1767,6 +1767,9 @@ rep_decide(struct rrep *rep)
         if (rep->wait_primary && rep->st[0] == REP_PENDING)
             return; /* primary reads must see what was acknowledged */
         best = rep_best(rep, false, &count);
+        if (count < rep->need && pending > 0)
+            return; /* replies differ (INCR 5 here, 6 there): the rest
+                       may make a majority */
         rep_answer(rep, best, NULL);
         return;
     }

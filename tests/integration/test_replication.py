@@ -1,0 +1,371 @@
+# test_replication.py -- replication in redis pools (issue 12): each key
+# on the N members of its replica set (`chash lookup --replicas N` names
+# them, independently of chashd), writes acknowledged by write_quorum of
+# them, reads by the read_policy, members that missed writes repaired
+# before they serve reads, quorum reads that out-vote a wrong member.
+# Real redis-servers, killed with SIGKILL and restarted empty; chashd with
+# its admin API; concurrent clients. Every wait is bounded.
+# SPDX-License-Identifier: BSD-2-Clause
+import threading
+import time
+
+import pytest
+
+from admin_util import CHASH, Api, admin_global
+from conftest import free_port, lookup_config, wait_for
+from redis_util import Err, RedisServer, Simple, chashd_redis, pool_yaml  # noqa: F401
+
+POOL = "store"
+
+
+class Rep:
+    """<n> redis-servers r1.. and chashd with pool `store` over them
+    (mode: redis, replicas and the given keys) and the admin API."""
+
+    def __init__(self, procs, chashd_redis, n=3, **opts):
+        self.procs = procs
+        self.servers = [RedisServer(procs) for _ in range(n)]
+        self.names = ["r%d" % (i + 1) for i in range(n)]
+        self.aport = free_port()
+        self.port = free_port()
+        opts.setdefault("replicas", 3)
+        opts.setdefault("timeout", 2000)
+        text = admin_global(self.aport) + pool_yaml(
+            POOL, self.port, self.servers, self.names,
+            ["  mode: redis", "  hash: md5"], **opts)
+        self.chashd = chashd_redis(text)
+        self.api = Api(self.aport)
+
+    def by_name(self, name):
+        return self.servers[self.names.index(name)]
+
+    def client(self, timeout=10.0):
+        return self.chashd.client(timeout=timeout)
+
+    def rep(self):
+        st, body, _ = self.api.get("/api/pools/%s/replication" % POOL)
+        assert st == 200, body
+        return body
+
+    def member(self, name):
+        return next(m for m in self.rep()["members"] if m["name"] == name)
+
+    def sets(self, keys):
+        """{key: [members of its replica set, primary first]}."""
+        return lookup_config(self.chashd.conf, POOL, keys,
+                             replicas=min(3, len(self.names)))
+
+    def direct(self, name, *args):
+        return self.by_name(name).call(*args)
+
+    def wait_repaired(self, timeout=30):
+        def done():
+            r = self.rep()
+            return all(m["readable"] and m["pending_keys"] == 0
+                       and not m["overflow"] for m in r["members"])
+        wait_for(done, timeout=timeout, interval=0.1,
+                 what="every member repaired: %s" % self.rep())
+
+    def agree(self, keys):
+        """Keys whose copies differ between the members of their set."""
+        bad = []
+        for k, members in self.sets(keys).items():
+            vals = {m: self.direct(m, "GET", k) for m in members}
+            if len(set(vals.values())) != 1:
+                bad.append((k, vals))
+        return bad
+
+
+@pytest.fixture
+def rep(procs, chashd_redis):
+    def make(**kw):
+        return Rep(procs, chashd_redis, **kw)
+    return make
+
+
+def test_a_write_lands_on_every_member_of_the_key_set_and_nowhere_else(rep):
+    """4 members, replicas 3: each key is on exactly the 3 members `chash
+    lookup --replicas 3` names (its 4th member never sees it)."""
+    r = rep(n=4)
+    keys = ["user:%d" % i for i in range(200)]
+    with r.client() as c:
+        for k in keys:
+            assert c.call("SET", k, "v-" + k) == Simple("OK")
+    sets = r.sets(keys)
+    assert {len(m) for m in sets.values()} == {3}
+    for k, members in sets.items():
+        for name in r.names:
+            held = r.direct(name, "GET", k)
+            if name in members:
+                assert held == b"v-" + k.encode(), (k, name, members)
+            else:
+                assert held is None, (k, name, members)
+    # the 4 members share the copies: about 3/4 of the keys each
+    for name in r.names:
+        n = r.direct(name, "DBSIZE")
+        assert 100 <= n <= 200, (name, n)
+
+
+def test_replies_are_the_commands_own_once_per_key(rep):
+    """DEL, EXISTS, MGET and INCR through a replicated pool answer as one
+    redis would (not once per copy); an error every member gives
+    (WRONGTYPE) is the command's own, not a replication error."""
+    r = rep(read_policy="quorum")
+    keys = ["k%d" % i for i in range(30)]
+    with r.client() as c:
+        assert c.call("MSET", *[x for k in keys for x in (k, k + "!")]) \
+            == Simple("OK")
+        assert c.call("EXISTS", *keys) == 30
+        assert c.call("MGET", *keys[:5], "nope") == \
+            [k.encode() + b"!" for k in keys[:5]] + [None]
+        assert c.call("DEL", *keys[:10]) == 10
+        assert c.call("EXISTS", *keys) == 20
+        assert c.call("INCR", "n") == 1
+        assert c.call("INCRBY", "n", 41) == 42
+        assert c.call("LPUSH", "list", "a") == 1
+        reply = c.call("INCR", "list")
+        assert isinstance(reply, Err) and reply.startswith("WRONGTYPE"), reply
+    assert r.agree(keys + ["n", "list"]) == []
+    assert r.rep()["write_failures"] == 0
+
+
+def load(r, stop, errors, acked, tid, keys=40):
+    """One client: SET then GET its own keys over and over until <stop>;
+    every reply must be what one redis would say (the GET returns what
+    the SET before it wrote). Acknowledged values go to <acked>."""
+    n = 0
+    deadline = time.monotonic() + 60
+    with r.client(timeout=15) as c:
+        while not stop.is_set() and time.monotonic() < deadline:
+            k = "t%d:%d" % (tid, n % keys)
+            v = "%d-%d" % (tid, n)
+            got = c.call("SET", k, v)
+            if got != Simple("OK"):
+                errors.append(("SET", k, got))
+            else:
+                acked[k] = v.encode()
+            got = c.call("GET", k)
+            if got != acked.get(k):
+                errors.append(("GET", k, got, acked.get(k)))
+            n += 1
+
+
+@pytest.mark.parametrize("policy", ["quorum", "primary"])
+def test_kill_one_of_three_under_load_loses_nothing(rep, policy):
+    """N=3, W=2 (and R=2): a member killed with SIGKILL during a write and
+    read load: not one request fails, every acknowledged write reads
+    back. Restarted empty, it is repaired before it serves a read (with
+    read_policy primary a read from it would say nil), then all three
+    hold the same value of every key."""
+    r = rep(read_policy=policy)
+    stop = threading.Event()
+    errors, acked = [], {}
+    threads = [threading.Thread(target=load,
+                                args=(r, stop, errors, acked, t))
+               for t in range(6)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.0)
+        victim = r.by_name("r2")
+        victim.stop()                                   # kill -9
+        wait_for(lambda: not r.member("r2")["readable"], timeout=10,
+                 what="r2 to stop serving reads")
+        time.sleep(1.5)
+        victim.start()                                  # back, empty
+        time.sleep(0.5)
+        r.wait_repaired()
+        time.sleep(1.0)                                 # it serves again
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == [], errors[:10]
+    assert len(acked) == 6 * 40
+    rp = r.rep()
+    assert rp["write_failures"] == 0 and rp["read_failures"] == 0, rp
+    assert rp["partial_writes"] > 0, rp       # r2 missed writes...
+    assert rp["full_compares"] >= 1, rp       # ...and restarted empty
+    assert rp["repairs"] > 0, rp
+    r.wait_repaired()
+    assert r.agree(list(acked)) == []
+    for k, v in acked.items():
+        for m in r.sets([k])[k]:
+            assert r.direct(m, "GET", k) == v, (k, m)
+
+
+def test_two_of_three_down_refuse_writes_with_the_quorum_error(rep):
+    """Two members of three killed: a write fails with the error naming
+    the quorum (never +OK), a quorum read too; a primary read is answered
+    by the member left. What was acknowledged before is all back on the
+    three once they return."""
+    r = rep(read_policy="quorum")
+    keys = ["a%d" % i for i in range(50)]
+    with r.client() as c:
+        for k in keys:
+            assert c.call("SET", k, k) == Simple("OK")
+    r.by_name("r1").stop()
+    r.by_name("r3").stop()
+    with r.client() as c:
+        got = c.call("SET", "a1", "new")
+        assert got == Err("ERR replication: 1 of 3 members acknowledged "
+                          "(need 2)"), got
+        got = c.call("GET", "a2")
+        assert isinstance(got, Err) and "replication: 1 of 3 members " \
+            "answered (need 2)" in got, got
+        got = c.call("MSET", "a3", "x", "a4", "y")
+        assert isinstance(got, Err) and "replication" in got, got
+        assert c.call("PING") == Simple("PONG")       # the connection lives
+    assert r.rep()["write_failures"] >= 2
+    r.by_name("r1").start()
+    r.by_name("r3").start()
+    r.wait_repaired()
+    with r.client() as c:
+        for k in keys:
+            if k in ("a1", "a3", "a4"):
+                continue     # refused writes (maybe applied on r2)
+            assert c.call("GET", k) == k.encode(), k
+    for k in keys:
+        if k not in ("a1", "a3", "a4"):
+            for name in r.names:
+                assert r.direct(name, "GET", k) == k.encode(), (k, name)
+    assert r.agree(keys) == []
+
+
+def test_primary_policy_reads_from_the_survivor(rep):
+    """read_policy primary with two members of three down: writes are
+    refused (W=2), reads still answered by the one member left."""
+    r = rep(read_policy="primary")
+    with r.client() as c:
+        for i in range(20):
+            assert c.call("SET", "p%d" % i, "v%d" % i) == Simple("OK")
+    r.by_name("r1").stop()
+    r.by_name("r2").stop()
+    with r.client() as c:
+        for i in range(20):
+            assert c.call("GET", "p%d" % i) == b"v%d" % i
+        got = c.call("SET", "p1", "z")
+        assert isinstance(got, Err) and "replication: 1 of 3" in got, got
+
+
+def test_a_member_edited_directly_is_outvoted_and_repaired(rep):
+    """A key changed on one member behind chashd's back: quorum reads
+    return the majority's value, count a divergence, and the repairer
+    puts the majority's value back on that member."""
+    r = rep(read_policy="quorum")
+    with r.client() as c:
+        assert c.call("SET", "acct", "100") == Simple("OK")
+    for victim in r.names:                 # the primary and the others
+        r.direct(victim, "SET", "acct", "666")
+        before = r.rep()["divergences"]
+        with r.client() as c:
+            assert c.call("GET", "acct") == b"100"
+        assert r.rep()["divergences"] == before + 1
+        wait_for(lambda: r.direct(victim, "GET", "acct") == b"100",
+                 timeout=10, what="%s repaired" % victim)
+    assert r.rep()["repairs"] >= 3
+
+
+def test_quorum_read_without_a_majority_names_the_disagreement(rep):
+    """Three members, three different values (and R=2): no value has a
+    quorum: the read fails with an error saying so, never a pick."""
+    r = rep(read_policy="quorum")
+    with r.client() as c:
+        assert c.call("SET", "x", "0") == Simple("OK")
+    for i, name in enumerate(r.names):
+        r.direct(name, "SET", "x", "v%d" % i)
+    with r.client() as c:
+        got = c.call("GET", "x")
+    assert isinstance(got, Err) and "disagree" in got, got
+
+
+def test_non_idempotent_writes_missed_by_a_member_are_repaired(rep):
+    """INCR, APPEND and LPUSH applied while r2 is down: after it returns
+    (empty) and is repaired, it holds what the others hold. And a member
+    whose counter diverged (edited directly) is out-voted on the next
+    INCR: the reply is the majority's, the member is repaired."""
+    r = rep(read_policy="primary")
+    r.by_name("r2").stop()
+    with r.client() as c:
+        for i in range(10):
+            assert c.call("INCR", "hits") == i + 1
+            c.call("APPEND", "log", "x")
+            c.call("LPUSH", "events", "e%d" % i)
+    r.by_name("r2").start()
+    r.wait_repaired()
+    for name in r.names:
+        assert r.direct(name, "GET", "hits") == b"10", name
+        assert r.direct(name, "GET", "log") == b"x" * 10, name
+        assert r.direct(name, "LLEN", "events") == 10, name
+    # diverge one copy, then INCR through chashd
+    r.direct("r3", "SET", "hits", "500")
+    before = r.rep()["divergences"]
+    with r.client() as c:
+        assert c.call("INCR", "hits") == 11
+    assert r.rep()["divergences"] == before + 1
+    wait_for(lambda: r.direct("r3", "GET", "hits") == b"11", timeout=10,
+             what="r3's counter repaired")
+    assert r.agree(["hits", "log", "events"]) == []
+
+
+def test_multi_key_requests_apply_the_policy_per_fragment(rep):
+    """MSET, MGET and DEL over keys of many replica sets: with one member
+    of three down each fragment still has its quorum; with two down,
+    every fragment fails and so does the request."""
+    r = rep(n=4, read_policy="quorum")
+    keys = ["m%d" % i for i in range(40)]
+    sets = r.sets(keys)
+    assert len({tuple(v) for v in sets.values()}) > 1   # several sets
+    r.by_name("r4").stop()
+    with r.client() as c:
+        assert c.call("MSET", *[x for k in keys for x in (k, k)]) \
+            == Simple("OK")
+        assert c.call("MGET", *keys) == [k.encode() for k in keys]
+        assert c.call("DEL", *keys[:8]) == 8
+    r.by_name("r3").stop()
+    # keys whose set holds both r3 and r4 have one copy left: refused
+    both = [k for k, m in sets.items() if "r3" in m and "r4" in m]
+    other = [k for k in keys[8:] if k not in both]
+    assert both and other
+    with r.client() as c:
+        got = c.call("MGET", other[0], both[0])
+        assert isinstance(got, Err) and "replication" in got, got
+        got = c.call("MSET", other[0], "new", both[0], "new")
+        assert isinstance(got, Err) and "replication" in got, got
+        # the fragment that met its quorum was applied (as a split MSET
+        # is in twemproxy): the request's error says one failed
+        assert c.call("MGET", *other) == \
+            [b"new"] + [k.encode() for k in other[1:]]
+
+
+def test_config_checks(tmp_path):
+    """The quorums cannot exceed the replicas; a replicated pool does not
+    take migration: copy (yet); chashd -t says what it runs."""
+    import subprocess
+    from admin_util import CHASHD
+
+    def check(extra):
+        conf = tmp_path / "c.yml"
+        conf.write_text(
+            "global:\n  admin: off\n"
+            "store:\n  listen: 127.0.0.1:%d\n  mode: redis\n%s"
+            "  servers:\n    - 127.0.0.1:%d:1 a\n    - 127.0.0.1:%d:1 b\n"
+            "    - 127.0.0.1:%d:1 c\n"
+            % (free_port(), extra, free_port(), free_port(), free_port()))
+        return subprocess.run([CHASHD, "-t", "-c", str(conf)],
+                              capture_output=True, text=True, timeout=30)
+
+    p = check("  replicas: 3\n  write_quorum: 4\n")
+    assert p.returncode != 0
+    assert "'write_quorum: 4' in pool 'store' is more than its 3 replicas" \
+        in p.stderr, p.stderr
+    p = check("  replicas: 3\n  migration: copy\n")
+    assert p.returncode != 0 and "'migration: copy' is not supported" \
+        in p.stderr, p.stderr
+    p = check("  replicas: 2\n  read_policy: quorum\n")
+    assert p.returncode == 0, p.stderr
+    assert "replicas 2 (write_quorum 2, read_policy quorum, read_quorum 2)" \
+        in p.stdout, p.stdout
+    p = check("  replicas: 3\n  read_policy: sometimes\n")
+    assert p.returncode != 0 and "read_policy" in p.stderr, p.stderr
