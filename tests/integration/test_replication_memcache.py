@@ -1,0 +1,197 @@
+# test_replication_memcache.py -- replication in memcache pools (issue
+# 12): each key on the members of its replica set, writes acknowledged by
+# write_quorum of them, a member killed under load costs no request, and
+# once back (empty: a new pid) it is compared whole (lru_crawler
+# metadump of every member) before it serves reads. Real memcacheds,
+# chashd with its admin API, concurrent clients; every wait bounded.
+# SPDX-License-Identifier: BSD-2-Clause
+import threading
+import time
+
+import pytest
+
+from admin_util import Api, admin_global
+from conftest import free_port, lookup_config, wait_for
+from mc_util import MemcachedServer, chashd_memcache, mc_pool  # noqa: F401
+
+POOL = "cache"
+
+
+class McRep:
+    """<n> memcacheds m1.. and chashd with pool `cache` (replicas 3 and
+    the given keys) over them, with the admin API."""
+
+    def __init__(self, procs, chashd_memcache, n=3, **opts):
+        self.servers = [MemcachedServer(procs) for _ in range(n)]
+        self.names = ["m%d" % (i + 1) for i in range(n)]
+        self.aport, self.port = free_port(), free_port()
+        opts.setdefault("replicas", 3)
+        opts.setdefault("timeout", 2000)
+        opts.setdefault("hash", "md5")
+        text = admin_global(self.aport) + mc_pool(
+            POOL, self.port, self.servers, self.names, **opts)
+        self.chashd = chashd_memcache(text)
+        self.api = Api(self.aport)
+
+    def by_name(self, name):
+        return self.servers[self.names.index(name)]
+
+    def client(self, timeout=10.0):
+        return self.chashd.client(timeout=timeout)
+
+    def rep(self):
+        st, body, _ = self.api.get("/api/pools/%s/replication" % POOL)
+        assert st == 200, body
+        return body
+
+    def member(self, name):
+        return next(m for m in self.rep()["members"] if m["name"] == name)
+
+    def wait_repaired(self, timeout=30):
+        def done():
+            return all(m["readable"] and m["pending_keys"] == 0
+                       and not m["overflow"] for m in self.rep()["members"])
+        wait_for(done, timeout=timeout, interval=0.1,
+                 what="every member repaired: %s" % self.rep())
+
+    def sets(self, keys):
+        return lookup_config(self.chashd.conf, POOL, keys,
+                             replicas=min(3, len(self.names)))
+
+
+@pytest.fixture
+def mcrep(procs, chashd_memcache):
+    def make(**kw):
+        return McRep(procs, chashd_memcache, **kw)
+    return make
+
+
+def test_copies_on_the_set_members_and_replies_once(mcrep):
+    """4 memcacheds, replicas 3: a set lands on the 3 members of the key's
+    set only; get of many keys, delete and incr answer as one memcached
+    would."""
+    r = mcrep(n=4, read_policy="quorum")
+    keys = ["item:%d" % i for i in range(120)]
+    with r.client() as c:
+        for k in keys:
+            assert c.call(b"set %s 7 0 %d\r\n%s\r\n"
+                          % (k.encode(), len(k), k.encode())) == b"STORED\r\n"
+        c.send(b"get %s\r\n" % " ".join(keys[:20]).encode())
+        units = c.units_until(b"END\r\n")
+        assert len(units) == 21, units
+        for k, u in zip(keys[:20], units):
+            assert u == b"VALUE %s 7 %d\r\n%s\r\n" % (k.encode(), len(k),
+                                                       k.encode())
+        assert c.call(b"delete item:0\r\n") == b"DELETED\r\n"
+        assert c.call(b"delete item:0\r\n") == b"NOT_FOUND\r\n"
+        assert c.call(b"set n 0 0 1\r\n5\r\n") == b"STORED\r\n"
+        assert c.call(b"incr n 10\r\n") == b"15\r\n"
+        assert c.call(b"set q 0 0 1 noreply\r\nz\r\nget q\r\n") == \
+            b"VALUE q 0 1\r\nz\r\n"
+        assert c.unit() == b"END\r\n"
+    sets = r.sets(keys + ["n", "q"])
+    for k in keys[1:] + ["n", "q"]:
+        for name in r.names:
+            held = k in r.by_name(name).holds([k])
+            assert held == (name in sets[k]), (k, name, sets[k])
+    for name in sets["n"]:
+        assert r.by_name(name).values(["n"]) == {"n": b"15"}
+
+
+def test_cas_and_meta_are_refused_with_replicas(mcrep):
+    """Each member keeps its own cas unique: gets, cas and the meta
+    commands are refused with a SERVER_ERROR, the connection lives."""
+    r = mcrep()
+    with r.client() as c:
+        for req in (b"gets a\r\n", b"cas a 0 0 1 5\r\nx\r\n",
+                    b"mg a v\r\n", b"ms a 1\r\nx\r\n"):
+            got = c.call(req)
+            assert got.startswith(b"SERVER_ERROR ") and b"replicas" in got, \
+                (req, got)
+        assert c.call(b"set a 0 0 1\r\nx\r\n") == b"STORED\r\n"
+
+
+def load(r, stop, errors, acked, tid, keys=40):
+    n = 0
+    deadline = time.monotonic() + 60
+    with r.client(timeout=15) as c:
+        while not stop.is_set() and time.monotonic() < deadline:
+            k = b"t%d:%d" % (tid, n % keys)
+            v = b"%d-%d" % (tid, n)
+            got = c.call(b"set %s 0 0 %d\r\n%s\r\n" % (k, len(v), v))
+            if got != b"STORED\r\n":
+                errors.append(("set", k, got))
+            else:
+                acked[k] = v
+            got = c.call(b"get %s\r\n" % k)
+            want = (b"VALUE %s 0 %d\r\n%s\r\n" % (k, len(acked[k]), acked[k])
+                    if k in acked else None)
+            if got != want:
+                errors.append(("get", k, got, want))
+            else:
+                assert c.unit() == b"END\r\n"
+            n += 1
+
+
+@pytest.mark.parametrize("policy", ["quorum", "primary"])
+def test_kill_one_of_three_under_load_loses_nothing(mcrep, policy):
+    """A memcached killed during a set/get load: no request fails. Back,
+    empty, it is noticed (a new pid), compared whole with the others and
+    refilled before it serves reads; then all three hold every key."""
+    r = mcrep(read_policy=policy)
+    cold = [b"cold:%d" % i for i in range(200)]
+    with r.client() as c:
+        for k in cold:
+            assert c.call(b"set %s 0 0 %d\r\n%s\r\n" % (k, len(k), k)) \
+                == b"STORED\r\n"
+    stop = threading.Event()
+    errors, acked = [], {}
+    threads = [threading.Thread(target=load,
+                                args=(r, stop, errors, acked, t))
+               for t in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.0)
+        r.by_name("m2").stop()
+        wait_for(lambda: not r.member("m2")["readable"], timeout=10,
+                 what="m2 to stop serving reads")
+        time.sleep(1.0)
+        r.by_name("m2").start()
+        r.wait_repaired()
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == [], errors[:10]
+    rp = r.rep()
+    assert rp["write_failures"] == 0 and rp["read_failures"] == 0, rp
+    assert rp["full_compares"] >= 1, rp
+    assert rp["repairs"] >= len(cold), rp
+    want = dict(acked)
+    want.update({k: k for k in cold})
+    names = [k.decode() for k in want]
+    for s in r.servers:
+        got = s.values(names)
+        assert got == {k.decode(): v for k, v in want.items()}
+
+
+def test_two_of_three_down_refuse_writes(mcrep):
+    """Two memcacheds of three killed: a set is refused with a
+    SERVER_ERROR naming the quorum; a quorum read too."""
+    r = mcrep(read_policy="quorum")
+    with r.client() as c:
+        assert c.call(b"set k 0 0 1\r\nv\r\n") == b"STORED\r\n"
+    r.by_name("m1").stop()
+    r.by_name("m3").stop()
+    with r.client() as c:
+        assert c.call(b"set k 0 0 1\r\nw\r\n") == \
+            b"SERVER_ERROR replication: 1 of 3 members acknowledged " \
+            b"(need 2)\r\n"
+        got = c.call(b"get k\r\n")
+        assert got.startswith(b"SERVER_ERROR replication: 1 of 3 members "
+                              b"answered (need 2)"), got
+        assert c.call(b"version\r\n").startswith(b"VERSION")
+    assert r.rep()["write_failures"] == 1
