@@ -288,8 +288,10 @@ reload_apply(struct conf *nc, char *err)
     for (i = 0; i < nc->npools; i++) {
         struct pool *p = pool_find(nc->pools[i].name);
 
-        if (p != NULL && migration_reload_plan(p, &nc->pools[i], &plans[i], err,
-                                               ERRLEN) < 0) {
+        if (p != NULL &&
+            (migration_reload_plan(p, &nc->pools[i], &plans[i], err, ERRLEN) <
+                 0 ||
+             replica_reload_check(p, &nc->pools[i], err, ERRLEN) < 0)) {
             log_error("reload refused, the running config stays: %s", err);
             metrics_note_reload(false);
             membership_state_abandon();

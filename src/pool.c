@@ -121,6 +121,7 @@ snapshot_free(struct pool_snapshot *snap)
     chash_ring_destroy(snap->ring);
     chash_ring_destroy(snap->routing);
     migration_view_unref(snap->mig);
+    replica_view_unref(snap->fill);
     free(snap->set.redis_auth);
     free(snap->servers);
     free(snap->members);
@@ -451,6 +452,11 @@ snapshot_prepare(struct pool *p)
     snap->mig = p->mig_view;
     if (snap->mig != NULL)
         migration_view_ref(snap->mig);
+    if (replica_fill_view(p, &snap->fill) < 0) {
+        snapshot_free(snap);
+        errno = ENOMEM;
+        return NULL;
+    }
     snap->gen = p->gen;
     snap->moved = -1;
     if (p->nservers > 0) {
@@ -529,6 +535,7 @@ snapshot_finish(struct pool_snapshot *snap, const struct chash_config *cfg,
         else if (rc < 0)
             return rc;
     }
+    snap->fill_same = replica_fill_same(snap);
     was = prev != NULL ? pool_snapshot_routing(prev) : NULL;
     now = pool_snapshot_routing(snap);
     if (prev == NULL)

@@ -163,6 +163,12 @@ struct pool_snapshot {
      * change this snapshot's ring holds, while they move (ref held);
      * NULL when none runs. */
     struct migration_view *mig;
+    /* Replication (replica.h): which members hold the current copies
+     * (ref held; NULL with replicas: 1). A member of a key's set that does
+     * not is being filled: it takes writes, serves no read of that key
+     * yet. <fill_same>: nothing is being filled. */
+    struct replica_view *fill;
+    bool fill_same;
     /* Control thread only; workers never read these. */
     struct chash_ring *routing; /* the routing view (members taking new
                                    keys) when it differs from <ring>; NULL
@@ -211,6 +217,8 @@ struct pool {
                                         a migration runs (ref held) */
     struct migration *migration;     /* migration.c's, NULL when none runs */
     struct replica_stats rstats;     /* replication counters (replica.h) */
+    struct replica_view *fill_view;  /* replicas: put in every snapshot
+                                        (ref held) */
     struct repairer *repairer;       /* replica.c's, NULL when none runs */
 };
 

@@ -14,6 +14,7 @@
 #include "conf.h"
 #include "control.h"
 #include "log.h"
+#include "migration.h"
 #include "metrics.h"
 #include "pool.h"
 #include "rconn.h"
@@ -54,7 +55,7 @@ replica_log_deinit(struct replica_log *l)
 }
 
 static uint64_t
-key_hash(const char *k, size_t len)
+log_hash(const char *k, size_t len)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
 
@@ -72,7 +73,7 @@ slot_put(char **keys, size_t cap, char *p)
     size_t i;
 
     memcpy(&len, p, sizeof(len));
-    i = (size_t)key_hash(p + sizeof(len), len) & (cap - 1);
+    i = (size_t)log_hash(p + sizeof(len), len) & (cap - 1);
     while (keys[i] != NULL) {
         if (memcmp(keys[i], p, sizeof(len) + len) == 0)
             return false;
@@ -154,6 +155,151 @@ replica_pending(struct server *s)
     return n;
 }
 
+/* ---- the fill's views ---------------------------------------------------- */
+
+/* Whether <a> and <b> place keys alike (the same members, in the same
+ * ring). */
+static bool
+same_placement(const struct pool_snapshot *a, const struct pool_snapshot *b)
+{
+    if (a == b)
+        return true;
+    if (a->ring == NULL || b->ring == NULL)
+        return a->ring == b->ring;
+    if (a->n != b->n || a->set.replicas != b->set.replicas ||
+        chash_ring_checksum(a->ring) != chash_ring_checksum(b->ring))
+        return false;
+    for (size_t i = 0; i < a->n; i++)
+        if (a->servers[i] != b->servers[i])
+            return false;
+    return true;
+}
+
+void
+replica_view_unref(struct replica_view *v)
+{
+    if (v == NULL || --v->refs > 0)
+        return;
+    pool_snapshot_unpin(v->base);
+    for (size_t i = 0; i < v->nsince; i++)
+        pool_snapshot_unpin(v->since[i]);
+    free(v->since);
+    free(v);
+}
+
+/* A view of base <base> and the placements <since> (<n>), pinned. */
+static struct replica_view *
+view_new(struct pool_snapshot *base, struct pool_snapshot *const *since,
+         size_t n)
+{
+    struct replica_view *v = calloc(1, sizeof(*v));
+
+    if (v == NULL ||
+        (n > 0 && (v->since = calloc(n, sizeof(*since))) == NULL)) {
+        free(v);
+        return NULL;
+    }
+    v->refs = 1;
+    v->base = base;
+    pool_snapshot_pin(base);
+    for (size_t i = 0; i < n; i++) {
+        v->since[i] = since[i];
+        pool_snapshot_pin(since[i]);
+    }
+    v->nsince = n;
+    return v;
+}
+
+int
+replica_fill_view(struct pool *p, struct replica_view **out)
+{
+    struct pool_snapshot *cur = atomic_load(&p->snap);
+    struct replica_view *v = p->fill_view;
+
+    *out = NULL;
+    if (p->cfg.replicas <= 1) {
+        replica_view_unref(v);
+        p->fill_view = NULL;
+        return 0;
+    }
+    if (v == NULL && cur != NULL) {
+        /* the placement running now holds the keys (a pool that starts,
+         * or turns replication on) */
+        if ((v = view_new(cur, NULL, 0)) == NULL)
+            return -1;
+        p->fill_view = v;
+    } else if (v != NULL && cur != NULL &&
+               !same_placement(cur,
+                               v->nsince ? v->since[v->nsince - 1] : v->base)) {
+        /* a placement that was published: writes went to its sets */
+        struct pool_snapshot **since = calloc(v->nsince + 1, sizeof(*since));
+        struct replica_view *nv;
+
+        if (since == NULL)
+            return -1;
+        memcpy(since, v->since, v->nsince * sizeof(*since));
+        since[v->nsince] = cur;
+        nv = view_new(v->base, since, v->nsince + 1);
+        free(since);
+        if (nv == NULL)
+            return -1;
+        replica_view_unref(v);
+        p->fill_view = v = nv;
+    }
+    if (v != NULL)
+        v->refs++;
+    *out = v;
+    return 0;
+}
+
+bool
+replica_fill_same(const struct pool_snapshot *snap)
+{
+    const struct replica_view *v = snap->fill;
+
+    if (v == NULL)
+        return true;
+    return v->nsince == 0 &&
+           (v->base->ring == NULL || same_placement(v->base, snap));
+}
+
+/* Whether member <s> is in the set of a key of ring hash <hash> in
+ * <snap>: by identity (workers: a member removed and added again under
+ * its name is a new one, filled again), or, <by_addr>, by address (the
+ * repairer: a server that left under one identity and came back under
+ * another is still the same copies). */
+static bool
+in_set_hash(const struct pool_snapshot *snap, uint64_t hash,
+            const struct server *s, bool by_addr)
+{
+    size_t idx[REPLICAS_MAX], n;
+
+    if (snap->ring == NULL)
+        return false;
+    n = chash_ring_lookup_n(snap->ring, hash, idx, snap->set.replicas);
+    for (size_t i = 0; i < n; i++) {
+        const struct server *m = snap->servers[idx[i]];
+
+        if (m == s || (by_addr && conf_addr_equal(&m->addr, &s->addr)))
+            return true;
+    }
+    return false;
+}
+
+bool
+replica_current(const struct replica_view *v, uint64_t hash,
+                const struct server *s)
+{
+    if (v->base->ring == NULL)
+        return true; /* nothing was placed: nothing to hold */
+    if (!in_set_hash(v->base, hash, s, false))
+        return false;
+    for (size_t i = 0; i < v->nsince; i++)
+        if (!in_set_hash(v->since[i], hash, s, false))
+            return false;
+    return true;
+}
+
 /* ---- the repairer (a thread per pool, one job at a time) ----------------- */
 
 /* What a member knows of its own identity: a new one is a restart. */
@@ -185,10 +331,24 @@ struct repairer {
     struct jmember *jm;
     size_t njm;
     bool probe; /* check identities first */
+    /* Which members hold the current copies (the snapshot's view), and
+     * whether this job fills (members joined sets), its result. */
+    const struct replica_view *view;
+    bool filling;
+    bool fill_failed;        /* a key could not be filled: leavers kept */
+    _Atomic bool fill_abort; /* (atomic) a newer placement came: the
+                                fill is moot, left (not failed) */
+    bool fill_done;
+    uint64_t fill_ms; /* the last fill pass began (failed ones wait) */
+    /* the job's members: the snapshot's, then those of the view's
+     * placements that left (a fill reads and cleans them); a connection
+     * each */
+    struct server **who;
+    size_t nwho;
+    struct rconn *conns; /* [nwho] */
     /* the thread's own, kept across jobs */
     struct ident *ids;
     size_t nids;
-    struct rconn *conns; /* [snap->n] for the job */
 };
 
 static struct repairer **repairers;
@@ -202,7 +362,7 @@ is_memcache(const struct repairer *rp)
     return rp->snap->set.mode == CONF_MODE_MEMCACHE;
 }
 
-/* The connection to member <i> of the job's snapshot, opened on first
+/* The connection to the job's member <i> (rp->who), opened on first
  * use; NULL when it cannot be. */
 static struct rconn *
 conn_of(struct repairer *rp, size_t i)
@@ -213,7 +373,7 @@ conn_of(struct repairer *rp, size_t i)
 
     if (c->fd >= 0)
         return c;
-    if (rc_open(c, &rp->snap->servers[i]->addr, set->connect_timeout_ms,
+    if (rc_open(c, &rp->who[i]->addr, set->connect_timeout_ms,
                 is_memcache(rp) ? NULL : set->redis_auth,
                 is_memcache(rp) ? -1 : set->redis_db, err, sizeof(err)) < 0) {
         log_debug("pool %s: repair: %s", rp->pool->name, err);
@@ -408,18 +568,115 @@ copy_same(const struct copy *a, const struct copy *b)
 
 /* ---- repairing a key ----------------------------------------------------- */
 
-/* Read every member of a set (<n>, snapshot indexes <idx>) into <cp>:
- * 0, or -1 with *<who> the member that could not be read. */
-static int
-read_all(struct repairer *rp, const char *key, size_t klen, const size_t *idx,
-         size_t n, struct copy *cp, size_t *who)
+/* Where a key lives for a repair: the members of its set (and, in a
+ * fill, the members it left), positions in rp->who. */
+struct kset {
+    size_t n;
+    size_t pos[2 * REPLICAS_MAX];
+    bool voter[2 * REPLICAS_MAX];    /* its copy counts */
+    bool writable[2 * REPLICAS_MAX]; /* in the key's set: repaired */
+};
+
+/* The ring hash of <key> (a reload keeps the hash: the same in every
+ * placement of a view). */
+static uint64_t
+key_hash(const struct pool_snapshot *snap, const char *key, size_t klen)
 {
+    size_t off, tl = chash_key_tag(key, klen, snap->set.hash_tag, &off);
+
+    return chash_ring_hash(snap->ring, key + off, tl);
+}
+
+/* The members of the set of a key of ring hash <h> in <snap>, as
+ * snapshot indexes; their number. */
+static size_t
+set_of(const struct pool_snapshot *snap, uint64_t h, size_t *idx)
+{
+    if (snap->ring == NULL)
+        return 0;
+    return chash_ring_lookup_n(snap->ring, h, idx, snap->set.replicas);
+}
+
+/* The position of member <s> (by address: one server, one connection)
+ * in rp->who, SIZE_MAX when not there. */
+static size_t
+pos_of(const struct repairer *rp, const struct server *s)
+{
+    for (size_t i = 0; i < rp->nwho; i++)
+        if (rp->who[i] == s || conf_addr_equal(&rp->who[i]->addr, &s->addr))
+            return i;
+    return SIZE_MAX;
+}
+
+/*
+ * <key>'s members. Voters: the members of its set that serve reads
+ * (nothing to repair) and hold its current copy (replica_current: not
+ * being filled); when none does, the members that held it in the view's
+ * base placement (read, never written); when none of those serves
+ * reads either, every member of the set.
+ */
+static void
+kset_of(const struct repairer *rp, const char *key, size_t klen,
+        struct kset *ks)
+{
+    size_t idx[REPLICAS_MAX], n;
+    uint64_t h;
+    bool any = false;
+
+    ks->n = 0;
+    if (rp->snap->ring == NULL)
+        return;
+    h = key_hash(rp->snap, key, klen);
+    n = set_of(rp->snap, h, idx);
     for (size_t i = 0; i < n; i++) {
-        struct server *s = rp->snap->servers[idx[i]];
-        struct rconn *c = server_usable(s) ? conn_of(rp, idx[i]) : NULL;
+        struct server *s = rp->who[idx[i]];
+
+        ks->pos[ks->n] = idx[i];
+        ks->writable[ks->n] = true;
+        ks->voter[ks->n] =
+            replica_readable(s) &&
+            (rp->view == NULL || replica_current(rp->view, h, s));
+        any |= ks->voter[ks->n];
+        ks->n++;
+    }
+    if (!any && rp->view != NULL && rp->view->base->ring != NULL) {
+        const struct pool_snapshot *b = rp->view->base;
+        size_t bidx[REPLICAS_MAX], bn = set_of(b, h, bidx);
+
+        for (size_t j = 0; j < bn; j++) {
+            size_t p = pos_of(rp, b->servers[bidx[j]]);
+            bool in = p == SIZE_MAX;
+
+            for (size_t i = 0; i < n && !in; i++)
+                in = idx[i] == p;
+            if (in)
+                continue;
+            ks->pos[ks->n] = p;
+            ks->writable[ks->n] = false;
+            ks->voter[ks->n] = replica_readable(rp->who[p]);
+            any |= ks->voter[ks->n];
+            ks->n++;
+        }
+    }
+    if (!any)
+        for (size_t i = 0; i < ks->n; i++)
+            ks->voter[i] = true;
+}
+
+/* Read every member of <ks> into <cp>: 0, or -1 with *<who> the member
+ * (a position in rp->who) that could not be read. */
+static int
+read_all(struct repairer *rp, const char *key, size_t klen,
+         const struct kset *ks, struct copy *cp, size_t *who)
+{
+    for (size_t i = 0; i < ks->n; i++) {
+        struct server *s = rp->who[ks->pos[i]];
+        struct rconn *c = server_usable(s) || !ks->writable[i]
+                              ? conn_of(rp, ks->pos[i])
+                              : NULL;
 
         if (c == NULL || read_copy(rp, c, key, klen, &cp[i]) < 0) {
-            *who = idx[i];
+            *who = ks->pos[i];
             return -1;
         }
     }
@@ -428,89 +685,80 @@ read_all(struct repairer *rp, const char *key, size_t klen, const size_t *idx,
 
 /*
  * Make every reachable member of <key>'s replica set hold the value its
- * voters agree on. Voters: the members that serve reads (nothing to
- * repair; every member when none does). Before a voter is written, the
- * copies are read twice, a moment apart: a copy that changed in between
- * is a client's write on
- * its way, and the key is left to settle and read again (a repair must
- * never undo a write on a member that serves reads). The value most
- * voters hold wins (the first in preference order among equals); it is
- * written on the members that do not serve reads at once, and on a voter
- * only when the voter's copy stayed apart over two reads. 0, or -1 when a
- * member could not be read or written
- * (*<who>: its snapshot index) or the key never settled.
+ * voters (kset_of) agree on. Before a voter is written, the copies are
+ * read twice, a moment apart: a copy that changed in between is a
+ * client's write on its way, and the key is left to settle and read
+ * again (a repair must never undo a write on a member that serves
+ * reads). The value most voters hold wins; among equals, a value over
+ * its absence (an acknowledged write is never dropped on a tie), then
+ * the first in preference order. It is written on the members that do
+ * not serve reads at once, and on a voter only when the voter's copy
+ * stayed apart over two reads. 0, or -1 when a member could not be read
+ * or written (*<who>: its position in rp->who) or the key never
+ * settled.
  */
 static int
 repair_key(struct repairer *rp, const char *key, size_t klen, size_t *who)
 {
-    const struct pool_snapshot *snap = rp->snap;
-    size_t idx[REPLICAS_MAX], n, off, tl;
-    struct copy a[REPLICAS_MAX], b[REPLICAS_MAX];
-    uint64_t h;
+    struct copy a[2 * REPLICAS_MAX], b[2 * REPLICAS_MAX];
+    struct kset ks;
     int rc = -1;
 
-    if (snap->ring == NULL)
-        return 0;
-    tl = chash_key_tag(key, klen, snap->set.hash_tag, &off);
-    h = chash_ring_hash(snap->ring, key + off, tl);
-    n = chash_ring_lookup_n(snap->ring, h, idx, snap->set.replicas);
+    kset_of(rp, key, klen, &ks);
     memset(a, 0, sizeof(a));
     memset(b, 0, sizeof(b));
     for (int tries = 0; tries < REPAIR_TRIES; tries++) {
-        bool voter[REPLICAS_MAX], any = false, differ = false, moving = false,
-                                  voters_differ = false;
+        bool differ = false, moving = false, voters_differ = false;
         int best = -1;
         unsigned bestn = 0;
         struct timespec pause = {0, SETTLE_NS};
 
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < ks.n; i++) {
             copy_free(&a[i]);
             copy_free(&b[i]);
         }
-        if (read_all(rp, key, klen, idx, n, a, who) < 0)
+        if (read_all(rp, key, klen, &ks, a, who) < 0)
             goto out;
-        for (size_t i = 1; i < n; i++)
-            differ |= !copy_same(&a[0], &a[i]);
+        for (size_t i = 1; i < ks.n; i++)
+            differ |= ks.writable[i] && !copy_same(&a[0], &a[i]);
         if (!differ) {
-            rc = 0; /* every copy agrees */
+            rc = 0; /* every copy in the set agrees */
             goto out;
         }
-        for (size_t i = 0; i < n; i++) {
-            voter[i] = replica_readable(snap->servers[idx[i]]);
-            any |= voter[i];
-        }
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < ks.n; i++) {
             unsigned k = 0;
 
-            if (any && !voter[i])
+            if (!ks.voter[i])
                 continue;
-            for (size_t j = 0; j < n; j++)
-                k += (!any || voter[j]) && copy_same(&a[i], &a[j]);
-            if (k > bestn) {
+            for (size_t j = 0; j < ks.n; j++)
+                k += ks.voter[j] && copy_same(&a[i], &a[j]);
+            if (k > bestn || (k == bestn && a[i].present && !a[best].present)) {
                 bestn = k;
                 best = (int)i;
             }
         }
-        for (size_t i = 0; i < n; i++)
-            voters_differ |= (!any || voter[i]) && !copy_same(&a[i], &a[best]);
+        for (size_t i = 0; i < ks.n; i++)
+            voters_differ |=
+                ks.voter[i] && ks.writable[i] && !copy_same(&a[i], &a[best]);
         if (voters_differ) {
             /* a voter serves reads: it is written only when its copy
              * stays apart (not a client's write on its way) */
             nanosleep(&pause, NULL);
-            if (read_all(rp, key, klen, idx, n, b, who) < 0)
+            if (read_all(rp, key, klen, &ks, b, who) < 0)
                 goto out;
-            for (size_t i = 0; i < n; i++)
+            for (size_t i = 0; i < ks.n; i++)
                 moving |= !copy_same(&a[i], &b[i]);
             if (moving) {
                 nanosleep(&pause, NULL);
                 continue; /* again, once it landed */
             }
         }
-        for (size_t i = 0; i < n; i++) {
-            if (copy_same(&a[i], &a[best]))
+        for (size_t i = 0; i < ks.n; i++) {
+            if (!ks.writable[i] || copy_same(&a[i], &a[best]))
                 continue;
-            if (write_copy(rp, &rp->conns[idx[i]], key, klen, &a[best]) < 0) {
-                *who = idx[i];
+            if (write_copy(rp, &rp->conns[ks.pos[i]], key, klen, &a[best]) <
+                0) {
+                *who = ks.pos[i];
                 goto out;
             }
             atomic_fetch_add(&rp->pool->rstats.repairs, 1);
@@ -519,7 +767,7 @@ repair_key(struct repairer *rp, const char *key, size_t klen, size_t *who)
     }
     /* never settled: left for later (noted again) */
 out:
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < ks.n; i++) {
         copy_free(&a[i]);
         copy_free(&b[i]);
     }
@@ -537,41 +785,37 @@ repair_one(struct repairer *rp, struct jmember *jm, const char *key,
     if (repair_key(rp, key, klen, &who) == 0)
         return;
     atomic_fetch_add(&rp->pool->rstats.repair_errors, 1);
-    if (who != SIZE_MAX && rp->snap->servers[who] != jm->s) {
+    if (jm == NULL)
+        rp->fill_failed = true;
+    if (who != SIZE_MAX && (jm == NULL || rp->who[who] != jm->s)) {
         /* another member of the set is out: the key waits for it there */
-        replica_note(rp->snap->servers[who], key, klen,
-                     rp->snap->set.repair_log, true);
+        replica_note(rp->who[who], key, klen, rp->snap->set.repair_log, true);
         return;
     }
+    if (jm == NULL)
+        return; /* the fill again, later */
     jm->failed = true;
     replica_note(jm->s, key, klen, rp->snap->set.repair_log, true);
 }
 
 /* ---- comparing a member whole -------------------------------------------- */
 
-/* Whether <s> is in the replica set of <key>. */
+/* Whether <s> is in the replica set of <key> in the job's snapshot. */
 static bool
-in_set(const struct pool_snapshot *snap, const char *key, size_t klen,
+in_set(const struct repairer *rp, const char *key, size_t klen,
        const struct server *s)
 {
-    size_t idx[REPLICAS_MAX], n, off, tl;
-
-    if (snap->ring == NULL)
-        return false;
-    tl = chash_key_tag(key, klen, snap->set.hash_tag, &off);
-    n = chash_ring_lookup_n(snap->ring,
-                            chash_ring_hash(snap->ring, key + off, tl), idx,
-                            snap->set.replicas);
-    for (size_t i = 0; i < n; i++)
-        if (snap->servers[idx[i]] == s)
-            return true;
-    return false;
+    return rp->snap->ring != NULL &&
+           in_set_hash(rp->snap, key_hash(rp->snap, key, klen), s, true);
 }
 
-/* redis: SCAN member <i>, repairing each key whose set holds <jm>'s
- * member. 0, or -1 (it could not be scanned). */
+/* What to do with each key a member holds. */
+typedef void key_fn(struct repairer *rp, void *ctx, size_t member,
+                    const char *key, size_t len);
+
+/* redis: SCAN the job's member <i>, <fn> on each key. 0, or -1. */
 static int
-scan_member(struct repairer *rp, struct jmember *jm, size_t i)
+scan_member(struct repairer *rp, size_t i, key_fn *fn, void *ctx)
 {
     char cursor[32] = "0";
 
@@ -594,32 +838,32 @@ scan_member(struct repairer *rp, struct jmember *jm, size_t i)
         for (size_t k = 0; k < v.el[1].n && !atomic_load(&rp->stop); k++) {
             const struct rval *key = &v.el[1].el[k];
 
-            if (key->type == '$' && in_set(rp->snap, key->s, key->len, jm->s))
-                repair_one(rp, jm, key->s, key->len);
+            if (key->type == '$')
+                fn(rp, ctx, i, key->s, key->len);
         }
         rval_free(&v);
     } while (strcmp(cursor, "0") != 0 && !atomic_load(&rp->stop));
     return 0;
 }
 
-/* memcached: the keys of member <i> (lru_crawler metadump), repaired as
- * scan_member does. Keys come URL-encoded. */
+/* memcached: the keys of the job's member <i> (lru_crawler metadump,
+ * URL-encoded), <fn> on each. 0, or -1. */
 static int
-dump_member(struct repairer *rp, struct jmember *jm, size_t i)
+dump_member(struct repairer *rp, size_t i, key_fn *fn, void *ctx)
 {
     struct rconn *c = conn_of(rp, i);
     const char *line;
     size_t len;
     char key[251];
-
-    if (c == NULL || rc_put(c, "lru_crawler metadump all\r\n", 26) < 0 ||
-        rc_flush(c) < 0)
-        return -1;
-    /* the keys first (the dump holds the connection), then the repairs */
     struct {
         char *d; /* each key: its length (a byte), its bytes */
         size_t len, cap;
     } keys = {0};
+
+    if (c == NULL || rc_put(c, "lru_crawler metadump all\r\n", 26) < 0 ||
+        rc_flush(c) < 0)
+        return -1;
+    /* the keys first (the dump holds the connection), then <fn> */
     for (;;) {
         size_t k = 0;
 
@@ -636,15 +880,15 @@ dump_member(struct repairer *rp, struct jmember *jm, size_t i)
         }
         if (len < 4 || memcmp(line, "key=", 4) != 0)
             continue;
-        for (size_t p = 4;
-             p < len && line[p] != ' ' && line[p] != '\r' && k < sizeof(key);
-             p++) {
-            if (line[p] == '%' && p + 2 < len) {
-                char hex[3] = {line[p + 1], line[p + 2], 0};
+        for (size_t q = 4;
+             q < len && line[q] != ' ' && line[q] != '\r' && k < sizeof(key);
+             q++) {
+            if (line[q] == '%' && q + 2 < len) {
+                char hex[3] = {line[q + 1], line[q + 2], 0};
                 key[k++] = (char)strtoul(hex, NULL, 16);
-                p += 2;
+                q += 2;
             } else {
-                key[k++] = line[p];
+                key[k++] = line[q];
             }
         }
         if (keys.len + k + 1 > keys.cap) {
@@ -665,15 +909,33 @@ dump_member(struct repairer *rp, struct jmember *jm, size_t i)
         memcpy(keys.d + keys.len, key, k);
         keys.len += k;
     }
-    for (size_t p = 0; p < keys.len && !atomic_load(&rp->stop);) {
-        size_t k = (unsigned char)keys.d[p];
+    for (size_t q = 0; q < keys.len && !atomic_load(&rp->stop);) {
+        size_t k = (unsigned char)keys.d[q];
 
-        if (in_set(rp->snap, keys.d + p + 1, k, jm->s))
-            repair_one(rp, jm, keys.d + p + 1, k);
-        p += 1 + k;
+        fn(rp, ctx, i, keys.d + q + 1, k);
+        q += 1 + k;
     }
     free(keys.d);
     return 0;
+}
+
+static int
+list_keys(struct repairer *rp, size_t i, key_fn *fn, void *ctx)
+{
+    return is_memcache(rp) ? dump_member(rp, i, fn, ctx)
+                           : scan_member(rp, i, fn, ctx);
+}
+
+/* compare_whole's: a key whose set holds the member (ctx) compared. */
+static void
+whole_key(struct repairer *rp, void *ctx, size_t member, const char *key,
+          size_t len)
+{
+    struct jmember *jm = ctx;
+
+    (void)member;
+    if (in_set(rp, key, len, jm->s))
+        repair_one(rp, jm, key, len);
 }
 
 /* Compare <jm>'s member whole: every key of every member whose set
@@ -687,16 +949,107 @@ compare_whole(struct repairer *rp, struct jmember *jm)
              rp->pool->name, jm->s->name,
              jm->nkeys == 0 ? "overflowed, or it restarted" : "overflowed");
     for (size_t i = 0; i < rp->snap->n && !atomic_load(&rp->stop); i++) {
-        int rc =
-            is_memcache(rp) ? dump_member(rp, jm, i) : scan_member(rp, jm, i);
-
-        if (rc < 0 && server_usable(rp->snap->servers[i])) {
+        if (list_keys(rp, i, whole_key, jm) < 0 &&
+            server_usable(rp->snap->servers[i])) {
             /* a member that is up and cannot be listed: again later */
             jm->failed = true;
             replica_note(jm->s, "", 0, 0, true); /* overflow: whole again */
             return;
         }
     }
+}
+
+/* ---- the fill ------------------------------------------------------------ */
+
+/* Whether a member of <key>'s set does not hold its current copy. */
+static bool
+joined(const struct repairer *rp, const char *key, size_t len)
+{
+    size_t idx[REPLICAS_MAX], n;
+    uint64_t h;
+
+    if (rp->snap->ring == NULL)
+        return false;
+    h = key_hash(rp->snap, key, len);
+    n = set_of(rp->snap, h, idx);
+    for (size_t i = 0; i < n; i++)
+        if (!replica_current(rp->view, h, rp->who[idx[i]]))
+            return true;
+    return false;
+}
+
+static void
+fill_key(struct repairer *rp, void *ctx, size_t member, const char *key,
+         size_t len)
+{
+    (void)ctx;
+    (void)member;
+    if (!atomic_load(&rp->fill_abort) && joined(rp, key, len))
+        repair_one(rp, NULL, key, len);
+}
+
+/* The cleaning's: a copy on a member that left the key's set (it was in
+ * it in a placement of the view) goes. */
+static void
+clean_key(struct repairer *rp, void *ctx, size_t member, const char *key,
+          size_t len)
+{
+    const struct replica_view *v = rp->view;
+    struct server *s = rp->who[member];
+    struct copy none = {0};
+    uint64_t h;
+    bool was;
+
+    (void)ctx;
+    if (rp->snap->ring == NULL || atomic_load(&rp->fill_abort))
+        return;
+    h = key_hash(rp->snap, key, len);
+    if (in_set_hash(rp->snap, h, s, true))
+        return; /* its own */
+    was = in_set_hash(v->base, h, s, true);
+    for (size_t i = 0; i < v->nsince && !was; i++)
+        was = in_set_hash(v->since[i], h, s, true);
+    if (!was)
+        return; /* never placed there by us */
+    if (write_copy(rp, &rp->conns[member], key, len, &none) == 0)
+        atomic_fetch_add(&rp->pool->rstats.cleaned, 1);
+}
+
+/*
+ * Fill the placement of the job's snapshot: every key of every member
+ * (those that left included) goes to the members that joined its set;
+ * then, when every key made it, the copies on members that left a key's
+ * set are deleted. A fill with failures keeps those copies and is done
+ * again later (the failed keys are noted on the members that missed
+ * them: those serve no read of them before).
+ */
+static void
+fill(struct repairer *rp)
+{
+    log_info("pool %s: filling the members that joined replica sets",
+             rp->pool->name);
+    for (size_t i = 0; i < rp->nwho && !atomic_load(&rp->stop) &&
+                       !atomic_load(&rp->fill_abort);
+         i++)
+        if (list_keys(rp, i, fill_key, NULL) < 0) {
+            if (i < rp->snap->n && server_usable(rp->who[i]))
+                rp->fill_failed = true; /* a member that is up: again */
+            else
+                log_warn("pool %s: member %s could not be read for the "
+                         "fill: its copies were not used",
+                         rp->pool->name, rp->who[i]->name);
+        }
+    if (rp->fill_failed || atomic_load(&rp->stop) ||
+        atomic_load(&rp->fill_abort))
+        return;
+    for (size_t i = 0; i < rp->nwho && !atomic_load(&rp->stop) &&
+                       !atomic_load(&rp->fill_abort);
+         i++)
+        if (list_keys(rp, i, clean_key, NULL) < 0 && i < rp->snap->n &&
+            server_usable(rp->who[i]))
+            rp->fill_failed = true;
+    rp->fill_done = !rp->fill_failed && !atomic_load(&rp->stop) &&
+                    !atomic_load(&rp->fill_abort);
 }
 
 /* ---- identities ---------------------------------------------------------- */
@@ -821,7 +1174,9 @@ repairer_main(void *arg)
             repair_one(rp, jm, jm->keys[k] + sizeof(len), len);
         }
     }
-    for (size_t i = 0; i < rp->snap->n; i++)
+    if (rp->filling && !atomic_load(&rp->stop))
+        fill(rp);
+    for (size_t i = 0; i < rp->nwho; i++)
         rc_free(&rp->conns[i]);
     atomic_store(&rp->done, true);
     return NULL;
@@ -843,6 +1198,11 @@ job_free(struct repairer *rp)
     rp->njm = 0;
     free(rp->conns);
     rp->conns = NULL;
+    free(rp->who);
+    rp->who = NULL;
+    rp->nwho = 0;
+    rp->view = NULL;
+    rp->filling = false;
     if (rp->snap != NULL)
         pool_snapshot_unpin(rp->snap);
     rp->snap = NULL;
@@ -874,12 +1234,44 @@ give_back(struct repairer *rp, uint64_t now)
     job_free(rp);
 }
 
+/* The fill of the job's snapshot is done: its placement is the base of
+ * the views from here on, with the placements published after it. */
+static void
+filled(struct repairer *rp)
+{
+    struct pool *p = rp->pool;
+    struct replica_view *v = p->fill_view, *nv;
+    size_t after = 0;
+
+    /* the placements published after the filled one stay in the view */
+    while (v != NULL && after < v->nsince &&
+           v->since[after]->version <= rp->snap->version)
+        after++;
+    nv = view_new(rp->snap, v != NULL ? v->since + after : NULL,
+                  v != NULL ? v->nsince - after : 0);
+    if (nv == NULL)
+        return; /* filled again later */
+    replica_view_unref(p->fill_view);
+    p->fill_view = nv;
+    atomic_fetch_add(&p->rstats.fills, 1);
+    log_info("pool %s: every member holds the keys of its replica sets "
+             "(%" PRIu64 " copies made, %" PRIu64 " cleaned so far)",
+             p->name, atomic_load(&p->rstats.repairs),
+             atomic_load(&p->rstats.cleaned));
+    pool_schedule(p);
+}
+
 /* The job is over: join, take its results. */
 static void
 job_end(struct repairer *rp, uint64_t now)
 {
     pthread_join(rp->thread, NULL);
     rp->running = false;
+    if (atomic_load(&rp->fill_abort))
+        rp->fill_failed = false; /* moot, not failed: the next one now */
+    if (rp->filling && rp->fill_done && !rp->pool->removed &&
+        rp->pool->cfg.replicas > 1)
+        filled(rp);
     for (size_t j = 0; j < rp->njm; j++) {
         struct jmember *jm = &rp->jm[j];
         struct replica_log *l = &jm->s->rlog;
@@ -927,12 +1319,52 @@ take_log(struct server *s, struct jmember *jm)
     return any;
 }
 
+/* Add the members of <s> not in rp->who yet. */
+static void
+who_add(struct repairer *rp, const struct pool_snapshot *s)
+{
+    for (size_t j = 0; j < s->n; j++)
+        if (pos_of(rp, s->servers[j]) == SIZE_MAX)
+            rp->who[rp->nwho++] = s->servers[j];
+}
+
+/* The job's members (rp->who): <snap>'s (at their snapshot indexes),
+ * then those of its view's placements not in it (members that left),
+ * each with a connection. 0 or -1 (out of memory). */
+static int
+job_members(struct repairer *rp, const struct pool_snapshot *snap)
+{
+    const struct replica_view *v = snap->fill;
+    size_t cap = snap->n + 1;
+
+    if (v != NULL) {
+        cap += v->base->n;
+        for (size_t i = 0; i < v->nsince; i++)
+            cap += v->since[i]->n;
+    }
+    rp->who = calloc(cap, sizeof(*rp->who));
+    rp->conns = calloc(cap, sizeof(*rp->conns));
+    if (rp->who == NULL || rp->conns == NULL)
+        return -1;
+    for (size_t i = 0; i < snap->n; i++)
+        rp->who[rp->nwho++] = snap->servers[i];
+    if (v != NULL) {
+        who_add(rp, v->base);
+        for (size_t i = 0; i < v->nsince; i++)
+            who_add(rp, v->since[i]);
+    }
+    for (size_t i = 0; i < cap; i++)
+        rp->conns[i].fd = -1;
+    return 0;
+}
+
 /* Start a job for <rp>'s pool when it has work (or a probe is due). */
 static void
 job_start(struct repairer *rp, uint64_t now)
 {
     struct pool *p = rp->pool;
     struct pool_snapshot *snap = pool_snapshot(p);
+    bool fill = false;
     bool probe = now >= rp->probe_ms + PROBE_MS;
 
     /* A member about to serve reads again must not have restarted
@@ -952,18 +1384,29 @@ job_start(struct repairer *rp, uint64_t now)
         if (take_log(s, &rp->jm[rp->njm]))
             rp->njm++;
     }
-    if (rp->njm == 0 && !probe) {
+    /* a placement not filled yet (a failed fill waits a while) */
+    if (snap->fill != NULL && !snap->fill_same &&
+        !(p->fill_view != NULL && p->fill_view->nsince == 0 &&
+          same_placement(p->fill_view->base, snap)) &&
+        now >= rp->fill_ms + (rp->fill_failed ? 10 * RETRY_MS : 0)) {
+        fill = true;
+        rp->fill_ms = now;
+    }
+    if (rp->njm == 0 && !probe && !fill) {
         free(rp->jm);
         rp->jm = NULL;
         return;
     }
-    rp->conns = calloc(snap->n ? snap->n : 1, sizeof(*rp->conns));
-    if (rp->conns == NULL) {
+    if (job_members(rp, snap) < 0) {
         give_back(rp, now);
         return;
     }
-    for (size_t i = 0; i < snap->n; i++)
-        rp->conns[i].fd = -1;
+    rp->view = snap->fill;
+    rp->filling = fill;
+    atomic_store(&rp->fill_abort, false);
+    rp->fill_done = false;
+    if (fill)
+        rp->fill_failed = false;
     pool_snapshot_pin(snap);
     rp->snap = snap;
     rp->probe = probe;
@@ -1008,6 +1451,43 @@ readable_again(struct pool *p, uint64_t now)
         l->clean_ms = 0;
         pthread_mutex_unlock(&l->lock);
     }
+}
+
+int
+replica_reload_check(const struct pool *p, const struct conf_pool *cp,
+                     char *err, size_t errlen)
+{
+    const struct conf_pool *was = &p->cfg;
+
+    if (was->replicas <= 1 || cp->replicas <= 1)
+        return 0;
+    if (was->ring.algo != cp->ring.algo || was->ring.hash != cp->ring.hash ||
+        was->ring.points_per_weight != cp->ring.points_per_weight ||
+        was->ring.table_size != cp->ring.table_size ||
+        was->distribution != cp->distribution ||
+        strcmp(was->hash_tag, cp->hash_tag) != 0 ||
+        was->redis_db != cp->redis_db) {
+        snprintf(err, errlen,
+                 "pool %s: a reload may not change its hash, distribution, "
+                 "points, hash_tag or redis_db: with replicas that would "
+                 "move nearly every copy (start a new pool)",
+                 p->name);
+        return -1;
+    }
+    for (size_t i = 0; i < cp->nservers; i++) {
+        const struct conf_server *cs = &cp->servers[i];
+        const struct server *s = pool_server_find(p, cs->name);
+
+        if (s != NULL && atomic_load(&s->state) != SERVER_REMOVED &&
+            !conf_addr_equal(&s->addr, &cs->addr)) {
+            snprintf(err, errlen,
+                     "pool %s: member %s moves from %s to %s: its copies "
+                     "would be lost; add the new address under a new name",
+                     p->name, cs->name, s->addr.text, cs->addr.text);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static struct repairer *
@@ -1055,11 +1535,17 @@ replica_tick(uint64_t now, void *arg)
         struct pool *p = pool_at(i);
         struct repairer *rp;
 
-        if (p->cfg.replicas <= 1 || p->removed)
+        if (p->cfg.replicas <= 1 || p->removed) {
+            replica_view_unref(p->fill_view);
+            p->fill_view = NULL;
             continue;
+        }
         rp = repairer_of(p);
         if (rp == NULL)
             continue;
+        if (rp->running && rp->filling &&
+            !same_placement(pool_snapshot(p), rp->snap))
+            atomic_store(&rp->fill_abort, true);
         if (rp->running && atomic_load(&rp->done))
             job_end(rp, now);
         if (!rp->running) {
@@ -1089,6 +1575,10 @@ replica_deinit(void)
 {
     while (nrepairers > 0)
         repairer_free(nrepairers - 1);
+    for (size_t i = 0; i < pool_count(); i++) {
+        replica_view_unref(pool_at(i)->fill_view);
+        pool_at(i)->fill_view = NULL;
+    }
     free(repairers);
     repairers = NULL;
 }
@@ -1126,6 +1616,13 @@ replica_metrics(FILE *f)
         {"chashd_replication_full_compares_total", "counter",
          "Members compared whole (their log overflowed, or they restarted).",
          offsetof(struct replica_stats, full_compares)},
+        {"chashd_replication_fills_total", "counter",
+         "Placement changes after which every member that joined a key's "
+         "replica set was filled with it.",
+         offsetof(struct replica_stats, fills)},
+        {"chashd_replication_cleaned_total", "counter",
+         "Copies deleted from members that left a key's replica set.",
+         offsetof(struct replica_stats, cleaned)},
     };
     bool any = false;
 
@@ -1183,7 +1680,7 @@ json_t *
 replica_json(struct pool *p)
 {
     const struct replica_stats *st = &p->rstats;
-    json_t *members, *o;
+    json_t *members, *o, *rest;
 
     if (p->cfg.replicas <= 1)
         return NULL;
@@ -1201,7 +1698,16 @@ replica_json(struct pool *p)
                       replica_readable(s), "pending_keys",
                       (json_int_t)replica_pending(s), "overflow", overflow));
     }
-    o = json_pack(
+    {
+        const struct pool_snapshot *snap = pool_snapshot(p);
+        bool filling = snap != NULL && snap->fill != NULL && !snap->fill_same &&
+                       (p->fill_view == NULL || p->fill_view->base != snap);
+
+        o = json_pack("{s:b, s:I, s:I}", "filling", filling, "fills",
+                      (json_int_t)atomic_load(&st->fills), "cleaned",
+                      (json_int_t)atomic_load(&st->cleaned));
+    }
+    rest = json_pack(
         "{s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
         "replicas", (json_int_t)p->cfg.replicas, "write_quorum",
         (json_int_t)p->cfg.write_quorum, "read_policy",
@@ -1215,5 +1721,7 @@ replica_json(struct pool *p)
         (json_int_t)atomic_load(&st->partial_writes), "read_failures",
         (json_int_t)atomic_load(&st->read_failures), "full_compares",
         (json_int_t)atomic_load(&st->full_compares), "members", members);
+    json_object_update_missing(o, rest);
+    json_decref(rest);
     return o;
 }

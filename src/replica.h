@@ -30,7 +30,9 @@
 
 #include <jansson.h>
 
+struct conf_pool;
 struct pool;
+struct pool_snapshot;
 struct server;
 
 /* A member's keys to repair (in struct server). */
@@ -57,6 +59,9 @@ struct replica_stats {
     _Atomic uint64_t partial_writes; /* acknowledged, some member missed it */
     _Atomic uint64_t read_failures;  /* quorum reads refused */
     _Atomic uint64_t full_compares;  /* repairs of an overflowed log */
+    _Atomic uint64_t fills;          /* placement changes filled */
+    _Atomic uint64_t cleaned;        /* copies deleted from members that
+                                        left the key's set */
 };
 
 void replica_log_init(struct replica_log *l);
@@ -76,6 +81,43 @@ bool replica_readable(const struct server *s);
 
 /* Keys waiting in <s>'s log (any thread; for the metrics). */
 size_t replica_pending(struct server *s);
+
+/*
+ * The fill. After a placement change, the members that joined a key's
+ * replica set are filled with it by the repairer (a whole pass over
+ * every member's keys) and serve no read of it before. What a snapshot
+ * knows of that: the last placement whose sets were filled (<base>),
+ * and every placement published since (<since>, oldest first). A member
+ * holds the current copy of a key when it is in the key's set in each
+ * of them: it held the key, and took every write since. Immutable once
+ * made; references and pins on the control thread.
+ */
+struct replica_view {
+    unsigned refs;
+    struct pool_snapshot *base;   /* (pinned) */
+    struct pool_snapshot **since; /* [nsince] (pinned) */
+    size_t nsince;
+};
+
+void replica_view_unref(struct replica_view *v); /* NULL: nothing */
+
+/* Control thread, when a snapshot of <p> is prepared: the view it
+ * carries into *<out> (a reference; NULL with replicas: 1): <p>'s, with
+ * the snapshot published now appended when its placement is new. 0, or
+ * -1 when out of memory (no view would be right). */
+int replica_fill_view(struct pool *p, struct replica_view **out);
+/* Whether <snap> fills nothing: its placement is its view's base, and
+ * nothing came between. Any thread (the builder's). */
+bool replica_fill_same(const struct pool_snapshot *snap);
+/* Whether member <s> holds the current copy of a key of ring hash
+ * <hash> by view <v> (see struct replica_view). Any thread. */
+bool replica_current(const struct replica_view *v, uint64_t hash,
+                     const struct server *s);
+/* The reload of <p> to <cp> keeps what its copies rely on: 0, or -1 with
+ * why in <err> (a changed hash, distribution, points, hash_tag or
+ * redis_db; a member at a new address under its old name). */
+int replica_reload_check(const struct pool *p, const struct conf_pool *cp,
+                         char *err, size_t errlen);
 
 /* Control thread: start the tick that runs the repairers. 0 or -1. */
 int replica_init(void);

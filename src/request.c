@@ -413,14 +413,49 @@ req_proto(const struct rreq *r)
 
 /* ---- routing (for the modes) ------------------------------------------- */
 
+/* Whether keys of ring hashes <a> and <b> have the same set in <snap>. */
+static bool
+same_set_in(const struct pool_snapshot *snap, uint64_t a, uint64_t b)
+{
+    size_t sa[REPLICAS_MAX], sb[REPLICAS_MAX], n = snap->set.replicas;
+    size_t na;
+
+    if (snap->ring == NULL)
+        return true;
+    na = chash_ring_lookup_n(snap->ring, a, sa, n);
+    return na == chash_ring_lookup_n(snap->ring, b, sb, n) &&
+           memcmp(sa, sb, na * sizeof(*sa)) == 0;
+}
+
 bool
 request_same_set(const struct pool_snapshot *snap, uint64_t a, uint64_t b)
 {
-    size_t sa[REPLICAS_MAX], sb[REPLICAS_MAX], n = snap->set.replicas;
-    size_t na = chash_ring_lookup_n(snap->ring, a, sa, n);
+    const struct replica_view *v = snap->fill;
 
-    return na == chash_ring_lookup_n(snap->ring, b, sb, n) &&
-           memcmp(sa, sb, na * sizeof(*sa)) == 0;
+    if (!same_set_in(snap, a, b))
+        return false;
+    if (v == NULL || snap->fill_same)
+        return true;
+    /* being filled: the sets of the placements that decide which members
+     * hold the current copies must match too (a reload keeps the hash:
+     * the same hashes place the keys there) */
+    if (!same_set_in(v->base, a, b))
+        return false;
+    for (size_t i = 0; i < v->nsince; i++)
+        if (!same_set_in(v->since[i], a, b))
+            return false;
+    return true;
+}
+
+/* Which members of the set <idx> (<n>, in <snap>) of a key of ring hash
+ * <hash> do not hold its current copy yet (being filled: no read of it)
+ * into <filling>. */
+static void
+filling_of(const struct pool_snapshot *snap, uint64_t hash, const size_t *idx,
+           size_t n, bool *filling)
+{
+    for (size_t i = 0; i < n; i++)
+        filling[i] = !replica_current(snap->fill, hash, snap->servers[idx[i]]);
 }
 
 int
@@ -1572,6 +1607,8 @@ struct rrep {
                            before all are (one may fail at once) */
     struct server *m[REPLICAS_MAX]; /* in preference order (refs held) */
     int st[REPLICAS_MAX];           /* enum rep_state */
+    bool filling[REPLICAS_MAX];     /* joined the set, being filled: no
+                                       read (replica_fill_view) */
     struct rbuf reply[REPLICAS_MAX];
     uint64_t hash;
     char *req; /* what each member is sent */
@@ -1700,7 +1737,8 @@ rep_next(struct rrep *rep)
     while (rep->next < rep->n) {
         unsigned i = rep->next++;
 
-        if (!server_usable(rep->m[i]) || !replica_readable(rep->m[i])) {
+        if (!server_usable(rep->m[i]) || !replica_readable(rep->m[i]) ||
+            rep->filling[i]) {
             rep->st[i] = REP_SKIPPED;
             continue;
         }
@@ -1932,6 +1970,8 @@ request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
         rep->m[i] = snap->servers[idx[i]];
         server_ref(rep->m[i]);
     }
+    if (snap->fill != NULL && !snap->fill_same)
+        filling_of(snap, hash, idx, n, rep->filling);
     if (r->flags & PROTO_REQ_WRITE) {
         rep->policy = REP_WRITE;
         rep->need = set->write_quorum < n ? set->write_quorum : n;
@@ -1943,10 +1983,14 @@ request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
             /* spread by client: a rotation of the preference order */
             unsigned k = (unsigned)(r->client->id % n);
             struct server *rot[REPLICAS_MAX];
+            bool fil[REPLICAS_MAX];
 
-            for (unsigned i = 0; i < n; i++)
+            for (unsigned i = 0; i < n; i++) {
                 rot[i] = rep->m[(i + k) % n];
+                fil[i] = rep->filling[(i + k) % n];
+            }
             memcpy(rep->m, rot, n * sizeof(*rot));
+            memcpy(rep->filling, fil, n * sizeof(*fil));
         }
     } else {
         rep->policy = REP_READ_QUORUM;
@@ -1964,7 +2008,7 @@ request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
                 continue;
             }
             if (rep->policy == REP_READ_QUORUM &&
-                !replica_readable(rep->m[i])) {
+                (!replica_readable(rep->m[i]) || rep->filling[i])) {
                 rep->st[i] = REP_SKIPPED;
                 continue;
             }

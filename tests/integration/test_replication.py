@@ -376,3 +376,98 @@ def test_config_checks(tmp_path):
         in p.stdout, p.stdout
     p = check("  replicas: 3\n  read_policy: sometimes\n")
     assert p.returncode != 0 and "read_policy" in p.stderr, p.stderr
+
+
+def sets_after(r, tmp_path, names, keys):
+    """{key: its replica set} for a pool of members <names> (weight 1
+    each), from `chash lookup --config` on a config written for it."""
+    conf = tmp_path / ("ring-%s.yml" % "-".join(names))
+    servers = {n: r.servers[int(n[1:]) - 1] for n in names}
+    conf.write_text("global:\n  admin: off\n" + pool_yaml(
+        POOL, free_port(), [servers[n] for n in names], names,
+        ["  mode: redis", "  hash: md5"], replicas=3))
+    return lookup_config(str(conf), POOL, keys, replicas=3)
+
+
+def wait_filled(r, fills):
+    wait_for(lambda: r.rep()["fills"] >= fills and not r.rep()["filling"],
+             timeout=30, interval=0.1, what="the fill: %s" % r.rep())
+
+
+@pytest.mark.parametrize("policy", ["primary", "quorum"])
+def test_membership_changes_fill_the_new_sets_and_clean_the_old(
+        rep, tmp_path, policy):
+    """A member added, then one removed, under load (replicas 3 over 4,
+    then 5, then 4 members): no request fails, no read misses an
+    acknowledged write (a member that joined a key's set serves no read
+    of it before it is filled), and afterwards each key is on exactly the
+    members of its new set: copied to those that joined, deleted from
+    those that left."""
+    r = rep(n=5, read_policy=policy)
+    # r5 starts outside the pool: the pool is r1..r4
+    st, body, _ = r.api.call("DELETE", "/api/pools/%s/members/r5?now=1"
+                             % POOL)
+    assert st == 200, body
+    wait_filled(r, 1)
+    r.by_name("r5").call("FLUSHALL")
+    cold = ["cold:%d" % i for i in range(3000)]
+    with r.client() as c:
+        for i in range(0, len(cold), 500):
+            part = cold[i:i + 500]
+            assert c.pipeline([("SET", k, k) for k in part]) == \
+                [Simple("OK")] * len(part)
+    fills = r.rep()["fills"]
+    stop = threading.Event()
+    errors, acked = [], {}
+
+    def read_cold():
+        # keys written before the change, read while it fills: a member
+        # that joined their set must not answer them yet
+        deadline = time.monotonic() + 60
+        with r.client(timeout=15) as c:
+            while not stop.is_set() and time.monotonic() < deadline:
+                for i in range(0, len(cold), 100):
+                    part = cold[i:i + 100]
+                    got = c.pipeline([("GET", k) for k in part])
+                    bad = [(k, g) for k, g in zip(part, got)
+                           if g != k.encode()]
+                    errors.extend(bad[:5])
+    threads = [threading.Thread(target=load,
+                                args=(r, stop, errors, acked, t))
+               for t in range(3)]
+    threads.append(threading.Thread(target=read_cold))
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5)
+        st, body, _ = r.api.call(
+            "POST", "/api/pools/%s/members" % POOL,
+            {"name": "r5", "address": r.by_name("r5").addr, "weight": 1})
+        assert st in (200, 201), body
+        wait_filled(r, fills + 1)
+        time.sleep(0.5)
+        st, body, _ = r.api.call("DELETE", "/api/pools/%s/members/r2"
+                                 % POOL)
+        assert st == 200, body
+        wait_filled(r, fills + 2)
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == [], errors[:10]
+    rp = r.rep()
+    assert rp["write_failures"] == 0 and rp["read_failures"] == 0, rp
+    assert rp["cleaned"] > 0 and rp["repairs"] > 0, rp
+    want = dict(acked)
+    want.update({k: k.encode() for k in cold})
+    sets = sets_after(r, tmp_path, ["r1", "r3", "r4", "r5"], list(want))
+    for k, v in want.items():
+        for name in r.names:
+            held = r.direct(name, "GET", k)
+            if name in sets[k]:
+                assert held == v, (k, name, sets[k])
+            else:
+                assert held is None, (k, name, sets[k], held)
+    assert r.direct("r2", "DBSIZE") == 0
