@@ -196,7 +196,8 @@ def redis_benchmark(pool, case, n):
         bench.die("%s %s -P %d: redis-benchmark did not end in %g s"
                   % (pool, test, P, limit))
     finally:
-        bench.procs.remove(p)
+        if p in bench.procs:             # (not when a signal emptied it)
+            bench.procs.remove(p)
     c1, s1 = benchlib.stat_cpu_seconds(chashd.pid), server_cpu()
     after = requests(pool)
     row = None
