@@ -328,7 +328,9 @@ for rnd in range(0, benchlib.ROUNDS + 1):
             synced = True
         for pool in ORDER[k:] + ORDER[:k]:
             run(case, pool, rnd)
-print("(%.0f s)" % (time.monotonic() - t_start))
+print("(%.0f s; load average at the end %s)" % (
+    time.monotonic() - t_start,
+    " ".join(open("/proc/loadavg").read().split()[:3])))
 print()
 
 # ---- the checks ----------------------------------------------------------
