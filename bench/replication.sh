@@ -26,11 +26,19 @@
 #   PIN=0           1: chashd on CPUs 0-1, the redis-servers and
 #                   redis-benchmark on CPU 1 (as bench/redis.sh)
 #
+# redis-benchmark writes random values of its own (a new fill per
+# process), so the N=1 pool's SETs leave primaries apart from their other
+# copies: between the SETs and the GETs of every round every key is
+# rewritten on every member directly, until the members' DEBUG DIGESTs
+# agree (the redis-servers run with --enable-debug-command local).
+#
 # The run fails (exit 1) if redis-benchmark saw an error reply (version
-# 7 stops at the first one) or did not finish, if chashd counted an error or a protocol
-# error on the pool during a run, if a replicated pool counted a write
-# or read failure, if the members do not each hold all KEYSPACE keys at
-# the end, or if a GET missed its key on a member (keyspace_misses).
+# 7 stops at the first one) or did not finish, if chashd counted an error
+# or a protocol error on the pool during a run, if a replicated pool
+# counted a write failure, a read failure or a divergence (its members
+# hold the same copies when it reads), if the members do not each hold
+# all KEYSPACE keys with equal digests at the end, or if a GET missed its
+# key on a member (keyspace_misses).
 # SPDX-License-Identifier: BSD-2-Clause
 set -eu
 
