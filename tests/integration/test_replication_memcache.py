@@ -28,6 +28,7 @@ class McRep:
         opts.setdefault("replicas", 3)
         opts.setdefault("timeout", 2000)
         opts.setdefault("hash", "md5")
+        self.replicas = min(opts["replicas"], n)
         text = admin_global(self.aport) + mc_pool(
             POOL, self.port, self.servers, self.names, **opts)
         self.chashd = chashd_memcache(text)
@@ -56,7 +57,7 @@ class McRep:
 
     def sets(self, keys):
         return lookup_config(self.chashd.conf, POOL, keys,
-                             replicas=min(3, len(self.names)))
+                             replicas=self.replicas)
 
 
 @pytest.fixture
@@ -195,3 +196,64 @@ def test_two_of_three_down_refuse_writes(mcrep):
                               b"answered (need 2)"), got
         assert c.call(b"version\r\n").startswith(b"VERSION")
     assert r.rep()["write_failures"] == 1
+
+
+def test_a_member_added_is_filled_before_it_serves_reads(mcrep, tmp_path):
+    """replicas 2 over 3 memcacheds, a 4th added while clients read keys
+    written before: not one read misses (the new member serves no read
+    of a key before it holds it; its keys come from the others' metadump),
+    and afterwards each key is on exactly the two members of its new set."""
+    r = mcrep(n=4, replicas=2, read_policy="primary")
+    st, body, _ = r.api.call("DELETE", "/api/pools/%s/members/m4?now=1"
+                             % POOL)
+    assert st == 200, body
+    wait_for(lambda: r.rep()["fills"] >= 1 and not r.rep()["filling"],
+             timeout=30, interval=0.1, what="the first fill")
+    r.by_name("m4").flush()
+    keys = [b"k:%d" % i for i in range(1500)]
+    with r.client() as c:
+        c.send(b"".join(b"set %s 0 0 %d noreply\r\n%s\r\n" % (k, len(k), k)
+                        for k in keys))
+        assert c.call(b"version\r\n").startswith(b"VERSION")
+    stop = threading.Event()
+    errors = []
+
+    def reader():
+        deadline = time.monotonic() + 60
+        with r.client(timeout=15) as c:
+            while not stop.is_set() and time.monotonic() < deadline:
+                for i in range(0, len(keys), 50):
+                    part = keys[i:i + 50]
+                    c.send(b"get %s\r\n" % b" ".join(part))
+                    units = c.units_until(b"END\r\n")
+                    if len(units) != len(part) + 1:
+                        errors.append(len(units))
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        time.sleep(0.3)
+        st, body, _ = r.api.call(
+            "POST", "/api/pools/%s/members" % POOL,
+            {"name": "m4", "address": r.by_name("m4").addr, "weight": 1})
+        assert st in (200, 201), body
+        wait_for(lambda: r.rep()["fills"] >= 2 and not r.rep()["filling"],
+                 timeout=30, interval=0.1, what="the fill: %s" % r.rep())
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert not t.is_alive()
+    assert errors == [], errors[:10]
+    sets = r.sets([k.decode() for k in keys])
+    assert {len(m) for m in sets.values()} == {2}
+    held = {name: r.by_name(name).holds([k.decode() for k in keys])
+            for name in r.names}
+    moved = 0
+    for k in keys:
+        ks = k.decode()
+        for name in r.names:
+            assert (ks in held[name]) == (name in sets[ks]), \
+                (ks, name, sets[ks])
+        moved += "m4" in sets[ks]
+    assert moved > 200          # m4 took about half of the keys' copies
+    assert r.rep()["cleaned"] >= moved
