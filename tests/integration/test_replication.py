@@ -471,3 +471,24 @@ def test_membership_changes_fill_the_new_sets_and_clean_the_old(
             else:
                 assert held is None, (k, name, sets[k], held)
     assert r.direct("r2", "DBSIZE") == 0
+
+
+def test_any_policy_spreads_reads_over_the_set(rep):
+    """read_policy any: connections start at different members of the
+    set, so every member answers reads; each read is still right."""
+    r = rep(read_policy="any")
+    keys = ["s%d" % i for i in range(50)]
+    with r.client() as c:
+        for k in keys:
+            assert c.call("SET", k, k) == Simple("OK")
+
+    def hits(name):
+        info = r.direct(name, "INFO", "stats").decode()
+        return int(info.split("keyspace_hits:")[1].split()[0])
+    before = {n: hits(n) for n in r.names}
+    for _ in range(6):
+        with r.client() as c:
+            assert c.call("MGET", *keys) == [k.encode() for k in keys]
+    served = {n: hits(n) - before[n] for n in r.names}
+    assert sum(served.values()) == 6 * 50, served
+    assert sum(1 for v in served.values() if v > 0) >= 2, served
