@@ -55,6 +55,10 @@ static const char usage_text[] =
     "  migration POOL --give-up NAME         stop waiting for a dead old\n"
     "                                        owner: its keys not moved yet\n"
     "                                        are lost\n"
+    "  replication POOL                      a replicated pool: quorums,\n"
+    "                                        repairs, divergences, and per\n"
+    "                                        member whether it serves reads\n"
+    "                                        and the keys it still misses\n"
     "  state                                 the runtime overrides of the\n"
     "                                        config (kept in the state file)\n"
     "  state --reset POOL [NAME] [--dry-run] drop the overrides of a pool or\n"
@@ -850,9 +854,8 @@ print_pool(const struct ctl *c, json_t *p)
                str(s, "on_failure"), num(p, "snapshot"), str(p, "checksum"));
         printf("  active %lld, accepted %lld, first choice %lld, spilled "
                "%lld, failed over %lld\n",
-               num(p, "active"), num(st, "accepted"),
-               num(st, "first_choice"), num(st, "spilled"),
-               num(st, "failed_over"));
+               num(p, "active"), num(st, "accepted"), num(st, "first_choice"),
+               num(st, "spilled"), num(st, "failed_over"));
     }
     printf("\n");
     print_members(members, leaving);
@@ -1340,6 +1343,53 @@ print_migration(json_t *j)
     print_migration_counts(last);
 }
 
+/*
+ * `replication POOL`: GET /api/pools/{pool}/replication for an operator:
+ * the policy, whether a fill runs, the counters, then a line per member
+ * (serves reads or not, keys noted for its repair).
+ */
+static void
+print_replication(json_t *j)
+{
+    json_t *members = json_object_get(j, "members");
+    size_t i;
+    json_t *m;
+
+    printf("replicas %lld, write_quorum %lld, read_policy %s",
+           num(j, "replicas"), num(j, "write_quorum"), str(j, "read_policy"));
+    if (strcmp(str(j, "read_policy"), "quorum") == 0)
+        printf(", read_quorum %lld", num(j, "read_quorum"));
+    printf("; repair_log %lld keys per member\n", num(j, "repair_log"));
+    printf("%s; %lld fills done, %lld copies cleaned from members that left "
+           "a key's set\n",
+           json_is_true(json_object_get(j, "filling"))
+               ? "filling: members that joined replica sets are being filled"
+               : "no fill running",
+           num(j, "fills"), num(j, "cleaned"));
+    printf("writes refused (no quorum) %lld, acknowledged with a member "
+           "missing %lld; reads refused %lld\n",
+           num(j, "write_failures"), num(j, "partial_writes"),
+           num(j, "read_failures"));
+    printf("divergences %lld, repairs %lld, repair errors %lld, whole "
+           "comparisons %lld\n\n",
+           num(j, "divergences"), num(j, "repairs"), num(j, "repair_errors"),
+           num(j, "full_compares"));
+    printf("%-20s %-9s %12s\n", "MEMBER", "READS", "TO REPAIR");
+    json_array_foreach(members, i, m)
+    {
+        char pending[32];
+
+        if (json_is_true(json_object_get(m, "overflow")))
+            snprintf(pending, sizeof(pending), "all (log full)");
+        else
+            snprintf(pending, sizeof(pending), "%lld", num(m, "pending_keys"));
+        printf("%-20s %-9s %12s\n", str(m, "name"),
+               json_is_true(json_object_get(m, "readable")) ? "serves"
+                                                            : "repairing",
+               pending);
+    }
+}
+
 /* ---- commands -------------------------------------------------------------
  */
 
@@ -1544,6 +1594,7 @@ cmd_ctl(int argc, char **argv)
     if (c.dry_run &&
         (strcmp(verb, "pools") == 0 || strcmp(verb, "show") == 0 ||
          strcmp(verb, "lookup") == 0 || strcmp(verb, "migration") == 0 ||
+         strcmp(verb, "replication") == 0 ||
          (strcmp(verb, "state") == 0 && !c.reset)))
         return cli_usage_error(CMD, usage_text, "--dry-run goes with a change");
     for (int i = 0; i < nargs; i++)
@@ -1593,6 +1644,18 @@ cmd_ctl(int argc, char **argv)
         }
         if (j != NULL && !c.json)
             print_migration(j);
+        json_decref(j);
+        return ex;
+    }
+    if (strcmp(verb, "replication") == 0) {
+        if ((rc = need(nargs, 1, verb)) != 0)
+            return rc;
+        snprintf(path, sizeof(path), "/api/pools/%s/replication", pool);
+        j = call(&c, "GET", path, NULL, &ex);
+        if (j != NULL && !c.json) {
+            printf("pool %s: ", args[0]);
+            print_replication(j);
+        }
         json_decref(j);
         return ex;
     }

@@ -150,7 +150,7 @@ replica_pending(struct server *s)
     size_t n;
 
     pthread_mutex_lock(&s->rlog.lock);
-    n = s->rlog.n;
+    n = s->rlog.n + atomic_load(&s->rlog.taken);
     pthread_mutex_unlock(&s->rlog.lock);
     return n;
 }
@@ -1188,6 +1188,7 @@ static void
 job_free(struct repairer *rp)
 {
     for (size_t j = 0; j < rp->njm; j++) {
+        atomic_store(&rp->jm[j].s->rlog.taken, 0);
         for (size_t k = 0; k < rp->jm[j].nkeys; k++)
             free(rp->jm[j].keys[k]);
         free(rp->jm[j].keys);
@@ -1212,6 +1213,7 @@ job_free(struct repairer *rp)
 static void
 put_back(const struct repairer *rp, struct jmember *jm)
 {
+    atomic_store(&jm->s->rlog.taken, 0);
     for (size_t k = 0; k < jm->nkeys; k++) {
         uint32_t len;
 
@@ -1312,6 +1314,7 @@ take_log(struct server *s, struct jmember *jm)
         l->keys = NULL;
         l->cap = l->n = 0;
         l->overflow = false;
+        atomic_store(&l->taken, jm->nkeys);
         l->clean_gen = atomic_load(&l->gen);
         l->clean_ms = 0;
     }

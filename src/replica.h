@@ -44,6 +44,7 @@ struct replica_log {
     bool overflow;        /* more keys than repair_log: compare all */
     _Atomic bool dirty;   /* (atomic) keys to repair: not readable */
     _Atomic uint64_t gen; /* (atomic) +1 per key noted */
+    _Atomic size_t taken; /* (atomic) keys a running repair took */
     /* control thread */
     uint64_t clean_gen; /* gen when its last repair pass began */
     uint64_t clean_ms;  /* when a pass found nothing left (0: not yet) */

@@ -492,3 +492,30 @@ def test_any_policy_spreads_reads_over_the_set(rep):
     served = {n: hits(n) - before[n] for n in r.names}
     assert sum(served.values()) == 6 * 50, served
     assert sum(1 for v in served.values() if v > 0) >= 2, served
+
+
+def test_ctl_replication_shows_who_serves_reads(rep):
+    """`chash ctl replication POOL`: the policy, the counters, and which
+    member is being repaired (and how many keys it misses)."""
+    import subprocess
+    r = rep(read_policy="quorum")
+    r.by_name("r3").stop()
+    with r.client() as c:
+        for i in range(7):
+            assert c.call("SET", "z%d" % i, "v") == Simple("OK")
+    p = subprocess.run([CHASH, "ctl", "--admin", "127.0.0.1:%d" % r.aport,
+                        "replication", POOL], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "replicas 3, write_quorum 2, read_policy quorum, read_quorum 2" \
+        in out, out
+    assert "acknowledged with a member missing 7" in out, out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()
+            if line.startswith("r")}
+    assert rows["r1"] == ["serves", "0"], out
+    assert rows["r3"] == ["repairing", "7"], out
+    p = subprocess.run([CHASH, "ctl", "--admin", "127.0.0.1:%d" % r.aport,
+                        "replication", "nope"], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 1 and "no pool named" in p.stderr, p.stderr
