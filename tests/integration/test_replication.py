@@ -519,3 +519,33 @@ def test_ctl_replication_shows_who_serves_reads(rep):
                         "replication", "nope"], capture_output=True,
                        text=True, timeout=30)
     assert p.returncode == 1 and "no pool named" in p.stderr, p.stderr
+
+
+def test_a_log_that_overflows_means_a_whole_comparison(rep):
+    """A member that refuses writes with an error (-OOM) while the others
+    take them misses them: more than repair_log of them, and its log
+    overflows; once it takes writes again it is compared whole (not
+    restarted: its identity is the same) and serves reads after."""
+    r = rep(read_policy="primary", repair_log=5)
+    r.direct("r2", "CONFIG", "SET", "maxmemory-policy", "noeviction")
+    r.direct("r2", "CONFIG", "SET", "maxmemory", "1")
+    keys = ["o%d" % i for i in range(20)]
+    with r.client() as c:
+        for k in keys:
+            assert c.call("SET", k, k) == Simple("OK")   # W=2 of 3
+    m = r.member("r2")
+    assert not m["readable"] and m["overflow"], m
+    st, text, _ = r.api.get("/metrics")
+    assert 'chashd_replication_readable{pool="store",member="r2"} 0' \
+        in text, text
+    r.direct("r2", "CONFIG", "SET", "maxmemory", "0")
+    r.wait_repaired()
+    rp = r.rep()
+    assert rp["full_compares"] == 1 and rp["repairs"] >= 20, rp
+    for k in keys:
+        assert r.direct("r2", "GET", k) == k.encode(), k
+    st, text, _ = r.api.get("/metrics")
+    assert 'chashd_replication_full_compares_total{pool="store"} 1' \
+        in text, text
+    assert 'chashd_replication_readable{pool="store",member="r2"} 1' \
+        in text, text
