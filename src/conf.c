@@ -348,6 +348,16 @@ conf_migration_name(int migration)
     return enum_name(migration_names, ARRAY_SIZE(migration_names), migration);
 }
 
+bool
+conf_pool_hashing_differs(const struct conf_pool *a, const struct conf_pool *b)
+{
+    return a->ring.algo != b->ring.algo || a->ring.hash != b->ring.hash ||
+           a->ring.points_per_weight != b->ring.points_per_weight ||
+           a->ring.table_size != b->ring.table_size ||
+           a->distribution != b->distribution ||
+           strcmp(a->hash_tag, b->hash_tag) != 0 || a->redis_db != b->redis_db;
+}
+
 const char *
 conf_read_policy_name(int read_policy)
 {

@@ -309,6 +309,11 @@ const char *conf_mode_name(int mode);
 const char *conf_hash_key_name(int hash_key);
 const char *conf_on_failure_name(int on_failure);
 const char *conf_migration_name(int migration);
+/* Whether pools <a> and <b> hash keys to the ring differently (hash,
+ * distribution, points, table size, hash_tag) or keep them in another
+ * redis_db: a reload between them would move nearly every key. */
+bool conf_pool_hashing_differs(const struct conf_pool *a,
+                               const struct conf_pool *b);
 const char *conf_read_policy_name(int read_policy);
 const char *conf_dist_name(int distribution);
 const char *conf_log_level_name(int log_level);

@@ -2015,12 +2015,7 @@ migration_reload_plan(const struct pool *p, const struct conf_pool *cp,
     if (was->migration != CONF_MIGRATION_COPY ||
         cp->migration != CONF_MIGRATION_COPY)
         return 0; /* turned on or off: nothing moves by this reload */
-    if (was->ring.algo != cp->ring.algo || was->ring.hash != cp->ring.hash ||
-        was->ring.points_per_weight != cp->ring.points_per_weight ||
-        was->ring.table_size != cp->ring.table_size ||
-        was->distribution != cp->distribution ||
-        strcmp(was->hash_tag, cp->hash_tag) != 0 ||
-        was->redis_db != cp->redis_db) {
+    if (conf_pool_hashing_differs(was, cp)) {
         snprintf(err, errlen,
                  "pool %s: a reload may not change its hash, distribution, "
                  "points, hash_tag or redis_db: with migration: copy that "
@@ -2029,20 +2024,24 @@ migration_reload_plan(const struct pool *p, const struct conf_pool *cp,
                  p->name);
         return -1;
     }
+    {
+        const struct server *s;
+        const struct conf_server *cs = pool_member_moved(p, cp, &s);
+
+        if (cs != NULL) {
+            snprintf(err, errlen,
+                     "pool %s: member %s moves from %s to %s: with "
+                     "migration: copy its keys would be lost; add the "
+                     "new address under another name, then remove %s",
+                     p->name, cs->name, s->addr.text, cs->addr.text, cs->name);
+            return -1;
+        }
+    }
     for (size_t i = 0; i < cp->nservers; i++) {
         const struct conf_server *cs = &cp->servers[i];
         const struct server *s = pool_server_find(p, cs->name);
 
         if (s != NULL && atomic_load(&s->state) != SERVER_REMOVED) {
-            if (!conf_addr_equal(&s->addr, &cs->addr)) {
-                snprintf(err, errlen,
-                         "pool %s: member %s moves from %s to %s: with "
-                         "migration: copy its keys would be lost; add the "
-                         "new address under another name, then remove %s",
-                         p->name, cs->name, s->addr.text, cs->addr.text,
-                         cs->name);
-                return -1;
-            }
             if (s->admin != STATE_ADMIN_UP)
                 continue; /* the state keeps it drained or in maintenance */
             if (s->weight != cs->weight)

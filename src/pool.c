@@ -236,6 +236,23 @@ pool_unref(struct pool *p)
 
 /* ---- members ------------------------------------------------------------- */
 
+const struct conf_server *
+pool_member_moved(const struct pool *p, const struct conf_pool *cp,
+                  const struct server **was)
+{
+    for (size_t i = 0; i < cp->nservers; i++) {
+        const struct conf_server *cs = &cp->servers[i];
+        const struct server *s = pool_server_find(p, cs->name);
+
+        if (s != NULL && atomic_load(&s->state) != SERVER_REMOVED &&
+            !conf_addr_equal(&s->addr, &cs->addr)) {
+            *was = s;
+            return cs;
+        }
+    }
+    return NULL;
+}
+
 static int
 addr_copy(struct conf_addr *dst, const struct conf_addr *src)
 {

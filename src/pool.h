@@ -265,6 +265,11 @@ void server_unref(struct server *s);
 
 /* The member named <name> of <p>, or NULL. */
 struct server *pool_server_find(const struct pool *p, const char *name);
+/* A server of <cp> that <p> has (not removed) under the same name at
+ * another address, its current self in *<was>; NULL when none moves. */
+const struct conf_server *pool_member_moved(const struct pool *p,
+                                            const struct conf_pool *cp,
+                                            const struct server **was);
 
 /*
  * Publishing. Every change below marks the pool changed and schedules a

@@ -1461,15 +1461,12 @@ replica_reload_check(const struct pool *p, const struct conf_pool *cp,
                      char *err, size_t errlen)
 {
     const struct conf_pool *was = &p->cfg;
+    const struct server *s;
+    const struct conf_server *cs;
 
     if (was->replicas <= 1 || cp->replicas <= 1)
         return 0;
-    if (was->ring.algo != cp->ring.algo || was->ring.hash != cp->ring.hash ||
-        was->ring.points_per_weight != cp->ring.points_per_weight ||
-        was->ring.table_size != cp->ring.table_size ||
-        was->distribution != cp->distribution ||
-        strcmp(was->hash_tag, cp->hash_tag) != 0 ||
-        was->redis_db != cp->redis_db) {
+    if (conf_pool_hashing_differs(was, cp)) {
         snprintf(err, errlen,
                  "pool %s: a reload may not change its hash, distribution, "
                  "points, hash_tag or redis_db: with replicas that would "
@@ -1477,18 +1474,12 @@ replica_reload_check(const struct pool *p, const struct conf_pool *cp,
                  p->name);
         return -1;
     }
-    for (size_t i = 0; i < cp->nservers; i++) {
-        const struct conf_server *cs = &cp->servers[i];
-        const struct server *s = pool_server_find(p, cs->name);
-
-        if (s != NULL && atomic_load(&s->state) != SERVER_REMOVED &&
-            !conf_addr_equal(&s->addr, &cs->addr)) {
-            snprintf(err, errlen,
-                     "pool %s: member %s moves from %s to %s: its copies "
-                     "would be lost; add the new address under a new name",
-                     p->name, cs->name, s->addr.text, cs->addr.text);
-            return -1;
-        }
+    if ((cs = pool_member_moved(p, cp, &s)) != NULL) {
+        snprintf(err, errlen,
+                 "pool %s: member %s moves from %s to %s: its copies would "
+                 "be lost; add the new address under a new name",
+                 p->name, cs->name, s->addr.text, cs->addr.text);
+        return -1;
     }
     return 0;
 }
@@ -1588,6 +1579,29 @@ replica_deinit(void)
 
 /* ---- reporting ----------------------------------------------------------- */
 
+/* A per-member gauge of the replicated pools: <readable>, else the keys
+ * pending. */
+static void
+member_gauge(FILE *f, const char *name, const char *help, bool readable)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    for (size_t i = 0; i < pool_count(); i++) {
+        struct pool *p = pool_at(i);
+
+        for (size_t j = 0; p->cfg.replicas > 1 && j < p->nservers; j++) {
+            struct server *s = p->servers[j];
+
+            fprintf(f, "%s{pool=\"", name);
+            metrics_label_escape(f, p->name);
+            fprintf(f, "\",member=\"");
+            metrics_label_escape(f, s->name);
+            fprintf(f, "\"} %zu\n",
+                    readable ? (size_t)replica_readable(s)
+                             : replica_pending(s));
+        }
+    }
+}
+
 void
 replica_metrics(FILE *f)
 {
@@ -1648,35 +1662,12 @@ replica_metrics(FILE *f)
             fprintf(f, "\"} %" PRIu64 "\n", atomic_load(v));
         }
     }
-    fprintf(f,
-            "# HELP chashd_replication_pending_keys Keys noted for repair on "
-            "a member (hinted writes pending).\n"
-            "# TYPE chashd_replication_pending_keys gauge\n");
-    for (size_t i = 0; i < pool_count(); i++) {
-        struct pool *p = pool_at(i);
-
-        for (size_t j = 0; p->cfg.replicas > 1 && j < p->nservers; j++) {
-            fprintf(f, "chashd_replication_pending_keys{pool=\"");
-            metrics_label_escape(f, p->name);
-            fprintf(f, "\",member=\"");
-            metrics_label_escape(f, p->servers[j]->name);
-            fprintf(f, "\"} %zu\n", replica_pending(p->servers[j]));
-        }
-    }
-    fprintf(f, "# HELP chashd_replication_readable 1 when a member serves "
-               "reads (0: it has keys to repair).\n"
-               "# TYPE chashd_replication_readable gauge\n");
-    for (size_t i = 0; i < pool_count(); i++) {
-        struct pool *p = pool_at(i);
-
-        for (size_t j = 0; p->cfg.replicas > 1 && j < p->nservers; j++) {
-            fprintf(f, "chashd_replication_readable{pool=\"");
-            metrics_label_escape(f, p->name);
-            fprintf(f, "\",member=\"");
-            metrics_label_escape(f, p->servers[j]->name);
-            fprintf(f, "\"} %d\n", replica_readable(p->servers[j]));
-        }
-    }
+    member_gauge(f, "chashd_replication_pending_keys",
+                 "Keys noted for repair on a member (hinted writes pending).",
+                 false);
+    member_gauge(f, "chashd_replication_readable",
+                 "1 when a member serves reads (0: it has keys to repair).",
+                 true);
 }
 
 json_t *

@@ -10,54 +10,26 @@ import time
 
 import pytest
 
-from admin_util import Api, admin_global
-from conftest import free_port, lookup_config, wait_for
-from mc_util import MemcachedServer, chashd_memcache, mc_pool  # noqa: F401
+from conftest import wait_for
+from mc_util import MemcachedServer, mc_pool
+from mc_util import chashd_memcache  # noqa: F401 (a fixture)
+from replication_util import Replicated, join_all
 
 POOL = "cache"
 
 
-class McRep:
+def memcache_text(pool, port, servers, names, **opts):
+    opts.setdefault("hash", "md5")
+    return mc_pool(pool, port, servers, names, **opts)
+
+
+class McRep(Replicated):
     """<n> memcacheds m1.. and chashd with pool `cache` (replicas 3 and
-    the given keys) over them, with the admin API."""
+    the given keys, hash md5) over them, with the admin API."""
 
     def __init__(self, procs, chashd_memcache, n=3, **opts):
-        self.servers = [MemcachedServer(procs) for _ in range(n)]
-        self.names = ["m%d" % (i + 1) for i in range(n)]
-        self.aport, self.port = free_port(), free_port()
-        opts.setdefault("replicas", 3)
-        opts.setdefault("timeout", 2000)
-        opts.setdefault("hash", "md5")
-        self.replicas = min(opts["replicas"], n)
-        text = admin_global(self.aport) + mc_pool(
-            POOL, self.port, self.servers, self.names, **opts)
-        self.chashd = chashd_memcache(text)
-        self.api = Api(self.aport)
-
-    def by_name(self, name):
-        return self.servers[self.names.index(name)]
-
-    def client(self, timeout=10.0):
-        return self.chashd.client(timeout=timeout)
-
-    def rep(self):
-        st, body, _ = self.api.get("/api/pools/%s/replication" % POOL)
-        assert st == 200, body
-        return body
-
-    def member(self, name):
-        return next(m for m in self.rep()["members"] if m["name"] == name)
-
-    def wait_repaired(self, timeout=30):
-        def done():
-            return all(m["readable"] and m["pending_keys"] == 0
-                       and not m["overflow"] for m in self.rep()["members"])
-        wait_for(done, timeout=timeout, interval=0.1,
-                 what="every member repaired: %s" % self.rep())
-
-    def sets(self, keys):
-        return lookup_config(self.chashd.conf, POOL, keys,
-                             replicas=self.replicas)
+        super().__init__(procs, chashd_memcache, MemcachedServer,
+                         memcache_text, POOL, "m", n, **opts)
 
 
 @pytest.fixture
@@ -162,10 +134,7 @@ def test_kill_one_of_three_under_load_loses_nothing(mcrep, policy):
         r.wait_repaired()
         time.sleep(1.0)
     finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=30)
-    assert not any(t.is_alive() for t in threads)
+        join_all(stop, threads)
     assert errors == [], errors[:10]
     rp = r.rep()
     assert rp["write_failures"] == 0 and rp["read_failures"] == 0, rp
@@ -207,8 +176,7 @@ def test_a_member_added_is_filled_before_it_serves_reads(mcrep, tmp_path):
     st, body, _ = r.api.call("DELETE", "/api/pools/%s/members/m4?now=1"
                              % POOL)
     assert st == 200, body
-    wait_for(lambda: r.rep()["fills"] >= 1 and not r.rep()["filling"],
-             timeout=30, interval=0.1, what="the first fill")
+    r.wait_filled(1)
     r.by_name("m4").flush()
     keys = [b"k:%d" % i for i in range(1500)]
     with r.client() as c:
@@ -236,13 +204,10 @@ def test_a_member_added_is_filled_before_it_serves_reads(mcrep, tmp_path):
             "POST", "/api/pools/%s/members" % POOL,
             {"name": "m4", "address": r.by_name("m4").addr, "weight": 1})
         assert st in (200, 201), body
-        wait_for(lambda: r.rep()["fills"] >= 2 and not r.rep()["filling"],
-                 timeout=30, interval=0.1, what="the fill: %s" % r.rep())
+        r.wait_filled(2)
         time.sleep(0.3)
     finally:
-        stop.set()
-        t.join(timeout=30)
-    assert not t.is_alive()
+        join_all(stop, [t])
     assert errors == [], errors[:10]
     sets = r.sets([k.decode() for k in keys])
     assert {len(m) for m in sets.values()} == {2}
