@@ -137,6 +137,20 @@ class Bench:
                 time.sleep(0.05)
         self.die("%s does not listen on %d" % (what, port))
 
+    def redis_server(self, name, extra=()):
+        """A redis-server of no persistence in its own dir, on CPU 1 with
+        PIN=1 (as the members of every bench): (port, process)."""
+        port = free_port()
+        d = self.path(name)
+        os.mkdir(d)
+        p = self.start(pinned("1", ["redis-server", "--port", str(port),
+                                    "--bind", "127.0.0.1", "--save", "",
+                                    "--appendonly", "no", "--dir", d,
+                                    *extra, "--daemonize", "no"]),
+                       name + ".log")
+        self.wait_port(port, p, name)
+        return port, p
+
     def nutcracker(self, pool):
         """nutcracker on CPU 0 (if pinned) with pool(port)'s text as its
         configuration; its port and process."""

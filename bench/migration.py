@@ -176,15 +176,7 @@ class Watch(threading.Thread):
 # ---- the servers and chashd -------------------------------------------------
 servers, server_pids = [], []
 for i in range(4):
-    port = free_port()
-    name = "redis-%d" % (i + 1)
-    d = bench.path(name)
-    os.mkdir(d)
-    p = bench.start(pinned("1", ["redis-server", "--port", str(port),
-                                 "--bind", "127.0.0.1", "--save", "",
-                                 "--appendonly", "no", "--dir", d,
-                                 "--daemonize", "no"]), name + ".log")
-    bench.wait_port(port, p, name)
+    port, p = bench.redis_server("redis-%d" % (i + 1))
     servers.append(port)
     server_pids.append(p.pid)
 
