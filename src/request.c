@@ -156,6 +156,7 @@ struct rworker {
     struct rgate *gwait, *gwait_tail;
     struct timer mig_timer;
     struct moved *moved; /* [MOVED_SLOTS], made on first use */
+    bool closing;        /* the worker exits: no new member connection */
 };
 
 static void client_flush(struct rclient *c);
@@ -320,6 +321,9 @@ rworker_close(struct worker *w, struct worker_conn *l)
 {
     struct rworker *rw = OF(l, struct rworker, link);
 
+    /* a replica's read that fails over while the connections close must
+     * not open new ones (send_on) */
+    rw->closing = true;
     worker_conn_del(&rw->link);
     worker_timer_del(w, &rw->mig_timer);
     while (rw->drains != NULL) {
@@ -1443,9 +1447,10 @@ send_on(struct worker *w, struct pool *p, const struct request_mode *mode,
     struct rmember *m;
     size_t i;
 
-    m = rw ? member_get(rw, srv, p, pool_snapshot(p)->set.server_connections,
-                        mode)
-           : NULL;
+    m = rw && !rw->closing
+            ? member_get(rw, srv, p, pool_snapshot(p)->set.server_connections,
+                         mode)
+            : NULL;
     if (m == NULL) {
         frag_fail(f, PROTO_ERR_CLOSED);
         return NULL;
