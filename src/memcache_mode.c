@@ -306,7 +306,8 @@ one_key(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
     if (request_frags(r, 1) < 0 ||
         warm_key(r, snap, buf, rq, 0, s, hash, &r->frags[0]) < 0)
         return -1;
-    if (request_key_pack(&keys, buf + rq->keys[0].off, rq->keys[0].len) < 0)
+    if (request_key_pack(snap, &keys, buf + rq->keys[0].off, rq->keys[0].len) <
+        0)
         goto oom;
     if (!(rq->flags & PROTO_REQ_NOREPLY)) {
         request_send_keyed(r, snap, &r->frags[0], s, hash, buf, rq->head, 0,
@@ -378,7 +379,7 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
                     goto out;
             if (batch == 0) { /* gat: its exptime is its own */
                 for (size_t i = 0; i < nkeys; i++)
-                    if (request_key_pack(&keys, buf + rq->keys[i].off,
+                    if (request_key_pack(snap, &keys, buf + rq->keys[i].off,
                                          rq->keys[i].len) < 0)
                         goto out;
                 request_send_keyed(r, snap, &r->frags[0], rt.owner[0],
@@ -426,8 +427,8 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
         for (size_t i = 0; i < nkeys; i++) {
             if (rt.group[i] != f)
                 continue;
-            bad |=
-                request_key_pack(&keys, buf + rq->keys[i].off, rq->keys[i].len);
+            bad |= request_key_pack(snap, &keys, buf + rq->keys[i].off,
+                                    rq->keys[i].len);
             m->frag[i] = (uint32_t)f;
             if (fhash == 0)
                 fhash = rt.hash[i];

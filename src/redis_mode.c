@@ -247,13 +247,14 @@ redis_gate_result(int step, int command, const char *buf, size_t len,
 
 /* The keys of <pr>, packed for request_send_keyed into <out>. 0 or -1. */
 static int
-pack_keys(const struct parsed *pr, struct rbuf *out)
+pack_keys(const struct pool_snapshot *snap, const struct parsed *pr,
+          struct rbuf *out)
 {
     const struct proto_request *rq = pr->rq;
 
     for (size_t i = 0; i < rq->nkeys; i++)
-        if (request_key_pack(out, pr->buf + rq->keys[i].off, rq->keys[i].len) <
-            0)
+        if (request_key_pack(snap, out, pr->buf + rq->keys[i].off,
+                             rq->keys[i].len) < 0)
             return -1;
     return 0;
 }
@@ -279,7 +280,7 @@ send_whole(struct rreq *r, const struct pool_snapshot *snap,
         request_send(r, &r->frags[0], s, hash, pr->buf, pr->len, pr->rq->body);
         return 0;
     }
-    if (pack_keys(pr, &keys) < 0)
+    if (pack_keys(snap, pr, &keys) < 0)
         return -1;
     r->rep_one = cmd != NULL && (cmd->flags & REDIS_VOLATILE);
     request_send_keyed(r, snap, &r->frags[0], s, hash, pr->buf, pr->len,
@@ -432,7 +433,7 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
 
             if (rt.group[i] != f)
                 continue;
-            if (request_key_pack(&keys, pr->buf + rq->keys[i].off,
+            if (request_key_pack(snap, &keys, pr->buf + rq->keys[i].off,
                                  rq->keys[i].len) < 0) {
                 rbuf_free(&b);
                 goto out;

@@ -1624,10 +1624,13 @@ struct rrep {
 };
 
 int
-request_key_pack(struct rbuf *keys, const char *k, size_t len)
+request_key_pack(const struct pool_snapshot *snap, struct rbuf *keys,
+                 const char *k, size_t len)
 {
     uint32_t n = (uint32_t)len;
 
+    if (snap->set.replicas <= 1)
+        return 0;
     return rbuf_append(keys, &n, sizeof(n)) < 0 || rbuf_append(keys, k, len) < 0
                ? -1
                : 0;

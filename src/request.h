@@ -269,9 +269,11 @@ void request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
                         const char *buf, size_t len, uint64_t stream,
                         const char *keys, size_t keyslen);
 
-/* Append key <k> (<len> bytes) to <keys>, packed for request_send_keyed.
- * 0 or -1 (out of memory). */
-int request_key_pack(struct rbuf *keys, const char *k, size_t len);
+/* Append key <k> (<len> bytes) to <keys>, packed for request_send_keyed
+ * -- only in a pool of <snap> with replicas (the others need no keys:
+ * nothing is done). 0 or -1 (out of memory). */
+int request_key_pack(const struct pool_snapshot *snap, struct rbuf *keys,
+                     const char *k, size_t len);
 
 /*
  * Queue fragment <f> of <r> as request_send does, as the line "<cmd>
