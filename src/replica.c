@@ -75,7 +75,11 @@ slot_put(char **keys, size_t cap, char *p)
     memcpy(&len, p, sizeof(len));
     i = (size_t)log_hash(p + sizeof(len), len) & (cap - 1);
     while (keys[i] != NULL) {
-        if (memcmp(keys[i], p, sizeof(len) + len) == 0)
+        uint32_t have;
+
+        memcpy(&have, keys[i], sizeof(have));
+        if (have == len && memcmp(keys[i] + sizeof(len), p + sizeof(len),
+                                  len) == 0)
             return false;
         i = (i + 1) & (cap - 1);
     }
