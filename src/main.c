@@ -182,6 +182,17 @@ pool_listen_start(struct pool *p, int *fds)
     }
 }
 
+/* pool_on_published at start-up: every change the start made to <p> is
+ * live (or failed): its listeners go to the workers. */
+static void
+listen_when_published(struct pool *p, const struct pool_change *chg, void *arg)
+{
+    (void)chg;
+    (void)arg;
+    if (!p->removed)
+        pool_listen_start(p, p->lfds);
+}
+
 static void
 pool_listen_stop(struct pool *p)
 {
@@ -983,7 +994,11 @@ main(int argc, char **argv)
                 free(fds);
                 goto out;
             }
-            pool_listen_start(p, fds + i * conf->workers);
+            /* handed to the workers once the snapshots the start-up makes
+             * are live (listen_when_published): the sockets already
+             * listen, so clients wait in the backlog meanwhile */
+            memcpy(p->lfds, fds + i * conf->workers,
+                   conf->workers * sizeof(*fds));
             char mig[256];
 
             log_info("pool %s: listening on %s, mode %s (%s), %zu members, "
@@ -998,6 +1013,12 @@ main(int argc, char **argv)
     membership_state_settle(NULL, NULL);
     migration_set_barrier(drain_workers);
     migrations_resume();
+    /* A resumed migration's view is in the snapshot being built: no
+     * request may be served before it is live (it would skip the gate of a
+     * key still on its old owner). */
+    for (size_t i = 0; i < pool_count(); i++)
+        if (pool_on_published(pool_at(i), listen_when_published, NULL) < 0)
+            pool_listen_start(pool_at(i), pool_at(i)->lfds);
     /* The admin API registers its own watch and tick with the loop. */
     if (admin_start(conf, err, sizeof(err)) < 0) {
         log_error("cannot start: %s", err);

@@ -14,11 +14,9 @@
 #include "conf.h"
 #include "control.h"
 #include "log.h"
-#include "migration.h"
 #include "metrics.h"
 #include "pool.h"
 #include "rconn.h"
-#include "stats.h"
 
 /* A member that could not be reached is tried again after this. */
 #define RETRY_MS 1000
@@ -78,8 +76,8 @@ slot_put(char **keys, size_t cap, char *p)
         uint32_t have;
 
         memcpy(&have, keys[i], sizeof(have));
-        if (have == len && memcmp(keys[i] + sizeof(len), p + sizeof(len),
-                                  len) == 0)
+        if (have == len &&
+            memcmp(keys[i] + sizeof(len), p + sizeof(len), len) == 0)
             return false;
         i = (i + 1) & (cap - 1);
     }
