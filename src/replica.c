@@ -20,8 +20,10 @@
 
 /* A member that could not be reached is tried again after this. */
 #define RETRY_MS 1000
-/* How often each member's identity is checked (a restart). */
+/* How often each member's identity is checked (a restart); and while a
+ * member waits to serve reads again. */
 #define PROBE_MS 1000
+#define PROBE_WAIT_MS 100
 /* Rounds of reading a key's copies before it is left for later. */
 #define REPAIR_TRIES 5
 /* Between the two reads of a key's copies (a write on its way shows as a
@@ -1373,10 +1375,12 @@ job_start(struct repairer *rp, uint64_t now)
     bool probe = now >= rp->probe_ms + PROBE_MS;
 
     /* A member about to serve reads again must not have restarted
-     * meanwhile (empty, and only its log repaired): every job checks
-     * identities while a member waits for that. */
+     * meanwhile (empty, and only its log repaired): identities are
+     * checked more often (every job, at most every PROBE_WAIT_MS) while a
+     * member waits for that. */
     for (size_t i = 0; i < snap->n; i++)
-        probe |= !replica_readable(snap->servers[i]);
+        probe |= !replica_readable(snap->servers[i]) &&
+                 now >= rp->probe_ms + PROBE_WAIT_MS;
 
     rp->jm = calloc(snap->n ? snap->n : 1, sizeof(*rp->jm));
     if (rp->jm == NULL)
@@ -1436,6 +1440,10 @@ static void
 readable_again(struct pool *p, uint64_t now)
 {
     uint64_t grace = p->cfg.timeout_ms ? p->cfg.timeout_ms : 1000;
+
+    /* (identities are checked within it, twice: a restart shows first) */
+    if (grace < 2 * PROBE_WAIT_MS + 50)
+        grace = 2 * PROBE_WAIT_MS + 50;
 
     for (size_t i = 0; i < p->nservers; i++) {
         struct server *s = p->servers[i];
