@@ -23,6 +23,23 @@ LABEL = {"nutcracker": "nutcracker 0.5.0", "chashd-1w": "chashd 1 worker",
 CHASHDS = (("chashd-1w", 1, "0"), ("chashd-2w", 2, "0,1"))
 
 
+def knob(script, name, default, least, kind=None):
+    """The environment knob <name> of bench/<script> as a number of
+    <kind> (default's type), <default> when unset; anything else but a
+    number >= <least> stops the bench with the knob's name."""
+    text = os.environ.get(name, "")
+    if text == "":
+        return default
+    try:
+        value = (kind or type(default))(text)
+    except ValueError:
+        value = None
+    if value is None or value < least:
+        sys.exit("bench/%s: %s=%r: want a number >= %s"
+                 % (script, name, text, least))
+    return value
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -21,17 +21,7 @@ TARGET = 3.0               # p99 during the migration / baseline, at most
 
 
 def knob(name, default, kind, least):
-    text = os.environ.get(name, "")
-    if text == "":
-        return default
-    try:
-        value = kind(text)
-    except ValueError:
-        value = None
-    if value is None or value < least:
-        sys.exit("bench/migration.sh: %s=%r: want a number >= %s"
-                 % (name, text, least))
-    return value
+    return benchlib.knob("migration.sh", name, default, least, kind)
 
 
 ROUNDS = knob("ROUNDS", 3, int, 1)

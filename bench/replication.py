@@ -19,17 +19,7 @@ CHASHD = os.environ["CHASHD"]
 
 
 def knob(name, default, least):
-    text = os.environ.get(name, "")
-    if text == "":
-        return default
-    try:
-        value = type(default)(text)
-    except ValueError:
-        value = None
-    if value is None or value < least:
-        sys.exit("bench/replication.sh: %s=%r: want a number >= %s"
-                 % (name, text, least))
-    return value
+    return benchlib.knob("replication.sh", name, default, least)
 
 
 # benchlib reads ROUNDS, DURATION, REQUESTS, KEYSPACE and PIN itself; they

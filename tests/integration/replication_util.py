@@ -5,6 +5,8 @@
 # (`chash lookup --config --replicas N`, independent of chashd), bounded
 # waits for the repairs and fills, and stopping the clients' threads.
 # SPDX-License-Identifier: BSD-2-Clause
+import threading
+
 from admin_util import Api, admin_global
 from conftest import free_port, lookup_config, wait_for
 
@@ -61,6 +63,15 @@ class Replicated:
         wait_for(lambda: self.rep()["fills"] >= fills
                  and not self.rep()["filling"], timeout=timeout,
                  interval=0.1, what="the fill: %s" % self.rep())
+
+
+def start_clients(stop, fns):
+    """A thread per callable of <fns>, each called with <stop> (the
+    event that ends its loop); started, returned."""
+    threads = [threading.Thread(target=fn, args=(stop,)) for fn in fns]
+    for t in threads:
+        t.start()
+    return threads
 
 
 def join_all(stop, threads, timeout=30):

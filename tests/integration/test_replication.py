@@ -14,7 +14,7 @@ import pytest
 from admin_util import CHASH
 from conftest import free_port, lookup_config, wait_for
 from redis_util import Err, RedisServer, Simple, chashd_redis, pool_yaml  # noqa: F401
-from replication_util import Replicated, join_all
+from replication_util import Replicated, join_all, start_clients
 
 POOL = "store"
 
@@ -134,11 +134,8 @@ def test_kill_one_of_three_under_load_loses_nothing(rep, policy):
             assert c.call("SET", k, k) == Simple("OK")
     stop = threading.Event()
     errors, acked = [], {}
-    threads = [threading.Thread(target=load,
-                                args=(r, stop, errors, acked, t))
-               for t in range(6)]
-    for t in threads:
-        t.start()
+    threads = start_clients(stop, [
+        lambda stop, t=t: load(r, stop, errors, acked, t) for t in range(6)])
     try:
         time.sleep(1.0)
         victim = r.by_name("r2")
@@ -385,7 +382,7 @@ def test_membership_changes_fill_the_new_sets_and_clean_the_old(
     stop = threading.Event()
     errors, acked = [], {}
 
-    def read_cold():
+    def read_cold(stop):
         # keys written before the change, read while it fills: a member
         # that joined their set must not answer them yet
         deadline = time.monotonic() + 60
@@ -397,12 +394,9 @@ def test_membership_changes_fill_the_new_sets_and_clean_the_old(
                     bad = [(k, g) for k, g in zip(part, got)
                            if g != k.encode()]
                     errors.extend(bad[:5])
-    threads = [threading.Thread(target=load,
-                                args=(r, stop, errors, acked, t))
-               for t in range(3)]
-    threads.append(threading.Thread(target=read_cold))
-    for t in threads:
-        t.start()
+    threads = start_clients(stop, [
+        lambda stop, t=t: load(r, stop, errors, acked, t) for t in range(3)]
+        + [read_cold])
     try:
         time.sleep(0.5)
         st, body, _ = r.api.call(

@@ -13,7 +13,7 @@ import pytest
 from conftest import wait_for
 from mc_util import MemcachedServer, mc_pool
 from mc_util import chashd_memcache  # noqa: F401 (a fixture)
-from replication_util import Replicated, join_all
+from replication_util import Replicated, join_all, start_clients
 
 POOL = "cache"
 
@@ -119,11 +119,8 @@ def test_kill_one_of_three_under_load_loses_nothing(mcrep, policy):
                 == b"STORED\r\n"
     stop = threading.Event()
     errors, acked = [], {}
-    threads = [threading.Thread(target=load,
-                                args=(r, stop, errors, acked, t))
-               for t in range(4)]
-    for t in threads:
-        t.start()
+    threads = start_clients(stop, [
+        lambda stop, t=t: load(r, stop, errors, acked, t) for t in range(4)])
     try:
         time.sleep(1.0)
         r.by_name("m2").stop()
@@ -186,7 +183,7 @@ def test_a_member_added_is_filled_before_it_serves_reads(mcrep, tmp_path):
     stop = threading.Event()
     errors = []
 
-    def reader():
+    def reader(stop):
         deadline = time.monotonic() + 60
         with r.client(timeout=15) as c:
             while not stop.is_set() and time.monotonic() < deadline:
@@ -196,8 +193,7 @@ def test_a_member_added_is_filled_before_it_serves_reads(mcrep, tmp_path):
                     units = c.units_until(b"END\r\n")
                     if len(units) != len(part) + 1:
                         errors.append(len(units))
-    t = threading.Thread(target=reader)
-    t.start()
+    threads = start_clients(stop, [reader])
     try:
         time.sleep(0.3)
         st, body, _ = r.api.call(
@@ -207,7 +203,7 @@ def test_a_member_added_is_filled_before_it_serves_reads(mcrep, tmp_path):
         r.wait_filled(2)
         time.sleep(0.3)
     finally:
-        join_all(stop, [t])
+        join_all(stop, threads)
     assert errors == [], errors[:10]
     sets = r.sets([k.decode() for k in keys])
     assert {len(m) for m in sets.values()} == {2}
