@@ -154,6 +154,16 @@ class Bench:
                 time.sleep(0.05)
         self.die("%s does not listen on %d" % (what, port))
 
+    def print_log(self, name):
+        """Say how many lines the log <name> of a chashd run at log_level
+        warn has, and the first of them."""
+        with open(self.path(name), errors="replace") as f:
+            logged = f.read().splitlines()
+        print("chashd logged %d lines at log_level warn%s" % (
+            len(logged), ":" if logged else "."))
+        for line in logged[:8]:
+            print("  " + line)
+
     def redis_server(self, name, extra=()):
         """A redis-server of no persistence in its own dir, on CPU 1 with
         PIN=1 (as the members of every bench): (port, process)."""

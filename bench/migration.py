@@ -476,12 +476,7 @@ print("Windows: the migration rounds' load ran %s s (median) of migrations "
 print("copier keys/s = keys_moved / elapsed_s of the finished migration "
       "(the API's rate_keys_s is the same quotient); keys moved by traffic "
       "were moved by the gate before a client's command ran.")
-with open(bench.path("chashd.log"), errors="replace") as f:
-    logged = f.read().splitlines()
-print("chashd logged %d lines at log_level warn%s" % (
-    len(logged), ":" if logged else "."))
-for line in logged[:8]:
-    print("  " + line)
+bench.print_log("chashd.log")
 print("p99 during the migration <= x%.0f the baseline's, SET and GET: %s"
       % (TARGET, "MET" if verdict and not over else
          "MISSED" if not verdict else "not measured (windows overran)"))

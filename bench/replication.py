@@ -365,12 +365,7 @@ for pool in REPLICATED:
 print("members' keys (DBSIZE): %s, the same copies (DEBUG DIGEST): %s; "
       "keyspace_misses %d" % (dbsizes(), "yes" if why is None else "NO",
                               misses))
-with open(bench.path("chashd.log"), errors="replace") as f:
-    logged = f.read().splitlines()
-print("chashd logged %d lines at log_level warn%s" % (
-    len(logged), ":" if logged else "."))
-for line in logged[:8]:
-    print("  " + line)
+bench.print_log("chashd.log")
 if bad:
     bench.die("FAILED: " + "; ".join(bad))
 print("no request failed; no write or read failure in the replicated pools")

@@ -266,7 +266,7 @@ static int
 send_whole(struct rreq *r, const struct pool_snapshot *snap,
            const struct parsed *pr, struct server *s, uint64_t hash)
 {
-    const struct redis_command *cmd = redis_command_at(r->command);
+    const struct redis_command *cmd;
     struct rbuf keys = {0};
     int rc = gate_keys(r, snap, pr, NULL, s, NULL);
 
@@ -282,6 +282,7 @@ send_whole(struct rreq *r, const struct pool_snapshot *snap,
     }
     if (pack_keys(snap, pr, &keys) < 0)
         return -1;
+    cmd = redis_command_at(r->command);
     r->rep_one = cmd != NULL && (cmd->flags & REDIS_VOLATILE);
     request_send_keyed(r, snap, &r->frags[0], s, hash, pr->buf, pr->len,
                        pr->rq->body, keys.data, keys.len);

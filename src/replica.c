@@ -54,16 +54,6 @@ replica_log_deinit(struct replica_log *l)
     pthread_mutex_destroy(&l->lock);
 }
 
-static uint64_t
-log_hash(const char *k, size_t len)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
-    return h;
-}
-
 /* Put the packed key <p> in <keys> (<cap> slots, a power of two); false
  * when it is there already. */
 static bool
@@ -73,7 +63,7 @@ slot_put(char **keys, size_t cap, char *p)
     size_t i;
 
     memcpy(&len, p, sizeof(len));
-    i = (size_t)log_hash(p + sizeof(len), len) & (cap - 1);
+    i = (size_t)chash_hash(CHASH_HASH_XXH3, p + sizeof(len), len) & (cap - 1);
     while (keys[i] != NULL) {
         uint32_t have;
 

@@ -2068,11 +2068,7 @@ request_key_source(const struct pool_snapshot *snap, const char *key,
 static size_t
 moved_slot(const char *key, size_t len)
 {
-    uint64_t h = 14695981039346656037ull;
-
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
-    return (size_t)(h ^ (h >> 29)) & (MOVED_SLOTS - 1);
+    return (size_t)chash_hash(CHASH_HASH_XXH3, key, len) & (MOVED_SLOTS - 1);
 }
 
 static bool

@@ -19,13 +19,13 @@ import os
 import random
 import signal
 import socket
-import subprocess
 import threading
 import time
 
-from admin_util import CHASH, CHASHD, Api
+from admin_util import Api
 from conftest import can_connect, free_port, wait_for
-from redis_util import CLOSED, Closed, Err, RedisServer, Resp, Simple, encode
+from redis_util import (CLOSED, Closed, Err, RedisServer, Resp, Simple,
+                        encode, spread_keys, start_chashd)
 
 POOL = "store"
 DONE_TIMEOUT = 20.0
@@ -93,15 +93,8 @@ class Store:
         return "\n".join(g + self.pool_lines(self.members)) + "\n"
 
     def start(self):
-        self.proc = self.procs.start([CHASHD, "-c", self.conf, "--log-level",
-                                      "info"], "chashd.log")
-
-        def up():
-            if self.proc.poll() is not None:
-                raise AssertionError("chashd exited %d: %s"
-                                     % (self.proc.returncode, self.log()))
-            return can_connect(self.port) and can_connect(self.aport)
-        wait_for(up, timeout=10, what="chashd and its admin API")
+        self.proc = start_chashd(self.procs, self.conf,
+                                 [self.port, self.aport])
 
     def kill(self, sig=signal.SIGKILL):
         """Stop chashd (SIGKILL: a crash) and wait until its ports close."""
@@ -203,15 +196,8 @@ class Store:
     def owners(self, keys, members=None):
         """{key: member name} in the ring of <members> (default: the ring
         now), from `chash lookup --config` on a file of that ring."""
-        keys = list(keys)
-        path = self.ring_file(dict(members or self.members))
-        r = subprocess.run([CHASH, "lookup", "--config", path, "--pool", POOL],
-                           input="".join(k + "\n" for k in keys),
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        out = dict(line.split("\t")[:2] for line in r.stdout.splitlines())
-        assert set(out) == set(keys), "lookup lost keys"
-        return out
+        return spread_keys(self.ring_file(dict(members or self.members)),
+                           POOL, keys)
 
     def check_owners_match_api(self, owners, sample=40, seed=0):
         """The ring this suite computes is chashd's: the API's lookup names

@@ -17,7 +17,7 @@ import tempfile
 
 import pytest
 
-from conftest import CHASHD, can_connect, free_port, wait_for
+from conftest import CHASHD, can_connect, free_port, lookup_config, wait_for
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
@@ -446,6 +446,25 @@ def need_chashd_redis():
     need_chashd("redis", "  redis: true\n")
 
 
+def start_chashd(procs, conf, ports, log_name="chashd.log", args=()):
+    """chashd on config file <conf>, its output to <log_name> in the
+    test's dir; returned once every port of <ports> accepts (the pools'
+    and the admin API's, which is bound last), or the test fails with
+    the log's tail when it exits first."""
+    proc = procs.start([CHASHD, "-c", conf, "--log-level", "info", *args],
+                       log_name)
+
+    def up():
+        if proc.poll() is not None:
+            with open(os.path.join(str(procs.tmp), log_name),
+                      errors="replace") as f:
+                raise AssertionError("chashd exited %d: %s"
+                                     % (proc.returncode, f.read()[-4000:]))
+        return all(can_connect(p) for p in ports)
+    wait_for(up, timeout=10, what="chashd to listen")
+    return proc
+
+
 class ChashdRedis:
     """chashd on a config written to the test's dir as <name>.yml. Ready
     once every pool's listen port accepts. client(): a Resp to a pool
@@ -464,15 +483,7 @@ class ChashdRedis:
         # it too, or a test's first API call races it
         admin = re.search(r"^  admin: 127\.0\.0\.1:(\d+)$", conf_text, re.M)
         waits = self.ports + ([int(admin.group(1))] if admin else [])
-        self.proc = procs.start([CHASHD, "-c", self.conf, "--log-level",
-                                 "info", *args], name + ".log")
-
-        def up():
-            if self.proc.poll() is not None:
-                raise AssertionError("chashd exited %d: %s"
-                                     % (self.proc.returncode, self.log()))
-            return all(can_connect(p) for p in waits)
-        wait_for(up, timeout=10, what="chashd to listen")
+        self.proc = start_chashd(procs, self.conf, waits, name + ".log", args)
 
     def log(self):
         with open(self.log_path, errors="replace") as f:
@@ -530,14 +541,12 @@ def redis_pool(name, port, servers, names=True, **opts):
     return pool_yaml(name, port, servers, names, ["  redis: true"], **opts)
 
 
-def spread_keys(conf, pool, keys, chash):
+def spread_keys(conf, pool, keys, chash=None):
     """{key: member} for <keys> from `chash lookup --config` (chashd's own
-    ring, independent of any proxy run)."""
-    r = subprocess.run([chash, "lookup", "--config", conf, "--pool", pool],
-                       input="".join(k + "\n" for k in keys),
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    out = dict(line.split("\t")[:2] for line in r.stdout.splitlines())
+    ring, independent of any proxy run). (<chash>: the build's, always.)"""
+    keys = list(keys)
+    out = {k: owners[0] for k, owners in
+           lookup_config(conf, pool, keys).items()}
     assert set(out) == set(keys), "lookup lost keys"
     return out
 

@@ -444,26 +444,33 @@ def test_ctl_migration_give_up_a_dead_source(procs):
                      re.M), out
 
 
+def warming_pool(procs, warmup, nkeys):
+    """Memcache pool `mc` of three memcacheds (`migration: warmup` for
+    <warmup>, ketama/murmur) behind chashd with its admin API, <nkeys>
+    keys w:0.. set through it, and a spare memcached for an add:
+    (servers, spare, chashd, api, keys)."""
+    from mc_util import ChashdMemcache, MemcachedServer, mc_pool
+    servers = [MemcachedServer(procs) for _ in range(3)]
+    spare = MemcachedServer(procs)
+    port, admin = free_port(), free_port()
+    d = ChashdMemcache(procs, admin_global(admin) + mc_pool(
+        "mc", port, servers, hash="murmur", distribution="ketama",
+        migration="warmup", migration_warmup=warmup))
+    keys = ["w:%d" % i for i in range(nkeys)]
+    with d.client() as c:
+        for k in keys:
+            assert c.call(b"set %s 0 0 1\r\nv\r\n" % k.encode()) == \
+                b"STORED\r\n"
+    return servers, spare, d, Api(admin), keys
+
+
 def test_ctl_migration_of_a_memcache_warm_up(procs):
     """A memcache pool with `migration: warmup`: the add's report says a
     warm-up started; while it runs, `ctl migration` counts the keys read
     from their old member on a miss (exactly the moving keys a client
     read); when its time is over, the last one's summary."""
-    from mc_util import ChashdMemcache, MemcachedServer, mc_pool
-    servers = [MemcachedServer(procs) for _ in range(3)]
-    spare = MemcachedServer(procs)
-    port, admin = free_port(), free_port()
-    text = admin_global(admin) + mc_pool(
-        "mc", port, servers, hash="murmur", distribution="ketama",
-        migration="warmup", migration_warmup="3s")
-    d = ChashdMemcache(procs, text)
-    wait_for(lambda: can_connect(admin), what="admin API")
-    api = Api(admin)
-    keys = ["w:%d" % i for i in range(400)]
-    with d.client() as c:
-        for k in keys:
-            assert c.call(b"set %s 0 0 1\r\nv\r\n" % k.encode()) == \
-                b"STORED\r\n"
+    from mc_util import mc_pool
+    servers, spare, d, api, keys = warming_pool(procs, "3s", 400)
     conf = os.path.join(str(procs.tmp), "after.yml")
     with open(conf, "w") as f:
         f.write(mc_pool("mc", free_port(), servers + [spare],
@@ -474,7 +481,7 @@ def test_ctl_migration_of_a_memcache_warm_up(procs):
 
     def ctl(*args):
         return subprocess.run([CHASH, "ctl", "--admin", "127.0.0.1:%d"
-                               % admin] + list(args), capture_output=True,
+                               % api.port] + list(args), capture_output=True,
                               text=True, timeout=30)
     out = ctl("migration", "mc").stdout
     assert out == "pool mc: migration warmup, none running\nlast warm-up: " \
@@ -598,21 +605,7 @@ def test_dashboard_shows_a_leaving_member(procs):
 def test_dashboard_warm_up_panel(procs):
     """A memcache pool warming up after an add has a warm-up panel with
     the keys warmed so far (the API's count), and no source rows."""
-    from mc_util import ChashdMemcache, MemcachedServer, mc_pool
-    servers = [MemcachedServer(procs) for _ in range(3)]
-    spare = MemcachedServer(procs)
-    port, admin = free_port(), free_port()
-    text = admin_global(admin) + mc_pool(
-        "mc", port, servers, hash="murmur", distribution="ketama",
-        migration="warmup", migration_warmup="60s")
-    d = ChashdMemcache(procs, text)
-    wait_for(lambda: can_connect(admin), what="admin API")
-    api = Api(admin)
-    keys = ["w:%d" % i for i in range(200)]
-    with d.client() as c:
-        for k in keys:
-            assert c.call(b"set %s 0 0 1\r\nv\r\n" % k.encode()) == \
-                b"STORED\r\n"
+    servers, spare, d, api, keys = warming_pool(procs, "60s", 200)
     api.ok("POST", "/api/pools/mc/members",
            {"name": "mc-4", "address": spare.addr})
     with d.client() as c:
@@ -621,7 +614,7 @@ def test_dashboard_warm_up_panel(procs):
             assert len(c.get_reply()) == 2
     warmed = api.ok("GET", "/api/pools/mc/migration")["keys_moved_by_traffic"]
     assert warmed > 0
-    dom = dump_dom("http://127.0.0.1:%d/" % admin)
+    dom = dump_dom("http://127.0.0.1:%d/" % api.port)
     panels = dom_elements(dom, "div", "migration")
     assert [(p["data-pool"], p["data-phase"], int(p["data-warmed"]))
             for p in panels] == [("mc", "warming", warmed)], dom[-3000:]

@@ -23,9 +23,10 @@ import time
 
 import pytest
 
-from admin_util import CHASH, CHASHD, Api
-from conftest import can_connect, free_port, wait_for
+from admin_util import CHASH, Api
+from conftest import free_port, wait_for
 from mc_util import Mc, MemcachedServer, spread_keys
+from redis_util import start_chashd
 
 POOL = "cache"
 TTL = 300          # the exptime of the keys set with one (s)
@@ -54,15 +55,7 @@ class Cache:
         self._rings = 0
         self.write_conf(self.members)
         self.api = Api(self.aport)
-        self.proc = procs.start([CHASHD, "-c", self.conf, "--log-level",
-                                 "info"], "chashd.log")
-
-        def up():
-            if self.proc.poll() is not None:
-                raise AssertionError("chashd exited %d: %s"
-                                     % (self.proc.returncode, self.log()))
-            return can_connect(self.port) and can_connect(self.aport)
-        wait_for(up, timeout=10, what="chashd and its admin API")
+        self.proc = start_chashd(procs, self.conf, [self.port, self.aport])
 
     def pool_text(self, members, admin=True):
         g = ["global:",
