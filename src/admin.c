@@ -255,7 +255,7 @@ pool_json(struct pool *p, bool full)
     const struct conf_pool *cp = &p->cfg;
     struct stats_pool_sum ps;
     json_t *j, *members, *settings;
-    char sum[32] = "";
+    char sum[32] = "", chain[512];
 
     if (snap != NULL && snap->ring != NULL)
         snprintf(sum, sizeof(sum), "%016llx",
@@ -274,12 +274,10 @@ pool_json(struct pool *p, bool full)
     json_object_set_new(j, "checksum", sum[0] ? json_string(sum) : json_null());
     settings = json_pack(
         "{s:s,s:I,s:I,s:f,s:I,s:s,s:I,s:I,s:I,s:b}", "hash_key",
-        conf_hash_key_name(cp->hash_key) ? conf_hash_key_name(cp->hash_key)
-                                         : "?",
-        "points_per_weight", (json_int_t)cp->ring.points_per_weight,
-        "table_size", (json_int_t)cp->ring.table_size, "balance_factor",
-        cp->balance_factor, "slow_start_ms", (json_int_t)cp->slow_start_ms,
-        "on_failure",
+        conf_hash_chain_text(cp, chain, sizeof(chain)), "points_per_weight",
+        (json_int_t)cp->ring.points_per_weight, "table_size",
+        (json_int_t)cp->ring.table_size, "balance_factor", cp->balance_factor,
+        "slow_start_ms", (json_int_t)cp->slow_start_ms, "on_failure",
         conf_on_failure_name(cp->on_failure)
             ? conf_on_failure_name(cp->on_failure)
             : "?",

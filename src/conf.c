@@ -296,21 +296,24 @@ join_names(char *buf, size_t len, const char *const *names)
 
 static const char *const mode_names[] = {"tcp", "http", "redis", "memcache",
                                          NULL};
-static const char *const hash_key_names[] = {"source_ip", "source_ip_port",
-                                             NULL};
+static const char *const hash_key_names[] = {
+    "source_ip", "source_ip_port", "header", "cookie", "query", "path",
+    "uri",       "host",           NULL};
+static const char *const send_proxy_names[] = {"off", "v1", "v2", NULL};
+static const char *const log_format_names[] = {"text", "json", NULL};
 static const char *const on_failure_names[] = {"failover", "remap", "error",
                                                NULL};
 static const char *const migration_names[] = {"off", "copy", "warmup", NULL};
 static const char *const read_policy_names[] = {"primary", "any", "quorum",
                                                 NULL};
 static const char *const health_type_names[] = {"tcp", "redis", "memcache",
-                                                NULL};
+                                                "http", NULL};
 static const char *const log_level_names[] = {"error", "warn", "info", "debug",
                                               NULL};
 
 _Static_assert(ARRAY_SIZE(mode_names) == CONF_MODE_MEMCACHE + 2,
                "mode_names follows enum conf_mode");
-_Static_assert(ARRAY_SIZE(hash_key_names) == CONF_HASH_KEY_SOURCE_IP_PORT + 2,
+_Static_assert(ARRAY_SIZE(hash_key_names) == CONF_HASH_KEY_HOST + 2,
                "hash_key_names follows enum conf_hash_key");
 _Static_assert(ARRAY_SIZE(on_failure_names) == CONF_ON_FAILURE_ERROR + 2,
                "on_failure_names follows enum conf_on_failure");
@@ -333,6 +336,52 @@ const char *
 conf_hash_key_name(int hash_key)
 {
     return enum_name(hash_key_names, ARRAY_SIZE(hash_key_names), hash_key);
+}
+
+const char *
+conf_send_proxy_name(int send_proxy)
+{
+    return enum_name(send_proxy_names, ARRAY_SIZE(send_proxy_names),
+                     send_proxy);
+}
+
+/* One link as the config writes it: "source_ip", "cookie:session". */
+static int
+key_source_text(const struct conf_key_source *k, char *buf, size_t len)
+{
+    const char *kind = conf_hash_key_name(k->kind);
+
+    if (k->name[0] != '\0')
+        return snprintf(buf, len, "%s:%s", kind ? kind : "?", k->name);
+    return snprintf(buf, len, "%s", kind ? kind : "?");
+}
+
+const char *
+conf_hash_chain_text(const struct conf_pool *pool, char *buf, size_t len)
+{
+    size_t used = 0;
+    int n;
+
+    if (len == 0)
+        return buf;
+    buf[0] = '\0';
+    if (pool->nhash_chain <= 1) {
+        key_source_text(&pool->hash_chain[0], buf, len);
+        return buf;
+    }
+    for (uint32_t i = 0; i < pool->nhash_chain && used < len; i++) {
+        n = snprintf(buf + used, len - used, "%s", i ? ", " : "[");
+        used += n > 0 ? (size_t)n : 0;
+        if (used >= len)
+            break;
+        n = key_source_text(&pool->hash_chain[i], buf + used, len - used);
+        used += n > 0 ? (size_t)n : 0;
+    }
+    if (used + 1 < len) {
+        buf[used] = ']';
+        buf[used + 1] = '\0';
+    }
+    return buf;
 }
 
 const char *
@@ -1425,6 +1474,9 @@ static int parse_map(struct load *ld, yaml_node_t *node,
                      const struct conf_key *table, size_t n, void *base,
                      const char *what, int *lines);
 
+static int set_short_string(struct load *ld, const struct conf_key *key,
+                            yaml_node_t *node, void *base);
+
 static const struct conf_key health_keys[] = {
     {"type", set_enum, offsetof(struct conf_health, type), 0, 0,
      health_type_names, 0, false},
@@ -1436,6 +1488,13 @@ static const struct conf_key health_keys[] = {
      false},
     {"fall", set_u32, offsetof(struct conf_health, fall), 1, 1000, NULL, 0,
      false},
+    /* type http */
+    {"path", set_short_string, offsetof(struct conf_health, path), 0, 0, NULL,
+     0, false},
+    {"host", set_short_string, offsetof(struct conf_health, host), 0, 0, NULL,
+     0, false},
+    {"expect_status", set_u32, offsetof(struct conf_health, expect_status), 100,
+     599, NULL, 0, false},
 };
 
 /* `health_check: { type: tcp, ... }`, or `true` / `false` alone. */
@@ -1460,6 +1519,13 @@ set_health(struct load *ld, const struct conf_key *key, yaml_node_t *node,
     if (parse_map(ld, node, health_keys, ARRAY_SIZE(health_keys), health,
                   "health_check", lines) != 0)
         return -1;
+    for (size_t i = 0; i < ARRAY_SIZE(health_keys); i++)
+        if (lines[i] != 0 && health->type != CONF_HEALTH_HTTP &&
+            (health_keys[i].set == set_short_string ||
+             i == ARRAY_SIZE(health_keys) - 1))
+            return fail_at(
+                ld, lines[i], "health_check '%s' is for type http, not %s",
+                health_keys[i].name, health_type_names[health->type]);
     health->enabled = true;
     return 0;
 }
@@ -1580,6 +1646,207 @@ set_commands(struct load *ld, const struct conf_key *key, yaml_node_t *node,
     return 0;
 }
 
+/* An RFC 9110 token character (header field names). */
+static bool
+is_tchar(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+/* One link of a hash_key chain, "kind" or "kind:NAME", into <k>. */
+static int
+parse_key_source(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+                 struct conf_key_source *k)
+{
+    const char *v = scalar(ld, key, node), *colon;
+    char kind[32], valid[512];
+    size_t klen;
+
+    if (v == NULL)
+        return -1;
+    colon = strchr(v, ':');
+    klen = colon != NULL ? (size_t)(colon - v) : strlen(v);
+    if (klen >= sizeof(kind))
+        klen = sizeof(kind) - 1;
+    memcpy(kind, v, klen);
+    kind[klen] = '\0';
+    memset(k, 0, sizeof(*k));
+    k->kind = -1;
+    for (int i = 0; hash_key_names[i] != NULL; i++)
+        if (strcmp(kind, hash_key_names[i]) == 0)
+            k->kind = i;
+    if (k->kind < 0) {
+        join_names(valid, sizeof(valid), hash_key_names);
+        return fail(ld, node,
+                    "unknown %s '%s' (valid: %s; header, cookie and query "
+                    "take a name: header:X-User-Id)",
+                    key->name, v, valid);
+    }
+    bool named = k->kind == CONF_HASH_KEY_HEADER ||
+                 k->kind == CONF_HASH_KEY_COOKIE ||
+                 k->kind == CONF_HASH_KEY_QUERY;
+    if (!named && colon != NULL)
+        return fail(ld, node, "%s '%s': '%s' takes no name", key->name, v,
+                    kind);
+    if (!named)
+        return 0;
+    if (colon == NULL || colon[1] == '\0')
+        return fail(ld, node, "%s '%s' needs a name: %s:NAME", key->name, v,
+                    kind);
+    if (strlen(colon + 1) >= CONF_KEY_NAME_MAX)
+        return fail(ld, node, "%s '%s': the name is longer than %d bytes",
+                    key->name, v, CONF_KEY_NAME_MAX - 1);
+    for (const char *c = colon + 1; *c != '\0'; c++) {
+        unsigned char u = (unsigned char)*c;
+        bool ok = k->kind == CONF_HASH_KEY_HEADER
+                      ? is_tchar(u)
+                      : u > 0x20 && u < 0x7f && strchr(";=,&\"", u) == NULL;
+        if (!ok)
+            return fail(ld, node,
+                        "%s '%s': the %s name has a character a %s name "
+                        "cannot have ('%c')",
+                        key->name, v, kind, kind, u >= 0x20 ? u : '?');
+    }
+    strcpy(k->name, colon + 1);
+    return 0;
+}
+
+/* `hash_key: source_ip`, or a chain tried in order until one is present:
+ * `hash_key: [cookie:session, header:X-User-Id, source_ip]`. */
+static int
+set_hash_key(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+             void *base)
+{
+    struct conf_pool *pool = base;
+    yaml_node_item_t *item;
+    size_t n;
+
+    if (node->type != YAML_SEQUENCE_NODE) {
+        if (parse_key_source(ld, key, node, &pool->hash_chain[0]) != 0)
+            return -1;
+        pool->nhash_chain = 1;
+        pool->hash_key = pool->hash_chain[0].kind;
+        return 0;
+    }
+    n = (size_t)(node->data.sequence.items.top -
+                 node->data.sequence.items.start);
+    if (n == 0 || n > CONF_HASH_CHAIN_MAX)
+        return fail(ld, node, "'%s' must list 1 to %d sources, not %zu",
+                    key->name, CONF_HASH_CHAIN_MAX, n);
+    pool->nhash_chain = 0;
+    for (item = node->data.sequence.items.start;
+         item < node->data.sequence.items.top; item++) {
+        yaml_node_t *c = yaml_document_get_node(ld->doc, *item);
+        if (parse_key_source(ld, key, c,
+                             &pool->hash_chain[pool->nhash_chain]) != 0)
+            return -1;
+        pool->nhash_chain++;
+    }
+    pool->hash_key = pool->hash_chain[0].kind;
+    return 0;
+}
+
+/* `forward_headers: [x-forwarded-for, x-forwarded-proto, forwarded]`, or
+ * `off` / `[]` for none. */
+static int
+set_forward_headers(struct load *ld, const struct conf_key *key,
+                    yaml_node_t *node, void *base)
+{
+    static const char *const names[] = {"x-forwarded-for", "x-forwarded-proto",
+                                        "forwarded", NULL};
+    unsigned *bits = FIELD(base, key, unsigned);
+    yaml_node_item_t *item;
+    char valid[128];
+
+    if (node->type == YAML_SCALAR_NODE) {
+        const char *v = (const char *)node->data.scalar.value;
+        bool on;
+        if (parse_bool(v, &on) == 0 && !on) {
+            *bits = 0;
+            return 0;
+        }
+        return fail(ld, node,
+                    "'%s' must be a list like [x-forwarded-for, "
+                    "x-forwarded-proto, forwarded], or off, not '%s'",
+                    key->name, v);
+    }
+    if (node->type != YAML_SEQUENCE_NODE)
+        return fail(ld, node, "'%s' must be a list, not %s", key->name,
+                    node_kind(node));
+    *bits = 0;
+    for (item = node->data.sequence.items.start;
+         item < node->data.sequence.items.top; item++) {
+        yaml_node_t *c = yaml_document_get_node(ld->doc, *item);
+        const char *v = scalar(ld, key, c);
+        int i;
+
+        if (v == NULL)
+            return -1;
+        for (i = 0; names[i] != NULL && strcasecmp(v, names[i]) != 0; i++)
+            ;
+        if (names[i] == NULL) {
+            join_names(valid, sizeof(valid), names);
+            return fail(ld, c, "unknown %s '%s' (valid: %s)", key->name, v,
+                        valid);
+        }
+        *bits |= 1u << i;
+    }
+    return 0;
+}
+
+/* `access_log: /var/log/chashd/web.log | syslog | off`. */
+static int
+set_access_log(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+               void *base)
+{
+    const char *v = scalar(ld, key, node);
+    char **field = FIELD(base, key, char *);
+    bool on;
+
+    if (v == NULL)
+        return -1;
+    free(*field);
+    *field = NULL;
+    if (parse_bool(v, &on) == 0) {
+        if (!on)
+            return 0;
+        return fail(ld, node,
+                    "'%s' must be a file path, syslog or off, not '%s'",
+                    key->name, v);
+    }
+    if (strcmp(v, "syslog") != 0 && v[0] != '/')
+        return fail(ld, node,
+                    "'%s' must be an absolute file path, syslog or off, not "
+                    "'%s'",
+                    key->name, v);
+    *field = strdup(v);
+    if (*field == NULL)
+        return fail(ld, node, "out of memory");
+    return 0;
+}
+
+/* A string into a fixed array of CONF_HEALTH_PATH_MAX bytes. */
+static int
+set_short_string(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+                 void *base)
+{
+    const char *v = scalar(ld, key, node);
+
+    if (v == NULL)
+        return -1;
+    if (strlen(v) >= CONF_HEALTH_PATH_MAX)
+        return fail(ld, node, "'%s' is longer than %d bytes", key->name,
+                    CONF_HEALTH_PATH_MAX - 1);
+    for (const char *c = v; *c != '\0'; c++)
+        if ((unsigned char)*c <= 0x20 || *c == 0x7f)
+            return fail(ld, node,
+                        "'%s' has a space or a control character: '%s'",
+                        key->name, v);
+    strcpy(FIELD(base, key, char), v);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* Tables                                                             */
 
@@ -1634,6 +1901,15 @@ enum pool_key {
     PK_READ_POLICY,
     PK_READ_QUORUM,
     PK_REPAIR_LOG,
+    PK_ACCEPT_PROXY,
+    PK_SEND_PROXY,
+    PK_ACCESS_LOG,
+    PK_ACCESS_LOG_FORMAT,
+    PK_FORWARD_HEADERS,
+    PK_MEMBER_HEADER,
+    PK_CLIENT_MAX_HEADER,
+    PK_CLIENT_MAX_URI,
+    PK_BACKEND_KEEPALIVE,
     PK_COUNT
 };
 
@@ -1654,7 +1930,7 @@ static const struct conf_key pool_keys[] = {
     [PK_DISTRIBUTION] = {"distribution", set_distribution, POOL(distribution),
                          0, 0, NULL, M_ALL, true},
     [PK_TIMEOUT] = {"timeout", set_ms, POOL(timeout_ms), 0, MAX_DURATION, NULL,
-                    M_STORE, true},
+                    M_STORE | M_HTTP, true},
     [PK_BACKLOG] = {"backlog", set_u32, POOL(backlog), 1, 1000000, NULL, M_ALL,
                     true},
     [PK_PRECONNECT] = {"preconnect", set_bool, POOL(preconnect), 0, 0, NULL,
@@ -1687,7 +1963,7 @@ static const struct conf_key pool_keys[] = {
     [PK_SERVERS] = {"servers", set_servers, POOL(servers), 0, 0, NULL, M_ALL,
                     true},
     [PK_MODE] = {"mode", set_enum, POOL(mode), 0, 0, mode_names, M_ALL, false},
-    [PK_HASH_KEY] = {"hash_key", set_enum, POOL(hash_key), 0, 0, hash_key_names,
+    [PK_HASH_KEY] = {"hash_key", set_hash_key, POOL(hash_key), 0, 0, NULL,
                      M_CONN, false},
     [PK_POINTS_PER_WEIGHT] = {"points_per_weight", set_u32,
                               POOL(ring.points_per_weight), 1,
@@ -1719,8 +1995,8 @@ static const struct conf_key pool_keys[] = {
                              POOL(shutdown_timeout_ms), 0, MAX_DURATION, NULL,
                              M_ALL, false},
     [PK_CLIENT_MAX_REQUEST] = {"client_max_request", set_size,
-                               POOL(client_max_request), 1, 0, NULL, M_STORE,
-                               false},
+                               POOL(client_max_request), 1, 0, NULL,
+                               M_STORE | M_HTTP, false},
     [PK_ALLOW_FANOUT_ADMIN] = {"allow_fanout_admin", set_bool,
                                POOL(allow_fanout_admin), 0, 0, NULL, M_STORE,
                                false},
@@ -1757,6 +2033,29 @@ static const struct conf_key pool_keys[] = {
                         REPLICAS_MAX, NULL, M_STORE, false},
     [PK_REPAIR_LOG] = {"repair_log", set_u32, POOL(repair_log), 0, 100000000,
                        NULL, M_STORE, false},
+    /* PROXY protocol, access log (tcp and http) */
+    [PK_ACCEPT_PROXY] = {"accept_proxy", set_bool, POOL(accept_proxy), 0, 0,
+                         NULL, M_CONN, false},
+    [PK_SEND_PROXY] = {"send_proxy", set_enum, POOL(send_proxy), 0, 0,
+                       send_proxy_names, M_CONN, false},
+    [PK_ACCESS_LOG] = {"access_log", set_access_log, POOL(access_log), 0, 0,
+                       NULL, M_CONN, false},
+    [PK_ACCESS_LOG_FORMAT] = {"access_log_format", set_enum,
+                              POOL(access_log_format), 0, 0, log_format_names,
+                              M_CONN, false},
+    /* http (doc/http.md) */
+    [PK_FORWARD_HEADERS] = {"forward_headers", set_forward_headers,
+                            POOL(forward_headers), 0, 0, NULL, M_HTTP, false},
+    [PK_MEMBER_HEADER] = {"member_header", set_bool, POOL(member_header), 0, 0,
+                          NULL, M_HTTP, false},
+    [PK_CLIENT_MAX_HEADER] = {"client_max_header", set_size,
+                              POOL(client_max_header), 1024, 1024u * 1024, NULL,
+                              M_HTTP, false},
+    [PK_CLIENT_MAX_URI] = {"client_max_uri", set_size, POOL(client_max_uri), 64,
+                           1024u * 1024, NULL, M_HTTP, false},
+    [PK_BACKEND_KEEPALIVE] = {"backend_keepalive", set_u32,
+                              POOL(backend_keepalive), 0, 10000, NULL, M_HTTP,
+                              false},
 };
 _Static_assert(ARRAY_SIZE(pool_keys) == PK_COUNT, "one entry per pool key");
 
@@ -1849,6 +2148,7 @@ conf_pool_deinit(struct conf_pool *pool)
     free(pool->name);
     conf_addr_deinit(&pool->listen);
     free(pool->redis_auth);
+    free(pool->access_log);
     for (size_t i = 0; i < pool->ncommands; i++)
         free(pool->commands[i]);
     free(pool->commands);
@@ -1887,6 +2187,7 @@ conf_pool_copy(struct conf_pool *dst, const struct conf_pool *src)
     dst->name = dup_or_null(src->name, &ok);
     dst->listen.text = dup_or_null(src->listen.text, &ok);
     dst->redis_auth = dup_or_null(src->redis_auth, &ok);
+    dst->access_log = dup_or_null(src->access_log, &ok);
     dst->commands = NULL;
     dst->ncommands = 0;
     dst->servers = NULL;
@@ -1940,6 +2241,13 @@ pool_init(struct conf_pool *pool)
     pool->replicas = 1;
     pool->read_policy = CONF_READ_PRIMARY;
     pool->repair_log = 100000;
+    pool->nhash_chain = 1; /* source_ip */
+    pool->forward_headers =
+        CONF_FWD_X_FORWARDED_FOR | CONF_FWD_X_FORWARDED_PROTO;
+    pool->client_max_header = 16 * 1024;
+    pool->client_max_uri = 8 * 1024;
+    pool->backend_keepalive = 32;
+    strcpy(pool->health.path, "/");
     pool->health.interval_ms = 1000;
     pool->health.timeout_ms = 500;
     pool->health.rise = 2;
@@ -2348,7 +2656,26 @@ parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
                  conf_mode_name(pool->mode));
         return -1;
     }
+    if (pool->mode == CONF_MODE_TCP &&
+        (pool->nhash_chain > 1 ||
+         pool->hash_key > CONF_HASH_KEY_SOURCE_IP_PORT)) {
+        char chain[512];
+        return fail_at(ld, lines[PK_HASH_KEY],
+                       "pool '%s' is tcp and sees no requests: its hash_key "
+                       "is source_ip or source_ip_port, not %s (headers, "
+                       "cookies, query, path, uri and host need mode: http)",
+                       pool->name,
+                       conf_hash_chain_text(pool, chain, sizeof(chain)));
+    }
+    if (pool->health.enabled && pool->health.type == CONF_HEALTH_HTTP &&
+        pool->mode != CONF_MODE_TCP && pool->mode != CONF_MODE_HTTP)
+        return fail_at(ld, lines[PK_HEALTH_CHECK],
+                       "health_check type http (GET %s) is for http and tcp "
+                       "pools; pool '%s' is %s",
+                       pool->health.path, pool->name,
+                       conf_mode_name(pool->mode));
     if (pool->health.enabled && pool->health.type != CONF_HEALTH_TCP &&
+        pool->health.type != CONF_HEALTH_HTTP &&
         pool->mode != (pool->health.type == CONF_HEALTH_REDIS
                            ? CONF_MODE_REDIS
                            : CONF_MODE_MEMCACHE)) {
@@ -2362,6 +2689,12 @@ parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
                  conf_mode_name(pool->mode));
         return -1;
     }
+    if (pool->client_max_uri > pool->client_max_header)
+        return fail_at(ld, lines[PK_CLIENT_MAX_URI],
+                       "pool '%s': client_max_uri (%llu) is larger than "
+                       "client_max_header (%llu), which holds it",
+                       pool->name, (unsigned long long)pool->client_max_uri,
+                       (unsigned long long)pool->client_max_header);
     if (check_migration(ld, pool, lines) != 0 ||
         check_replication(ld, pool, lines) != 0)
         return -1;

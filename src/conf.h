@@ -41,7 +41,37 @@ enum conf_mode_source {
 /* The most members a key may be kept on (`replicas:`). */
 #define REPLICAS_MAX 16
 
-enum conf_hash_key { CONF_HASH_KEY_SOURCE_IP, CONF_HASH_KEY_SOURCE_IP_PORT };
+/* Where a connection's or a request's ring key comes from. tcp pools take
+ * the first two; http pools a chain of any (struct conf_key_source). */
+enum conf_hash_key {
+    CONF_HASH_KEY_SOURCE_IP,      /* the client's IP (PROXY's when taken) */
+    CONF_HASH_KEY_SOURCE_IP_PORT, /* its IP and port */
+    CONF_HASH_KEY_HEADER,         /* header:NAME, the first one's value */
+    CONF_HASH_KEY_COOKIE,         /* cookie:NAME, the cookie's value */
+    CONF_HASH_KEY_QUERY,          /* query:NAME, the parameter's raw value */
+    CONF_HASH_KEY_PATH,           /* the request-target's path, no query */
+    CONF_HASH_KEY_URI,            /* the request-target as sent */
+    CONF_HASH_KEY_HOST            /* the Host header, lower-cased */
+};
+/* The longest hash_key chain, and the longest NAME in one of its links. */
+#define CONF_HASH_CHAIN_MAX 8
+#define CONF_KEY_NAME_MAX 64
+/* One link of a hash_key chain: its kind and, for header, cookie and
+ * query, the name (headers compare case-insensitively). */
+struct conf_key_source {
+    int kind; /* enum conf_hash_key */
+    char name[CONF_KEY_NAME_MAX];
+};
+/* The PROXY protocol header chashd sends to members (`send_proxy`). */
+enum conf_send_proxy { CONF_PROXY_OFF, CONF_PROXY_V1, CONF_PROXY_V2 };
+/* `access_log_format`. */
+enum conf_log_format { CONF_LOG_FORMAT_TEXT, CONF_LOG_FORMAT_JSON };
+/* Headers an http pool adds to each request (`forward_headers`, bits). */
+enum conf_forward {
+    CONF_FWD_X_FORWARDED_FOR = 1u << 0,
+    CONF_FWD_X_FORWARDED_PROTO = 1u << 1,
+    CONF_FWD_FORWARDED = 1u << 2 /* RFC 7239 */
+};
 enum conf_on_failure {
     CONF_ON_FAILURE_FAILOVER,
     CONF_ON_FAILURE_REMAP,
@@ -51,8 +81,10 @@ enum conf_on_failure {
 enum conf_health_type {
     CONF_HEALTH_TCP,
     CONF_HEALTH_REDIS,
-    CONF_HEALTH_MEMCACHE
+    CONF_HEALTH_MEMCACHE,
+    CONF_HEALTH_HTTP /* GET <path> (Host <host>), the status expected */
 };
+#define CONF_HEALTH_PATH_MAX 256
 enum conf_log_level {
     CONF_LOG_ERROR,
     CONF_LOG_WARN,
@@ -92,29 +124,50 @@ struct conf_health {
     uint32_t timeout_ms;  /* default 500 */
     uint32_t rise;        /* default 2 */
     uint32_t fall;        /* default 3 */
+    /* type http */
+    char path[CONF_HEALTH_PATH_MAX]; /* default "/" */
+    char host[CONF_HEALTH_PATH_MAX]; /* "" : the member's address */
+    uint32_t expect_status;          /* 0: any 2xx or 3xx */
 };
 
 struct conf_pool {
     char *name;
     int line;
     struct conf_addr listen;
-    int listen_line;          /* where `listen:` was written */
-    int listen_perm;          /* unix listen socket mode (0666 ...), -1
-                                 when not given */
-    uint32_t backlog;         /* default 512 */
-    int mode;                 /* enum conf_mode */
-    int mode_source;          /* enum conf_mode_source */
-    int hash_key;             /* enum conf_hash_key, tcp and http modes */
-    int distribution;         /* enum chash_algo or CONF_DIST_* */
-    struct chash_config ring; /* algo, hash, points_per_weight, table_size */
-    uint32_t max_points;      /* most ring points (or maglev table entries,
-                                 or rendezvous/jump members) the ring may
-                                 hold at full weight; default 2000000 */
-    char hash_tag[3];         /* twemproxy hash_tag, "" when unset */
-    double balance_factor;    /* 0 = off; else >= 1 */
-    uint32_t slow_start_ms;   /* 0 = off */
-    int on_failure;           /* enum conf_on_failure */
-    uint32_t retries;         /* backend connect attempts after the first */
+    int listen_line;  /* where `listen:` was written */
+    int listen_perm;  /* unix listen socket mode (0666 ...), -1
+                         when not given */
+    uint32_t backlog; /* default 512 */
+    int mode;         /* enum conf_mode */
+    int mode_source;  /* enum conf_mode_source */
+    int hash_key;     /* enum conf_hash_key, tcp and http modes:
+                         the chain's first link */
+    struct conf_key_source hash_chain[CONF_HASH_CHAIN_MAX]; /* http: tried in
+                                 order until one is present */
+    uint32_t nhash_chain;                                   /* >= 1 */
+    bool accept_proxy;     /* the listener takes a PROXY v1/v2 header */
+    int send_proxy;        /* enum conf_send_proxy */
+    char *access_log;      /* NULL: off; "syslog"; else a file path */
+    int access_log_format; /* enum conf_log_format */
+    /* http */
+    unsigned forward_headers;   /* enum conf_forward bits; default
+                                   X-Forwarded-For and -Proto */
+    bool member_header;         /* X-Chash-Member on responses */
+    uint64_t client_max_header; /* request line and headers (431),
+                                   default 16 KiB */
+    uint64_t client_max_uri;    /* request-target (414), default 8 KiB */
+    uint32_t backend_keepalive; /* idle member connections kept per
+                                   worker and member, default 32 */
+    int distribution;           /* enum chash_algo or CONF_DIST_* */
+    struct chash_config ring;   /* algo, hash, points_per_weight, table_size */
+    uint32_t max_points;        /* most ring points (or maglev table entries,
+                                   or rendezvous/jump members) the ring may
+                                   hold at full weight; default 2000000 */
+    char hash_tag[3];           /* twemproxy hash_tag, "" when unset */
+    double balance_factor;      /* 0 = off; else >= 1 */
+    uint32_t slow_start_ms;     /* 0 = off */
+    int on_failure;             /* enum conf_on_failure */
+    uint32_t retries;           /* backend connect attempts after the first */
     struct conf_health health;
     uint32_t connect_timeout_ms;  /* default 1000 */
     uint32_t idle_timeout_ms;     /* 0 = none */
@@ -307,6 +360,11 @@ bool conf_pool_same_ring(const struct conf_pool *a, const struct conf_pool *b);
  * (NULL for an unknown value). conf_dist_name covers CONF_DIST_* too. */
 const char *conf_mode_name(int mode);
 const char *conf_hash_key_name(int hash_key);
+/* The hash_key chain of <pool> as the config writes it ("source_ip",
+ * "[cookie:session, source_ip]") into <buf> (<len> bytes); returns <buf>. */
+const char *conf_hash_chain_text(const struct conf_pool *pool, char *buf,
+                                 size_t len);
+const char *conf_send_proxy_name(int send_proxy);
 const char *conf_on_failure_name(int on_failure);
 const char *conf_migration_name(int migration);
 /* Whether pools <a> and <b> hash keys to the ring differently (hash,

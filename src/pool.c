@@ -420,6 +420,15 @@ settings_from_conf(struct pool_settings *set, const struct conf_pool *cp)
     set->read_policy = cp->read_policy;
     set->read_quorum = cp->read_quorum;
     set->repair_log = cp->repair_log;
+    set->accept_proxy = cp->accept_proxy;
+    set->send_proxy = cp->send_proxy;
+    memcpy(set->hash_chain, cp->hash_chain, sizeof(set->hash_chain));
+    set->nhash_chain = cp->nhash_chain > 0 ? cp->nhash_chain : 1;
+    set->forward_headers = cp->forward_headers;
+    set->member_header = cp->member_header;
+    set->client_max_header = cp->client_max_header;
+    set->client_max_uri = cp->client_max_uri;
+    set->backend_keepalive = cp->backend_keepalive;
     memcpy(set->hash_tag, cp->hash_tag, sizeof(set->hash_tag));
     /* A string of the snapshot's own: a reload frees the pool's config
      * while workers may still read this snapshot. */

@@ -140,6 +140,17 @@ struct pool_settings {
     int read_policy;               /* enum conf_read_policy */
     uint32_t read_quorum;          /* equal replies a quorum read needs */
     uint32_t repair_log;           /* keys noted per member, at most */
+    /* connection modes (tcp, http) */
+    bool accept_proxy; /* clients start with a PROXY v1/v2 header */
+    int send_proxy;    /* enum conf_send_proxy */
+    /* http */
+    struct conf_key_source hash_chain[CONF_HASH_CHAIN_MAX];
+    uint32_t nhash_chain;
+    unsigned forward_headers; /* enum conf_forward bits */
+    bool member_header;       /* X-Chash-Member on responses */
+    uint64_t client_max_header;
+    uint64_t client_max_uri;
+    uint32_t backend_keepalive; /* idle connections per worker and member */
 };
 
 /*

@@ -817,8 +817,7 @@ static void
 test_example_files(void **state)
 {
     static const char *const files[] = {"conf/chashd.yml",
-                                        "conf/nutcracker.yml",
-                                        "conf/demo.yml"};
+                                        "conf/nutcracker.yml", "conf/demo.yml"};
     (void)state;
     for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
         struct conf *c = conf_load(files[i], err, sizeof(err));
@@ -908,7 +907,8 @@ test_err_unknown_key(void **state)
                  "    type: tcp\n    every: 1s\n",
                  5,
                  "unknown key 'every' in health_check (valid keys: type,"
-                 " interval, timeout, rise, fall)");
+                 " interval, timeout, rise, fall, path, host, "
+                 "expect_status)");
     expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
                  "    - { address: 127.0.0.1:2, wieght: 2 }\n",
                  4, "unknown key 'wieght' in a server");
@@ -989,6 +989,133 @@ test_err_out_of_range(void **state)
                  "'timeout' is out of range");
 }
 
+/* http pools: a hash_key chain tried in order, the PROXY protocol, the
+ * access log, forwarded headers and the http health check; each wrong
+ * form is refused with its line and what is wrong. */
+static void
+test_http_keys(void **state)
+{
+    static const char yaml[] =
+        "web:\n  listen: 127.0.0.1:7001\n  mode: http\n"
+        "  hash_key: [cookie:session, header:X-User-Id, query:uid, path,\n"
+        "             uri, host, source_ip]\n"
+        "  accept_proxy: true\n  send_proxy: v2\n"
+        "  access_log: /var/log/chashd/web.log\n  access_log_format: json\n"
+        "  forward_headers: [forwarded]\n  member_header: true\n"
+        "  client_max_header: 32k\n  client_max_uri: 4k\n"
+        "  backend_keepalive: 8\n  timeout: 5s\n"
+        "  health_check: { type: http, path: /healthz, host: a.example,\n"
+        "                  expect_status: 204 }\n"
+        "  servers: [127.0.0.1:9]\n"
+        "tcp:\n  listen: 127.0.0.1:7002\n  accept_proxy: true\n"
+        "  send_proxy: v1\n  access_log: syslog\n  mode: tcp\n"
+        "  health_check: { type: http }\n  servers: [127.0.0.1:9]\n";
+    struct conf *c = load(yaml);
+    const struct conf_pool *p;
+    char chain[512];
+
+    (void)state;
+    assert_non_null(c);
+    assert_int_equal(c->nwarnings, 0);
+    p = conf_pool_find(c, "web");
+    assert_int_equal(p->nhash_chain, 7);
+    assert_int_equal(p->hash_key, CONF_HASH_KEY_COOKIE);
+    assert_int_equal(p->hash_chain[1].kind, CONF_HASH_KEY_HEADER);
+    assert_string_equal(p->hash_chain[1].name, "X-User-Id");
+    assert_int_equal(p->hash_chain[2].kind, CONF_HASH_KEY_QUERY);
+    assert_int_equal(p->hash_chain[6].kind, CONF_HASH_KEY_SOURCE_IP);
+    assert_string_equal(conf_hash_chain_text(p, chain, sizeof(chain)),
+                        "[cookie:session, header:X-User-Id, query:uid, path, "
+                        "uri, host, source_ip]");
+    assert_true(p->accept_proxy);
+    assert_int_equal(p->send_proxy, CONF_PROXY_V2);
+    assert_string_equal(p->access_log, "/var/log/chashd/web.log");
+    assert_int_equal(p->access_log_format, CONF_LOG_FORMAT_JSON);
+    assert_int_equal(p->forward_headers, CONF_FWD_FORWARDED);
+    assert_true(p->member_header);
+    assert_int_equal(p->client_max_header, 32 * 1024);
+    assert_int_equal(p->client_max_uri, 4 * 1024);
+    assert_int_equal(p->backend_keepalive, 8);
+    assert_int_equal(p->timeout_ms, 5000);
+    assert_int_equal(p->health.type, CONF_HEALTH_HTTP);
+    assert_string_equal(p->health.path, "/healthz");
+    assert_string_equal(p->health.host, "a.example");
+    assert_int_equal(p->health.expect_status, 204);
+    p = conf_pool_find(c, "tcp");
+    assert_int_equal(p->nhash_chain, 1);
+    assert_int_equal(p->hash_key, CONF_HASH_KEY_SOURCE_IP);
+    assert_string_equal(conf_hash_chain_text(p, chain, sizeof(chain)),
+                        "source_ip");
+    assert_int_equal(p->send_proxy, CONF_PROXY_V1);
+    assert_string_equal(p->access_log, "syslog");
+    assert_string_equal(p->health.path, "/");
+    assert_int_equal(p->health.expect_status, 0);
+    conf_destroy(c);
+
+    /* Defaults of an http pool. */
+    c = load("w:\n  listen: 127.0.0.1:1\n  mode: http\n"
+             "  servers: [127.0.0.1:9]\n");
+    assert_non_null(c);
+    p = &c->pools[0];
+    assert_int_equal(p->forward_headers,
+                     CONF_FWD_X_FORWARDED_FOR | CONF_FWD_X_FORWARDED_PROTO);
+    assert_false(p->member_header);
+    assert_null(p->access_log);
+    assert_int_equal(p->client_max_header, 16 * 1024);
+    assert_int_equal(p->backend_keepalive, 32);
+    conf_destroy(c);
+
+#define HTTP_POOL "w:\n  listen: 127.0.0.1:1\n  mode: http\n"
+    expect_error(HTTP_POOL "  hash_key: header\n", 4,
+                 "hash_key 'header' needs a name: header:NAME");
+    expect_error(HTTP_POOL "  hash_key: path:x\n", 4,
+                 "hash_key 'path:x': 'path' takes no name");
+    expect_error(HTTP_POOL "  hash_key: header:X(Y\n", 4,
+                 "the header name has a character a header name cannot have "
+                 "('(')");
+    expect_error(HTTP_POOL "  hash_key: cookie:a;b\n", 4,
+                 "the cookie name has a character");
+    expect_error(HTTP_POOL "  hash_key: []\n", 4,
+                 "'hash_key' must list 1 to 8 sources, not 0");
+    expect_error(HTTP_POOL "  hash_key: [path, host, uri, path, host, uri, "
+                           "path, host, uri]\n",
+                 4, "'hash_key' must list 1 to 8 sources, not 9");
+    expect_error("t:\n  listen: 127.0.0.1:1\n  mode: tcp\n"
+                 "  hash_key: [source_ip, source_ip_port]\n"
+                 "  servers: [127.0.0.1:9]\n",
+                 4,
+                 "pool 't' is tcp and sees no requests: its hash_key is "
+                 "source_ip or source_ip_port, not [source_ip, "
+                 "source_ip_port]");
+    expect_error("t:\n  listen: 127.0.0.1:1\n  mode: tcp\n"
+                 "  hash_key: header:X-User\n  servers: [127.0.0.1:9]\n",
+                 4, "not header:X-User (headers, cookies");
+    expect_error(HTTP_POOL "  send_proxy: v3\n", 4,
+                 "unknown send_proxy 'v3' (valid: off, v1, v2)");
+    expect_error(HTTP_POOL "  access_log: logs/web.log\n", 4,
+                 "'access_log' must be an absolute file path, syslog or off");
+    expect_error(HTTP_POOL "  forward_headers: [via]\n", 4,
+                 "unknown forward_headers 'via' (valid: x-forwarded-for, "
+                 "x-forwarded-proto, forwarded)");
+    expect_error(HTTP_POOL "  client_max_uri: 32k\n  servers: [127.0.0.1:9]\n",
+                 4,
+                 "client_max_uri (32768) is larger than client_max_header "
+                 "(16384)");
+    expect_error(HTTP_POOL "  health_check: { type: tcp, path: /x }\n", 4,
+                 "health_check 'path' is for type http, not tcp");
+    expect_error(HTTP_POOL "  health_check: { type: http, path: /a b }\n", 4,
+                 "'path' has a space or a control character");
+    expect_error(HTTP_POOL "  health_check: { type: http, expect_status: 99 "
+                           "}\n",
+                 4, "'expect_status' is out of range");
+    expect_error("r:\n  listen: 127.0.0.1:1\n  mode: redis\n"
+                 "  health_check: { type: http }\n  servers: [127.0.0.1:9]\n",
+                 4,
+                 "health_check type http (GET /) is for http and tcp pools; "
+                 "pool 'r' is redis");
+#undef HTTP_POOL
+}
+
 static void
 test_err_unknown_name(void **state)
 {
@@ -1007,10 +1134,11 @@ test_err_unknown_name(void **state)
                  "unknown log_level 'trace' (valid: error, warn, info, "
                  "debug)");
     expect_error("p:\n  listen: 127.0.0.1:1\n  mode: tcp\n"
-                 "  hash_key: cookie\n",
+                 "  hash_key: cookies\n",
                  4,
-                 "unknown hash_key 'cookie' (valid: source_ip, "
-                 "source_ip_port)");
+                 "unknown hash_key 'cookies' (valid: source_ip, "
+                 "source_ip_port, header, cookie, query, path, uri, host; "
+                 "header, cookie and query take a name: header:X-User-Id)");
 }
 
 static void
@@ -1511,7 +1639,7 @@ test_warn_keys_without_effect(void **state)
                                "  listen: 127.0.0.1:7003\n"   /* 20 */
                                "  mode: http\n"               /* 21 */
                                "  hash_key: source_ip_port\n" /* 22 */
-                               "  timeout: 100\n"             /* 23 */
+                               "  hash_tag: \"{}\"\n"         /* 23 */
                                "  servers: [127.0.0.1:9]\n"   /* 24 */
                                "rd:\n"                        /* 25 */
                                "  listen: 127.0.0.1:7004\n"   /* 26 */
@@ -1538,7 +1666,7 @@ test_warn_keys_without_effect(void **state)
         "(mode memcache)",
         "t.yml:18: warning: 'slow_start: 5' has no unit and is read as 5 "
         "milliseconds (write 5s for seconds)",
-        "t.yml:23: warning: 'timeout' has no effect in pool 'api' "
+        "t.yml:23: warning: 'hash_tag' has no effect in pool 'api' "
         "(mode http)",
         "t.yml:30: warning: 'command' has no effect in pool 'rd' "
         "(mode redis)",
@@ -1555,8 +1683,7 @@ static void
 test_no_warnings_in_shipped_configs(void **state)
 {
     static const char *const files[] = {"conf/chashd.yml",
-                                        "conf/nutcracker.yml",
-                                        "conf/demo.yml"};
+                                        "conf/nutcracker.yml", "conf/demo.yml"};
     static const char *const design_want[] = {
         "t.yml:19: warning: 'timeout' has no effect in pool 'web' (mode tcp)",
         NULL};
@@ -2119,6 +2246,7 @@ main(void)
         cmocka_unit_test(test_err_bad_duration),
         cmocka_unit_test(test_err_out_of_range),
         cmocka_unit_test(test_err_unknown_name),
+        cmocka_unit_test(test_http_keys),
         cmocka_unit_test(test_err_duplicate_member_name),
         cmocka_unit_test(test_err_duplicate_member_address),
         cmocka_unit_test(test_err_listen_twice),
