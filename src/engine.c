@@ -11,6 +11,7 @@
 #include "stats.h"
 #include "worker.h"
 #include "pool.h"
+#include "http.h"
 #include "request.h"
 #include "splice.h"
 
@@ -20,11 +21,13 @@ engine_accept(int mode)
     switch (mode) {
     case CONF_MODE_TCP:
         return splice_accept;
+    case CONF_MODE_HTTP:
+        return http_accept;
     case CONF_MODE_REDIS:
     case CONF_MODE_MEMCACHE:
         return request_accept;
     default:
-        return NULL; /* http: not served yet */
+        return NULL;
     }
 }
 

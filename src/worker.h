@@ -92,6 +92,7 @@ struct worker {
     uint64_t accept_resume_ms; /* paused listeners come back then (0: none) */
     void *requests;            /* the request engine's state of this worker
                                   (request.c), NULL until it is used */
+    void *http;                /* the http engine's (http.c), the same */
     bool exiting;
 };
 

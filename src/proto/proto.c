@@ -4,6 +4,7 @@
 #include "proto.h"
 
 #include "../conf.h"
+#include "http.h"
 #include "memcache.h"
 #include "redis.h"
 #include "tcp.h"
@@ -14,11 +15,13 @@ proto_find(int mode)
     switch (mode) {
     case CONF_MODE_TCP:
         return &proto_tcp;
+    case CONF_MODE_HTTP:
+        return &proto_http;
     case CONF_MODE_REDIS:
         return &proto_redis;
     case CONF_MODE_MEMCACHE:
         return &proto_memcache;
     default:
-        return NULL; /* http: not implemented yet */
+        return NULL;
     }
 }
