@@ -30,7 +30,11 @@ static const char usage_text[] =
     "  --config FILE --pool NAME  the pool's ring as chashd builds it\n"
     "  For a tcp pool the key is the client address as chashd writes it:\n"
     "  the IP (hash_key: source_ip), or IP:port / [v6]:port "
-    "(source_ip_port).\n";
+    "(source_ip_port).\n"
+    "  For an http pool it is the value of the first source of its hash_key\n"
+    "  chain the request has: a header's, cookie's or query parameter's\n"
+    "  value as sent (cookie:session, session=abc -> abc), the path, the\n"
+    "  uri (path and query), the Host in lower case, or the client IP.\n";
 
 struct lookup {
     struct chash_ring *ring;

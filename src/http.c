@@ -1196,10 +1196,17 @@ forward_down(struct worker *w, struct hclient *c)
 {
     int reads = 0;
 
-    while (c->state == H_FORWARD && c->be != NULL &&
-           out_empty(&c->side, &c->down, c->down.off)) {
+    while (c->state == H_FORWARD && c->be != NULL) {
         struct hconn *b = c->be;
         ssize_t n;
+        int rc = out_flush(&c->side, &c->down, &c->down.off, false);
+
+        if (rc < 0) {
+            client_close(w, c);
+            return 0;
+        }
+        if (rc == 0)
+            return 0; /* the client's output edge brings us back */
 
         if (!b->side.readable || b->side.eof_in) {
             if (!b->side.eof_in)
@@ -1240,13 +1247,6 @@ forward_down(struct worker *w, struct hclient *c)
             body_down(w, c, w->scratch, (size_t)n);
         if (c->state == H_CLOSED)
             return 0;
-        {
-            int rc = out_flush(&c->side, &c->down, &c->down.off, false);
-            if (rc < 0) {
-                client_close(w, c);
-                return 0;
-            }
-        }
     }
     return 0;
 }
@@ -1346,7 +1346,8 @@ run(struct worker *w, struct hclient *c)
 
     for (round = 0; round < 16 && c->state != H_CLOSED; round++) {
         int before = c->state;
-        size_t in_before = c->in.len - c->in.off;
+        size_t in_len = c->in.len, in_off = c->in.off;
+        size_t down_len = c->down.len, down_off = c->down.off;
 
         switch (c->state) {
         case H_HEAD:
@@ -1402,7 +1403,8 @@ run(struct worker *w, struct hclient *c)
         }
         if (c->state == H_CLOSED)
             return;
-        if (c->state == before && c->in.len - c->in.off == in_before)
+        if (c->state == before && c->in.len == in_len && c->in.off == in_off &&
+            c->down.len == down_len && c->down.off == down_off)
             break;
     }
     if ((more > 0 || round == 16) && c->state != H_CLOSED)

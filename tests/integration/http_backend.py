@@ -1,12 +1,13 @@
 #!/usr/bin/python3
-"""http_backend.py NAME PORT [HOST] -- a stub HTTP/1.1 member for the http
+"""http_backend.py NAME PORT [HOST] [FAIL] -- a stub HTTP/1.1 member for the http
 mode's tests: it answers every request with what it saw, so a test can
 check which member served it and what chashd forwarded.
 
   any path          200, JSON: member, method, target, version, headers
                     (a list of [name, value] as received), body (text),
                     body_len, chunked (whether the body came chunked), conn
-                    (a number per TCP connection, to see keep-alive reuse)
+                    (a number per TCP connection, to see keep-alive reuse),
+                    served (requests read whole so far, this one included)
   /status/NNN       that status, the same JSON (no body for 204/304)
   /chunked?n=K      a chunked response of K chunks
   /big?n=BYTES      a body of BYTES bytes ('x'), Content-Length
@@ -17,7 +18,11 @@ check which member served it and what chashd forwarded.
   /close-delimited  a response without length, ended by the close
   /ws               a WebSocket-like upgrade: 101, then echoes bytes
   /health           200 "ok" (or what the file NAME.health says: a status)
+A request with `Expect: 100-continue` gets `100 Continue` before its body
+is read. FAIL (reset, close, garbage, hang) makes every request fail so.
 """
+import base64
+import hashlib
 import json
 import os
 import socket
@@ -31,7 +36,9 @@ import urllib.parse
 NAME = sys.argv[1]
 PORT = int(sys.argv[2])
 HOST = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
+FAIL = sys.argv[4] if len(sys.argv) > 4 else ""
 CONN_IDS = iter(range(1, 1 << 30))
+SERVED = iter(range(1, 1 << 30))
 LOCK = threading.Lock()
 
 
@@ -75,6 +82,33 @@ class Handler(socketserver.StreamRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
+    def websocket(self, hmap):
+        """RFC 6455: the handshake, then each text frame echoed back as
+        "<member>: <text>" (frames up to 125 bytes; a close frame ends)."""
+        key = hmap.get("sec-websocket-key", "")
+        accept = base64.b64encode(hashlib.sha1(
+            (key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+        self.wfile.write(b"HTTP/1.1 101 Switching Protocols\r\n"
+                         b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                         b"Sec-WebSocket-Accept: " + accept + b"\r\n"
+                         b"X-Member: " + NAME.encode() + b"\r\n\r\n")
+        self.wfile.flush()
+        f = self.rfile
+        while True:
+            hdr = f.read(2)
+            if len(hdr) < 2:
+                return
+            opcode, n = hdr[0] & 0x0F, hdr[1] & 0x7F
+            mask = f.read(4) if hdr[1] & 0x80 else b"\0\0\0\0"
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(f.read(n)))
+            if opcode == 8:
+                self.wfile.write(b"\x88\x00")
+                self.wfile.flush()
+                return
+            out = NAME.encode() + b": " + data
+            self.wfile.write(bytes([0x81, len(out)]) + out)
+            self.wfile.flush()
+
     def handle(self):
         with LOCK:
             conn = next(CONN_IDS)
@@ -94,6 +128,9 @@ class Handler(socketserver.StreamRequestHandler):
                 headers.append([k, v.strip()])
             hmap = {k.lower(): v for k, v in headers}
             chunked = hmap.get("transfer-encoding", "").lower() == "chunked"
+            if hmap.get("expect", "").lower() == "100-continue":
+                self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                self.wfile.flush()
             try:
                 if chunked:
                     body = read_chunked(f)
@@ -101,15 +138,17 @@ class Handler(socketserver.StreamRequestHandler):
                     body = f.read(int(hmap.get("content-length", "0")))
             except (EOFError, ValueError, OSError):
                 return
-            if hmap.get("expect", "").lower() == "100-continue":
-                pass  # the body came anyway: curl waits 1 s, then sends
+            with LOCK:
+                served = next(SERVED)
             url = urllib.parse.urlsplit(target)
             q = dict(urllib.parse.parse_qsl(url.query))
             path = url.path
+            if FAIL:
+                path = "/" + FAIL
             info = {"member": NAME, "method": method, "target": target,
                     "version": version, "headers": headers,
                     "body": body.decode("latin-1"), "body_len": len(body),
-                    "chunked": chunked, "conn": conn}
+                    "chunked": chunked, "conn": conn, "served": served}
             payload = json.dumps(info).encode()
             close = hmap.get("connection", "").lower() == "close" or \
                 version == "HTTP/1.0" and \
@@ -124,6 +163,9 @@ class Handler(socketserver.StreamRequestHandler):
                 self.connection.close()
                 return
             if path == "/close":
+                return
+            if path == "/hang":
+                time.sleep(60)
                 return
             if path == "/garbage":
                 self.wfile.write(b"SPDY/9 what\r\n\r\n")
@@ -162,15 +204,8 @@ class Handler(socketserver.StreamRequestHandler):
                 self.wfile.flush()
                 return
             elif path == "/ws":
-                self.wfile.write(b"HTTP/1.1 101 Switching Protocols\r\n"
-                                 b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
-                                 b"X-Member: " + NAME.encode() + b"\r\n\r\n")
-                self.wfile.flush()
-                while True:
-                    data = self.connection.recv(65536)
-                    if not data:
-                        return
-                    self.connection.sendall(data.upper())
+                self.websocket(hmap)
+                return
             else:
                 self.send(200, payload, extra)
             if close:
