@@ -82,12 +82,13 @@ UT_MODS_test_conf      := conf
 UT_MODS_test_log       := log
 UT_MODS_test_pool      := pool conf log health control invariant builder \
                           membership report state text proto/proto proto/tcp \
-                          proto/redis proto/memcache proto/error migration \
+                          proto/redis proto/memcache proto/error proto/http \
+                          migration \
                           stats metrics rconn replica
 UT_MODS_test_state     := state conf
 UT_MODS_test_migration := $(UT_MODS_test_pool)
 UT_MODS_test_tcp       := proto/proto proto/tcp proto/redis proto/memcache \
-                          proto/error conf
+                          proto/error proto/http conf
 UT_MODS_test_redis     := proto/redis proto/error
 UT_MODS_test_memcache  := proto/memcache proto/error
 UT_SRC    := $(wildcard tests/unit/test_*.c)

@@ -893,14 +893,18 @@ main(int argc, char **argv)
             fprintf(stderr, "%s\n", conf->warnings[i]);
         for (size_t i = 0; i < conf->npools; i++) {
             const struct conf_pool *cp = &conf->pools[i];
-            char mig[256];
+            char mig[256], chain[512];
 
-            printf("pool %s: mode %s (%s), listen %s, %zu servers, %s/%s%s\n",
+            printf("pool %s: mode %s (%s), listen %s, %zu servers, %s/%s%s",
                    cp->name, conf_mode_name(cp->mode),
                    conf_mode_source_name(cp->mode_source), cp->listen.text,
                    cp->nservers, conf_dist_name(cp->distribution),
                    chash_hash_name(cp->ring.hash),
                    migration_phrase(cp, mig, sizeof(mig)));
+            if (cp->mode == CONF_MODE_TCP || cp->mode == CONF_MODE_HTTP)
+                printf(", hash_key %s",
+                       conf_hash_chain_text(cp, chain, sizeof(chain)));
+            putchar('\n');
         }
         printf("%s: configuration OK\n", conf_path ? conf_path : "<embedded>");
         conf_destroy(conf);

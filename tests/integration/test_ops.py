@@ -6,6 +6,7 @@ logging, the pid and state files, and `chashd -t` refusing exactly what a
 start refuses.
 SPDX-License-Identifier: BSD-2-Clause
 """
+import http.client
 import json
 import os
 import pathlib
@@ -23,7 +24,7 @@ import pytest
 from admin_util import Api
 from redis_util import Resp, Simple
 from conftest import (GLOBAL, KeepAlive, can_connect, client_ip, fetch,
-                      free_port, pool_yaml, wait_for)
+                      free_port, lookup_config, pool_yaml, wait_for)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 B = pathlib.Path(os.environ.get("CHASH_BUILD", ROOT / "build"))
@@ -501,12 +502,15 @@ def mc_exchange(port, request, skip):
 
 def test_make_run_starts_the_demo(tmp_path):
     """scripts/run-demo (make run) on the build: the demo answers on
-    127.0.0.1:8080 from its three backends, its redis pool on 6380 stores
+    127.0.0.1:8080 from its three backends, its http pool on 8081 routes
+    each request by its session cookie (else its client address) to the
+    member `chash lookup --config conf/demo.yml` names and says which in
+    X-Chash-Member, its redis pool on 6380 stores
     keys spread over the three redis-servers (each key on exactly one),
     its memcache pool on 11311 over the three memcacheds, and SIGTERM
     stops it all."""
-    ports = (9001, 9002, 9003, 8080, 8404, 6380, 7001, 7002, 7003, 11311,
-             7101, 7102, 7103)
+    ports = (9001, 9002, 9003, 8080, 8081, 8404, 6380, 7001, 7002, 7003,
+             11311, 7101, 7102, 7103)
     busy = [p for p in ports if can_connect(p)]
     if busy:
         pytest.skip("the demo's ports are in use: %s" % busy)
@@ -522,6 +526,24 @@ def test_make_run_starts_the_demo(tmp_path):
         assert p.poll() is None, read(out)
         got = {fetch(8080, "127.0.0.%d" % i) for i in range(2, 40)}
         assert got == {"web-1", "web-2", "web-3"}
+        sessions = ["s%d" % i for i in range(30)]
+        ips = ["127.0.0.%d" % i for i in range(2, 12)]
+        want = lookup_config(str(ROOT / "conf/demo.yml"), "api",
+                             sessions + ips)
+        for sess in sessions:
+            c = http.client.HTTPConnection("127.0.0.1", 8081, timeout=5)
+            c.request("GET", "/", headers={"Cookie": "session=" + sess})
+            r = c.getresponse()
+            assert r.read().decode().strip() == want[sess][0]
+            assert r.getheader("X-Chash-Member") == want[sess][0]
+            c.close()
+        for ip in ips:
+            c = http.client.HTTPConnection("127.0.0.1", 8081, timeout=5,
+                                           source_address=(ip, 0))
+            c.request("GET", "/")
+            assert c.getresponse().getheader("X-Chash-Member") == want[ip][0]
+            c.close()
+        assert {want[k][0] for k in sessions} == {"web-1", "web-2", "web-3"}
         keys = ["user:%d" % i for i in range(60)]
         with Resp(6380) as c:
             assert c.pipeline([("SET", k, k) for k in keys]) == \

@@ -109,7 +109,17 @@ test_default_yaml(void **state)
     assert_string_equal(c->admin.text, "127.0.0.1:8404");
     assert_int_equal(c->admin.port, 8404);
     assert_int_equal(c->workers, 2);
-    assert_int_equal(c->npools, 3);
+    assert_int_equal(c->npools, 4);
+    /* the http pool of the demo: the tcp pool's members, by cookie */
+    p = conf_pool_find(c, "api");
+    assert_non_null(p);
+    assert_int_equal(p->mode, CONF_MODE_HTTP);
+    assert_int_equal(p->nhash_chain, 2);
+    assert_int_equal(p->hash_chain[0].kind, CONF_HASH_KEY_COOKIE);
+    assert_string_equal(p->hash_chain[0].name, "session");
+    assert_int_equal(p->hash_chain[1].kind, CONF_HASH_KEY_SOURCE_IP);
+    assert_true(p->member_header);
+    assert_int_equal(p->nservers, 3);
     /* the memcache pool of the demo: twemproxy's rule makes it memcache */
     p = conf_pool_find(c, "mc");
     assert_non_null(p);
