@@ -16,6 +16,7 @@
 
 #include "conf.h"
 #include "proto/proto.h"
+#include "proto/http.h"
 #include "proto/memcache.h"
 #include "proto/redis.h"
 #include "proto/tcp.h"
@@ -101,7 +102,8 @@ test_plugin_table(void **state)
     (void)state;
     assert_ptr_equal(proto_find(CONF_MODE_TCP), &proto_tcp);
     assert_ptr_equal(proto_find(CONF_MODE_REDIS), &proto_redis);
-    assert_null(proto_find(CONF_MODE_HTTP));
+    assert_ptr_equal(proto_find(CONF_MODE_HTTP), &proto_http);
+    assert_null(proto_find(-1));
     assert_ptr_equal(proto_find(CONF_MODE_MEMCACHE), &proto_memcache);
     assert_string_equal(conf_mode_name(CONF_MODE_REDIS), "redis");
     /* tcp is a connection mode: a key per connection, no request
