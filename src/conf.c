@@ -2262,7 +2262,7 @@ pool_init(struct conf_pool *pool)
         CONF_FWD_X_FORWARDED_FOR | CONF_FWD_X_FORWARDED_PROTO;
     pool->client_max_header = 16 * 1024;
     pool->client_max_uri = 8 * 1024;
-    pool->backend_keepalive = 32;
+    pool->backend_keepalive = 128;
     strcpy(pool->health.path, "/");
     pool->health.interval_ms = 1000;
     pool->health.timeout_ms = 500;

@@ -157,7 +157,7 @@ struct conf_pool {
                                    default 16 KiB */
     uint64_t client_max_uri;    /* request-target (414), default 8 KiB */
     uint32_t backend_keepalive; /* idle member connections kept per
-                                   worker and member, default 32 */
+                                   worker and member, default 128 */
     int distribution;           /* enum chash_algo or CONF_DIST_* */
     struct chash_config ring;   /* algo, hash, points_per_weight, table_size */
     uint32_t max_points;        /* most ring points (or maglev table entries,

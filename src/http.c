@@ -335,22 +335,20 @@ conn_link_close(struct worker *w, struct worker_conn *l)
     conn_close(w, OF(l, struct hconn, link));
 }
 
-/* An idle connection that is still open: the member may have closed it
- * since (its keep-alive timeout) without an event having come yet. */
+/* An idle connection the member has not closed, as far as its events
+ * say (an event on an idle connection closes it at once). A close that
+ * is on its way as it is taken is the stale case of member_failed: a new
+ * connection to the same member, for a request that may be sent again. */
 static struct hconn *
 idle_take(struct worker *w, struct hmember *m)
 {
     while (m->idle != NULL) {
         struct hconn *b = m->idle;
-        char byte;
-        ssize_t n;
 
         idle_unlink(b);
-        n = recv(b->side.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
-            !b->side.eof_in && !b->side.rdhup && !b->side.failed)
+        if (!b->side.eof_in && !b->side.rdhup && !b->side.failed &&
+            !b->side.readable)
             return b;
-        b->c = NULL;
         b->m = NULL; /* unlinked already */
         conn_close(w, b);
     }

@@ -1072,7 +1072,7 @@ test_http_keys(void **state)
     assert_false(p->member_header);
     assert_null(p->access_log);
     assert_int_equal(p->client_max_header, 16 * 1024);
-    assert_int_equal(p->backend_keepalive, 32);
+    assert_int_equal(p->backend_keepalive, 128);
     conf_destroy(c);
 
 #define HTTP_POOL "w:\n  listen: 127.0.0.1:1\n  mode: http\n"
