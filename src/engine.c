@@ -62,3 +62,25 @@ engine_admit(struct worker *w, struct pool *p, int fd)
     }
     return true;
 }
+
+void
+engine_count_decision(struct stats_pool *st, int decision)
+{
+    switch (decision) {
+    case POOL_FIRST_CHOICE:
+        stats_add(&st->first_choice, 1);
+        break;
+    case POOL_SPILLED:
+        stats_add(&st->spilled, 1);
+        break;
+    case POOL_FAILED_OVER:
+        stats_add(&st->failed_over, 1);
+        break;
+    case POOL_REFUSED_ERROR:
+        stats_add(&st->refused_error, 1);
+        break;
+    default:
+        stats_add(&st->no_member, 1);
+        break;
+    }
+}

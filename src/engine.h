@@ -32,4 +32,9 @@ void engine_listening(struct worker *w, struct pool *p);
  * close) or refused at `client_connections` (false: <fd> is closed). */
 bool engine_admit(struct worker *w, struct pool *p, int fd);
 
+/* Count routing decision <decision> (enum pool_decision) in <st>, the
+ * worker's stats slot of the pool. */
+struct stats_pool;
+void engine_count_decision(struct stats_pool *st, int decision);
+
 #endif /* CHASHD_ENGINE_H */

@@ -682,28 +682,6 @@ parse_next(struct worker *w, struct hclient *c)
 
 /* ---- choosing and connecting --------------------------------------------- */
 
-static void
-count_decision(struct stats_pool *st, int decision)
-{
-    switch (decision) {
-    case POOL_FIRST_CHOICE:
-        stats_add(&st->first_choice, 1);
-        break;
-    case POOL_SPILLED:
-        stats_add(&st->spilled, 1);
-        break;
-    case POOL_FAILED_OVER:
-        stats_add(&st->failed_over, 1);
-        break;
-    case POOL_REFUSED_ERROR:
-        stats_add(&st->refused_error, 1);
-        break;
-    default:
-        stats_add(&st->no_member, 1);
-        break;
-    }
-}
-
 /* The member connection is ready: send the request. */
 static void
 established(struct worker *w, struct hclient *c)
@@ -822,7 +800,7 @@ connect_next(struct worker *w, struct hclient *c)
             ? pool_choose(c->pool, snap, c->hash, c->tried, ntried, &decision)
             : (decision = POOL_NO_MEMBER, NULL);
     if (!c->decided || s == NULL)
-        count_decision(st, decision);
+        engine_count_decision(st, decision);
     c->decided = true;
     if (s == NULL) {
         respond(w, c, 503,
@@ -1051,6 +1029,18 @@ response_done(struct worker *w, struct hclient *c, bool extra)
     request_end(w, c, reusable);
 }
 
+/* <n> bytes (at most IO_BUF) for the client: written at once when nothing
+ * waits before them (no copy), else queued. -1: the client is gone. */
+static int
+down_put(struct hclient *c, const char *p, size_t n)
+{
+    if (c->down.off == c->down.len && c->side.len == 0) {
+        c->down.off = c->down.len = 0;
+        return io_side_write(&c->side, p, n, false) < 0 ? -1 : 0;
+    }
+    return hbuf_put(&c->down, p, n);
+}
+
 /* Bytes of the response body: to the client, as the framing allows. */
 static void
 body_down(struct worker *w, struct hclient *c, const char *p, size_t n)
@@ -1073,7 +1063,7 @@ body_down(struct worker *w, struct hclient *c, const char *p, size_t n)
         }
         take = (size_t)k;
     }
-    if (take > 0 && hbuf_put(&c->down, p, take) != 0) {
+    if (take > 0 && down_put(c, p, take) != 0) {
         client_close(w, c);
         return;
     }
