@@ -1350,8 +1350,9 @@ run(struct worker *w, struct hclient *c)
             }
             parse_next(w, c);
             if (c->state == H_HEAD && c->side.eof_in) {
-                client_close(w, c);
-                return;
+                /* the client is done: its last answer out, then close */
+                c->state = H_CLOSING;
+                arm(w, c);
             }
             break;
         case H_CONNECT:
@@ -1379,8 +1380,22 @@ run(struct worker *w, struct hclient *c)
             }
             break;
         case H_CLOSING: {
+            /* The answer out, then our FIN; what the client still sends
+             * is read and dropped until its own FIN (or CLOSING_MS): a
+             * close with unread input would reset the connection, and a
+             * reset can destroy the answer before the client reads it. */
             int rc = out_flush(&c->side, &c->down, &c->down.off, false);
-            if (rc != 0) {
+            if (rc < 0) {
+                client_close(w, c);
+                return;
+            }
+            if (rc == 0)
+                break;
+            io_side_shutdown(&c->side);
+            while (c->side.readable && !c->side.eof_in)
+                if (io_side_read(&c->side, w->scratch, IO_BUF) < 0)
+                    break;
+            if (c->side.eof_in || c->side.failed) {
                 client_close(w, c);
                 return;
             }
@@ -1416,7 +1431,8 @@ client_event(struct worker *w, struct ev *ev, uint32_t events)
     if (c->state == H_CLOSED)
         return;
     io_side_edges(&c->side, events);
-    if ((events & EPOLLERR) && c->state != H_FORWARD) {
+    if (events & (EPOLLERR | EPOLLHUP)) {
+        /* reset, or both ways closed: nobody to answer */
         client_close(w, c);
         return;
     }
