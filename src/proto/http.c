@@ -1000,8 +1000,14 @@ http_error_response(char *out, size_t cap, int status, const char *detail,
     blen =
         snprintf(body, sizeof(body), "%d %s%s%s\n", status, http_reason(status),
                  detail ? ": " : "", detail ? detail : "");
-    if (blen < 0 || (size_t)blen >= sizeof(body))
+    if (blen < 0 || (size_t)blen >= sizeof(body)) {
+        /* A detail cut short: its last byte (maybe a CR) becomes the LF
+         * that ends the line. */
         blen = (int)strlen(body);
+        if (blen == 0)
+            body[blen++] = '\n';
+        body[blen - 1] = '\n';
+    }
     for (int i = 0; i < blen - 1; i++) /* one line, whatever the detail */
         if ((unsigned char)body[i] < 0x20)
             body[i] = ' ';
