@@ -457,6 +457,12 @@ http_parse_request(const char *buf, size_t len, struct http_request *rq)
     rq->keep_alive = rq->upgrade = rq->expect_continue = rq->has_host = false;
     rq->status = 0;
     rq->err = NULL;
+    /* Nothing past the limit is looked at: a head that does not end
+     * within it is refused 431 whatever follows, so that the verdict is
+     * the same however the bytes arrive (a client trickling them would
+     * get 431 at the limit, before the bytes after it are in). */
+    if (len > rq->max_head)
+        len = (size_t)rq->max_head;
     /* Empty lines before a request are skipped (RFC 9112 2.2): some
      * clients send a CRLF after a body. */
     while (pos + 1 < len && buf[pos] == '\r' && buf[pos + 1] == '\n')
@@ -544,6 +550,8 @@ http_parse_response(const char *buf, size_t len, int method, uint64_t max_head,
     rp->length = 0;
     rp->keep_alive = false;
     rp->err = NULL;
+    if (len > max_head) /* as for requests: the same verdict in pieces */
+        len = (size_t)max_head;
     for (p = 0; p < 7; p++) {
         if (p == len)
             return PROTO_AGAIN;
