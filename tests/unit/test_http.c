@@ -595,6 +595,13 @@ test_refuse_sizes(void **state)
         /* still in its request line */
         req_refused_limits("GET /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 20, MAX_URI,
                            431, "the header section is too large");
+        /* past the limit, what follows does not change the verdict: 431
+         * in one read as when trickled (not the 505 or 400 of a byte the
+         * parser should not have read) */
+        req_refused_limits("GET /aaaaaaaaaaaaaaaaaaaaaaaaaa HTTP/9.9\r\n\r\n",
+                           32, MAX_URI, 431, "the header section is too large");
+        req_refused_limits("GET / HTTP/1.1\r\nHost: h\r\nX-A: 12345\n\r\n", 34,
+                           MAX_URI, 431, "the header section is too large");
         /* empty lines before a request count */
         req_refused_limits("\r\n\r\n\r\n\r\n\r\n\r\n", 8, MAX_URI, 431,
                            "the header section is too large");
@@ -832,6 +839,11 @@ test_response_status_line(void **state)
         struct presp q;
         static const char lng[] = "HTTP/1.1 200 OK, a long reason phrase";
         assert_int_equal(resp_parse(&q, lng, strlen(lng), HTTP_GET, 16),
+                         PROTO_FATAL);
+        assert_string_equal(q.rp.err, "a status line that does not end");
+        /* what follows the limit does not change the reason */
+        static const char bad[] = "HTTP/1.1 200 OK, a long reason\001\r\n\r\n";
+        assert_int_equal(resp_parse(&q, bad, strlen(bad), HTTP_GET, 16),
                          PROTO_FATAL);
         assert_string_equal(q.rp.err, "a status line that does not end");
         static const char hdr[] = "HTTP/1.1 200 OK\r\nX-Long: abcdefghijk";
