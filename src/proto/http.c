@@ -638,8 +638,9 @@ enum chunk_state {
     CH_DATA,
     CH_DATA_CR,
     CH_DATA_LF,
-    CH_TRAILER0, /* the start of a trailer line (or the final CRLF) */
-    CH_TRAILER,
+    CH_TRAILER0,     /* the start of a trailer line (or the final CRLF) */
+    CH_TRAILER_NAME, /* its field name, to the colon */
+    CH_TRAILER,      /* its value, to CR */
     CH_TRAILER_LF,
     CH_END_LF
 };
@@ -760,12 +761,28 @@ http_chunked_scan(struct http_chunked *c, const char *buf, size_t len,
                 *err = "obs-fold in the trailers";
                 return -1;
             } else if (is_tchar(b)) {
-                c->state = CH_TRAILER;
+                c->state = CH_TRAILER_NAME;
             } else {
                 *err = "a malformed trailer line";
                 return -1;
             }
             c->trailer++;
+            i++;
+            break;
+        case CH_TRAILER_NAME:
+            /* A trailer is a field line as a header is (RFC 9112 7.1.2):
+             * a line without its colon, or with whitespace before it, is
+             * one a member may read differently. */
+            if (b == ':') {
+                c->state = CH_TRAILER;
+            } else if (!is_tchar(b)) {
+                *err = "a malformed trailer line";
+                return -1;
+            }
+            if (++c->trailer > max_trailer) {
+                *err = "the trailers are too large";
+                return -1;
+            }
             i++;
             break;
         case CH_TRAILER:
