@@ -1021,6 +1021,7 @@ test_chunked_valid(void **state)
     /* trailers */
     chunked_ok("5\r\nhello\r\n0\r\nX-Sum: 12\r\nX-Other: a b\r\n\r\n", "z", 5);
     chunked_ok("0\r\nX-Empty:\r\n\r\n", "", 0);
+    chunked_ok("0\r\nX-A:b:c\r\nX-T:\t1 \r\n\r\n", "", 0);
 }
 
 static void
@@ -1064,6 +1065,10 @@ test_chunked_invalid(void **state)
     chunked_bad("0\r\nX: \0001\r\n\r\n", 256, "a control byte in the trailers");
     chunked_bad("0\r\n:x\r\n\r\n", 256, "a malformed trailer line");
     chunked_bad("0\r\n\n", 256, "a malformed trailer line");
+    /* a trailer is a field line: a name, then its colon (RFC 9112 7.1.2) */
+    chunked_bad("0\r\nX-Sum& 12\r\n\r\n", 256, "a malformed trailer line");
+    chunked_bad("0\r\nX-Sum\r\n\r\n", 256, "a malformed trailer line");
+    chunked_bad("0\r\nX-Sum : 12\r\n\r\n", 256, "a malformed trailer line");
     chunked_bad("0\r\nX-Long: 0123456789012345678901234567890123456789\r\n"
                 "\r\n",
                 16, "the trailers are too large");
