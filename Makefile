@@ -131,6 +131,17 @@ $(UT_BIN): $(B)/tests/%: $(B)/tests/unit/%.o \
 	$(CC) $(CHASH_LDFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) \
 	    $(B)/libchash.a $(LIBDEPS) $(DLIBS) -lcmocka
 
+# tests/diff/http_diff: chashd's http parser against libhttp-parser
+# (libhttp-parser-dev) on generated requests; run by
+# tests/integration/test_http_parser_diff.py. Two objects: the two
+# parsers' headers cannot meet in one file (both name HTTP_GET...).
+HTTP_DIFF_OBJ := $(B)/tests/diff/http_diff.o $(B)/tests/diff/hp_side.o
+$(HTTP_DIFF_OBJ): CHASH_CPPFLAGS += -Isrc
+$(B)/tests/http_diff: $(HTTP_DIFF_OBJ) $(B)/src/proto/http.o \
+    $(B)/src/proto/tcp.o
+	$(CC) $(CHASH_LDFLAGS) $(LDFLAGS) -o $@ $^ -lhttp_parser
+-include $(HTTP_DIFF_OBJ:.o=.d)
+
 deps:
 	@scripts/deps
 
