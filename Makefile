@@ -91,6 +91,7 @@ UT_MODS_test_tcp       := proto/proto proto/tcp proto/redis proto/memcache \
                           proto/error proto/http conf
 UT_MODS_test_redis     := proto/redis proto/error
 UT_MODS_test_memcache  := proto/memcache proto/error
+UT_MODS_test_http      := proto/http proto/tcp
 UT_SRC    := $(wildcard tests/unit/test_*.c)
 UT_OBJ    := $(UT_SRC:%.c=$(B)/%.o)
 UT_BIN    := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)
@@ -130,6 +131,17 @@ $(UT_BIN): $(B)/tests/%: $(B)/tests/unit/%.o \
     $$(addprefix $(B)/src/,$$(addsuffix .o,$$(UT_MODS_$$*))) $(B)/libchash.a
 	$(CC) $(CHASH_LDFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) \
 	    $(B)/libchash.a $(LIBDEPS) $(DLIBS) -lcmocka
+
+# tests/diff/http_diff: chashd's http parser against libhttp-parser
+# (libhttp-parser-dev) on generated requests; run by
+# tests/integration/test_http_parser_diff.py. Two objects: the two
+# parsers' headers cannot meet in one file (both name HTTP_GET...).
+HTTP_DIFF_OBJ := $(B)/tests/diff/http_diff.o $(B)/tests/diff/hp_side.o
+$(HTTP_DIFF_OBJ): CHASH_CPPFLAGS += -Isrc
+$(B)/tests/http_diff: $(HTTP_DIFF_OBJ) $(B)/src/proto/http.o \
+    $(B)/src/proto/tcp.o
+	$(CC) $(CHASH_LDFLAGS) $(LDFLAGS) -o $@ $^ -lhttp_parser
+-include $(HTTP_DIFF_OBJ:.o=.d)
 
 deps:
 	@scripts/deps

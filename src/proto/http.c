@@ -457,6 +457,12 @@ http_parse_request(const char *buf, size_t len, struct http_request *rq)
     rq->keep_alive = rq->upgrade = rq->expect_continue = rq->has_host = false;
     rq->status = 0;
     rq->err = NULL;
+    /* Nothing past the limit is looked at: a head that does not end
+     * within it is refused 431 whatever follows, so that the verdict is
+     * the same however the bytes arrive (a client trickling them would
+     * get 431 at the limit, before the bytes after it are in). */
+    if (len > rq->max_head)
+        len = (size_t)rq->max_head;
     /* Empty lines before a request are skipped (RFC 9112 2.2): some
      * clients send a CRLF after a body. */
     while (pos + 1 < len && buf[pos] == '\r' && buf[pos + 1] == '\n')
@@ -544,6 +550,8 @@ http_parse_response(const char *buf, size_t len, int method, uint64_t max_head,
     rp->length = 0;
     rp->keep_alive = false;
     rp->err = NULL;
+    if (len > max_head) /* as for requests: the same verdict in pieces */
+        len = (size_t)max_head;
     for (p = 0; p < 7; p++) {
         if (p == len)
             return PROTO_AGAIN;
@@ -630,8 +638,9 @@ enum chunk_state {
     CH_DATA,
     CH_DATA_CR,
     CH_DATA_LF,
-    CH_TRAILER0, /* the start of a trailer line (or the final CRLF) */
-    CH_TRAILER,
+    CH_TRAILER0,     /* the start of a trailer line (or the final CRLF) */
+    CH_TRAILER_NAME, /* its field name, to the colon */
+    CH_TRAILER,      /* its value, to CR */
     CH_TRAILER_LF,
     CH_END_LF
 };
@@ -752,12 +761,28 @@ http_chunked_scan(struct http_chunked *c, const char *buf, size_t len,
                 *err = "obs-fold in the trailers";
                 return -1;
             } else if (is_tchar(b)) {
-                c->state = CH_TRAILER;
+                c->state = CH_TRAILER_NAME;
             } else {
                 *err = "a malformed trailer line";
                 return -1;
             }
             c->trailer++;
+            i++;
+            break;
+        case CH_TRAILER_NAME:
+            /* A trailer is a field line as a header is (RFC 9112 7.1.2):
+             * a line without its colon, or with whitespace before it, is
+             * one a member may read differently. */
+            if (b == ':') {
+                c->state = CH_TRAILER;
+            } else if (!is_tchar(b)) {
+                *err = "a malformed trailer line";
+                return -1;
+            }
+            if (++c->trailer > max_trailer) {
+                *err = "the trailers are too large";
+                return -1;
+            }
             i++;
             break;
         case CH_TRAILER:
@@ -1000,8 +1025,14 @@ http_error_response(char *out, size_t cap, int status, const char *detail,
     blen =
         snprintf(body, sizeof(body), "%d %s%s%s\n", status, http_reason(status),
                  detail ? ": " : "", detail ? detail : "");
-    if (blen < 0 || (size_t)blen >= sizeof(body))
+    if (blen < 0 || (size_t)blen >= sizeof(body)) {
+        /* A detail cut short: its last byte (maybe a CR) becomes the LF
+         * that ends the line. */
         blen = (int)strlen(body);
+        if (blen == 0)
+            body[blen++] = '\n';
+        body[blen - 1] = '\n';
+    }
     for (int i = 0; i < blen - 1; i++) /* one line, whatever the detail */
         if ((unsigned char)body[i] < 0x20)
             body[i] = ' ';

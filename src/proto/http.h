@@ -141,8 +141,9 @@ int http_parse_response(const char *buf, size_t len, int method,
 /*
  * The chunked-body scanner: it walks a chunked body as it streams by, in
  * pieces of any size, checking its framing (hex sizes without overflow,
- * CRLF after each size and each chunk, extensions and trailers without
- * control bytes), without copying anything. Zero it for each body.
+ * CRLF after each size and each chunk, extensions without control
+ * bytes, trailers that are field lines), without copying anything. Zero
+ * it for each body.
  */
 struct http_chunked {
     int state;
