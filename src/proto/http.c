@@ -220,9 +220,13 @@ conn_token(const char *buf, struct proto_span tok, void *arg)
         ct->keep_alive = true;
     else if (span_is(buf, tok, "upgrade"))
         ct->upgrade = true;
-    /* A header named in Connection is the hop's own: not forwarded. */
+    /* A header named in Connection is the hop's own: not forwarded --
+     * but never the framing or the Host of the message: a client that
+     * names Content-Length there must not make a proxy forward its body
+     * without its length (a smuggled request). */
     for (size_t i = 0; i < ct->n; i++)
-        if (ct->h[i].name.len == tok.len &&
+        if (ct->h[i].known != HTTP_H_CONTENT_LENGTH &&
+            ct->h[i].known != HTTP_H_HOST && ct->h[i].name.len == tok.len &&
             strncasecmp(buf + ct->h[i].name.off, buf + tok.off, tok.len) == 0)
             ct->h[i].hop_by_hop = true;
 }
@@ -501,9 +505,11 @@ http_parse_request(const char *buf, size_t len, struct http_request *rq)
     } else if (has_cl) {
         rq->body = HTTP_BODY_LENGTH;
     }
+    bool host_header = false;
     for (size_t i = 0; i < rq->nheaders; i++) {
         if (h[i].known == HTTP_H_HOST) {
             struct proto_span v = h[i].value;
+            host_header = true;
             if (i > 0)
                 for (size_t j = 0; j < i; j++)
                     if (h[j].known == HTTP_H_HOST)
@@ -520,7 +526,9 @@ http_parse_request(const char *buf, size_t len, struct http_request *rq)
             rq->expect_continue = rq->minor == 1;
         }
     }
-    if (rq->minor == 1 && !rq->has_host)
+    /* RFC 9112 3.2: every HTTP/1.1 request has a Host line, an
+     * absolute-form one too (its authority is the host). */
+    if (rq->minor == 1 && !host_header)
         return refuse(rq, 400, "an HTTP/1.1 request without Host");
     connection_tokens(buf, h, rq->nheaders, &ct);
     rq->keep_alive = rq->minor == 1 ? !ct.close : ct.keep_alive && !ct.close;

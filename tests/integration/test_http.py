@@ -380,7 +380,23 @@ SMUGGLING = [
     (b"GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400, b"duplicate Host"),
     (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505, b"version"),
     (b"GET / HTTP/1.1 \r\nHost: x\r\n\r\n", 400, b"request line"),
+    (b"GET http://x/ HTTP/1.1\r\n\r\n", 400, b"without Host"),
 ]
+
+
+def test_framing_headers_survive_connection(procs, chashd):
+    """`Connection: Content-Length` must not make chashd drop the body's
+    length (the member would read the body as the next request)."""
+    _, port, _ = start(procs, chashd, n=1)
+    out = raw(port, b"POST /p HTTP/1.1\r\nHost: x\r\nConnection: close, "
+              b"Content-Length, Host\r\nContent-Length: 38\r\n\r\n"
+              b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = responses(out)
+    assert len(got) == 1
+    import json
+    j = json.loads(got[0][2])
+    assert j["target"] == "/p" and j["body_len"] == 38
+    assert j["body"].startswith("GET /smuggled")
 
 
 def test_smuggling_vectors_refused(procs, chashd):

@@ -434,6 +434,16 @@ test_hop_by_hop(void **state)
     assert_true(p.h[2].hop_by_hop);
     assert_false(p.h[3].hop_by_hop);
     assert_true(p.rq.keep_alive);
+    /* never the framing or the Host: a proxy that dropped a
+     * Content-Length named in Connection would forward a body without
+     * its length (a smuggled request) */
+    req_ok(&p, "POST / HTTP/1.1\r\nHost: h\r\n"
+               "Connection: close, Content-Length, Host\r\n"
+               "Content-Length: 3\r\n\r\nabc");
+    assert_int_equal(p.rq.body, HTTP_BODY_LENGTH);
+    assert_int_equal(p.rq.length, 3);
+    assert_false(p.h[0].hop_by_hop);
+    assert_false(p.h[2].hop_by_hop);
 }
 
 /* Whitespace, empty values, obs-text and other bytes RFC 9110 allows. */
@@ -687,6 +697,9 @@ test_refuse_host_expect(void **state)
 {
     (void)state;
     req_refused("GET / HTTP/1.1\r\nX: 1\r\n\r\n", 400,
+                "an HTTP/1.1 request without Host");
+    /* RFC 9112 3.2: an absolute-form target does not replace the line */
+    req_refused("GET http://a/ HTTP/1.1\r\nX: 1\r\n\r\n", 400,
                 "an HTTP/1.1 request without Host");
     req_refused("GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400,
                 "a duplicate Host");
