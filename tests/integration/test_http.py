@@ -388,14 +388,15 @@ def test_framing_headers_survive_connection(procs, chashd):
     """`Connection: Content-Length` must not make chashd drop the body's
     length (the member would read the body as the next request)."""
     _, port, _ = start(procs, chashd, n=1)
+    body = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
     out = raw(port, b"POST /p HTTP/1.1\r\nHost: x\r\nConnection: close, "
-              b"Content-Length, Host\r\nContent-Length: 38\r\n\r\n"
-              b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+              b"Content-Length, Host\r\nContent-Length: %d\r\n\r\n%s"
+              % (len(body), body))
     got = responses(out)
     assert len(got) == 1
     import json
     j = json.loads(got[0][2])
-    assert j["target"] == "/p" and j["body_len"] == 38
+    assert j["target"] == "/p" and j["body_len"] == len(body)
     assert j["body"].startswith("GET /smuggled")
 
 
