@@ -63,6 +63,10 @@ struct v1 {
     size_t pos;
 };
 
+/* The bytes ran out before the line's end: the spec bounds the line at
+ * 107 bytes with its CRLF, so a sender that has written that many without
+ * one is not sending a header, and waiting for more would let a client
+ * hold the connection with an endless line. */
 static int
 v1_out_of_bytes(const struct v1 *v, const char **err)
 {
@@ -313,6 +317,8 @@ v1_parse(const char *buf, size_t len, struct proxy_header *h, const char **err)
             return PROXY_INVALID;
         }
     }
+    /* The family word carries its space (TCP4 and TCP6 have addresses
+     * after it); UNKNOWN may end the line at once. */
     if ((r = v1_family(&v, &family, err)) != PROXY_OK)
         return r;
     if (family == 2) {
@@ -420,6 +426,10 @@ v2_parse(const char *buf, size_t len, struct proxy_header *h, const char **err)
     if (len < V2_HEAD)
         return PROXY_AGAIN;
     total = V2_HEAD + ((size_t)b[14] << 8 | b[15]);
+    /* The length field is judged as soon as it is there, before the
+     * bytes it announces: a client that claims 64 KiB, or fewer bytes
+     * than its family's addresses, is refused at its 16th byte rather
+     * than when the wait for the rest runs out. */
     if (total > PROXY_V2_MAX) {
         *err = "PROXY v2: a header longer than 4096 bytes";
         return PROXY_INVALID;
@@ -437,6 +447,9 @@ v2_parse(const char *buf, size_t len, struct proxy_header *h, const char **err)
         return PROXY_INVALID;
     }
 
+    /* The addresses are taken for TCP only: chashd splices streams, and
+     * the spec lets a receiver use the connection's own endpoints for a
+     * family it does not support rather than refuse it. */
     memset(h, 0, sizeof(*h));
     h->len = total;
     h->version = 2;
@@ -483,6 +496,15 @@ proxy_parse(const char *buf, size_t len, struct proxy_header *h,
 }
 
 /* ---- writing ------------------------------------------------------------- */
+
+/*
+ * The writer sends what the spec recommends a proxy send: the addresses of
+ * the connection it relays, one family for both ends. When it cannot name
+ * them (a unix socket, which v1 cannot express and few receivers take in
+ * v2), it says so with UNKNOWN or LOCAL rather than inventing addresses: a
+ * receiver then keys on chashd's own connection, which is wrong only for
+ * it, and visibly so.
+ */
 
 /* An endpoint as written: IPv4 (IPv4-mapped IPv6 included) or IPv6, its
  * address in network order, its port in host order. */
@@ -543,6 +565,7 @@ write_v1(const struct endpoint *src, const struct endpoint *dst, char *out,
     char s[INET6_ADDRSTRLEN], d[INET6_ADDRSTRLEN];
     int n;
 
+    /* the short UNKNOWN form: the spec lets the sender omit the rest */
     if (src == NULL) {
         n = snprintf(out, cap, "PROXY UNKNOWN\r\n");
     } else {
@@ -565,6 +588,8 @@ write_v2(const struct endpoint *src, const struct endpoint *dst, char *out,
     unsigned char *o = (unsigned char *)out;
     size_t alen = 0, a;
 
+    /* LOCAL carries no addresses (family UNSPEC, length 0), as the spec
+     * advises; PROXY the two addresses and ports of its family, no TLV */
     if (src != NULL)
         alen = src->family == AF_INET ? 12 : 36;
     if (cap < V2_HEAD + alen)
