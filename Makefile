@@ -92,6 +92,7 @@ UT_MODS_test_tcp       := proto/proto proto/tcp proto/redis proto/memcache \
 UT_MODS_test_redis     := proto/redis proto/error
 UT_MODS_test_memcache  := proto/memcache proto/error
 UT_MODS_test_http      := proto/http proto/tcp
+UT_MODS_test_proxy     := proto/proxy
 UT_SRC    := $(wildcard tests/unit/test_*.c)
 UT_OBJ    := $(UT_SRC:%.c=$(B)/%.o)
 UT_BIN    := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)

@@ -6,6 +6,9 @@
  * read on one side becomes shutdown(SHUT_WR) on the other, the other
  * direction keeps flowing). A member that resets or closes before its
  * first byte counts as a passive failure, as a refused connect does.
+ * With accept_proxy a client's first bytes are a PROXY header naming the
+ * real client, whose address keys the ring; with send_proxy a member
+ * connection starts with one (src/proto/proxy.h).
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "splice.h"
@@ -27,6 +30,8 @@
 #include "log.h"
 #include "pool.h"
 #include "proto/proto.h"
+#include "proto/proxy.h"
+#include "proto/tcp.h"
 
 #define SPLICE_OF(ptr, field)                                                  \
     ((struct splice *)((char *)(ptr)-offsetof(struct splice, field)))
@@ -39,8 +44,18 @@
  * is left is resumed before the next epoll_wait (worker_soon). */
 #define PUMP_READS 8
 
+/* The least time an accept_proxy client has to send its whole PROXY
+ * header (more when connect_timeout is longer): the spec's advice, long
+ * enough for a TCP retransmit of the header's segment. */
+#define SPLICE_HEADER_WAIT_MIN_MS 3000
+
+/* The header is peeked into the worker's scratch buffer whole. */
+_Static_assert(PROXY_V2_MAX <= WORKER_SCRATCH, "a PROXY header fits scratch");
+
 static void connect_next(struct worker *w, struct splice *c);
 static void splice_pump(struct worker *w, struct splice *c);
+static void header_read(struct worker *w, struct splice *c);
+static void header_refused(struct worker *w, struct splice *c, const char *why);
 
 /* ---- closing ------------------------------------------------------------- */
 
@@ -100,6 +115,8 @@ splice_close(struct worker *w, struct splice *c)
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
     io_side_close(&c->client);
     io_side_close(&c->backend);
+    free(c->hello);
+    c->hello = NULL;
     worker_conn_del(&c->link);
     pool_unref(c->pool);
     c->pool = NULL;
@@ -137,9 +154,21 @@ count_decision(struct stats_pool *st, int decision)
     }
 }
 
+static void connect_failed(struct worker *w, struct splice *c, bool timeout,
+                           int err);
+
 static void
 connect_established(struct worker *w, struct splice *c)
 {
+    /* send_proxy: the header first, on the fresh socket, which takes it
+     * whole (or its buffer does: the pump flushes it before any byte of
+     * the client's). A member that resets right away failed its
+     * connect. */
+    if (c->hello != NULL &&
+        io_side_write(&c->backend, c->hello, c->hello_len, false) < 0) {
+        connect_failed(w, c, false, errno);
+        return;
+    }
     c->state = SPLICE_ESTABLISHED;
     stats_add(&c->server->stats[w->id].conns_total, 1);
     c->last_active_ms = w->now_ms;
@@ -386,6 +415,10 @@ client_event(struct worker *w, struct ev *ev, uint32_t events)
     if (c->state == SPLICE_CLOSED)
         return; /* closed earlier in this batch */
     io_side_edges(&c->client, events);
+    if (c->state == SPLICE_HEADER) {
+        header_read(w, c);
+        return;
+    }
     if (c->state == SPLICE_CONNECTING)
         return; /* the client's edges wait in its flags */
     if (events & EPOLLERR) {
@@ -439,6 +472,10 @@ timer_expired(struct worker *w, struct timer *t)
 {
     struct splice *c = SPLICE_OF(t, timer);
 
+    if (c->state == SPLICE_HEADER) {
+        header_refused(w, c, "no whole header in time");
+        return;
+    }
     if (c->state == SPLICE_CONNECTING && c->server == NULL) {
         /* Waiting for a descriptor (connect_next): try again. */
         connect_next(w, c);
@@ -475,6 +512,184 @@ timer_expired(struct worker *w, struct timer *t)
 
 /* ---- accepting ----------------------------------------------------------- */
 
+/* The ring hash of a client at <addr> (<len> bytes) in <snap>, into
+ * *<hash>; -1 when the address makes no key (a unix socket). */
+static int
+client_hash(struct pool_snapshot *snap, const struct sockaddr *addr,
+            socklen_t len, uint64_t *hash)
+{
+    char key[PROTO_KEY_MAX];
+    int klen;
+
+    klen = snap->set.proto->conn_key(addr, len, snap->set.hash_key, key,
+                                     sizeof(key));
+    if (klen < 0)
+        return -1;
+    *hash =
+        snap->ring != NULL ? chash_ring_hash(snap->ring, key, (size_t)klen) : 0;
+    return 0;
+}
+
+/*
+ * send_proxy: the header for <c>'s members, a connection from <src> to
+ * <dst> (NULL: the address the client reached on our listener). 0, or -1
+ * when out of memory.
+ */
+static int
+hello_make(struct splice *c, int version, const struct sockaddr *src,
+           socklen_t srclen, const struct sockaddr *dst, socklen_t dstlen)
+{
+    struct sockaddr_storage self;
+    socklen_t selflen = sizeof(self);
+    char buf[PROXY_WRITE_MAX];
+    size_t n;
+
+    if (dst == NULL) {
+        if (getsockname(c->client.fd, (struct sockaddr *)&self, &selflen) < 0)
+            selflen = 0; /* an UNKNOWN / LOCAL header then */
+        dst = (const struct sockaddr *)&self;
+        dstlen = selflen;
+    }
+    n = proxy_write(version, src, srclen, dst, dstlen, buf, sizeof(buf));
+    INVARIANT(n > 0); /* PROXY_WRITE_MAX always fits */
+    c->hello = malloc(n);
+    if (c->hello == NULL)
+        return -1;
+    memcpy(c->hello, buf, n);
+    c->hello_len = n;
+    return 0;
+}
+
+/*
+ * accept_proxy: the client's PROXY header is missing, invalid, or late.
+ * The spec asks for the connection to be closed (never guessed at: the
+ * client's address is what the header is trusted for); the operator gets
+ * the reason, rate-limited, and a protocol error in the pool's counters.
+ */
+static void
+header_refused(struct worker *w, struct splice *c, const char *why)
+{
+    struct sockaddr_storage peer;
+    socklen_t len = sizeof(peer);
+    char who[PROTO_KEY_MAX];
+
+    stats_add(&c->pool->stats[w->id].protocol_errors, 1);
+    if (getpeername(c->client.fd, (struct sockaddr *)&peer, &len) < 0 ||
+        tcp_conn_key((struct sockaddr *)&peer, len,
+                     CONF_HASH_KEY_SOURCE_IP_PORT, who, sizeof(who)) < 0)
+        strcpy(who, "-");
+    log_warn_limited(10,
+                     "pool %s: client %s closed: no valid PROXY header "
+                     "(accept_proxy): %s",
+                     c->pool->name, who, why);
+    splice_close(w, c);
+}
+
+/*
+ * The header is whole: key the ring on the client it names (a LOCAL or
+ * UNKNOWN one keeps the socket's peer), then connect as any client. The
+ * bytes after the header are still in the socket: the pump passes them
+ * on once the member is connected.
+ */
+static void
+header_taken(struct worker *w, struct splice *c, const struct proxy_header *h)
+{
+    struct pool_snapshot *snap = pool_snapshot(c->pool);
+    struct sockaddr_storage peer;
+    socklen_t peerlen = sizeof(peer);
+    const struct sockaddr *src = (const struct sockaddr *)&h->src;
+    const struct sockaddr *dst = (const struct sockaddr *)&h->dst;
+    socklen_t srclen = h->srclen;
+
+    if (h->local) {
+        if (getpeername(c->client.fd, (struct sockaddr *)&peer, &peerlen) < 0) {
+            header_refused(w, c, strerror(errno));
+            return;
+        }
+        src = (const struct sockaddr *)&peer;
+        srclen = peerlen;
+        dst = NULL;
+    }
+    if (client_hash(snap, src, srclen, &c->hash) < 0) {
+        header_refused(w, c,
+                       "a LOCAL or UNKNOWN header on a unix socket: no "
+                       "client address to hash");
+        return;
+    }
+    /* Forwarded, the header describes the same connection as the one we
+     * took: the client and the address it reached in the first place. */
+    if (snap->set.send_proxy != CONF_PROXY_OFF &&
+        hello_make(c, snap->set.send_proxy, src, srclen, dst,
+                   dst != NULL ? h->dstlen : 0) < 0) {
+        log_error("pool %s: out of memory for a PROXY header", c->pool->name);
+        splice_close(w, c);
+        return;
+    }
+    worker_timer_del(w, &c->timer);
+    c->state = SPLICE_CONNECTING;
+    /* Bytes may follow the header, or a FIN: the pump reads on (a read
+     * that finds nothing clears this). */
+    c->client.readable = true;
+    connect_next(w, c);
+}
+
+/*
+ * accept_proxy: peek at what the client sent; once it holds a whole
+ * header, consume exactly the header. Peeking keeps no buffer in the pair
+ * and leaves the client's own bytes in the socket for the pump. A header
+ * split over segments is peeked again from its start at the next input
+ * edge (edge-triggered: new bytes make a new edge).
+ */
+static void
+header_read(struct worker *w, struct splice *c)
+{
+    struct proxy_header h;
+    const char *err = NULL;
+    ssize_t n;
+    int r;
+
+    if (!c->client.readable)
+        return;
+    do
+        n = recv(c->client.fd, w->scratch, PROXY_V2_MAX, MSG_PEEK);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && errno == EAGAIN) {
+        c->client.readable = false;
+        return;
+    }
+    if (n < 0) {
+        header_refused(w, c, strerror(errno));
+        return;
+    }
+    if (n == 0) {
+        header_refused(w, c, "the client closed before it");
+        return;
+    }
+    r = proxy_parse(w->scratch, (size_t)n, &h, &err);
+    if (r == PROXY_AGAIN) {
+        /* part of a header: more comes, unless the client sent its FIN */
+        if (c->client.rdhup) {
+            header_refused(w, c, "the client closed in the middle of it");
+            return;
+        }
+        c->client.readable = false;
+        return;
+    }
+    if (r == PROXY_INVALID) {
+        header_refused(w, c, err);
+        return;
+    }
+    /* the bytes peeked are there: this read takes exactly them */
+    do
+        n = recv(c->client.fd, w->scratch, h.len, 0);
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)h.len) {
+        header_refused(w, c, n < 0 ? strerror(errno) : "a short read");
+        return;
+    }
+    header_taken(w, c, &h);
+}
+
 void
 splice_accept(struct worker *w, struct listener *l, int fd,
               const struct sockaddr *peer, socklen_t peerlen)
@@ -482,15 +697,18 @@ splice_accept(struct worker *w, struct listener *l, int fd,
     struct pool *p = l->pool;
     struct pool_snapshot *snap = pool_snapshot(p);
     struct stats_pool *st = &p->stats[w->id];
-    char key[PROTO_KEY_MAX];
+    bool header = snap->set.accept_proxy;
+    uint64_t hash = 0;
     struct splice *c;
-    int klen, one = 1;
+    int one = 1;
 
     if (!engine_admit(w, p, fd))
         return;
-    klen = snap->set.proto->conn_key(peer, peerlen, snap->set.hash_key, key,
-                                     sizeof(key));
-    c = klen >= 0 ? calloc(1, sizeof(*c)) : NULL;
+    /* The key is the peer's, or with accept_proxy the header's (later). */
+    if (!header && client_hash(snap, peer, peerlen, &hash) < 0)
+        c = NULL;
+    else
+        c = calloc(1, sizeof(*c));
     if (c == NULL) {
         atomic_fetch_sub_explicit(&p->active, 1, memory_order_relaxed);
         stats_add(&st->no_member, 1);
@@ -509,13 +727,30 @@ splice_accept(struct worker *w, struct listener *l, int fd,
     pool_ref(p);
     c->connect_timeout_ms = snap->set.connect_timeout_ms;
     c->idle_timeout_ms = snap->set.idle_timeout_ms;
-    c->hash =
-        snap->ring != NULL ? chash_ring_hash(snap->ring, key, (size_t)klen) : 0;
+    c->hash = hash;
     worker_conn_add(w, &c->link);
     atomic_fetch_add_explicit(&w->nconns, 1, memory_order_relaxed);
     /* Registered now: edges that come while the backend connects are
      * remembered in the side's flags. */
     if (io_side_register(w, &c->client) < 0) {
+        splice_close(w, c);
+        return;
+    }
+    if (header) {
+        /* No connect before the header: the member depends on it. The
+         * header usually came with the connection: try it at once. */
+        uint32_t wait = c->connect_timeout_ms > SPLICE_HEADER_WAIT_MIN_MS
+                            ? c->connect_timeout_ms
+                            : SPLICE_HEADER_WAIT_MIN_MS;
+        c->state = SPLICE_HEADER;
+        worker_timer_set(w, &c->timer, w->now_ms + wait);
+        c->client.readable = true;
+        header_read(w, c);
+        return;
+    }
+    if (snap->set.send_proxy != CONF_PROXY_OFF &&
+        hello_make(c, snap->set.send_proxy, peer, peerlen, NULL, 0) < 0) {
+        log_error("pool %s: out of memory for a PROXY header", p->name);
         splice_close(w, c);
         return;
     }

@@ -1,7 +1,8 @@
 /* splice.h -- the tcp mode's engine: one client connection spliced to one
  * member, chosen once by the client's key; non-blocking connect with
  * retries on the next member, then bytes both ways with back-pressure and
- * half-close. Runs inside one worker; nothing here is shared.
+ * half-close; the PROXY protocol on either side when asked (accept_proxy,
+ * send_proxy). Runs inside one worker; nothing here is shared.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #ifndef CHASHD_SPLICE_H
@@ -21,7 +22,14 @@
 
 struct server;
 
-enum splice_state { SPLICE_CONNECTING, SPLICE_ESTABLISHED, SPLICE_CLOSED };
+/* CONNECTING is 0: a new pair (calloc) connects. SPLICE_HEADER: an
+ * accept_proxy client waits for its PROXY header, before any connect. */
+enum splice_state {
+    SPLICE_CONNECTING,
+    SPLICE_ESTABLISHED,
+    SPLICE_CLOSED,
+    SPLICE_HEADER
+};
 
 /*
  * A client and its member. Owned by its worker: linked in the worker's
@@ -49,6 +57,10 @@ struct splice {
     bool blamed;      /* counted as a passive failure of the member */
     bool decided;     /* the routing decision has been counted */
     bool counted;     /* counted in server/pool active_backends */
+    /* send_proxy: the PROXY header each member connection starts with
+     * (owned; NULL when off), written before any byte of the client's */
+    char *hello;
+    size_t hello_len;
 };
 
 /* engine_accept_fn for tcp pools (engine.h). */
