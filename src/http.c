@@ -31,6 +31,7 @@
 #include "log.h"
 #include "pool.h"
 #include "proto/http.h"
+#include "proto/proxy.h"
 #include "proto/tcp.h"
 
 #define OF(ptr, type, field) ((type *)((char *)(ptr)-offsetof(type, field)))
@@ -48,6 +49,9 @@
 #define CLOSING_MS 2000
 /* The longest routing key copied (a lower-cased host). */
 #define KEY_MAX 256
+/* The least time an accept_proxy client has to send its PROXY header
+ * (the spec's advice), as the tcp mode's. */
+#define PROXY_WAIT_MIN_MS 3000
 
 /* A growable byte buffer: [off, len) live. */
 struct hbuf {
@@ -65,6 +69,9 @@ struct hconn {
     struct hmember *m;
     struct hclient *c; /* its user, NULL when idle */
     struct hconn *next;
+    struct hclient *owner; /* send_proxy: the client it is private to,
+                              while it waits for that client's next
+                              request */
     bool connecting;
     bool reused; /* taken from the idle list */
 };
@@ -86,7 +93,15 @@ struct hworker {
     struct http_header headers[HTTP_HEADERS_MAX];
 };
 
-enum hstate { H_HEAD, H_CONNECT, H_FORWARD, H_TUNNEL, H_CLOSING, H_CLOSED };
+enum hstate {
+    H_PROXY,   /* accept_proxy: the PROXY header first */
+    H_HEAD,    /* waiting for a whole request head */
+    H_CONNECT, /* its member connection is being opened */
+    H_FORWARD, /* the request goes up, its response comes down */
+    H_TUNNEL,  /* after a 101: bytes both ways */
+    H_CLOSING, /* an answer goes out, then the close */
+    H_CLOSED
+};
 enum rstate { R_HEAD, R_BODY };
 
 struct hclient {
@@ -99,6 +114,12 @@ struct hclient {
     char ip[INET6_ADDRSTRLEN + 2];
     char ipport[INET6_ADDRSTRLEN + 10];
     bool v6;
+    /* send_proxy: the header every new member connection starts with, and
+     * the connection kept for this client's next request (a connection
+     * that said who its client is serves no other client) */
+    char hello[PROXY_WRITE_MAX];
+    size_t hello_len;
+    struct hconn *priv;
     int state;      /* enum hstate */
     struct hbuf in; /* from the client, not consumed yet */
     struct hbuf up; /* to the member: [0, up_sent) sent */
@@ -143,6 +164,8 @@ static void run(struct worker *w, struct hclient *c);
 static void idle_unlink(struct hconn *b);
 static void conn_close(struct worker *w, struct hconn *b);
 static void connect_next(struct worker *w, struct hclient *c);
+static void connect_failed(struct worker *w, struct hclient *c, bool timeout,
+                           int err);
 static void backend_event(struct worker *w, struct ev *ev, uint32_t events);
 
 /* ---- buffers ------------------------------------------------------------- */
@@ -319,8 +342,12 @@ idle_unlink(struct hconn *b)
 static void
 conn_close(struct worker *w, struct hconn *b)
 {
-    if (b->c == NULL && b->m != NULL)
+    if (b->owner != NULL) {
+        b->owner->priv = NULL;
+        b->owner = NULL;
+    } else if (b->c == NULL && b->m != NULL) {
         idle_unlink(b);
+    }
     if (b->c != NULL && b->c->be == b)
         b->c->be = NULL;
     b->c = NULL;
@@ -367,6 +394,18 @@ conn_release(struct worker *w, struct hclient *c, bool reusable,
         return;
     c->be = NULL;
     b->c = NULL;
+    if (c->hello_len > 0) {
+        /* send_proxy: kept for this client only */
+        if (reusable && c->priv == NULL && b->m != NULL && b->side.len == 0 &&
+            !b->side.eof_in && !b->side.failed) {
+            b->owner = c;
+            c->priv = b;
+        } else {
+            b->m = NULL;
+            conn_close(w, b);
+        }
+        return;
+    }
     if (!reusable || b->m == NULL || b->m->nidle >= keepalive ||
         b->side.len > 0 || b->side.eof_in || b->side.failed ||
         atomic_load_explicit(&b->m->server->state, memory_order_relaxed) ==
@@ -410,6 +449,8 @@ client_close(struct worker *w, struct hclient *c)
         b->m = NULL;
         conn_close(w, b);
     }
+    if (c->priv != NULL)
+        conn_close(w, c->priv);
     release_server(c);
     atomic_fetch_sub_explicit(&c->pool->active, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
@@ -439,6 +480,9 @@ static uint32_t
 state_limit(const struct hclient *c)
 {
     switch (c->state) {
+    case H_PROXY:
+        return c->connect_timeout_ms > PROXY_WAIT_MIN_MS ? c->connect_timeout_ms
+                                                         : PROXY_WAIT_MIN_MS;
     case H_HEAD:
     case H_TUNNEL:
         return c->idle_timeout_ms;
@@ -687,6 +731,12 @@ static void
 established(struct worker *w, struct hclient *c)
 {
     c->be->connecting = false;
+    /* send_proxy: the header first, on the fresh (empty) socket */
+    if (c->hello_len > 0 &&
+        io_side_write(&c->be->side, c->hello, c->hello_len, false) < 0) {
+        connect_failed(w, c, false, errno);
+        return;
+    }
     stats_add(&c->server->stats[w->id].conns_total, 1);
     c->state = H_FORWARD;
     arm(w, c);
@@ -824,7 +874,22 @@ connect_next(struct worker *w, struct hclient *c)
         respond(w, c, 500, "out of memory", true, 0);
         return;
     }
-    b = idle_take(w, m);
+    if (c->hello_len > 0) {
+        /* send_proxy: only this client's own connection may be reused */
+        b = c->priv;
+        if (b != NULL) {
+            c->priv = NULL;
+            b->owner = NULL;
+            if (b->m != m || b->side.eof_in || b->side.rdhup ||
+                b->side.failed || b->side.readable) {
+                b->m = NULL;
+                conn_close(w, b);
+                b = NULL;
+            }
+        }
+    } else {
+        b = idle_take(w, m);
+    }
     if (b != NULL) {
         b->c = c;
         b->reused = true;
@@ -1325,6 +1390,86 @@ tunnel(struct worker *w, struct hclient *c)
     return more;
 }
 
+/* ---- the PROXY protocol -------------------------------------------------- */
+
+/* send_proxy: the header for a connection from <src> to <dst> (NULL: the
+ * address the client reached). */
+static void
+hello_make(struct hclient *c, int version, const struct sockaddr *src,
+           socklen_t srclen, const struct sockaddr *dst, socklen_t dstlen)
+{
+    struct sockaddr_storage self;
+    socklen_t selflen = sizeof(self);
+
+    if (dst == NULL) {
+        if (getsockname(c->side.fd, (struct sockaddr *)&self, &selflen) < 0)
+            selflen = 0; /* an UNKNOWN / LOCAL header then */
+        dst = (const struct sockaddr *)&self;
+        dstlen = selflen;
+    }
+    c->hello_len = proxy_write(version, src, srclen, dst, dstlen, c->hello,
+                               sizeof(c->hello));
+    INVARIANT(c->hello_len > 0); /* PROXY_WRITE_MAX always fits */
+}
+
+/* The client's address as the keys and X-Forwarded-For write it. */
+static void
+client_address(struct hclient *c, const struct sockaddr *peer, socklen_t len)
+{
+    if (tcp_conn_key(peer, len, CONF_HASH_KEY_SOURCE_IP, c->ip, sizeof(c->ip)) <
+        0)
+        c->ip[0] = '\0'; /* a unix client: no address */
+    if (tcp_conn_key(peer, len, CONF_HASH_KEY_SOURCE_IP_PORT, c->ipport,
+                     sizeof(c->ipport)) < 0)
+        c->ipport[0] = '\0';
+    c->v6 = strchr(c->ip, ':') != NULL;
+}
+
+/* accept_proxy: the header at the start of c->in. 1: taken (the client's
+ * address is its), 0: more to come, -1: refused (closed). */
+static int
+proxy_take(struct worker *w, struct hclient *c)
+{
+    const struct pool_snapshot *snap = pool_snapshot(c->pool);
+    struct proxy_header h;
+    const char *err = NULL;
+    int r =
+        proxy_parse(c->in.data + c->in.off, c->in.len - c->in.off, &h, &err);
+
+    if (r == PROXY_AGAIN && !c->side.eof_in)
+        return 0;
+    if (r != PROXY_OK) {
+        stats_add(&c->pool->stats[w->id].protocol_errors, 1);
+        log_warn_limited(10,
+                         "pool %s: client %s closed: no valid PROXY header "
+                         "(accept_proxy): %s",
+                         c->pool->name, c->ipport,
+                         r == PROXY_AGAIN ? "the client closed before it"
+                                          : err);
+        client_close(w, c);
+        return -1;
+    }
+    c->in.off += h.len;
+    if (!h.local)
+        client_address(c, (const struct sockaddr *)&h.src, h.srclen);
+    if (snap->set.send_proxy != CONF_PROXY_OFF) {
+        if (h.local) {
+            struct sockaddr_storage peer;
+            socklen_t plen = sizeof(peer);
+            if (getpeername(c->side.fd, (struct sockaddr *)&peer, &plen) < 0)
+                plen = 0;
+            hello_make(c, snap->set.send_proxy, (struct sockaddr *)&peer, plen,
+                       NULL, 0);
+        } else {
+            hello_make(c, snap->set.send_proxy, (const struct sockaddr *)&h.src,
+                       h.srclen, (const struct sockaddr *)&h.dst, h.dstlen);
+        }
+    }
+    c->state = H_HEAD;
+    arm(w, c);
+    return 1;
+}
+
 /* ---- the state machine --------------------------------------------------- */
 
 static void
@@ -1338,6 +1483,15 @@ run(struct worker *w, struct hclient *c)
         size_t down_len = c->down.len, down_off = c->down.off;
 
         switch (c->state) {
+        case H_PROXY:
+            if (client_read(w, c) < 0) {
+                client_close(w, c);
+                return;
+            }
+            if (c->in.len > c->in.off || c->side.eof_in)
+                if (proxy_take(w, c) < 0)
+                    return;
+            break;
         case H_HEAD:
             if (out_flush(&c->side, &c->down, &c->down.off, false) < 0) {
                 client_close(w, c);
@@ -1488,6 +1642,14 @@ timer_expired(struct worker *w, struct timer *t)
         return;
     }
     switch (c->state) {
+    case H_PROXY:
+        log_warn_limited(10,
+                         "pool %s: client %s closed: no valid PROXY header "
+                         "(accept_proxy): none within %ums",
+                         c->pool->name, c->ipport, limit);
+        stats_add(&c->pool->stats[w->id].protocol_errors, 1);
+        client_close(w, c);
+        return;
     case H_HEAD:
         stats_add(&c->pool->stats[w->id].idle_timeouts, 1);
         if (c->in.len > c->in.off) {
@@ -1550,13 +1712,7 @@ http_accept(struct worker *w, struct listener *l, int fd,
         close(fd);
         return;
     }
-    if (tcp_conn_key(peer, peerlen, CONF_HASH_KEY_SOURCE_IP, c->ip,
-                     sizeof(c->ip)) < 0)
-        c->ip[0] = '\0'; /* a unix client: no address */
-    if (tcp_conn_key(peer, peerlen, CONF_HASH_KEY_SOURCE_IP_PORT, c->ipport,
-                     sizeof(c->ipport)) < 0)
-        c->ipport[0] = '\0';
-    c->v6 = strchr(c->ip, ':') != NULL;
+    client_address(c, peer, peerlen);
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (snap->set.tcpkeepalive)
         setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
@@ -1571,12 +1727,15 @@ http_accept(struct worker *w, struct listener *l, int fd,
     c->idle_timeout_ms = snap->set.idle_timeout_ms;
     c->keep_alive = true;
     c->body_done = true;
-    c->state = H_HEAD;
+    c->connect_timeout_ms = snap->set.connect_timeout_ms;
+    c->state = snap->set.accept_proxy ? H_PROXY : H_HEAD;
     worker_conn_add(w, &c->link);
     atomic_fetch_add_explicit(&w->nconns, 1, memory_order_relaxed);
     if (io_side_register(w, &c->side) < 0) {
         client_close(w, c);
         return;
     }
+    if (!snap->set.accept_proxy && snap->set.send_proxy != CONF_PROXY_OFF)
+        hello_make(c, snap->set.send_proxy, peer, peerlen, NULL, 0);
     arm(w, c);
 }
