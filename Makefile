@@ -84,7 +84,7 @@ UT_MODS_test_pool      := pool conf log health control invariant builder \
                           membership report state text proto/proto proto/tcp \
                           proto/redis proto/memcache proto/error proto/http \
                           migration \
-                          stats metrics rconn replica
+                          stats metrics rconn replica access_log
 UT_MODS_test_state     := state conf
 UT_MODS_test_migration := $(UT_MODS_test_pool)
 UT_MODS_test_tcp       := proto/proto proto/tcp proto/redis proto/memcache \
@@ -93,6 +93,7 @@ UT_MODS_test_redis     := proto/redis proto/error
 UT_MODS_test_memcache  := proto/memcache proto/error
 UT_MODS_test_http      := proto/http proto/tcp
 UT_MODS_test_proxy     := proto/proxy
+UT_MODS_test_access_log := access_log log invariant
 UT_SRC    := $(wildcard tests/unit/test_*.c)
 UT_OBJ    := $(UT_SRC:%.c=$(B)/%.o)
 UT_BIN    := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)
