@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <string.h>
 
+#include "access_log.h"
 #include "builder.h"
 #include "clock.h"
 #include "health.h"
@@ -123,6 +124,7 @@ snapshot_free(struct pool_snapshot *snap)
     migration_view_unref(snap->mig);
     replica_view_unref(snap->fill);
     free(snap->set.redis_auth);
+    access_log_unref(snap->set.access_log);
     free(snap->servers);
     free(snap->members);
     free(snap->states);
@@ -230,6 +232,7 @@ pool_unref(struct pool *p)
     free(p->lfds);
     free(p->stats);
     free(p->name);
+    access_log_unref(p->access_log);
     conf_pool_deinit(&p->cfg);
     free(p);
 }
@@ -386,8 +389,11 @@ pool_server_index(const struct pool *p, const char *name)
 
 /* ---- snapshots ----------------------------------------------------------- */
 
+/* <set> from <cp>, with a reference to <alog>, the pool's access log
+ * opened for <cp> (NULL: off). */
 static void
-settings_from_conf(struct pool_settings *set, const struct conf_pool *cp)
+settings_from_conf(struct pool_settings *set, const struct conf_pool *cp,
+                   struct access_log *alog)
 {
     memset(set, 0, sizeof(*set));
     set->mode = cp->mode;
@@ -433,6 +439,10 @@ settings_from_conf(struct pool_settings *set, const struct conf_pool *cp)
     /* A string of the snapshot's own: a reload frees the pool's config
      * while workers may still read this snapshot. */
     set->redis_auth = cp->redis_auth != NULL ? strdup(cp->redis_auth) : NULL;
+    /* A reference, not a copy: a snapshot is built at every change, the
+     * log is opened once per config. */
+    access_log_ref(alog);
+    set->access_log = alog;
 }
 
 /* Whether member <s> is placed on the ring of the next snapshot. */
@@ -474,7 +484,7 @@ snapshot_prepare(struct pool *p)
 
     if (snap == NULL)
         return NULL;
-    settings_from_conf(&snap->set, &p->cfg);
+    settings_from_conf(&snap->set, &p->cfg, p->access_log);
     snap->mig = p->mig_view;
     if (snap->mig != NULL)
         migration_view_ref(snap->mig);
@@ -724,7 +734,7 @@ pool_snapshot_of(struct pool *p, const struct chash_member *m, size_t n,
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    settings_from_conf(&snap->set, &p->cfg);
+    settings_from_conf(&snap->set, &p->cfg, p->access_log);
     snap->moved = -1;
     snap->standalone = true;
     for (size_t i = 0; i < n; i++) {
@@ -922,6 +932,17 @@ pool_create(const struct conf_pool *cp, bool boot, struct pool **out, char *err,
         goto nomem;
     }
     atomic_init(&p->refs, 1);
+    if (cp->access_log != NULL) {
+        char why[320];
+
+        p->access_log = access_log_open(cp->access_log, cp->access_log_format,
+                                        why, sizeof(why));
+        if (p->access_log == NULL) {
+            snprintf(err, errlen, "pool %s: access_log: %s", cp->name, why);
+            pool_unref(p);
+            return -1;
+        }
+    }
     p->stats = slots_alloc(sizeof(struct stats_pool));
     p->lfds = malloc(sizeof(int) * (nworkers ? nworkers : 1));
     if (p->stats == NULL || p->lfds == NULL)
@@ -1058,18 +1079,38 @@ pool_reconfigure(struct pool *p, const struct conf_pool *cp, char *err,
                  size_t errlen)
 {
     struct conf_pool copy;
+    struct access_log *alog = NULL;
     size_t added = 0;
 
+    /* The access log first: a file that cannot be opened leaves the pool
+     * as it was. Opened again even when the path is the same: the file
+     * may have been rotated (logrotate, then SIGHUP or SIGUSR1). */
+    if (cp->access_log != NULL) {
+        char why[320];
+
+        alog = access_log_open(cp->access_log, cp->access_log_format, why,
+                               sizeof(why));
+        if (alog == NULL) {
+            snprintf(err, errlen, "pool %s: access_log: %s", cp->name, why);
+            return -1;
+        }
+    }
     /* Settings first: new members ramp according to the new slow_start.
      * p->name stays the very same string: workers read it (log lines)
      * without synchronising with us, and the reload matched this pool by
      * that name, so there is nothing to replace. */
     if (conf_pool_copy(&copy, cp) < 0) {
+        access_log_unref(alog);
         snprintf(err, errlen, "pool %s: out of memory", cp->name);
         return -1;
     }
     conf_pool_deinit(&p->cfg);
     p->cfg = copy;
+    /* Snapshots already built keep their reference to the old log (and
+     * its file) until they are freed; those built from now on take this
+     * one. */
+    access_log_unref(p->access_log);
+    p->access_log = alog;
 
     /* Members gone, or moved to another address (removed, then added). */
     for (size_t i = p->nservers; i-- > 0;) {

@@ -17,6 +17,7 @@
 #include "stats.h"
 
 struct proto;
+struct access_log;
 struct health_probe;
 struct pool_build;
 struct pool_waiter;
@@ -151,6 +152,9 @@ struct pool_settings {
     uint64_t client_max_header;
     uint64_t client_max_uri;
     uint32_t backend_keepalive; /* idle connections per worker and member */
+
+    struct access_log *access_log; /* (ref held) the pool's, NULL: off;
+                                      access_log_write() from any worker */
 };
 
 /*
@@ -231,6 +235,9 @@ struct pool {
     struct replica_view *fill_view;  /* replicas: put in every snapshot
                                         (ref held) */
     struct repairer *repairer;       /* replica.c's, NULL when none runs */
+    struct access_log *access_log;   /* (ref held) opened once per config
+                                        (create, reload), shared by every
+                                        snapshot built from it; NULL: off */
 };
 
 /* Start-up: <workers> stats slots per counter array and epoch slots. */
@@ -240,21 +247,25 @@ unsigned pool_workers(void); /* any thread */
 
 /*
  * Create pool <cp>: members UP at full weight (no slow start at boot, as
- * HAProxy), first snapshot built and published, pool registered. <boot>
- * false makes every member ramp from 0 when the pool has a slow start
- * (chashd itself passes true for pools added by reload too: a new pool has
- * no traffic to protect). 0, or -1 with a message in <err>.
+ * HAProxy), its access log opened, first snapshot built and published,
+ * pool registered. <boot> false makes every member ramp from 0 when the
+ * pool has a slow start (chashd itself passes true for pools added by
+ * reload too: a new pool has no traffic to protect). 0, or -1 with a
+ * message in <err> ("pool web: access_log: cannot open PATH: why").
  */
 int pool_create(const struct conf_pool *cp, bool boot, struct pool **out,
                 char *err, size_t errlen);
 
 /*
- * Apply a reloaded config <cp> to <p> (same name): settings replaced,
+ * Apply a reloaded config <cp> to <p> (same name): its access log opened
+ * afresh (the same path too: a reload follows a rotation; snapshots still
+ * in use keep the old file until they are freed), settings replaced,
  * members diffed by name -- kept (weight updated in place, state and
  * counters kept), added (ramping when slow_start is set), removed (out of
  * the ring; established connections stay) -- and one new snapshot
  * published. A member whose address changed is removed and added again.
- * The listen address is the caller's business. 0 or -1 (<err>).
+ * The listen address is the caller's business. 0 or -1 (<err>); an access
+ * log that cannot be opened fails before anything changes.
  */
 int pool_reconfigure(struct pool *p, const struct conf_pool *cp, char *err,
                      size_t errlen);
