@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "access_log.h"
 #include "engine.h"
 #include "chash/chash.h"
 #include "conf.h"
@@ -100,11 +101,38 @@ member_failed(struct worker *w, struct splice *c, const char *why)
                      c->pool->name, s->name, s->addr.text, why, fails);
 }
 
+/* The access log's line for <c>, closing, when its pool keeps a log: one
+ * per connection, whatever ended it (a refusal included). */
+static void
+log_access(struct worker *w, struct splice *c)
+{
+    struct access_log *alog = pool_snapshot(c->pool)->set.access_log;
+    struct access_entry e = {0};
+
+    if (alog == NULL)
+        return;
+    e.pool = c->pool->name;
+    e.client = c->peerlen > 0 ? (const struct sockaddr *)&c->peer : NULL;
+    e.client_len = c->peerlen;
+    if (c->server != NULL) {
+        e.member = c->server->name;
+        e.member_addr = c->server->addr.text;
+    }
+    e.routing = c->decided ? c->routing : ACCESS_NO_ROUTING;
+    e.retries = c->attempts > 1 ? c->attempts - 1 : 0;
+    e.duration_ms = w->now_ms - c->start_ms;
+    e.bytes_in = c->sent_up;
+    e.bytes_out = c->sent_down;
+    access_log_write(alog, &e);
+}
+
 /* Close the pair; it is freed after this loop iteration. */
 static void
 splice_close(struct worker *w, struct splice *c)
 {
     INVARIANT(c->state != SPLICE_CLOSED);
+    /* While the member is still ours: the line names it. */
+    log_access(w, c);
     worker_soon_cancel(w, &c->more);
     worker_timer_del(w, &c->timer);
     if (c->state == SPLICE_ESTABLISHED && c->backend.eof_in && c->sent_up > 0)
@@ -222,6 +250,7 @@ connect_next(struct worker *w, struct splice *c)
 
         if (c->attempts > snap->set.retries) {
             stats_add(&st->no_member, 1);
+            c->routing = POOL_NO_MEMBER;
             log_info_limited(10,
                              "pool %s: client refused: %u connects failed "
                              "(retries: %u)",
@@ -232,6 +261,7 @@ connect_next(struct worker *w, struct splice *c)
         if (!c->decided || s == NULL)
             count_decision(st, decision);
         c->decided = true;
+        c->routing = decision;
         if (s == NULL) {
             log_info_limited(10, "pool %s: client refused: %s", c->pool->name,
                              decision == POOL_REFUSED_ERROR
@@ -311,6 +341,7 @@ count_bytes(struct worker *w, struct splice *c, struct io_side *from, size_t n)
     } else {
         stats_add(&ss->bytes_in, n);
         stats_add(&ps->bytes_out, n);
+        c->sent_down += n;
         if (!c->answered) {
             /* The member answers: its run of failures (refused or
              * broken connections) ends here, not at a mere connect, which
@@ -725,6 +756,11 @@ splice_accept(struct worker *w, struct listener *l, int fd,
     c->timer.on_expire = timer_expired;
     c->pool = p;
     pool_ref(p);
+    c->start_ms = w->now_ms;
+    if (peerlen <= sizeof(c->peer)) {
+        memcpy(&c->peer, peer, peerlen);
+        c->peerlen = peerlen;
+    }
     c->connect_timeout_ms = snap->set.connect_timeout_ms;
     c->idle_timeout_ms = snap->set.idle_timeout_ms;
     c->hash = hash;

@@ -61,6 +61,14 @@ struct splice {
      * (owned; NULL when off), written before any byte of the client's */
     char *hello;
     size_t hello_len;
+    /* for the access log (access_log.h) */
+    uint64_t sent_down; /* bytes passed from the member to the client */
+    uint64_t start_ms;  /* w->now_ms at accept */
+    int routing;        /* the last enum pool_decision, once <decided> */
+    struct sockaddr_storage peer; /* the client as logged: the socket's
+                                     peer, or the PROXY header's source
+                                     when one was taken */
+    socklen_t peerlen;            /* 0: unknown ("-") */
 };
 
 /* engine_accept_fn for tcp pools (engine.h). */
