@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "chash/chash.h"
+#include "access_log.h"
 #include "admin.h"
 #include "builder.h"
 #include "clock.h"
@@ -61,7 +62,7 @@ static const char usage[] =
     "  -V, --version       print the version\n"
     "  -h, --help          this text\n"
     "signals: SIGHUP reloads the config, SIGTERM/SIGINT drain and stop,\n"
-    "SIGUSR1 reopens the log file.\n";
+    "SIGUSR1 reopens the log file and the pools' access log files.\n";
 
 /* What the process runs on. */
 static struct conf *conf;      /* the running config */
@@ -125,6 +126,44 @@ check_supported(const struct conf *c, char *err, size_t errlen)
         }
     }
     return 0;
+}
+
+/*
+ * Every access log file of <c> can be opened (and is created when
+ * missing): a reload that could not open one is refused whole, before
+ * anything changes, as one that cannot bind a listener. pool_create and
+ * pool_reconfigure then open them for good. 0, or -1 with the pool, the
+ * file and why in <err>.
+ */
+static int
+check_access_logs(const struct conf *c, char *err, size_t errlen)
+{
+    char why[320];
+
+    for (size_t i = 0; i < c->npools; i++) {
+        const struct conf_pool *cp = &c->pools[i];
+
+        if (cp->access_log != NULL &&
+            access_log_check(cp->access_log, why, sizeof(why)) < 0) {
+            snprintf(err, errlen, "pool %s: access_log: %s", cp->name, why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* SIGUSR1: each pool's access log file under its path again (after a
+ * rotation), as the daemon's log. */
+static void
+access_logs_reopen(void)
+{
+    for (size_t i = 0; i < pool_count(); i++) {
+        struct pool *p = pool_at(i);
+
+        if (p->access_log != NULL && access_log_reopen(p->access_log) < 0)
+            log_error("pool %s: cannot reopen the access log %s: %s", p->name,
+                      access_log_where(p->access_log), strerror(errno));
+    }
 }
 
 /*
@@ -282,6 +321,7 @@ reload_apply(struct conf *nc, char *err)
     for (i = 0; nc != NULL && i < nc->nwarnings; i++)
         log_warn("reload: %s", nc->warnings[i]);
     if (nc == NULL || check_supported(nc, err, ERRLEN) < 0 ||
+        check_access_logs(nc, err, ERRLEN) < 0 ||
         admin_reload_check(nc, err, ERRLEN) < 0 ||
         membership_state_apply(nc, err, ERRLEN) < 0) {
         log_error("reload refused, the running config stays: %s", err);
@@ -596,6 +636,7 @@ signal_cb(struct control_watch *w, uint32_t events)
         case SIGUSR1:
             if (log_reopen() < 0)
                 log_error("cannot reopen the log: %s", strerror(errno));
+            access_logs_reopen();
             break;
         case SIGTERM:
         case SIGINT:
