@@ -94,6 +94,7 @@ UT_MODS_test_memcache  := proto/memcache proto/error
 UT_MODS_test_http      := proto/http proto/tcp
 UT_MODS_test_proxy     := proto/proxy
 UT_MODS_test_access_log := access_log log invariant
+UT_MODS_test_health    := $(UT_MODS_test_pool)
 UT_SRC    := $(wildcard tests/unit/test_*.c)
 UT_OBJ    := $(UT_SRC:%.c=$(B)/%.o)
 UT_BIN    := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)

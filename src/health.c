@@ -1,10 +1,11 @@
 /* health.c -- health of members, on the control thread. Active checks
  * are non-blocking TCP connects watched by the control loop (no thread per
- * check): `rise` successes bring a member up, `fall` failures take it
- * down. Passive: workers count consecutive connect failures; at
- * server_failure_limit the member is ejected for server_retry_timeout and
- * re-admitted only when a probe then succeeds (twemproxy re-admits
- * blindly; we probe first).
+ * check), followed for the protocol types by a probe and its answer (redis
+ * PING, memcache version, an HTTP GET whose status line is judged):
+ * `rise` successes bring a member up, `fall` failures take it down. Passive:
+ * workers count consecutive connect failures; at server_failure_limit the
+ * member is ejected for server_retry_timeout and re-admitted only when a probe
+ * then succeeds (twemproxy re-admits blindly; we probe first).
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "health.h"
@@ -33,8 +34,8 @@ struct health_probe {
     struct control_watch watch;
     struct server *s; /* borrowed: cancelled before s leaves */
     uint64_t deadline_ms;
-    /* A protocol check (type: redis): after the connect, what to send and
-     * what came back. */
+    /* A protocol check (types redis, memcache, http): after the connect,
+     * what to send and what came back. */
     bool asking;      /* sent; reading the answer */
     unsigned swallow; /* AUTH replies still to check before PING's */
     char buf[512];
@@ -42,6 +43,15 @@ struct health_probe {
 };
 
 static struct control_watch passive = {.fd = -1};
+
+/* The first bytes that decide an http check: "HTTP/1.1 200" and the byte
+ * after the code (a space, or CR or LF for a status line without a
+ * reason phrase). */
+#define HTTP_STATUS_DECIDES 13
+
+/* How many bytes of an answer a reason quotes: what tells garbage apart
+ * ("SSH-2.0-OpenSSH", "-ERR", "<html>") and fits s->reason escaped. */
+#define HTTP_QUOTE_MAX 16
 
 static void probe_done(struct server *s, bool ok, const char *why);
 
@@ -96,6 +106,107 @@ passive_cb(struct control_watch *w, uint32_t events)
     }
 }
 
+/* ---- http checks: the request, the status line (pure) -------------------- */
+
+int
+health_http_request(char *out, size_t len, const struct conf_health *hc,
+                    const struct conf_addr *addr)
+{
+    const char *host = hc->host[0] != '\0'       ? hc->host
+                       : addr->family == AF_UNIX ? "localhost"
+                                                 : addr->text;
+    int n;
+
+    /* conf refuses spaces and control bytes in path and host; an address
+     * added at run time went through the same parser, but a header that
+     * a CR or LF could split is not sent on a hunch. */
+    for (const char *c = host; *c != '\0'; c++)
+        if ((unsigned char)*c <= 0x20 || *c == 0x7f)
+            return -1;
+    n = snprintf(out, len,
+                 "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: "
+                 "chashd-health\r\nConnection: close\r\n\r\n",
+                 hc->path[0] != '\0' ? hc->path : "/", host);
+    return n < 0 || (size_t)n >= len ? -1 : n;
+}
+
+/* The first bytes of <s> (<n>) for a message: printable ASCII as it is,
+ * '"', '\' and any other byte as \xNN; "..." when cut. */
+static void
+quote_bytes(const char *s, size_t n, char *out, size_t outlen)
+{
+    size_t o = 0;
+
+    out[0] = '\0';
+    for (size_t i = 0; i < n && i < HTTP_QUOTE_MAX; i++) {
+        unsigned char c = (unsigned char)s[i];
+        int k;
+
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+            k = snprintf(out + o, outlen - o, "%c", c);
+        else
+            k = snprintf(out + o, outlen - o, "\\x%02x", c);
+        if (k < 0 || (size_t)k >= outlen - o)
+            return;
+        o += (size_t)k;
+    }
+    if (n > HTTP_QUOTE_MAX)
+        snprintf(out + o, outlen - o, "...");
+}
+
+int
+health_http_status(const char *buf, size_t len, uint32_t expect, bool closed,
+                   char *why, size_t whylen)
+{
+    static const char version[] = "HTTP/1.";
+    char seen[4 * HTTP_QUOTE_MAX + 8];
+    unsigned status = 0;
+    size_t i;
+
+    /* Byte by byte, so that garbage fails at its first wrong byte rather
+     * than at the timeout: "HTTP/1." a digit, a space, three digits, and
+     * a space, CR or LF. */
+    for (i = 0; i < len && i < HTTP_STATUS_DECIDES; i++) {
+        unsigned char c = (unsigned char)buf[i];
+        bool digit = c >= '0' && c <= '9', good;
+
+        if (i < sizeof(version) - 1)
+            good = c == (unsigned char)version[i];
+        else if (i == 7 || (i >= 9 && i <= 11))
+            good = digit;
+        else if (i == 8)
+            good = c == ' ';
+        else
+            good = c == ' ' || c == '\r' || c == '\n';
+        if (!good) {
+            quote_bytes(buf, len, seen, sizeof(seen));
+            snprintf(why, whylen, "not an HTTP status line: \"%s\"", seen);
+            return -1;
+        }
+        if (i >= 9 && i <= 11)
+            status = status * 10 + (unsigned)(c - '0');
+    }
+    if (i < HTTP_STATUS_DECIDES) {
+        if (!closed)
+            return 0;
+        if (len == 0) {
+            snprintf(why, whylen, "closed before answering");
+        } else {
+            quote_bytes(buf, len, seen, sizeof(seen));
+            snprintf(why, whylen, "closed before a status line: \"%s\"", seen);
+        }
+        return -1;
+    }
+    if (expect != 0 ? status == expect : status >= 200 && status <= 399)
+        return 1;
+    if (expect != 0)
+        snprintf(why, whylen, "http status %u, expected %u", status,
+                 (unsigned)expect);
+    else
+        snprintf(why, whylen, "http status %u, expected 2xx or 3xx", status);
+    return -1;
+}
+
 void
 health_cancel(struct server *s)
 {
@@ -109,42 +220,74 @@ health_cancel(struct server *s)
     control_defer_free(pr);
 }
 
-/* The pool checks its members by their protocol, not a bare connect. */
+/* The pool checks its members by their store protocol (redis, memcache),
+ * not a bare connect. */
 static const struct proto *
 probe_proto(const struct server *s)
 {
     const struct pool *p = s->pool;
 
     if (p == NULL || !p->cfg.health.enabled ||
-        p->cfg.health.type == CONF_HEALTH_TCP)
+        p->cfg.health.type == CONF_HEALTH_TCP ||
+        p->cfg.health.type == CONF_HEALTH_HTTP)
         return NULL;
     return proto_find(p->cfg.mode);
 }
 
-/* Connected: send the pool's probe (redis: AUTH first with redis_auth), then
- * wait for its answer. */
+/* The pool checks its members with an HTTP GET (tcp and http pools). */
+static bool
+probe_http(const struct server *s)
+{
+    const struct pool *p = s->pool;
+
+    return p != NULL && p->cfg.health.enabled &&
+           p->cfg.health.type == CONF_HEALTH_HTTP;
+}
+
+/* After the connect, something is sent and an answer judged. */
+static bool
+probe_asks(const struct server *s)
+{
+    return probe_proto(s) != NULL || probe_http(s);
+}
+
+/* Connected: send the pool's probe (redis: AUTH first with redis_auth;
+ * http: the GET of the check), then wait for its answer. */
 static void
 probe_ask(struct health_probe *pr)
 {
     const struct proto *pt = probe_proto(pr->s);
-    char out[600];
+    const struct conf_pool *cp = &pr->s->pool->cfg;
+    char out[700];
     unsigned swallow = 0;
     int k = 0;
     size_t n;
     ssize_t w;
 
-    if (pr->s->pool->cfg.health.type == CONF_HEALTH_REDIS)
-        k = redis_prelude(out, sizeof(out) - pt->probe_len,
-                          pr->s->pool->cfg.redis_auth, 0, &swallow);
-
-    if (k < 0) {
-        probe_done(pr->s, false, "redis_auth too long for a probe");
-        return;
+    if (pt == NULL) {
+        /* type http: path and host are bounded by the config (255 bytes
+         * each), so the request fits. */
+        k = health_http_request(out, sizeof(out), &cp->health, &pr->s->addr);
+        if (k < 0) {
+            probe_done(pr->s, false,
+                       "http check: no request to send (the member's "
+                       "address cannot be a Host header)");
+            return;
+        }
+        n = (size_t)k;
+    } else {
+        if (cp->health.type == CONF_HEALTH_REDIS)
+            k = redis_prelude(out, sizeof(out) - pt->probe_len, cp->redis_auth,
+                              0, &swallow);
+        if (k < 0) {
+            probe_done(pr->s, false, "redis_auth too long for a probe");
+            return;
+        }
+        n = (size_t)k;
+        pr->swallow = swallow;
+        memcpy(out + n, pt->probe, pt->probe_len);
+        n += pt->probe_len;
     }
-    n = (size_t)k;
-    pr->swallow = swallow;
-    memcpy(out + n, pt->probe, pt->probe_len);
-    n += pt->probe_len;
     /* A probe is a few bytes into an empty socket buffer: all or nothing. */
     w = send(pr->watch.fd, out, n, MSG_NOSIGNAL);
     if (w != (ssize_t)n) {
@@ -159,6 +302,31 @@ probe_ask(struct health_probe *pr)
     pr->asking = true;
 }
 
+/* The member's answer to an http check, as far as it has come: judged
+ * once its status line is in (the rest is never read; the close resets
+ * it), or at its end. */
+static void
+http_answer(struct health_probe *pr)
+{
+    char why[128];
+    ssize_t n;
+    int st;
+
+    n = read(pr->watch.fd, pr->buf + pr->len, sizeof(pr->buf) - pr->len);
+    if (n < 0) {
+        if (errno == EAGAIN)
+            return;
+        probe_done(pr->s, false, strerror(errno));
+        return;
+    }
+    pr->len += (size_t)n;
+    st = health_http_status(
+        pr->buf, pr->len, pr->s->pool->cfg.health.expect_status,
+        n == 0 || pr->len == sizeof(pr->buf), why, sizeof(why));
+    if (st != 0)
+        probe_done(pr->s, st > 0, st > 0 ? NULL : why);
+}
+
 /* The member's answer to a protocol probe, as far as it has come. */
 static void
 probe_answer(struct health_probe *pr)
@@ -166,6 +334,10 @@ probe_answer(struct health_probe *pr)
     const struct proto *pt = probe_proto(pr->s);
     ssize_t n;
 
+    if (pt == NULL) {
+        http_answer(pr);
+        return;
+    }
     n = read(pr->watch.fd, pr->buf + pr->len, sizeof(pr->buf) - pr->len);
     if (n <= 0) {
         if (n < 0 && errno == EAGAIN)
@@ -225,7 +397,7 @@ probe_cb(struct control_watch *w, uint32_t events)
         err = errno;
     if (err == 0 && (events & EPOLLERR))
         err = ECONNREFUSED;
-    if (err == 0 && probe_proto(pr->s) != NULL) {
+    if (err == 0 && probe_asks(pr->s)) {
         probe_ask(pr);
         return;
     }
@@ -266,7 +438,7 @@ probe_start(struct server *s, uint32_t timeout_ms, uint64_t now)
         probe_done(s, false, strerror(err));
         return;
     }
-    if (rc == 0 && probe_proto(s) == NULL) {
+    if (rc == 0 && !probe_asks(s)) {
         close(fd);
         probe_done(s, true, NULL);
         return;
