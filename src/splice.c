@@ -647,6 +647,11 @@ header_taken(struct worker *w, struct splice *c, const struct proxy_header *h)
                        "client address to hash");
         return;
     }
+    /* The access log names the client the header names. */
+    if (srclen <= sizeof(c->peer)) {
+        memcpy(&c->peer, src, srclen);
+        c->peerlen = srclen;
+    }
     /* Forwarded, the header describes the same connection as the one we
      * took: the client and the address it reached in the first place. */
     if (snap->set.send_proxy != CONF_PROXY_OFF &&

@@ -263,3 +263,26 @@ def test_unopenable_file_refuses_the_reload(tmp_path, backends, chashd):
     a, _, data = request_from(client_ip(3), port)
     assert answered_by(data) in ("web-1", "web-2")
     lines_of(parse_text, log, [a])
+
+
+def test_proxy_header_client_is_logged(tmp_path, backends, chashd):
+    # accept_proxy: the line names the client the PROXY header names (the
+    # ring's key too), not the proxy that connected
+    bs = backends(3)
+    port = free_port()
+    log = str(tmp_path / "access.log")
+    d = chashd(GLOBAL + pool_yaml("web", port, bs, access_log=log,
+                                  accept_proxy="true"), port)
+    clients = ["198.51.100.%d" % i for i in range(1, 9)]
+    got = {}
+    for i, ip in enumerate(clients):
+        s = connect_from(client_ip(i), port)
+        with s:
+            s.sendall(b"PROXY TCP4 %s 127.0.0.1 %d 80\r\n"
+                      % (ip.encode(), 40000 + i) + REQUEST)
+            got["%s:%d" % (ip, 40000 + i)] = answered_by(recv_all(s))
+    lines = lines_of(parse_text, log, got)
+    owner = lookup_config(d.conf, "web", clients)
+    for client, name in got.items():
+        assert lines[client]["member"] == name == \
+            owner[client.split(":")[0]][0]
