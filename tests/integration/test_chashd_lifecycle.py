@@ -47,16 +47,16 @@ def test_reload_refuses_a_broken_file(backends, chashd):
     assert {c: fetch(port, c) for c in clients} == before
 
 
-def test_reload_refuses_a_mode_it_cannot_run(backends, chashd):
+def test_reload_refuses_what_it_cannot_run(backends, chashd):
     bs = backends(1)
     port = free_port()
     d = chashd(GLOBAL + pool_yaml("web", port, bs), port)
-    d.reload(GLOBAL + pool_yaml("web", port, bs).replace(
-        "mode: tcp", "mode: http"))
+    d.reload(GLOBAL + pool_yaml("web", port, bs, distribution="modula"))
     # the same check and message as `chashd -t` and a start: file:line
     assert re.search(r"reload refused, the running config stays: "
-                     + re.escape(d.conf) + r":4: pool 'web': mode http "
-                     r"is not supported yet", d.log()), d.log()
+                     + re.escape(d.conf) + r":4: pool 'web': distribution "
+                     r"modula is not supported by chashd yet", d.log()), \
+        d.log()
     assert fetch(port) == "web-1"
 
 

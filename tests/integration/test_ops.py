@@ -868,8 +868,6 @@ def test_a_pid_file_two_levels_down_is_refused_clearly(tmp_path, procs,
 
 POOL = "global:\n  admin: off\np:\n  listen: %s\n"
 REFUSED = [
-    ("mode-http", POOL + "  mode: http\n  servers: [127.0.0.1:9001]\n",
-     3, "pool 'p': mode http is not supported yet"),
     ("modula", POOL + "  mode: tcp\n  distribution: modula\n"
      "  servers: [127.0.0.1:9001]\n",
      3, "pool 'p': distribution modula is not supported by chashd yet"),
