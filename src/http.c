@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "access_log.h"
 #include "chash/chash.h"
 #include "conf.h"
 #include "engine.h"
@@ -120,6 +121,13 @@ struct hclient {
     char hello[PROXY_WRITE_MAX];
     size_t hello_len;
     struct hconn *priv;
+    /* the client's address (the PROXY header's when one was taken), and
+     * with an access log, the request line's method and target, copied
+     * (the input buffer moves) */
+    struct sockaddr_storage peer;
+    socklen_t peerlen;
+    char *logbuf; /* [ACCESS_METHOD_MAX + ACCESS_TARGET_MAX], lazily */
+    size_t log_method, log_target;
     int state;      /* enum hstate */
     struct hbuf in; /* from the client, not consumed yet */
     struct hbuf up; /* to the member: [0, up_sent) sent */
@@ -146,6 +154,12 @@ struct hclient {
     bool decided;
     bool stale_retried; /* a reused connection that was closed */
     bool timed_out;     /* the last failure was a timeout */
+    int routing;        /* the last routing decision (enum pool_decision) */
+    size_t key_link;    /* the hash_key link the key came from */
+    uint64_t req_in;    /* bytes of it read from the client */
+    uint64_t req_out;   /* bytes of its answer for the client */
+    int status;         /* the status the client got, 0: none yet */
+    const char *error;  /* why chashd answered itself (static) */
     /* its response */
     int rstate; /* enum rstate */
     int rbody;  /* enum http_body */
@@ -459,6 +473,7 @@ client_close(struct worker *w, struct hclient *c)
     hbuf_free(&c->up);
     hbuf_free(&c->down);
     hbuf_free(&c->rhead);
+    free(c->logbuf);
     worker_conn_del(&c->link);
     pool_unref(c->pool);
     c->pool = NULL;
@@ -509,6 +524,86 @@ arm(struct worker *w, struct hclient *c)
         worker_timer_del(w, &c->timer);
 }
 
+/* ---- the access log -------------------------------------------------------
+ */
+
+static uint64_t
+now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* The request's line in its pool's access log, when it keeps one. */
+static void
+log_request(struct hclient *c)
+{
+    const struct pool_snapshot *snap = pool_snapshot(c->pool);
+    struct access_log *alog = snap->set.access_log;
+    struct access_entry e = {0};
+    char key[CONF_KEY_NAME_MAX + 16];
+
+    if (alog == NULL)
+        return;
+    e.pool = c->pool->name;
+    e.client = c->peerlen > 0 ? (const struct sockaddr *)&c->peer : NULL;
+    e.client_len = c->peerlen;
+    if (c->server != NULL) {
+        e.member = c->server->name;
+        e.member_addr = c->server->addr.text;
+    }
+    e.routing = c->decided ? c->routing : ACCESS_NO_ROUTING;
+    e.retries = c->attempts > 1 ? c->attempts - 1 : 0;
+    e.duration_ms = (now_us() - c->start_us) / 1000;
+    e.bytes_in = c->req_in;
+    e.bytes_out = c->req_out;
+    e.method = c->logbuf != NULL && c->log_method > 0 ? c->logbuf : "-";
+    e.method_len = c->logbuf != NULL && c->log_method > 0 ? c->log_method : 1;
+    e.target = c->logbuf != NULL && c->log_target > 0
+                   ? c->logbuf + ACCESS_METHOD_MAX
+                   : "-";
+    e.target_len = c->logbuf != NULL && c->log_target > 0 ? c->log_target : 1;
+    e.version = c->minor == 0 ? "HTTP/1.0" : "HTTP/1.1";
+    e.version_len = 8;
+    e.status = c->status;
+    if (c->decided) {
+        const struct conf_key_source *k =
+            c->key_link < snap->set.nhash_chain
+                ? &snap->set.hash_chain[c->key_link]
+                : NULL;
+        if (k == NULL)
+            snprintf(key, sizeof(key), "source_ip");
+        else if (k->name[0] != '\0')
+            snprintf(key, sizeof(key), "%s:%s", conf_hash_key_name(k->kind),
+                     k->name);
+        else
+            snprintf(key, sizeof(key), "%s", conf_hash_key_name(k->kind));
+        e.key_source = key;
+    }
+    e.error = c->error;
+    access_log_write(alog, &e);
+}
+
+/* With an access log: keep the request's method and target (cut). */
+static void
+log_keep(struct hclient *c, const char *buf, const struct http_request *rq)
+{
+    if (pool_snapshot(c->pool)->set.access_log == NULL)
+        return;
+    if (c->logbuf == NULL &&
+        (c->logbuf = malloc(ACCESS_METHOD_MAX + ACCESS_TARGET_MAX)) == NULL)
+        return;
+    c->log_method = rq->method_text.len < ACCESS_METHOD_MAX
+                        ? rq->method_text.len
+                        : ACCESS_METHOD_MAX;
+    memcpy(c->logbuf, buf + rq->method_text.off, c->log_method);
+    c->log_target =
+        rq->target.len < ACCESS_TARGET_MAX ? rq->target.len : ACCESS_TARGET_MAX;
+    memcpy(c->logbuf + ACCESS_METHOD_MAX, buf + rq->target.off, c->log_target);
+}
+
 /* ---- answers chashd writes ----------------------------------------------- */
 
 /* The request is over (answered, or refused): the member connection goes
@@ -519,6 +614,7 @@ request_end(struct worker *w, struct hclient *c, bool reusable)
 {
     const struct pool_snapshot *snap = pool_snapshot(c->pool);
 
+    log_request(c);
     conn_release(w, c, reusable, snap->set.backend_keepalive);
     release_server(c);
     hbuf_free(&c->up);
@@ -547,6 +643,9 @@ respond(struct worker *w, struct hclient *c, int status, const char *detail,
     n = http_error_response(out, sizeof(out), status, detail, c->close_after,
                             retry_after);
     c->replied = true;
+    c->status = status;
+    c->error = detail;
+    c->req_out += n;
     stats_add(&c->pool->stats[w->id].refused, 1);
     if (n == 0 || hbuf_put(&c->down, out, n) != 0)
         c->close_after = true;
@@ -582,15 +681,6 @@ client_fault(struct worker *w, struct hclient *c, int status, const char *why)
 }
 
 /* ---- the request --------------------------------------------------------- */
-
-static uint64_t
-now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 /* The head chashd sends the member: the request line and the headers as
  * they came, less the hop-by-hop ones, plus the framing and forwarding
@@ -665,6 +755,12 @@ request_start(struct worker *w, struct hclient *c, struct http_request *rq)
     c->decided = c->stale_retried = c->timed_out = false;
     c->answered = c->replied = c->close_after = false;
     c->rstate = R_HEAD;
+    c->status = 0;
+    c->error = NULL;
+    c->req_in = rq->head;
+    c->req_out = 0;
+    c->log_method = c->log_target = 0;
+    log_keep(c, buf, rq);
     c->connect_timeout_ms = set->connect_timeout_ms;
     c->timeout_ms = set->timeout_ms;
     c->idle_timeout_ms = set->idle_timeout_ms;
@@ -678,8 +774,9 @@ request_start(struct worker *w, struct hclient *c, struct http_request *rq)
         respond(w, c, 500, "out of memory", true, 0);
         return;
     }
-    http_request_key(buf, rq, set->hash_chain, set->nhash_chain, c->ip,
-                     c->ipport, keybuf, sizeof(keybuf), &key, &klen);
+    c->key_link =
+        http_request_key(buf, rq, set->hash_chain, set->nhash_chain, c->ip,
+                         c->ipport, keybuf, sizeof(keybuf), &key, &klen);
     c->hash = snap->ring != NULL ? chash_ring_hash(snap->ring, key, klen) : 0;
     c->in.off += rq->head;
     if (rq->body == HTTP_BODY_LENGTH && rq->length > c->max_body) {
@@ -713,7 +810,14 @@ parse_next(struct worker *w, struct hclient *c)
         stats_add(&c->pool->stats[w->id].requests, 1);
         log_info_limited(10, "pool %s: request from %s refused (%d): %s",
                          c->pool->name, c->ip, rq.status, rq.err);
+        c->req_in = c->in.len - c->in.off;
         c->in.off = c->in.len; /* out of sync: nothing after it is read */
+        c->start_us = now_us();
+        c->decided = false;
+        c->attempts = 0;
+        c->req_out = 0;
+        c->log_method = c->log_target = 0;
+        c->minor = 1;
         c->body_done = true;
         c->replied = false;
         c->keep_alive = false;
@@ -852,6 +956,7 @@ connect_next(struct worker *w, struct hclient *c)
     if (!c->decided || s == NULL)
         engine_count_decision(st, decision);
     c->decided = true;
+    c->routing = decision;
     if (s == NULL) {
         respond(w, c, 503,
                 decision == POOL_REFUSED_ERROR
@@ -1029,6 +1134,7 @@ body_up(struct worker *w, struct hclient *c)
             c->body_done = done;
         }
         c->body_total += n;
+        c->req_in += n;
         if (c->body_total > c->max_body) {
             c->body_done = false;
             client_fault(w, c, 413,
@@ -1128,6 +1234,7 @@ body_down(struct worker *w, struct hclient *c, const char *p, size_t n)
         }
         take = (size_t)k;
     }
+    c->req_out += take;
     if (take > 0 && down_put(c, p, take) != 0) {
         client_close(w, c);
         return;
@@ -1168,6 +1275,9 @@ head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
             }
             /* Verbatim, and everything after it: the tunnel starts. */
             c->replied = true;
+            c->status = 101;
+            c->req_out += len;
+            log_request(c);
             if (hbuf_put(&c->down, buf, len) != 0) {
                 client_close(w, c);
                 return;
@@ -1189,6 +1299,7 @@ head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
         }
         if (rp.status < 200) {
             /* 100 Continue and the like: an HTTP/1.0 client gets none. */
+            c->req_out += c->minor == 1 ? rp.head : 0;
             if (c->minor == 1 && hbuf_put(&c->down, buf, rp.head) != 0) {
                 client_close(w, c);
                 return;
@@ -1207,10 +1318,13 @@ head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
         memset(&c->rchunk, 0, sizeof(c->rchunk));
         if (rp.body == HTTP_BODY_CLOSE)
             c->close_after = true;
+        c->status = rp.status;
+        size_t before = c->down.len;
         if (response_head(c, buf, &rp) != 0) {
             client_close(w, c);
             return;
         }
+        c->req_out += c->down.len - before;
         c->replied = true;
         c->rstate = R_BODY;
         {
@@ -1450,8 +1564,11 @@ proxy_take(struct worker *w, struct hclient *c)
         return -1;
     }
     c->in.off += h.len;
-    if (!h.local)
+    if (!h.local) {
         client_address(c, (const struct sockaddr *)&h.src, h.srclen);
+        memcpy(&c->peer, &h.src, sizeof(c->peer));
+        c->peerlen = h.srclen;
+    }
     if (snap->set.send_proxy != CONF_PROXY_OFF) {
         if (h.local) {
             struct sockaddr_storage peer;
@@ -1713,6 +1830,10 @@ http_accept(struct worker *w, struct listener *l, int fd,
         return;
     }
     client_address(c, peer, peerlen);
+    if (peerlen <= sizeof(c->peer)) {
+        memcpy(&c->peer, peer, peerlen);
+        c->peerlen = peerlen;
+    }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (snap->set.tcpkeepalive)
         setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
