@@ -113,14 +113,20 @@ class Bench:
         signal.signal(signal.SIGTERM, self.on_signal)
 
     def cleanup(self, *_):
+        # SIGTERM first: nginx's master stops its workers on it, and a
+        # killed master leaves them running (and serving) behind it
         for p in self.procs:
             if p.poll() is None:
-                p.kill()
+                p.terminate()
         for p in self.procs:
             try:
-                p.wait(timeout=5)
+                p.wait(timeout=3)
             except subprocess.TimeoutExpired:
-                pass
+                p.kill()
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
         self.procs.clear()
         subprocess.run(["rm", "-rf", self.tmp], stdin=subprocess.DEVNULL)
 

@@ -50,6 +50,9 @@
 #define CLOSING_MS 2000
 /* The longest routing key copied (a lower-cased host). */
 #define KEY_MAX 256
+/* What one read of a member's response takes at most: a 64 KiB body in
+ * one read and one write rather than four of each. */
+#define READ_MAX (64 * 1024)
 /* The least time an accept_proxy client has to send its PROXY header
  * (the spec's advice), as the tcp mode's. */
 #define PROXY_WAIT_MIN_MS 3000
@@ -92,6 +95,7 @@ struct hworker {
     struct worker_conn link;
     struct hmember *buckets[MEMBER_BUCKETS];
     struct http_header headers[HTTP_HEADERS_MAX];
+    char rbuf[READ_MAX]; /* the members' responses are read here */
 };
 
 enum hstate {
@@ -251,17 +255,17 @@ out_flush(struct io_side *side, struct hbuf *b, size_t *sent, bool keep)
             return 0;
     }
     while (*sent < b->len) {
-        size_t n = b->len - *sent;
-        int wr;
-
-        if (n > IO_BUF)
-            n = IO_BUF;
-        wr = io_side_write(side, b->data + *sent, n, false);
-        if (wr < 0)
+        /* straight from <b>, whatever its size: no second copy */
+        ssize_t m =
+            send(side->fd, b->data + *sent, b->len - *sent, MSG_NOSIGNAL);
+        if (m < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN)
+                return 0; /* an output edge will come */
             return -1;
-        *sent += n; /* taken: written, or kept in the side's buffer */
-        if (wr == 0)
-            return 0;
+        }
+        *sent += (size_t)m;
     }
     if (!keep)
         b->off = b->len = *sent = 0;
@@ -1200,14 +1204,24 @@ response_done(struct worker *w, struct hclient *c, bool extra)
     request_end(w, c, reusable);
 }
 
-/* <n> bytes (at most IO_BUF) for the client: written at once when nothing
- * waits before them (no copy), else queued. -1: the client is gone. */
+/* <n> bytes for the client: written at once when nothing waits before
+ * them (no copy), and what the socket does not take queued. -1: the
+ * client is gone. */
 static int
 down_put(struct hclient *c, const char *p, size_t n)
 {
     if (c->down.off == c->down.len && c->side.len == 0) {
+        ssize_t m = send(c->side.fd, p, n, MSG_NOSIGNAL);
+
+        if (m < 0 && errno != EAGAIN && errno != EINTR)
+            return -1;
+        if (m < 0)
+            m = 0;
         c->down.off = c->down.len = 0;
-        return io_side_write(&c->side, p, n, false) < 0 ? -1 : 0;
+        p += m;
+        n -= (size_t)m;
+        if (n == 0)
+            return 0;
     }
     return hbuf_put(&c->down, p, n);
 }
@@ -1361,6 +1375,7 @@ head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
 static int
 forward_down(struct worker *w, struct hclient *c)
 {
+    struct hworker *hw = w->http;
     int reads = 0;
 
     while (c->state == H_FORWARD && c->be != NULL) {
@@ -1392,7 +1407,7 @@ forward_down(struct worker *w, struct hclient *c)
         }
         if (reads++ == PUMP_READS)
             return 1;
-        n = io_side_read(&b->side, w->scratch, IO_BUF);
+        n = io_side_read(&b->side, hw->rbuf, sizeof(hw->rbuf));
         if (n < 0) {
             member_failed(w, c, "reset the connection", false, false);
             return 0;
@@ -1409,9 +1424,9 @@ forward_down(struct worker *w, struct hclient *c)
                                       memory_order_relaxed);
         }
         if (c->rstate == R_HEAD)
-            head_down(w, c, w->scratch, (size_t)n);
+            head_down(w, c, hw->rbuf, (size_t)n);
         else
-            body_down(w, c, w->scratch, (size_t)n);
+            body_down(w, c, hw->rbuf, (size_t)n);
         if (c->state == H_CLOSED)
             return 0;
     }
