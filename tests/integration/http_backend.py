@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""http_backend.py NAME PORT [HOST] [FAIL] -- a stub HTTP/1.1 member for the http
+"""http_backend.py NAME PORT [HOST] [FAIL] [HEALTH_FILE] -- a stub HTTP/1.1 member for the http
 mode's tests: it answers every request with what it saw, so a test can
 check which member served it and what chashd forwarded.
 
@@ -17,7 +17,7 @@ check which member served it and what chashd forwarded.
   /garbage          answers bytes that are not HTTP
   /close-delimited  a response without length, ended by the close
   /ws               a WebSocket-like upgrade: 101, then echoes bytes
-  /health           200 "ok" (or what the file NAME.health says: a status)
+  /health           200 "ok", or the status HEALTH_FILE holds
 A request with `Expect: 100-continue` gets `100 Continue` before its body
 is read. FAIL (reset, close, garbage, hang) makes every request fail so.
 """
@@ -37,6 +37,7 @@ NAME = sys.argv[1]
 PORT = int(sys.argv[2])
 HOST = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
 FAIL = sys.argv[4] if len(sys.argv) > 4 else ""
+HEALTH_FILE = sys.argv[5] if len(sys.argv) > 5 else ""
 CONN_IDS = iter(range(1, 1 << 30))
 SERVED = iter(range(1, 1 << 30))
 LOCK = threading.Lock()
@@ -174,8 +175,7 @@ class Handler(socketserver.StreamRequestHandler):
             if path == "/health":
                 status = 200
                 try:
-                    with open(os.path.join(os.path.dirname(
-                            os.path.abspath(__file__)), NAME + ".health")) as h:
+                    with open(HEALTH_FILE) as h:
                         status = int(h.read().strip())
                 except (OSError, ValueError):
                     pass

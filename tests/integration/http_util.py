@@ -21,6 +21,8 @@ class HttpBackend:
     def __init__(self, procs, name, fail=""):
         self.procs = procs
         self.name = name
+        # what its /health answers: write a status into this file
+        self.health = os.path.join(str(procs.tmp), "%s.health" % name)
         self.port = free_port()
         self.addr = "127.0.0.1:%d" % self.port
         self.fail = fail
@@ -28,9 +30,8 @@ class HttpBackend:
         self.start()
 
     def start(self):
-        args = [sys.executable, STUB, self.name, str(self.port), "127.0.0.1"]
-        if self.fail:
-            args.append(self.fail)
+        args = [sys.executable, STUB, self.name, str(self.port), "127.0.0.1",
+                self.fail, self.health]
         self.proc = self.procs.start(args, "http-%s.log" % self.name)
         wait_for(lambda: can_connect(self.port), what="member " + self.name)
 

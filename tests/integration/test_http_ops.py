@@ -159,3 +159,39 @@ def test_request_counters(procs, chashd):
     assert req["refused"] == 1
     st, text, _ = api.call("GET", "/metrics")
     assert 'chashd_pool_protocol_errors_total{pool="web"} 1' in text
+
+
+def test_http_health_checks_in_an_http_pool(procs, chashd):
+    """health_check type http on a live http pool: a member whose /health
+    answers 503 goes down after `fall` checks and its users are served by
+    their next member; once it answers 200 again it comes back after
+    `rise`, and takes its users back."""
+    members, port, d, api, _ = start_admin(
+        procs, chashd, health_check="{ type: http, path: /health, "
+                                    "interval: 100ms, timeout: 500ms, "
+                                    "rise: 2, fall: 2 }")
+    keys = ["h%d" % i for i in range(60)]
+    order = {k: v for k, v in lookup_config(d.conf, "web", keys,
+                                            replicas=2).items()}
+    sick = members[0]
+    mine = [k for k in keys if order[k][0] == sick.name]
+    assert mine
+    with open(sick.health, "w") as f:
+        f.write("503\n")
+    wait_for(lambda: api.ok("GET", "/api/pools/web/members/%s"
+                            % sick.name)["state"] == "down",
+             timeout=5, what="the member to go down")
+    reason = api.ok("GET", "/api/pools/web/members/%s" % sick.name)["reason"]
+    assert "503" in reason, reason
+    conn = connection(port)
+    for k in mine:
+        _, _, j = get_json(conn, "/", {"X-User-Id": k})
+        assert j["member"] == order[k][1]
+    with open(sick.health, "w") as f:
+        f.write("200\n")
+    wait_for(lambda: api.ok("GET", "/api/pools/web/members/%s"
+                            % sick.name)["state"] == "up",
+             timeout=5, what="the member to come back")
+    for k in mine:
+        _, _, j = get_json(conn, "/", {"X-User-Id": k})
+        assert j["member"] == sick.name
