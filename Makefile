@@ -79,7 +79,7 @@ CLI_DOBJ  := $(B)/src/conf.o
 # membership event.)
 UT_MODS_test_report    := report
 UT_MODS_test_conf      := conf
-UT_MODS_test_log       := log
+UT_MODS_test_log       := log text
 UT_MODS_test_pool      := pool conf log health control invariant builder \
                           membership report state text proto/proto proto/tcp \
                           proto/redis proto/memcache proto/error proto/http \
@@ -93,7 +93,7 @@ UT_MODS_test_redis     := proto/redis proto/error
 UT_MODS_test_memcache  := proto/memcache proto/error
 UT_MODS_test_http      := proto/http proto/tcp
 UT_MODS_test_proxy     := proto/proxy
-UT_MODS_test_access_log := access_log log invariant
+UT_MODS_test_access_log := access_log log invariant text
 UT_MODS_test_health    := $(UT_MODS_test_pool)
 UT_SRC    := $(wildcard tests/unit/test_*.c)
 UT_OBJ    := $(UT_SRC:%.c=$(B)/%.o)

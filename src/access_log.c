@@ -33,6 +33,7 @@ static const int access_syslog_priority = LOG_DAEMON | LOG_INFO;
 #include "invariant.h"
 #include "log.h"
 #include "pool.h"
+#include "text.h"
 
 struct access_log {
     _Atomic int refs;
@@ -170,37 +171,11 @@ access_log_where(const struct access_log *l)
 
 /* ---- formatting ---------------------------------------------------------- */
 
-/* A line being built in a caller's buffer: <len> never passes <cap>; once
- * something does not fit, nothing more is added (<full>). */
-struct line {
-    char *buf;
-    size_t len;
-    size_t cap;
-    bool full;
-};
-
-static void
-put(struct line *l, const char *s, size_t n)
-{
-    if (l->full || n > l->cap - l->len) {
-        l->full = true;
-        return;
-    }
-    memcpy(l->buf + l->len, s, n);
-    l->len += n;
-}
-
-static void
-puts_(struct line *l, const char *s)
-{
-    put(l, s, strlen(s));
-}
-
-static void putf(struct line *l, const char *fmt, ...)
+static void putf(struct text_line *l, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 static void
-putf(struct line *l, const char *fmt, ...)
+putf(struct text_line *l, const char *fmt, ...)
 {
     char tmp[64];
     va_list ap;
@@ -211,108 +186,21 @@ putf(struct line *l, const char *fmt, ...)
     va_end(ap);
     if (n < 0)
         return;
-    put(l, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
-}
-
-/*
- * Length of the well-formed UTF-8 sequence at <s> (<n> bytes left), 0 when
- * the bytes there are not one: a stray continuation byte, a truncated
- * sequence, an overlong form, a surrogate, or past U+10FFFF (RFC 3629).
- */
-static size_t
-utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned char lo = 0x80, hi = 0xbf;
-    size_t len;
-
-    if (s[0] < 0x80)
-        return 1;
-    if (s[0] >= 0xc2 && s[0] <= 0xdf)
-        len = 2;
-    else if (s[0] >= 0xe0 && s[0] <= 0xef)
-        len = 3;
-    else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-        len = 4;
-    else
-        return 0;
-    if (len > n)
-        return 0;
-    /* The second byte's range rules out the overlong forms (e0, f0), the
-     * surrogates (ed) and what lies past U+10FFFF (f4). */
-    if (s[0] == 0xe0)
-        lo = 0xa0;
-    else if (s[0] == 0xed)
-        hi = 0x9f;
-    else if (s[0] == 0xf0)
-        lo = 0x90;
-    else if (s[0] == 0xf4)
-        hi = 0x8f;
-    if (s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xbf)
-            return 0;
-    return len;
-}
-
-/*
- * The inside of a JSON string from <s> (<n> bytes): '"' and '\' escaped,
- * control bytes and DEL as \u00XX (\n, \r, \t by name), U+2028/9 escaped
- * (they end a line in JavaScript), well-formed UTF-8 kept, and every other
- * byte as \ufffd: a JSON text is UTF-8 (RFC 8259), and \u00XX for a byte
- * 0x80..0xff would name another character than the one sent.
- */
-static void
-put_json_chars(struct line *l, const char *str, size_t n)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    char esc[8];
-
-    for (size_t i = 0; i < n && !l->full;) {
-        size_t k = utf8_len(s + i, n - i);
-
-        if (k == 0) {
-            puts_(l, "\\ufffd");
-            i++;
-            continue;
-        }
-        if (k == 3 && s[i] == 0xe2 && s[i + 1] == 0x80 &&
-            (s[i + 2] == 0xa8 || s[i + 2] == 0xa9)) {
-            puts_(l, s[i + 2] == 0xa8 ? "\\u2028" : "\\u2029");
-        } else if (k > 1) {
-            put(l, str + i, k);
-        } else if (s[i] == '"' || s[i] == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)s[i];
-            put(l, esc, 2);
-        } else if (s[i] == '\n') {
-            puts_(l, "\\n");
-        } else if (s[i] == '\r') {
-            puts_(l, "\\r");
-        } else if (s[i] == '\t') {
-            puts_(l, "\\t");
-        } else if (s[i] < 0x20 || s[i] == 0x7f) {
-            snprintf(esc, sizeof(esc), "\\u%04x", s[i]);
-            puts_(l, esc);
-        } else {
-            put(l, str + i, 1);
-        }
-        i += k;
-    }
+    text_put(l, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
 }
 
 /* "key":"<escaped s>" (a comma before unless <first>); NULL s: null. */
 static void
-put_json_str(struct line *l, const char *key, const char *s, size_t n)
+put_json_str(struct text_line *l, const char *key, const char *s, size_t n)
 {
     putf(l, ",\"%s\":", key);
     if (s == NULL) {
-        puts_(l, "null");
+        text_puts(l, "null");
         return;
     }
-    puts_(l, "\"");
-    put_json_chars(l, s, n);
-    puts_(l, "\"");
+    text_puts(l, "\"");
+    text_put_json(l, s, n);
+    text_puts(l, "\"");
 }
 
 /*
@@ -322,30 +210,30 @@ put_json_str(struct line *l, const char *key, const char *s, size_t n)
  * is false, so an unquoted field is one word.
  */
 static void
-put_text_chars(struct line *l, const char *str, size_t n, bool quoted)
+put_text_chars(struct text_line *l, const char *str, size_t n, bool quoted)
 {
     const unsigned char *s = (const unsigned char *)str;
     char esc[8];
 
     for (size_t i = 0; i < n && !l->full; i++) {
         if (s[i] > 0x20 && s[i] < 0x7f && s[i] != '"' && s[i] != '\\') {
-            put(l, str + i, 1);
+            text_put(l, str + i, 1);
         } else if (s[i] == ' ' && quoted) {
-            put(l, " ", 1);
+            text_put(l, " ", 1);
         } else {
             snprintf(esc, sizeof(esc), "\\x%02x", s[i]);
-            puts_(l, esc);
+            text_puts(l, esc);
         }
     }
 }
 
 /* An unquoted text field: " <s>", or " -" when it is NULL or empty. */
 static void
-put_text_word(struct line *l, const char *s)
+put_text_word(struct text_line *l, const char *s)
 {
-    puts_(l, " ");
+    text_puts(l, " ");
     if (s == NULL || s[0] == '\0') {
-        puts_(l, "-");
+        text_puts(l, "-");
         return;
     }
     put_text_chars(l, s, strnlen(s, ACCESS_NAME_MAX), false);
@@ -397,13 +285,13 @@ bounded(const char *s, size_t n, size_t max)
 }
 
 static void
-format_text(struct line *l, const struct access_entry *e, const char *stamp,
-            const char *client)
+format_text(struct text_line *l, const struct access_entry *e,
+            const char *stamp, const char *client)
 {
-    puts_(l, stamp);
+    text_puts(l, stamp);
     put_text_word(l, e->pool);
     put_text_word(l, client);
-    puts_(l, " ->");
+    text_puts(l, " ->");
     put_text_word(l, e->member);
     put_text_word(l, e->member_addr);
     put_text_word(l, access_routing_name(e->routing));
@@ -413,53 +301,53 @@ format_text(struct line *l, const struct access_entry *e, const char *stamp,
     if (e->method == NULL)
         return;
     /* The request line as nginx quotes it: one field between quotes. */
-    puts_(l, " \"");
+    text_puts(l, " \"");
     put_text_chars(l, e->method,
                    bounded(e->method, e->method_len, ACCESS_METHOD_MAX), true);
-    puts_(l, " ");
+    text_puts(l, " ");
     put_text_chars(l, e->target,
                    bounded(e->target, e->target_len, ACCESS_TARGET_MAX), true);
     if (e->target_len > ACCESS_TARGET_MAX)
-        puts_(l, "...");
-    puts_(l, " ");
+        text_puts(l, "...");
+    text_puts(l, " ");
     put_text_chars(l, e->version,
                    bounded(e->version, e->version_len, ACCESS_VERSION_MAX),
                    true);
-    puts_(l, "\"");
+    text_puts(l, "\"");
     if (e->status > 0)
         putf(l, " %d", e->status);
     else
-        puts_(l, " -");
-    puts_(l, " key=");
+        text_puts(l, " -");
+    text_puts(l, " key=");
     if (e->key_source != NULL && e->key_source[0] != '\0')
         put_text_chars(l, e->key_source,
                        strnlen(e->key_source, ACCESS_NAME_MAX), false);
     else
-        puts_(l, "-");
+        text_puts(l, "-");
     if (e->error != NULL) {
-        puts_(l, " error=\"");
+        text_puts(l, " error=\"");
         put_text_chars(l, e->error, strnlen(e->error, ACCESS_NAME_MAX), true);
-        puts_(l, "\"");
+        text_puts(l, "\"");
     }
 }
 
 /* A NUL-terminated string of the entry as a JSON member, cut at the
  * names' bound. */
 static void
-put_json_cstr(struct line *l, const char *key, const char *s)
+put_json_cstr(struct text_line *l, const char *key, const char *s)
 {
     put_json_str(l, key, s, s != NULL ? strnlen(s, ACCESS_NAME_MAX) : 0);
 }
 
 static void
-format_json(struct line *l, const struct access_entry *e, const char *stamp,
-            const char *client)
+format_json(struct text_line *l, const struct access_entry *e,
+            const char *stamp, const char *client)
 {
     /* The first member opens the object; each later one brings its
      * comma (put_json_str). */
-    puts_(l, "{\"time\":\"");
-    puts_(l, stamp);
-    puts_(l, "\"");
+    text_puts(l, "{\"time\":\"");
+    text_puts(l, stamp);
+    text_puts(l, "\"");
     put_json_cstr(l, "pool", e->pool);
     put_json_cstr(l, "client", strcmp(client, "-") != 0 ? client : NULL);
     put_json_cstr(l, "member", e->member);
@@ -478,17 +366,17 @@ format_json(struct line *l, const struct access_entry *e, const char *stamp,
         put_json_str(l, "target", e->target != NULL ? e->target : "",
                      bounded(e->target, e->target_len, ACCESS_TARGET_MAX));
         if (e->target_len > ACCESS_TARGET_MAX)
-            puts_(l, ",\"target_truncated\":true");
+            text_puts(l, ",\"target_truncated\":true");
         put_json_str(l, "version", e->version != NULL ? e->version : "",
                      bounded(e->version, e->version_len, ACCESS_VERSION_MAX));
         if (e->status > 0)
             putf(l, ",\"status\":%d", e->status);
         else
-            puts_(l, ",\"status\":null");
+            text_puts(l, ",\"status\":null");
         put_json_cstr(l, "key", e->key_source);
         put_json_cstr(l, "error", e->error);
     }
-    puts_(l, "}");
+    text_puts(l, "}");
 }
 
 size_t
@@ -497,7 +385,7 @@ access_log_format(int format, const struct access_entry *e, char *buf,
 {
     /* Two bytes kept for the newline and the NUL: a cut line still ends
      * its line. */
-    struct line l = {.buf = buf, .cap = len >= 2 ? len - 2 : 0};
+    struct text_line l = {.buf = buf, .cap = len >= 2 ? len - 2 : 0};
     char stamp[40], client[INET6_ADDRSTRLEN + 16];
     uint64_t ms = e->time_ms;
 
@@ -516,7 +404,7 @@ access_log_format(int format, const struct access_entry *e, char *buf,
         format_text(&l, e, stamp, client);
     l.cap = len - 1;
     l.full = false;
-    put(&l, "\n", 1);
+    text_put(&l, "\n", 1);
     buf[l.len] = '\0';
     return l.len;
 }

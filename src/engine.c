@@ -3,10 +3,15 @@
  */
 #include "engine.h"
 
+#include <errno.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "conf.h"
+#include "health.h"
+#include "invariant.h"
+#include "proto/proxy.h"
 #include "log.h"
 #include "stats.h"
 #include "worker.h"
@@ -83,4 +88,40 @@ engine_count_decision(struct stats_pool *st, int decision)
         stats_add(&st->no_member, 1);
         break;
     }
+}
+
+void
+engine_connect_failed(struct worker *w, struct pool *p, struct server *s,
+                      bool timeout, int err)
+{
+    uint32_t fails;
+
+    stats_add(&s->stats[w->id].connect_failures, 1);
+    if (timeout)
+        stats_add(&s->stats[w->id].connect_timeouts, 1);
+    fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
+    health_passive_failure(p, fails);
+    log_info_limited(10, "pool %s: connect to %s (%s) failed: %s", p->name,
+                     s->name, s->addr.text,
+                     timeout ? "timed out" : strerror(err));
+}
+
+size_t
+engine_proxy_hello(int fd, int version, const struct sockaddr *src,
+                   socklen_t srclen, const struct sockaddr *dst,
+                   socklen_t dstlen, char *out)
+{
+    struct sockaddr_storage self;
+    socklen_t selflen = sizeof(self);
+    size_t n;
+
+    if (dst == NULL) {
+        if (getsockname(fd, (struct sockaddr *)&self, &selflen) < 0)
+            selflen = 0; /* an UNKNOWN / LOCAL header then */
+        dst = (const struct sockaddr *)&self;
+        dstlen = selflen;
+    }
+    n = proxy_write(version, src, srclen, dst, dstlen, out, PROXY_WRITE_MAX);
+    INVARIANT(n > 0); /* PROXY_WRITE_MAX always fits */
+    return n;
 }

@@ -8,6 +8,7 @@
 #define CHASHD_ENGINE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/socket.h>
 
 struct worker;
@@ -36,5 +37,20 @@ bool engine_admit(struct worker *w, struct pool *p, int fd);
  * worker's stats slot of the pool. */
 struct stats_pool;
 void engine_count_decision(struct stats_pool *st, int decision);
+
+/* A connect of worker <w> to member <s> of <p> failed (<timeout>, or
+ * errno <err>): counted against the member (its failures in a row reach
+ * server_failure_limit: the control thread ejects it), logged (rate
+ * limited). The caller tries the next member. */
+struct server;
+void engine_connect_failed(struct worker *w, struct pool *p, struct server *s,
+                           bool timeout, int err);
+
+/* send_proxy: the PROXY header (<version>: enum conf_send_proxy) of a
+ * client connection <fd> from <src> to <dst> (NULL: the address <fd>
+ * reached), into <out> (PROXY_WRITE_MAX bytes); its length. */
+size_t engine_proxy_hello(int fd, int version, const struct sockaddr *src,
+                          socklen_t srclen, const struct sockaddr *dst,
+                          socklen_t dstlen, char *out);
 
 #endif /* CHASHD_ENGINE_H */

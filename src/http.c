@@ -78,6 +78,7 @@ struct hconn {
                               request */
     bool connecting;
     bool reused; /* taken from the idle list */
+    bool idle;   /* in its member's idle list */
 };
 
 /* The pooled connections of one member in this worker. */
@@ -293,8 +294,6 @@ hworker_close(struct worker *w, struct worker_conn *l)
             next = m->next;
             while (m->idle != NULL) {
                 struct hconn *b = m->idle;
-                idle_unlink(b);
-                b->m = NULL;
                 conn_close(w, b);
             }
             server_unref(m->server);
@@ -355,6 +354,7 @@ idle_unlink(struct hconn *b)
             break;
         }
     b->next = NULL;
+    b->idle = false;
 }
 
 static void
@@ -363,7 +363,7 @@ conn_close(struct worker *w, struct hconn *b)
     if (b->owner != NULL) {
         b->owner->priv = NULL;
         b->owner = NULL;
-    } else if (b->c == NULL && b->m != NULL) {
+    } else if (b->idle) {
         idle_unlink(b);
     }
     if (b->c != NULL && b->c->be == b)
@@ -380,6 +380,15 @@ conn_link_close(struct worker *w, struct worker_conn *l)
     conn_close(w, OF(l, struct hconn, link));
 }
 
+/* Close the member connection <c> is using (its request failed, or was
+ * cut): it cannot serve another. */
+static void
+be_drop(struct worker *w, struct hclient *c)
+{
+    if (c->be != NULL)
+        conn_close(w, c->be); /* clears c->be */
+}
+
 /* An idle connection the member has not closed, as far as its events
  * say (an event on an idle connection closes it at once). A close that
  * is on its way as it is taken is the stale case of member_failed: a new
@@ -394,7 +403,6 @@ idle_take(struct worker *w, struct hmember *m)
         if (!b->side.eof_in && !b->side.rdhup && !b->side.failed &&
             !b->side.readable)
             return b;
-        b->m = NULL; /* unlinked already */
         conn_close(w, b);
     }
     return NULL;
@@ -419,7 +427,6 @@ conn_release(struct worker *w, struct hclient *c, bool reusable,
             b->owner = c;
             c->priv = b;
         } else {
-            b->m = NULL;
             conn_close(w, b);
         }
         return;
@@ -428,13 +435,13 @@ conn_release(struct worker *w, struct hclient *c, bool reusable,
         b->side.len > 0 || b->side.eof_in || b->side.failed ||
         atomic_load_explicit(&b->m->server->state, memory_order_relaxed) ==
             SERVER_REMOVED) {
-        b->m = NULL;
         conn_close(w, b);
         return;
     }
     b->next = b->m->idle;
     b->m->idle = b;
     b->m->nidle++;
+    b->idle = true;
 }
 
 /* ---- closing ------------------------------------------------------------- */
@@ -460,13 +467,7 @@ client_close(struct worker *w, struct hclient *c)
     INVARIANT(c->state != H_CLOSED);
     worker_soon_cancel(w, &c->more);
     worker_timer_del(w, &c->timer);
-    if (c->be != NULL) {
-        struct hconn *b = c->be;
-        c->be = NULL;
-        b->c = NULL;
-        b->m = NULL;
-        conn_close(w, b);
-    }
+    be_drop(w, c);
     if (c->priv != NULL)
         conn_close(w, c->priv);
     release_server(c);
@@ -665,14 +666,7 @@ respond(struct worker *w, struct hclient *c, int status, const char *detail,
 static void
 client_fault(struct worker *w, struct hclient *c, int status, const char *why)
 {
-    struct hconn *b = c->be;
-
-    if (b != NULL) {
-        c->be = NULL;
-        b->c = NULL;
-        b->m = NULL;
-        conn_close(w, b);
-    }
+    be_drop(w, c);
     release_server(c);
     stats_add(&c->pool->stats[w->id].protocol_errors, 1);
     log_info_limited(10, "pool %s: request body from %s refused (%d): %s",
@@ -854,26 +848,12 @@ static void
 connect_failed(struct worker *w, struct hclient *c, bool timeout, int err)
 {
     struct server *s = c->server;
-    uint32_t fails;
 
-    stats_add(&s->stats[w->id].connect_failures, 1);
-    if (timeout)
-        stats_add(&s->stats[w->id].connect_timeouts, 1);
-    fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
-    health_passive_failure(c->pool, fails);
-    log_info_limited(10, "pool %s: connect to %s (%s) failed: %s",
-                     c->pool->name, s->name, s->addr.text,
-                     timeout ? "timed out" : strerror(err));
+    engine_connect_failed(w, c->pool, s, timeout, err);
     if (c->attempts <= TRIED_MAX)
         c->tried[c->attempts - 1] = s->id;
     c->timed_out = timeout;
-    if (c->be != NULL) {
-        struct hconn *b = c->be;
-        c->be = NULL;
-        b->c = NULL;
-        b->m = NULL;
-        conn_close(w, b);
-    }
+    be_drop(w, c);
     release_server(c);
     connect_next(w, c);
 }
@@ -991,7 +971,6 @@ connect_next(struct worker *w, struct hclient *c)
             b->owner = NULL;
             if (b->m != m || b->side.eof_in || b->side.rdhup ||
                 b->side.failed || b->side.readable) {
-                b->m = NULL;
                 conn_close(w, b);
                 b = NULL;
             }
@@ -1025,12 +1004,7 @@ member_failed(struct worker *w, struct hclient *c, const char *why,
     bool stale = b != NULL && b->reused && !c->answered && !timeout &&
                  !garbage && !c->stale_retried;
 
-    if (b != NULL) {
-        c->be = NULL;
-        b->c = NULL;
-        b->m = NULL;
-        conn_close(w, b);
-    }
+    be_drop(w, c);
     if (s != NULL && !stale) {
         uint32_t fails;
         if (timeout)
@@ -1527,18 +1501,8 @@ static void
 hello_make(struct hclient *c, int version, const struct sockaddr *src,
            socklen_t srclen, const struct sockaddr *dst, socklen_t dstlen)
 {
-    struct sockaddr_storage self;
-    socklen_t selflen = sizeof(self);
-
-    if (dst == NULL) {
-        if (getsockname(c->side.fd, (struct sockaddr *)&self, &selflen) < 0)
-            selflen = 0; /* an UNKNOWN / LOCAL header then */
-        dst = (const struct sockaddr *)&self;
-        dstlen = selflen;
-    }
-    c->hello_len = proxy_write(version, src, srclen, dst, dstlen, c->hello,
-                               sizeof(c->hello));
-    INVARIANT(c->hello_len > 0); /* PROXY_WRITE_MAX always fits */
+    c->hello_len = engine_proxy_hello(c->side.fd, version, src, srclen, dst,
+                                      dstlen, c->hello);
 }
 
 /* The client's address as the keys and X-Forwarded-For write it. */

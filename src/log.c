@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "text.h"
 
 /* <syslog.h> #defines LOG_INFO and LOG_DEBUG, our level names too: keep
  * its priorities under other names and drop its macros, so that below
@@ -167,142 +168,27 @@ log_level_from_name(const char *name)
 
 /* ---- escaping ------------------------------------------------------------ */
 
-/* A line being built in a caller's buffer; <len> never passes <cap>, and
- * an escape that does not fit whole is left out with all that follows. */
-struct line {
-    char *buf;
-    size_t len;
-    size_t cap;
-    bool full;
-};
-
-static void
-put(struct line *l, const char *s, size_t n)
-{
-    if (l->full || n > l->cap - l->len) {
-        l->full = true;
-        return;
-    }
-    memcpy(l->buf + l->len, s, n);
-    l->len += n;
-}
-
-static void
-puts_(struct line *l, const char *s)
-{
-    put(l, s, strlen(s));
-}
-
-/*
- * Length of the well-formed UTF-8 sequence at <s> (of <n> bytes left), or
- * 0 when the bytes there are not one: a stray continuation byte, a
- * truncated sequence, an overlong form, a surrogate or a code point above
- * U+10FFFF (RFC 3629, table 3-7 of the Unicode standard).
- */
-static size_t
-utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned char lo = 0x80, hi = 0xbf;
-    size_t len;
-
-    if (s[0] < 0x80)
-        return 1;
-    if (s[0] >= 0xc2 && s[0] <= 0xdf)
-        len = 2;
-    else if (s[0] >= 0xe0 && s[0] <= 0xef)
-        len = 3;
-    else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-        len = 4;
-    else
-        return 0;
-    if (len > n)
-        return 0;
-    /* The second byte's range excludes overlongs (e0, f0), surrogates
-     * (ed) and code points past U+10FFFF (f4). */
-    if (s[0] == 0xe0)
-        lo = 0xa0;
-    else if (s[0] == 0xed)
-        hi = 0x9f;
-    else if (s[0] == 0xf0)
-        lo = 0x90;
-    else if (s[0] == 0xf4)
-        hi = 0x8f;
-    if (s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xbf)
-            return 0;
-    return len;
-}
-
-/*
- * Append <msg> (<n> bytes) as the inside of a JSON string: '"', '\' and
- * every control character escaped (DEL too, so a terminal shows it), the
- * line and paragraph separators U+2028/9 escaped (valid JSON, but they
- * end a line in JavaScript), and each byte that is not part of a
- * well-formed UTF-8 sequence replaced by \ufffd: a JSON text must be
- * UTF-8 (RFC 8259), and \u00XX would name a different character.
- */
-static void
-put_json(struct line *l, const char *msg, size_t n)
-{
-    const unsigned char *s = (const unsigned char *)msg;
-    char esc[8];
-
-    for (size_t i = 0; i < n && !l->full;) {
-        size_t k = utf8_len(s + i, n - i);
-
-        if (k == 0) {
-            puts_(l, "\\ufffd");
-            i++;
-            continue;
-        }
-        if (k == 3 && s[i] == 0xe2 && s[i + 1] == 0x80 &&
-            (s[i + 2] == 0xa8 || s[i + 2] == 0xa9)) {
-            puts_(l, s[i + 2] == 0xa8 ? "\\u2028" : "\\u2029");
-        } else if (k > 1) {
-            put(l, msg + i, k);
-        } else if (s[i] == '"' || s[i] == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)s[i];
-            put(l, esc, 2);
-        } else if (s[i] == '\n') {
-            puts_(l, "\\n");
-        } else if (s[i] == '\r') {
-            puts_(l, "\\r");
-        } else if (s[i] == '\t') {
-            puts_(l, "\\t");
-        } else if (s[i] < 0x20 || s[i] == 0x7f) {
-            snprintf(esc, sizeof(esc), "\\u%04x", s[i]);
-            puts_(l, esc);
-        } else {
-            put(l, msg + i, 1);
-        }
-        i += k;
-    }
-}
-
 /* Append <msg> for a text line: control characters as \n, \r, \t or
  * \xNN, so a message can never end its line early or forge the next
  * one; every other byte as it is. */
 static void
-put_text(struct line *l, const char *msg, size_t n)
+put_text(struct text_line *l, const char *msg, size_t n)
 {
     const unsigned char *s = (const unsigned char *)msg;
     char esc[8];
 
     for (size_t i = 0; i < n && !l->full; i++) {
         if (s[i] >= 0x20 && s[i] != 0x7f) {
-            put(l, msg + i, 1);
+            text_put(l, msg + i, 1);
         } else if (s[i] == '\n') {
-            puts_(l, "\\n");
+            text_puts(l, "\\n");
         } else if (s[i] == '\r') {
-            puts_(l, "\\r");
+            text_puts(l, "\\r");
         } else if (s[i] == '\t') {
-            puts_(l, "\\t");
+            text_puts(l, "\\t");
         } else {
             snprintf(esc, sizeof(esc), "\\x%02x", s[i]);
-            puts_(l, esc);
+            text_puts(l, esc);
         }
     }
 }
@@ -314,7 +200,7 @@ log_vwrite(int level, const char *fmt, va_list ap)
 {
     char msg[LOG_MSG_MAX], stamp[64], line[LOG_LINE_MAX];
     /* The last 3 bytes are kept for the JSON tail and the newline. */
-    struct line l = {.buf = line, .cap = sizeof(line) - 3};
+    struct text_line l = {.buf = line, .cap = sizeof(line) - 3};
     struct timespec ts;
     struct tm tm;
     size_t mlen;
@@ -329,22 +215,22 @@ log_vwrite(int level, const char *fmt, va_list ap)
              ts.tv_nsec / 1000000);
 
     if (log_format == LOG_FORMAT_JSON) {
-        puts_(&l, "{\"time\":\"");
-        puts_(&l, stamp);
-        puts_(&l, "\",\"level\":\"");
-        puts_(&l, level_names[level]);
-        puts_(&l, "\",\"msg\":\"");
-        put_json(&l, msg, mlen);
+        text_puts(&l, "{\"time\":\"");
+        text_puts(&l, stamp);
+        text_puts(&l, "\",\"level\":\"");
+        text_puts(&l, level_names[level]);
+        text_puts(&l, "\",\"msg\":\"");
+        text_put_json(&l, msg, mlen);
         /* A cut message still closes its object. */
         l.full = false;
         l.cap = sizeof(line);
-        puts_(&l, "\"}");
+        text_puts(&l, "\"}");
     } else {
         if (!log_syslog) {
-            puts_(&l, stamp);
-            puts_(&l, " [");
-            puts_(&l, level_names[level]);
-            puts_(&l, "] ");
+            text_puts(&l, stamp);
+            text_puts(&l, " [");
+            text_puts(&l, level_names[level]);
+            text_puts(&l, "] ");
         }
         put_text(&l, msg, mlen);
         l.cap = sizeof(line);
@@ -354,7 +240,7 @@ log_vwrite(int level, const char *fmt, va_list ap)
         return;
     }
     l.full = false;
-    put(&l, "\n", 1);
+    text_put(&l, "\n", 1);
     /* A failed log write has nowhere to be reported. */
     if (write(atomic_load(&log_fd), line, l.len) < 0)
         return;

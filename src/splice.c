@@ -160,28 +160,6 @@ link_close(struct worker *w, struct worker_conn *l)
 
 /* ---- connecting ---------------------------------------------------------- */
 
-static void
-count_decision(struct stats_pool *st, int decision)
-{
-    switch (decision) {
-    case POOL_FIRST_CHOICE:
-        stats_add(&st->first_choice, 1);
-        break;
-    case POOL_SPILLED:
-        stats_add(&st->spilled, 1);
-        break;
-    case POOL_FAILED_OVER:
-        stats_add(&st->failed_over, 1);
-        break;
-    case POOL_REFUSED_ERROR:
-        stats_add(&st->refused_error, 1);
-        break;
-    default:
-        stats_add(&st->no_member, 1);
-        break;
-    }
-}
-
 static void connect_failed(struct worker *w, struct splice *c, bool timeout,
                            int err);
 
@@ -214,16 +192,8 @@ static void
 connect_failed(struct worker *w, struct splice *c, bool timeout, int err)
 {
     struct server *s = c->server;
-    uint32_t fails;
 
-    stats_add(&s->stats[w->id].connect_failures, 1);
-    if (timeout)
-        stats_add(&s->stats[w->id].connect_timeouts, 1);
-    fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
-    health_passive_failure(c->pool, fails);
-    log_info_limited(10, "pool %s: connect to %s (%s) failed: %s",
-                     c->pool->name, s->name, s->addr.text,
-                     timeout ? "timed out" : strerror(err));
+    engine_connect_failed(w, c->pool, s, timeout, err);
     if (c->attempts <= SPLICE_TRIED_MAX)
         c->tried[c->attempts - 1] = s->id;
     io_side_close(&c->backend);
@@ -259,7 +229,7 @@ connect_next(struct worker *w, struct splice *c)
         }
         s = pool_choose(c->pool, snap, c->hash, c->tried, ntried, &decision);
         if (!c->decided || s == NULL)
-            count_decision(st, decision);
+            engine_count_decision(st, decision);
         c->decided = true;
         c->routing = decision;
         if (s == NULL) {
@@ -570,19 +540,10 @@ static int
 hello_make(struct splice *c, int version, const struct sockaddr *src,
            socklen_t srclen, const struct sockaddr *dst, socklen_t dstlen)
 {
-    struct sockaddr_storage self;
-    socklen_t selflen = sizeof(self);
     char buf[PROXY_WRITE_MAX];
-    size_t n;
+    size_t n = engine_proxy_hello(c->client.fd, version, src, srclen, dst,
+                                  dstlen, buf);
 
-    if (dst == NULL) {
-        if (getsockname(c->client.fd, (struct sockaddr *)&self, &selflen) < 0)
-            selflen = 0; /* an UNKNOWN / LOCAL header then */
-        dst = (const struct sockaddr *)&self;
-        dstlen = selflen;
-    }
-    n = proxy_write(version, src, srclen, dst, dstlen, buf, sizeof(buf));
-    INVARIANT(n > 0); /* PROXY_WRITE_MAX always fits */
     c->hello = malloc(n);
     if (c->hello == NULL)
         return -1;

@@ -39,4 +39,27 @@ bool text_has_control(const char *s, size_t len);
  */
 int text_url_control(const char *url, bool *in_query);
 
+/* A line being built in a caller's buffer: <len> never passes <cap>; once
+ * something does not fit, nothing more is added (<full>), so an escape is
+ * never cut in half. */
+struct text_line {
+    char *buf;
+    size_t len;
+    size_t cap;
+    bool full;
+};
+
+/* Append <n> bytes of <s> to <l>, whole or not at all. */
+void text_put(struct text_line *l, const char *s, size_t n);
+void text_puts(struct text_line *l, const char *s);
+
+/* Length of the well-formed UTF-8 sequence at <s> (<n> bytes left), 0
+ * when the bytes there are not one (RFC 3629). */
+size_t text_utf8_len(const unsigned char *s, size_t n);
+
+/* Append <s> (<n> bytes) as the inside of a JSON string: '"', '\' and
+ * control bytes (DEL too) escaped, U+2028/9 escaped, each byte that is not
+ * well-formed UTF-8 as \ufffd (RFC 8259). */
+void text_put_json(struct text_line *l, const char *s, size_t n);
+
 #endif /* CHASHD_TEXT_H */
