@@ -125,3 +125,17 @@ engine_proxy_hello(int fd, int version, const struct sockaddr *src,
     INVARIANT(n > 0); /* PROXY_WRITE_MAX always fits */
     return n;
 }
+
+void
+engine_release_member(struct pool *p, struct server **s, bool *counted)
+{
+    if (*s == NULL)
+        return;
+    if (*counted) {
+        atomic_fetch_sub_explicit(&(*s)->active, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&p->active_backends, 1, memory_order_relaxed);
+        *counted = false;
+    }
+    server_unref(*s);
+    *s = NULL;
+}

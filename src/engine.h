@@ -46,6 +46,11 @@ struct server;
 void engine_connect_failed(struct worker *w, struct pool *p, struct server *s,
                            bool timeout, int err);
 
+/* A connection (tcp) or request (http) is done with member *<s> of <p>:
+ * its place in the bounded-load counts given back (when *<counted>) and
+ * its reference dropped; *<s> NULL after. NULL *<s>: nothing. */
+void engine_release_member(struct pool *p, struct server **s, bool *counted);
+
 /* send_proxy: the PROXY header (<version>: enum conf_send_proxy) of a
  * client connection <fd> from <src> to <dst> (NULL: the address <fd>
  * reached), into <out> (PROXY_WRITE_MAX bytes); its length. */

@@ -449,16 +449,7 @@ conn_release(struct worker *w, struct hclient *c, bool reusable,
 static void
 release_server(struct hclient *c)
 {
-    if (c->server == NULL)
-        return;
-    if (c->counted) {
-        atomic_fetch_sub_explicit(&c->server->active, 1, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&c->pool->active_backends, 1,
-                                  memory_order_relaxed);
-        c->counted = false;
-    }
-    server_unref(c->server);
-    c->server = NULL;
+    engine_release_member(c->pool, &c->server, &c->counted);
 }
 
 static void

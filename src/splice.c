@@ -64,16 +64,7 @@ static void header_refused(struct worker *w, struct splice *c, const char *why);
 static void
 release_server(struct splice *c)
 {
-    if (c->server == NULL)
-        return;
-    if (c->counted) {
-        atomic_fetch_sub_explicit(&c->server->active, 1, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&c->pool->active_backends, 1,
-                                  memory_order_relaxed);
-        c->counted = false;
-    }
-    server_unref(c->server);
-    c->server = NULL;
+    engine_release_member(c->pool, &c->server, &c->counted);
 }
 
 /*
