@@ -50,6 +50,9 @@ bench = benchlib.Bench("http")
 # ---- the members: one nginx, four servers --------------------------------
 with open(bench.path("big"), "wb") as f:
     f.write(b"x" * 65536)
+# nginx's workers run as nobody: they must read the body and its folder
+os.chmod(bench.tmp, 0o755)
+os.chmod(bench.path("big"), 0o644)
 members = [free_port() for _ in range(4)]
 conf = ["worker_processes 1; daemon off; pid %s;" % bench.path("m.pid"),
         "error_log %s; events { worker_connections 8192; }"
@@ -152,7 +155,9 @@ def run(name, conns, path, close):
     if not rps or not n or not p99:
         bench.die("wrk against %s: %s%s" % (name, t, out.stderr))
     if bad:
-        print("  %s: %s non-2xx responses" % (name, bad.group(1)))
+        # an error page is not the response measured: stop, say why
+        bench.die("wrk against %s %s: %s non-2xx responses (members' log: "
+                  "%s)" % (name, path, bad.group(1), bench.path("m.err")))
     scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[p99.group(2)]
     return (float(rps.group(1)), float(p99.group(1)) * scale,
             (c1 - c0) * 1e6 / max(1, int(n.group(1))))
