@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-BUILD = os.environ.get("CHASH_BUILD", "/work/main/build")
+BUILD = os.environ.get("CHASH_BUILD", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "build"))
 CHASH = os.path.join(BUILD, "chash")
 CHASHD = os.path.join(BUILD, "chashd")
 
