@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""http_backend.py NAME PORT [HOST] [FAIL] [HEALTH_FILE] -- a stub HTTP/1.1 member for the http
+"""http_backend.py NAME PORT [HOST] [FAIL] [MODE_FILE] -- a stub HTTP/1.1 member for the http
 mode's tests: it answers every request with what it saw, so a test can
 check which member served it and what chashd forwarded.
 
@@ -17,9 +17,13 @@ check which member served it and what chashd forwarded.
   /garbage          answers bytes that are not HTTP
   /close-delimited  a response without length, ended by the close
   /ws               a WebSocket-like upgrade: 101, then echoes bytes
-  /health           200 "ok", or the status HEALTH_FILE holds
 A request with `Expect: 100-continue` gets `100 Continue` before its body
 is read. FAIL (reset, close, garbage, hang) makes every request fail so.
+MODE_FILE, read at each request, switches every answer at run time: a
+status (503: that status, the member's name as the body; 200 or no file:
+answers as above), `garbage`, `close` (nothing), `silent` (holds the
+connection until the peer closes). Each request's head is noted as a JSON
+line {"mode", "head"} in MODE_FILE.requests.
 """
 import base64
 import hashlib
@@ -37,7 +41,23 @@ NAME = sys.argv[1]
 PORT = int(sys.argv[2])
 HOST = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
 FAIL = sys.argv[4] if len(sys.argv) > 4 else ""
-HEALTH_FILE = sys.argv[5] if len(sys.argv) > 5 else ""
+MODE_FILE = sys.argv[5] if len(sys.argv) > 5 else ""
+
+
+def mode_now():
+    try:
+        with open(MODE_FILE) as f:
+            return f.read().strip() or "200"
+    except OSError:
+        return "200"
+
+
+def note(mode, head):
+    """The request's head as it came (its lines joined by CRLF)."""
+    raw = b"".join(line + b"\r\n" for line in head) + b"\r\n"
+    with LOCK, open(MODE_FILE + ".requests", "a") as f:
+        f.write(json.dumps({"mode": mode, "head": raw.decode("latin-1")}) +
+                "\n")
 CONN_IDS = iter(range(1, 1 << 30))
 SERVED = iter(range(1, 1 << 30))
 LOCK = threading.Lock()
@@ -110,6 +130,19 @@ class Handler(socketserver.StreamRequestHandler):
             self.wfile.write(bytes([0x81, len(out)]) + out)
             self.wfile.flush()
 
+    def switched(self, mode):
+        """Answer as MODE_FILE says; True: the connection is done."""
+        if mode == "garbage":
+            self.wfile.write(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+            self.wfile.flush()
+        elif mode == "silent":
+            while self.connection.recv(4096):
+                pass
+        elif mode.isdigit():
+            self.send(int(mode), (NAME + "\n").encode(),
+                      [("Connection", "close")], "Switched")
+        return True
+
     def handle(self):
         with LOCK:
             conn = next(CONN_IDS)
@@ -121,6 +154,11 @@ class Handler(socketserver.StreamRequestHandler):
                 return
             if not head:
                 return
+            if MODE_FILE:
+                mode = mode_now()
+                note(mode, head)
+                if mode != "200" and self.switched(mode):
+                    return
             line = head[0].decode("latin-1")
             method, target, version = line.split(" ", 2)
             headers = []
@@ -172,15 +210,7 @@ class Handler(socketserver.StreamRequestHandler):
                 self.wfile.write(b"SPDY/9 what\r\n\r\n")
                 self.wfile.flush()
                 return
-            if path == "/health":
-                status = 200
-                try:
-                    with open(HEALTH_FILE) as h:
-                        status = int(h.read().strip())
-                except (OSError, ValueError):
-                    pass
-                self.send(status, b"ok\n", extra, "Health")
-            elif path.startswith("/status/"):
+            if path.startswith("/status/"):
                 self.send(int(path[8:]), payload, extra, "Status")
             elif path == "/slow":
                 time.sleep(int(q.get("ms", "100")) / 1000)

@@ -21,8 +21,8 @@ class HttpBackend:
     def __init__(self, procs, name, fail=""):
         self.procs = procs
         self.name = name
-        # what its /health answers: write a status into this file
-        self.health = os.path.join(str(procs.tmp), "%s.health" % name)
+        # how it answers every request (set()), and what it was asked
+        self.mode = os.path.join(str(procs.tmp), "%s.mode" % name)
         self.port = free_port()
         self.addr = "127.0.0.1:%d" % self.port
         self.fail = fail
@@ -31,9 +31,25 @@ class HttpBackend:
 
     def start(self):
         args = [sys.executable, STUB, self.name, str(self.port), "127.0.0.1",
-                self.fail, self.health]
+                self.fail, self.mode]
         self.proc = self.procs.start(args, "http-%s.log" % self.name)
         wait_for(lambda: can_connect(self.port), what="member " + self.name)
+
+    def set(self, mode):
+        """From now on answer every request so: a status ("503"; "200":
+        as usual), "garbage", "close" or "silent" (http_backend.py)."""
+        with open(self.mode + ".new", "w") as f:
+            f.write(mode)
+        os.replace(self.mode + ".new", self.mode)
+
+    def requests(self):
+        """The requests received so far: [(mode answered, head)]."""
+        try:
+            with open(self.mode + ".requests") as f:
+                rows = [json.loads(line) for line in f]
+        except FileNotFoundError:
+            return []
+        return [(r["mode"], r["head"]) for r in rows]
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:

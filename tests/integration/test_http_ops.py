@@ -162,8 +162,8 @@ def test_request_counters(procs, chashd):
 
 
 def test_http_health_checks_in_an_http_pool(procs, chashd):
-    """health_check type http on a live http pool: a member whose /health
-    answers 503 goes down after `fall` checks and its users are served by
+    """health_check type http on a live http pool: a member that answers
+    503 goes down after `fall` checks and its users are served by
     their next member; once it answers 200 again it comes back after
     `rise`, and takes its users back."""
     members, port, d, api, _ = start_admin(
@@ -176,8 +176,7 @@ def test_http_health_checks_in_an_http_pool(procs, chashd):
     sick = members[0]
     mine = [k for k in keys if order[k][0] == sick.name]
     assert mine
-    with open(sick.health, "w") as f:
-        f.write("503\n")
+    sick.set("503")
     wait_for(lambda: api.ok("GET", "/api/pools/web/members/%s"
                             % sick.name)["state"] == "down",
              timeout=5, what="the member to go down")
@@ -187,8 +186,7 @@ def test_http_health_checks_in_an_http_pool(procs, chashd):
     for k in mine:
         _, _, j = get_json(conn, "/", {"X-User-Id": k})
         assert j["member"] == order[k][1]
-    with open(sick.health, "w") as f:
-        f.write("200\n")
+    sick.set("200")
     wait_for(lambda: api.ok("GET", "/api/pools/web/members/%s"
                             % sick.name)["state"] == "up",
              timeout=5, what="the member to come back")
