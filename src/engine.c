@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "access_log.h"
 #include "conf.h"
 #include "health.h"
 #include "invariant.h"
@@ -138,4 +139,20 @@ engine_release_member(struct pool *p, struct server **s, bool *counted)
     }
     server_unref(*s);
     *s = NULL;
+}
+
+void
+engine_access_entry(struct access_entry *e, const struct pool *p,
+                    const struct sockaddr_storage *peer, socklen_t peerlen,
+                    const struct server *s, int routing, uint32_t attempts)
+{
+    e->pool = p->name;
+    e->client = peerlen > 0 ? (const struct sockaddr *)peer : NULL;
+    e->client_len = peerlen;
+    if (s != NULL) {
+        e->member = s->name;
+        e->member_addr = s->addr.text;
+    }
+    e->routing = routing;
+    e->retries = attempts > 1 ? attempts - 1 : 0;
 }

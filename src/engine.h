@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 struct worker;
@@ -50,6 +51,15 @@ void engine_connect_failed(struct worker *w, struct pool *p, struct server *s,
  * its place in the bounded-load counts given back (when *<counted>) and
  * its reference dropped; *<s> NULL after. NULL *<s>: nothing. */
 void engine_release_member(struct pool *p, struct server **s, bool *counted);
+
+/* The fields every access log line has (access_log.h): pool <p>, the
+ * client <peer> (<peerlen> 0: none), member <s> (NULL: none), the routing
+ * decision (or ACCESS_NO_ROUTING) and the retries of <attempts> connects. */
+struct access_entry;
+void engine_access_entry(struct access_entry *e, const struct pool *p,
+                         const struct sockaddr_storage *peer, socklen_t peerlen,
+                         const struct server *s, int routing,
+                         uint32_t attempts);
 
 /* send_proxy: the PROXY header (<version>: enum conf_send_proxy) of a
  * client connection <fd> from <src> to <dst> (NULL: the address <fd>

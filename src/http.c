@@ -543,15 +543,9 @@ log_request(struct hclient *c)
 
     if (alog == NULL)
         return;
-    e.pool = c->pool->name;
-    e.client = c->peerlen > 0 ? (const struct sockaddr *)&c->peer : NULL;
-    e.client_len = c->peerlen;
-    if (c->server != NULL) {
-        e.member = c->server->name;
-        e.member_addr = c->server->addr.text;
-    }
-    e.routing = c->decided ? c->routing : ACCESS_NO_ROUTING;
-    e.retries = c->attempts > 1 ? c->attempts - 1 : 0;
+    engine_access_entry(&e, c->pool, &c->peer, c->peerlen, c->server,
+                        c->decided ? c->routing : ACCESS_NO_ROUTING,
+                        c->attempts);
     e.duration_ms = (now_us() - c->start_us) / 1000;
     e.bytes_in = c->req_in;
     e.bytes_out = c->req_out;

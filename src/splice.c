@@ -102,15 +102,9 @@ log_access(struct worker *w, struct splice *c)
 
     if (alog == NULL)
         return;
-    e.pool = c->pool->name;
-    e.client = c->peerlen > 0 ? (const struct sockaddr *)&c->peer : NULL;
-    e.client_len = c->peerlen;
-    if (c->server != NULL) {
-        e.member = c->server->name;
-        e.member_addr = c->server->addr.text;
-    }
-    e.routing = c->decided ? c->routing : ACCESS_NO_ROUTING;
-    e.retries = c->attempts > 1 ? c->attempts - 1 : 0;
+    engine_access_entry(&e, c->pool, &c->peer, c->peerlen, c->server,
+                        c->decided ? c->routing : ACCESS_NO_ROUTING,
+                        c->attempts);
     e.duration_ms = w->now_ms - c->start_ms;
     e.bytes_in = c->sent_up;
     e.bytes_out = c->sent_down;
