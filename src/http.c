@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -220,6 +221,8 @@ hbuf_reserve(struct hbuf *b, size_t more)
 static int
 hbuf_put(struct hbuf *b, const void *p, size_t n)
 {
+    if (n == 0)
+        return 0; /* nothing (and maybe no memory yet) */
     if (hbuf_reserve(b, n) != 0)
         return -1;
     memcpy(b->data + b->len, p, n);
@@ -238,6 +241,16 @@ hbuf_free(struct hbuf *b)
 {
     free(b->data);
     memset(b, 0, sizeof(*b));
+}
+
+/* Empty <b> for the next request: its memory kept when small (no malloc
+ * per request), given back when a large body grew it. */
+static void
+hbuf_reset(struct hbuf *b)
+{
+    if (b->cap > IO_BUF)
+        hbuf_free(b);
+    b->off = b->len = 0;
 }
 
 /*
@@ -607,7 +620,7 @@ request_end(struct worker *w, struct hclient *c, bool reusable)
     log_request(c);
     conn_release(w, c, reusable, snap->set.backend_keepalive);
     release_server(c);
-    hbuf_free(&c->up);
+    hbuf_reset(&c->up);
     c->up_sent = 0;
     c->rhead.off = c->rhead.len = 0;
     if (!c->keep_alive || c->close_after || !c->body_done || c->side.eof_in) {
@@ -750,7 +763,7 @@ request_start(struct worker *w, struct hclient *c, struct http_request *rq)
     c->retries = set->retries;
     c->max_body = set->client_max_request;
     stats_add(&c->pool->stats[w->id].requests, 1);
-    hbuf_free(&c->up);
+    hbuf_reset(&c->up);
     c->up_sent = 0;
     if (build_head(c, buf, rq, set) != 0) {
         c->in.off += rq->head;
@@ -1163,22 +1176,38 @@ response_done(struct worker *w, struct hclient *c, bool extra)
     request_end(w, c, reusable);
 }
 
-/* <n> bytes for the client: written at once when nothing waits before
- * them (no copy), and what the socket does not take queued. -1: the
- * client is gone. */
+/* <n> bytes for the client, after what waits in c->down: both go in one
+ * sendmsg(2) when the socket's own buffer is empty (no copy of <p>), and
+ * what the socket does not take is queued. -1: the client is gone. */
 static int
 down_put(struct hclient *c, const char *p, size_t n)
 {
-    if (c->down.off == c->down.len && c->side.len == 0) {
-        ssize_t m = send(c->side.fd, p, n, MSG_NOSIGNAL);
+    if (c->side.len == 0) {
+        size_t pend = c->down.len - c->down.off;
+        struct iovec iov[2];
+        struct msghdr msg = {.msg_iov = iov};
+        ssize_t m;
 
+        if (pend > 0) {
+            iov[0].iov_base = c->down.data + c->down.off;
+            iov[0].iov_len = pend;
+            msg.msg_iovlen = 1;
+        }
+        iov[msg.msg_iovlen].iov_base = (void *)(uintptr_t)p;
+        iov[msg.msg_iovlen].iov_len = n;
+        msg.msg_iovlen++;
+        m = sendmsg(c->side.fd, &msg, MSG_NOSIGNAL);
         if (m < 0 && errno != EAGAIN && errno != EINTR)
             return -1;
         if (m < 0)
             m = 0;
+        if ((size_t)m < pend) {
+            c->down.off += (size_t)m; /* the sent mark (out_flush's) */
+            return hbuf_put(&c->down, p, n);
+        }
         c->down.off = c->down.len = 0;
-        p += m;
-        n -= (size_t)m;
+        p += (size_t)m - pend;
+        n -= (size_t)m - pend;
         if (n == 0)
             return 0;
     }
@@ -1221,22 +1250,38 @@ static void
 head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
 {
     struct hworker *hw = w->http;
+    /* Parsed where the bytes are: in the read buffer when no part of a
+     * head waits in rhead (the usual case, no copy), else in rhead. */
+    bool direct = c->rhead.len == c->rhead.off;
+    const char *buf = p;
+    size_t len = n;
 
-    if (hbuf_put(&c->rhead, p, n) != 0) {
-        client_close(w, c);
-        return;
+    if (!direct) {
+        if (hbuf_put(&c->rhead, p, n) != 0) {
+            client_close(w, c);
+            return;
+        }
+        buf = c->rhead.data + c->rhead.off;
+        len = c->rhead.len - c->rhead.off;
     }
     for (;;) {
-        const char *buf = c->rhead.data + c->rhead.off;
-        size_t len = c->rhead.len - c->rhead.off;
         struct http_response rp;
         int rc;
 
         memset(&rp, 0, sizeof(rp));
         rp.headers = hw->headers;
         rc = http_parse_response(buf, len, c->method, RESP_HEAD_MAX, &rp);
-        if (rc == PROTO_AGAIN)
+        if (rc == PROTO_AGAIN) {
+            /* keep the part of a head for the next read */
+            if (direct) {
+                c->rhead.off = c->rhead.len = 0;
+                if (hbuf_put(&c->rhead, buf, len) != 0)
+                    client_close(w, c);
+            } else {
+                c->rhead.off = (size_t)(buf - c->rhead.data);
+            }
             return;
+        }
         if (rc != PROTO_OK) {
             member_failed(w, c, rp.err, false, true);
             return;
@@ -1277,7 +1322,8 @@ head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
                 client_close(w, c);
                 return;
             }
-            c->rhead.off += rp.head;
+            buf += rp.head;
+            len -= rp.head;
             continue;
         }
         if (rp.body == HTTP_BODY_CHUNKED && c->minor == 0) {
@@ -1308,25 +1354,14 @@ head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
                 response_done(w, c, rest > 0);
                 return;
             }
-            if (rest > 0) {
-                /* <after> lives in rhead: copy before body_down may end
-                 * the request (which empties rhead). */
-                char tmp[IO_BUF];
-                while (rest > 0 && c->state == H_FORWARD &&
-                       c->rstate == R_BODY) {
-                    size_t k = rest < sizeof(tmp) ? rest : sizeof(tmp);
-                    memcpy(tmp, after, k);
-                    after += k;
-                    rest -= k;
-                    c->rhead.off = c->rhead.len = 0;
-                    body_down(w, c, tmp, k);
-                    if (c->state != H_FORWARD)
-                        return;
-                }
-            }
+            /* What came after the head is body. <after> stays valid: it
+             * is the read buffer, or rhead, which is emptied, never freed,
+             * and read into only by the next response. */
             c->rhead.off = c->rhead.len = 0;
+            if (rest > 0)
+                body_down(w, c, after, rest);
+            return;
         }
-        return;
     }
 }
 
