@@ -329,7 +329,9 @@ hworker_get(struct worker *w)
         return NULL;
     hw->w = w;
     hw->link.close = hworker_close;
-    /* First in the list: the connections added later close before it. */
+    /* At worker exit its close takes the idle connections; those in use
+     * close with their clients, in any order (neither reads the other's
+     * memory then). */
     worker_conn_add(w, &hw->link);
     w->http = hw;
     return hw;
