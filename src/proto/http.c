@@ -665,6 +665,17 @@ hex_value(unsigned char c)
     return -1;
 }
 
+/* One more byte of a chunk extension or a trailer section: true (and
+ * *<err> = <why>) when that makes it longer than <max>. */
+static bool
+over(struct http_chunked *c, size_t max, const char *why, const char **err)
+{
+    if (++c->trailer <= max)
+        return false;
+    *err = why;
+    return true;
+}
+
 ssize_t
 http_chunked_scan(struct http_chunked *c, const char *buf, size_t len,
                   size_t max_trailer, bool *done, const char **err)
@@ -721,10 +732,8 @@ http_chunked_scan(struct http_chunked *c, const char *buf, size_t len,
                 *err = "a control byte in a chunk extension";
                 return -1;
             }
-            if (++c->trailer > max_trailer) {
-                *err = "chunk extensions too large";
+            if (over(c, max_trailer, "chunk extensions too large", err))
                 return -1;
-            }
             i++;
             break;
         case CH_SIZE_LF:
@@ -787,10 +796,8 @@ http_chunked_scan(struct http_chunked *c, const char *buf, size_t len,
                 *err = "a malformed trailer line";
                 return -1;
             }
-            if (++c->trailer > max_trailer) {
-                *err = "the trailers are too large";
+            if (over(c, max_trailer, "the trailers are too large", err))
                 return -1;
-            }
             i++;
             break;
         case CH_TRAILER:
@@ -800,10 +807,8 @@ http_chunked_scan(struct http_chunked *c, const char *buf, size_t len,
                 *err = "a control byte in the trailers";
                 return -1;
             }
-            if (++c->trailer > max_trailer) {
-                *err = "the trailers are too large";
+            if (over(c, max_trailer, "the trailers are too large", err))
                 return -1;
-            }
             i++;
             break;
         case CH_TRAILER_LF:
