@@ -1010,6 +1010,14 @@ main(int argc, char **argv)
         rc = 2;
         goto out;
     }
+    /* Before any port listens: whoever sees a port accept also finds the
+     * pid file (a failed start below removes it again). */
+    if (pid_file != NULL && write_pid_file(pid_file) < 0) {
+        log_error("cannot write pid file %s: %s", pid_file, strerror(errno));
+        free(pid_file);
+        pid_file = NULL;
+        goto out;
+    }
     {
         int *fds = calloc(conf->npools * conf->workers, sizeof(int));
         if (fds == NULL)
@@ -1074,12 +1082,6 @@ main(int argc, char **argv)
     if (sigwatch.fd < 0 || control_watch_add(&sigwatch, EPOLLIN) < 0 ||
         control_tick_add(main_tick, NULL) < 0) {
         log_error("cannot start: %s", strerror(errno));
-        goto out;
-    }
-    if (pid_file != NULL && write_pid_file(pid_file) < 0) {
-        log_error("cannot write pid file %s: %s", pid_file, strerror(errno));
-        free(pid_file);
-        pid_file = NULL;
         goto out;
     }
     log_info("chashd %s started: %u workers, %zu pools, config %s",
