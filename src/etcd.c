@@ -932,9 +932,8 @@ watcher_main(void *arg)
             need_list = false;
             post_status(true, "listed", NULL);
             if (!was_up)
-                log_info("etcd: listed %s/ at revision %" PRId64 " (%zu etcd "
-                         "pools)",
-                         cfg.prefix, w.next_rev - 1, json_object_size(w.pools));
+                log_info("etcd: listed %s/ at revision %" PRId64, cfg.prefix,
+                         w.next_rev - 1);
             was_up = true;
         }
         atomic_store(&E.kick, false);
@@ -1414,6 +1413,7 @@ struct want {
     struct conf_server cs;
     int admin;
     uint64_t since_ms;
+    uint64_t mod_rev;
 };
 
 /* Parse <value> into <w>; NULL, or why it is not a member record. */
@@ -1506,6 +1506,7 @@ pool_sync(struct pool *p, struct cpool *cp, json_t *recs, uint64_t rev)
             continue;
         }
         unignore(p->name, name);
+        w[nw].mod_rev = (uint64_t)jint(json_array_get(v, 0));
         nw++;
     }
     qsort(w, nw, sizeof(*w), want_cmp);
@@ -1559,7 +1560,8 @@ pool_sync(struct pool *p, struct cpool *cp, json_t *recs, uint64_t rev)
                 changed = true;
             }
         }
-        if (w[i].since_ms > newest_since)
+        /* the time stamp of this change: of the records it wrote */
+        if (w[i].mod_rev == rev && w[i].since_ms > newest_since)
             newest_since = w[i].since_ms;
     }
     if (changed) {
