@@ -59,6 +59,14 @@ static const char usage_text[] =
     "                                        repairs, divergences, and per\n"
     "                                        member whether it serves reads\n"
     "                                        and the keys it still misses\n"
+    "  batch POOL FILE [--dry-run]           several changes as one etcd\n"
+    "                                        transaction (members_from:\n"
+    "                                        etcd); FILE ('-': stdin) holds\n"
+    "                                        {\"changes\": [{\"op\": \"add\",\n"
+    "                                        \"name\", \"address\", \"weight\"},\n"
+    "                                        {\"op\": \"remove\", \"name\"},\n"
+    "                                        {\"op\": \"update\", \"name\",\n"
+    "                                        \"weight\", \"state\"}]}\n"
     "  cluster                               the chashd instances sharing\n"
     "                                        pools through etcd: whether\n"
     "                                        their rings agree, and how long\n"
@@ -1801,5 +1809,25 @@ cmd_ctl(int argc, char **argv)
     }
     if (strcmp(verb, "state") == 0)
         return state_cmd(&c, args, nargs);
+    if (strcmp(verb, "batch") == 0) {
+        json_error_t jerr;
+        json_t *body;
+
+        if ((rc = need(nargs, 2, verb)) != 0)
+            return rc;
+        body = strcmp(args[1], "-") == 0 ? json_loadf(stdin, 0, &jerr)
+                                          : json_load_file(args[1], 0, &jerr);
+        if (body == NULL) {
+            fprintf(stderr, "chash ctl: %s:%d: %s\n",
+                    strcmp(args[1], "-") == 0 ? "stdin" : args[1], jerr.line,
+                    jerr.text);
+            return CLI_EXIT_USAGE;
+        }
+        snprintf(path, sizeof(path), "/api/pools/%s/changes", pool);
+        snprintf(what, sizeof(what), "pool %s: %zu changes in one etcd "
+                 "transaction", args[0],
+                 json_array_size(json_object_get(body, "changes")));
+        return change(&c, "POST", path, body, what, args[0]);
+    }
     return cli_usage_error(CMD, usage_text, "unknown command '%s'", verb);
 }

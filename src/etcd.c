@@ -1938,72 +1938,122 @@ etcd_stop(void)
 
 /* ---- admin writes ----------------------------------------------------------- */
 
+/* The compare and the operation of <o> into <cmps>, <ops>. 0, or an HTTP
+ * status with <msg>. */
+static int
+write_op(struct cpool *cp, const char *pool, const struct etcd_op *o,
+         json_t *cmps, json_t *ops, char *msg, size_t msglen)
+{
+    char key[768];
+    json_t *cur = cp ? json_object_get(cp->records, o->name) : NULL;
+    json_t *rec = NULL;
+    char *text;
+
+    if (!name_ok(o->name)) {
+        snprintf(msg, msglen,
+                 "member name \"%s\" cannot be an etcd key part: use 1 to 63 "
+                 "letters, digits, '.', '_', ':' or '-'",
+                 o->name);
+        return 400;
+    }
+    if (o->op != 'a' && cur == NULL) {
+        snprintf(msg, msglen, "no member record \"%s\" in etcd", o->name);
+        return 404;
+    }
+    member_key(key, sizeof(key), pool, o->name);
+    if (o->op == 'a') {
+        rec = json_pack("{s:s,s:I,s:s,s:I}", "address", o->address, "weight",
+                        (json_int_t)o->weight, "state", "up", "since",
+                        (json_int_t)wall_ms());
+        json_array_append_new(cmps, json_pack("{s:o,s:s,s:s,s:s}", "key",
+                                              jb64(key), "target", "CREATE",
+                                              "result", "EQUAL",
+                                              "create_revision", "0"));
+    } else {
+        json_array_append_new(
+            cmps, json_pack("{s:o,s:s,s:s,s:I}", "key", jb64(key), "target",
+                            "MOD", "result", "EQUAL", "mod_revision",
+                            (json_int_t)jint(json_array_get(cur, 0))));
+        if (o->op == 'u') {
+            rec = json_loads(json_string_value(json_array_get(cur, 1)), 0,
+                             NULL);
+            if (!json_is_object(rec)) {
+                json_decref(rec);
+                snprintf(msg, msglen,
+                         "the record of \"%s\" in etcd is not a member record",
+                         o->name);
+                return 409;
+            }
+            if (o->weight > 0)
+                json_object_set_new(rec, "weight", json_integer(o->weight));
+            if (o->state != NULL)
+                json_object_set_new(rec, "state", json_string(o->state));
+            json_object_set_new(rec, "since",
+                                json_integer((json_int_t)wall_ms()));
+        }
+    }
+    if (rec == NULL) {
+        json_array_append_new(ops, json_pack("{s:{s:o}}",
+                                             "request_delete_range", "key",
+                                             jb64(key)));
+        return 0;
+    }
+    text = json_dumps(rec, JSON_COMPACT);
+    json_decref(rec);
+    json_array_append_new(ops, json_pack("{s:{s:o,s:o}}", "request_put",
+                                         "key", jb64(key), "value",
+                                         jb64(text ? text : "{}")));
+    free(text);
+    return 0;
+}
+
 void
-etcd_member_write(struct pool *p, char op, const char *name,
-                  const char *address, uint32_t weight, const char *state,
+etcd_member_write(struct pool *p, const struct etcd_op *ops, size_t n,
                   etcd_done_fn *done, void *arg)
 {
     struct cpool *cp = cpool_find(p->name);
+    json_t *cmps, *jops;
     struct ewrite *w;
-    char key[768];
-    json_t *cur = cp ? json_object_get(cp->records, name) : NULL;
-    json_t *rec = NULL, *cmp, *ops;
-    int64_t mod = jint(json_array_get(cur, 0));
-    char *text = NULL;
+    char msg[320];
 
     if (!C.up && C.lists == 0) {
         done(503, 0, "etcd has not been reached yet: nothing was changed", arg);
         return;
     }
-    if (op != 'a' && cur == NULL) {
-        done(404, 0, "no such member record in etcd", arg);
+    if (n == 0 || n >= TXN_OPS_MAX) {
+        snprintf(msg, sizeof(msg),
+                 "a change is 1 to %d operations in one etcd transaction, "
+                 "not %zu",
+                 TXN_OPS_MAX - 1, n);
+        done(400, 0, msg, arg);
         return;
     }
-    member_key(key, sizeof(key), p->name, name);
-    if (op == 'a') {
-        rec = json_pack("{s:s,s:I,s:s,s:I}", "address", address, "weight",
-                        (json_int_t)weight, "state", "up", "since",
-                        (json_int_t)wall_ms());
-        cmp = json_pack("[{s:o,s:s,s:s,s:s}]", "key", jb64(key), "target",
-                        "CREATE", "result", "EQUAL", "create_revision", "0");
-    } else {
-        cmp = json_pack("[{s:o,s:s,s:s,s:I}]", "key", jb64(key), "target",
-                        "MOD", "result", "EQUAL", "mod_revision",
-                        (json_int_t)mod);
-        if (op == 'u') {
-            rec = json_loads(json_string_value(json_array_get(cur, 1)), 0,
-                             NULL);
-            if (!json_is_object(rec)) {
-                json_decref(rec);
-                json_decref(cmp);
-                done(409, 0, "the record in etcd is not a member record", arg);
-                return;
+    cmps = json_array();
+    jops = json_array();
+    for (size_t i = 0; i < n; i++) {
+        int st = write_op(cp, p->name, &ops[i], cmps, jops, msg, sizeof(msg));
+        for (size_t k = 0; st == 0 && k < i; k++)
+            if (strcmp(ops[k].name, ops[i].name) == 0) {
+                snprintf(msg, sizeof(msg),
+                         "member \"%s\" is named twice in one change",
+                         ops[i].name);
+                st = 400;
             }
-            if (weight > 0)
-                json_object_set_new(rec, "weight", json_integer(weight));
-            if (state != NULL)
-                json_object_set_new(rec, "state", json_string(state));
-            json_object_set_new(rec, "since", json_integer((json_int_t)wall_ms()));
+        if (st != 0) {
+            json_decref(cmps);
+            json_decref(jops);
+            done(st, 0, msg, arg);
+            return;
         }
     }
-    if (rec != NULL) {
-        text = json_dumps(rec, JSON_COMPACT);
-        json_decref(rec);
-        ops = json_pack("[{s:{s:o,s:o}}]", "request_put", "key", jb64(key),
-                        "value", jb64(text ? text : "{}"));
-    } else {
-        ops = json_pack("[{s:{s:o}}]", "request_delete_range", "key",
-                        jb64(key));
-    }
-    free(text);
     w = calloc(1, sizeof(*w));
     if (w == NULL) {
-        json_decref(cmp);
-        json_decref(ops);
+        json_decref(cmps);
+        json_decref(jops);
         done(503, 0, "out of memory", arg);
         return;
     }
-    w->txn = json_pack("{s:o,s:o}", "compare", cmp, "success", ops);
+    w->txn = json_pack("{s:o,s:o}", "compare", cmps, "success", jops);
     snprintf(w->pool, sizeof(w->pool), "%s", p->name);
     w->done = done;
     w->arg = arg;
