@@ -4,6 +4,7 @@
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "conf.h"
+#include "etcd_codec.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -2132,20 +2133,6 @@ set_endpoints(struct load *ld, const struct conf_key *key, yaml_node_t *node,
         e->nendpoints = i + 1;
     }
     return 0;
-}
-
-/* A key or name part in etcd: no '/', printable, as doc/etcd.md says. */
-static bool
-etcd_name_ok(const char *s)
-{
-    size_t n = strlen(s);
-
-    if (n == 0 || n > 63)
-        return false;
-    for (; *s; s++)
-        if (!isalnum((unsigned char)*s) && strchr("._:-", *s) == NULL)
-            return false;
-    return true;
 }
 
 static const struct conf_key etcd_keys[] = {
