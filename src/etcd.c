@@ -37,6 +37,7 @@
 #define PUBLISH_GAP_MS 20 /* instance records: at most one put per gap */
 #define IGNORED_KEPT 64   /* malformed records listed in /api/cluster */
 #define TXN_OPS_MAX 128   /* etcd's --max-txn-ops default */
+#define WRITE_APPLY_MS 10000 /* an admin write waits so long to be applied */
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -148,6 +149,7 @@ struct ewrite {
     int status;
     uint64_t rev;
     char msg[320];
+    uint64_t deadline_ms; /* written: answered by then, applied or not */
 };
 
 static struct {
@@ -1517,9 +1519,38 @@ on_written(struct ewrite *w)
         return;
     }
     C.writes++;
+    w->deadline_ms = clock_ms() + WRITE_APPLY_MS;
     w->next = C.waiting;
     C.waiting = w;
     writes_settle();
+}
+
+/* A write etcd took whose revision this instance has not applied in
+ * WRITE_APPLY_MS (its watch is down): answered, saying so. */
+static void
+writes_tick(uint64_t now_ms, void *arg)
+{
+    struct ewrite **pp = &C.waiting;
+
+    (void)arg;
+    while (*pp != NULL) {
+        struct ewrite *w = *pp;
+        char msg[320];
+
+        if (now_ms < w->deadline_ms) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        snprintf(msg, sizeof(msg),
+                 "written to etcd at revision %" PRIu64 ", but this instance "
+                 "has not applied it within %d s (its watch: %s); the other "
+                 "instances apply it from etcd",
+                 w->rev, WRITE_APPLY_MS / 1000, C.state);
+        w->done(ETCD_WRITTEN_NOT_APPLIED, w->rev, msg, w->arg);
+        json_decref(w->txn);
+        free(w);
+    }
 }
 
 static void
@@ -1671,6 +1702,10 @@ etcd_start(const struct conf *conf, char *err, size_t errlen)
         return -1;
     }
     C.started_ms = wall_ms();
+    if (control_tick_add(writes_tick, NULL) != 0) {
+        snprintf(err, errlen, "etcd: %s", strerror(errno));
+        return -1;
+    }
     snprintf(C.state, sizeof(C.state), "starting");
     seeds_set(conf);
     E.running = true;

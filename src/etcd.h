@@ -47,11 +47,14 @@ void etcd_metrics(FILE *f);
  *          the record's revision,
  *   op 'r' remove <name> (guarded by its revision).
  * <done>(<status>, <rev>, <msg>, <arg>) runs once on the control thread:
- * status 0 once this instance has applied revision <rev>; 400 a bad name
+ * status 0 once this instance has applied revision <rev>;
+ * ETCD_WRITTEN_NOT_APPLIED when etcd took it (<rev>) but this instance did
+ * not apply it in 10 s (its watch is down: <msg> says so); 400 a bad name
  * or too many operations; 404 no such record; 409 a record changed
  * meanwhile (or exists); 503 etcd cannot be reached. Nothing changes
  * unless status is 0.
  */
+#define ETCD_WRITTEN_NOT_APPLIED 202
 struct etcd_op {
     char op;
     const char *name;

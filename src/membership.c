@@ -1336,7 +1336,7 @@ etcd_written(int status, uint64_t rev, const char *msg, void *arg)
 {
     struct pending *pc = arg;
 
-    if (status != 0) {
+    if (status != 0 && status != ETCD_WRITTEN_NOT_APPLIED) {
         json_decref(pc->res.report);
         pc->res.report = NULL;
         refuse(&pc->res,
@@ -1349,6 +1349,8 @@ etcd_written(int status, uint64_t rev, const char *msg, void *arg)
         report_flags(pc->res.report, false, true);
         json_object_set_new(pc->res.report, "etcd_revision",
                             json_integer((json_int_t)rev));
+        if (status == ETCD_WRITTEN_NOT_APPLIED)
+            json_object_set_new(pc->res.report, "warning", json_string(msg));
     }
     pending_finish(pc);
 }
@@ -2144,7 +2146,7 @@ batch_written(int status, uint64_t rev, const char *msg, void *arg)
 {
     struct batch *bt = arg;
 
-    if (status != 0) {
+    if (status != 0 && status != ETCD_WRITTEN_NOT_APPLIED) {
         json_decref(bt->res.report);
         bt->res.report = NULL;
         refuse(&bt->res,
@@ -2157,6 +2159,8 @@ batch_written(int status, uint64_t rev, const char *msg, void *arg)
         report_flags(bt->res.report, false, true);
         json_object_set_new(bt->res.report, "etcd_revision",
                             json_integer((json_int_t)rev));
+        if (status == ETCD_WRITTEN_NOT_APPLIED)
+            json_object_set_new(bt->res.report, "warning", json_string(msg));
     }
     batch_finish(bt);
 }
