@@ -1465,6 +1465,12 @@ on_pools(struct emsg *m)
     unsigned waits = 0;
 
     C.events++;
+    if (m->list) {
+        /* a list starts over: after a wipe the store's revisions are
+         * lower than what was applied before */
+        C.applied_rev = 0;
+        C.pending_rev = 0;
+    }
     json_object_foreach(m->data, name, recs)
     {
         struct cpool *cp = cpool_find(name);

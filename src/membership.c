@@ -2111,6 +2111,14 @@ membership_change(struct pool *p, const struct membership_request *rq,
         pending_finish(pc);
         return;
     }
+    if (rq->op == MEMBERSHIP_RESET && etcd_pool(p)) {
+        refuse(&pc->res, MEMBERSHIP_ECONFLICT,
+               "pool %s takes its members from etcd: there is no runtime "
+               "override to reset (etcd's records are its membership)",
+               p->name);
+        pending_finish(pc);
+        return;
+    }
     pending_check(pc);
 }
 
