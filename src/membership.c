@@ -2122,11 +2122,12 @@ membership_change(struct pool *p, const struct membership_request *rq,
     pending_check(pc);
 }
 
-/* ---- a batch of changes, one etcd transaction ----------------------------- */
+/* ---- a batch of changes, one etcd transaction -----------------------------
+ */
 
 struct batch {
-    struct report_job rj; /* first: the job's address is ours */
-    struct pool *p;       /* (ref held) */
+    struct report_job rj;            /* first: the job's address is ours */
+    struct pool *p;                  /* (ref held) */
     struct membership_batch_op *ops; /* names and addresses owned */
     size_t n;
     bool dry;
@@ -2226,8 +2227,7 @@ batch_check(struct pool *p, const struct membership_batch_op *o,
     for (size_t k = 0; k < i; k++)
         if (strcmp(ops[k].name, o->name) == 0)
             return refuse(res, MEMBERSHIP_EINVAL,
-                          "member \"%s\" is named twice in one batch",
-                          o->name);
+                          "member \"%s\" is named twice in one batch", o->name);
     if (o->has_weight && (o->weight < 1 || o->weight > MEMBERSHIP_MAX_WEIGHT))
         return refuse(res, MEMBERSHIP_EINVAL,
                       "change %zu: \"weight\" must be 1 to %d", i + 1,
@@ -2292,8 +2292,7 @@ batch_check(struct pool *p, const struct membership_batch_op *o,
                           i + 1);
         w = o->has_weight ? o->weight : s->weight;
         admin = o->has_admin ? o->admin : s->admin;
-        if (admin == STATE_ADMIN_UP &&
-            model_push(a, s->name, w, 1.0) != 0)
+        if (admin == STATE_ADMIN_UP && model_push(a, s->name, w, 1.0) != 0)
             return refuse(res, MEMBERSHIP_ENOMEM, "out of memory");
         return 0;
     }
@@ -2372,8 +2371,7 @@ membership_batch(struct pool *p, const struct membership_batch_op *ops,
                "pool %s: the batch leaves no member in the ring", p->name);
         goto fail;
     }
-    if (report_job_init(&bt->rj, &p->cfg.ring, b.m, b.n, a.m, a.n, NULL) !=
-        0) {
+    if (report_job_init(&bt->rj, &p->cfg.ring, b.m, b.n, a.m, a.n, NULL) != 0) {
         refuse(&bt->res, MEMBERSHIP_ENOMEM, "out of memory");
         goto fail;
     }
