@@ -41,15 +41,6 @@
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static uint64_t
-wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* An int64 of etcd's JSON: a string (always, from the gateway) or a
  * number; 0 when absent. */
 static int64_t
@@ -1253,7 +1244,7 @@ applied(uint64_t rev)
 {
     if (rev > C.applied_rev)
         C.applied_rev = rev;
-    C.applied_ms = wall_ms();
+    C.applied_ms = clock_wall_ms();
     publish();
     writes_settle();
 }
@@ -1371,7 +1362,7 @@ pool_sync(struct pool *p, struct cpool *cp, json_t *recs, uint64_t rev)
     const char *name;
     json_t *v;
     bool changed = false;
-    uint64_t now = wall_ms(), newest_since = 0;
+    uint64_t now = clock_wall_ms(), newest_since = 0;
 
     if (w == NULL)
         return false;
@@ -1503,7 +1494,7 @@ on_status(struct emsg *m)
     if (m->up && !C.up)
         C.down_since_ms = 0;
     if (!m->up && (C.up || C.down_since_ms == 0)) {
-        C.down_since_ms = wall_ms();
+        C.down_since_ms = clock_wall_ms();
         if (strcmp(m->state, "reconnecting") == 0)
             C.reconnects++;
     } else if (!m->up && strcmp(m->state, "reconnecting") == 0) {
@@ -1707,7 +1698,7 @@ etcd_start(const struct conf *conf, char *err, size_t errlen)
         snprintf(err, errlen, "etcd: %s", strerror(errno));
         return -1;
     }
-    C.started_ms = wall_ms();
+    C.started_ms = clock_wall_ms();
     if (control_tick_add(writes_tick, NULL) != 0) {
         snprintf(err, errlen, "etcd: %s", strerror(errno));
         return -1;
@@ -1880,7 +1871,7 @@ write_op(struct cpool *cp, const char *pool, const struct etcd_op *o,
     if (o->op == 'a') {
         rec = json_pack("{s:s,s:I,s:s,s:I}", "address", o->address, "weight",
                         (json_int_t)o->weight, "state", "up", "since",
-                        (json_int_t)wall_ms());
+                        (json_int_t)clock_wall_ms());
         json_array_append_new(cmps,
                               json_pack("{s:o,s:s,s:s,s:s}", "key", jb64(key),
                                         "target", "CREATE", "result", "EQUAL",
@@ -1905,7 +1896,7 @@ write_op(struct cpool *cp, const char *pool, const struct etcd_op *o,
             if (o->state != NULL)
                 json_object_set_new(rec, "state", json_string(o->state));
             json_object_set_new(rec, "since",
-                                json_integer((json_int_t)wall_ms()));
+                                json_integer((json_int_t)clock_wall_ms()));
         }
     }
     if (rec == NULL) {

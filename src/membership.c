@@ -1329,6 +1329,30 @@ pending_apply(struct pending *pc)
     return 0;
 }
 
+/* What etcd said of a write (etcd_member_write's <status>, <rev>, <msg>)
+ * into <res>, whose report was computed before the write. */
+static void
+etcd_result(struct membership_result *res, const char *pool, int status,
+            uint64_t rev, const char *msg)
+{
+    if (status != 0 && status != ETCD_WRITTEN_NOT_APPLIED) {
+        json_decref(res->report);
+        res->report = NULL;
+        refuse(res,
+               status == 400   ? MEMBERSHIP_EINVAL
+               : status == 404 ? MEMBERSHIP_ENOENT
+               : status == 409 ? MEMBERSHIP_ECONFLICT
+                               : MEMBERSHIP_EUNAVAIL,
+               "pool %s: %s", pool, msg);
+        return;
+    }
+    report_flags(res->report, false, true);
+    json_object_set_new(res->report, "etcd_revision",
+                        json_integer((json_int_t)rev));
+    if (status == ETCD_WRITTEN_NOT_APPLIED)
+        json_object_set_new(res->report, "warning", json_string(msg));
+}
+
 /* etcd answered the write of a change (and, when it took, this instance
  * has applied it): answer the caller. */
 static void
@@ -1336,22 +1360,7 @@ etcd_written(int status, uint64_t rev, const char *msg, void *arg)
 {
     struct pending *pc = arg;
 
-    if (status != 0 && status != ETCD_WRITTEN_NOT_APPLIED) {
-        json_decref(pc->res.report);
-        pc->res.report = NULL;
-        refuse(&pc->res,
-               status == 400   ? MEMBERSHIP_EINVAL
-               : status == 404 ? MEMBERSHIP_ENOENT
-               : status == 409 ? MEMBERSHIP_ECONFLICT
-                               : MEMBERSHIP_EUNAVAIL,
-               "pool %s: %s", pc->p->name, msg);
-    } else {
-        report_flags(pc->res.report, false, true);
-        json_object_set_new(pc->res.report, "etcd_revision",
-                            json_integer((json_int_t)rev));
-        if (status == ETCD_WRITTEN_NOT_APPLIED)
-            json_object_set_new(pc->res.report, "warning", json_string(msg));
-    }
+    etcd_result(&pc->res, pc->p->name, status, rev, msg);
     pending_finish(pc);
 }
 
@@ -2155,22 +2164,7 @@ batch_written(int status, uint64_t rev, const char *msg, void *arg)
 {
     struct batch *bt = arg;
 
-    if (status != 0 && status != ETCD_WRITTEN_NOT_APPLIED) {
-        json_decref(bt->res.report);
-        bt->res.report = NULL;
-        refuse(&bt->res,
-               status == 400   ? MEMBERSHIP_EINVAL
-               : status == 404 ? MEMBERSHIP_ENOENT
-               : status == 409 ? MEMBERSHIP_ECONFLICT
-                               : MEMBERSHIP_EUNAVAIL,
-               "pool %s: %s", bt->p->name, msg);
-    } else {
-        report_flags(bt->res.report, false, true);
-        json_object_set_new(bt->res.report, "etcd_revision",
-                            json_integer((json_int_t)rev));
-        if (status == ETCD_WRITTEN_NOT_APPLIED)
-            json_object_set_new(bt->res.report, "warning", json_string(msg));
-    }
+    etcd_result(&bt->res, bt->p->name, status, rev, msg);
     batch_finish(bt);
 }
 
