@@ -573,7 +573,23 @@ watcher_post(struct watcher *w, bool list, uint64_t rev)
             m->rev = rev;
             m->list = list;
             if (list) {
+                /* a pool's change in a list is as new as its newest
+                 * record (a delete made meanwhile left none) */
+                const char *mn;
+                json_t *rec;
+
                 m->data = json_deep_copy(w->pools);
+                m->revs = json_object();
+                json_object_foreach(w->pools, name, v)
+                {
+                    int64_t newest = 0;
+                    json_object_foreach(v, mn, rec)
+                    {
+                        if (jint(json_array_get(rec, 0)) > newest)
+                            newest = jint(json_array_get(rec, 0));
+                    }
+                    json_object_set_new(m->revs, name, json_integer(newest));
+                }
             } else {
                 m->data = json_object();
                 m->revs = json_deep_copy(w->touched);
@@ -1503,8 +1519,8 @@ on_pools(struct emsg *m)
         json_decref(cp->records);
         cp->records = json_incref(recs);
         cp->listed = true;
-        /* the revision of this pool's change: of its last event (a list
-         * knows only its own revision) */
+        /* the revision of this pool's change: of its last event, or in
+         * a list of its newest record */
         rev = m->revs ? (uint64_t)jint(json_object_get(m->revs, name)) : 0;
         if (pool_sync(p, cp, recs, rev ? rev : m->rev) &&
             pool_on_published(p, pool_published, NULL) == 0)
