@@ -1,0 +1,402 @@
+# test_etcd.py -- several chashd instances take a pool's members from one
+# etcd (doc/etcd.md) and route every key alike: the first instance seeds
+# etcd from its config, the others do not; 30 membership changes written
+# to etcd (adds, removes, weights, drain/maint, bulk txns) converge on
+# every instance (equal checksums, equal lookups of 1,000 keys, real
+# client connections reaching the same member); admin API changes go
+# through etcd and reach every instance; /api/cluster and `chash ctl
+# cluster` show the instances; malformed records are ignored alike
+# everywhere; `chashd -t` wants global.etcd for `members_from: etcd`.
+# SPDX-License-Identifier: BSD-2-Clause
+import http.client
+import json
+import os
+import re
+import subprocess
+import time
+
+from conftest import CHASH, CHASHD, client_ip, fetch, free_port, wait_for
+from etcd_util import (Instance, Tree, etcd, quantiles,  # noqa: F401
+                       servers_yaml, start_instances, wait_converged)
+
+POOL = "web"
+N_KEYS = 1000          # keys looked up on every instance after each change
+N_FETCH = 12           # real client connections per instance and change
+CONVERGE_TIMEOUT = 10.0
+
+
+def lookup_all(inst, keys, pool=POOL):
+    """{key: owner} of <keys> on <inst>, over one keep-alive connection."""
+    c = http.client.HTTPConnection("127.0.0.1", inst.admin_port, timeout=10)
+    out = {}
+    try:
+        for k in keys:
+            c.request("GET", "/api/pools/%s/lookup?key=%s" % (pool, k))
+            r = c.getresponse()
+            body = r.read()
+            assert r.status == 200, "%s lookup %s: %d %s" % (
+                inst.name, k, r.status, body)
+            out[k] = json.loads(body)["members"][0]["name"]
+    finally:
+        c.close()
+    return out
+
+
+def norm(rec):
+    """A member record as (address, weight, state) with the defaults."""
+    return (rec["address"], rec.get("weight", 1), rec.get("state", "up"))
+
+
+class Model:
+    """The pool's members as the test wrote them to etcd."""
+
+    def __init__(self, tree, addr, members):
+        self.tree = tree
+        self.addr = addr                      # backend name -> address
+        self.m = dict(members)                # name -> (address, w, state)
+
+    def apply(self, ops):
+        """One change, ONE txn: ops are ("add", name[, weight]),
+        ("rm", name), ("w", name, weight), ("st", name, state). Its
+        revision W."""
+        put, delete = {}, []
+        for op in ops:
+            kind, name = op[0], op[1]
+            if kind == "add":
+                assert name not in self.m, op
+                self.m[name] = (self.addr[name],
+                                op[2] if len(op) > 2 else 1, "up")
+                put[name] = self.m[name]
+            elif kind == "rm":
+                del self.m[name]
+                delete.append(name)
+            elif kind == "w":
+                a, w, st = self.m[name]
+                assert w != op[2], op
+                self.m[name] = put[name] = (a, op[2], st)
+            elif kind == "st":
+                a, w, st = self.m[name]
+                assert st != op[2], op
+                self.m[name] = put[name] = (a, w, op[2])
+        assert any(st == "up" and w > 0 for _, w, st in self.m.values())
+        return self.tree.txn_members(POOL, put=put, delete=delete)
+
+
+# 30 changes starting from web-1..web-4; some bulk (several ops, one txn)
+CHANGES = [
+    [("add", "web-5")],
+    [("w", "web-1", 3)],
+    [("st", "web-2", "drain")],
+    [("add", "web-6", 2)],
+    [("add", "web-7"), ("add", "web-8"), ("rm", "web-3")],
+    [("st", "web-4", "maint")],
+    [("st", "web-2", "up")],
+    [("rm", "web-5")],
+    [("w", "web-6", 1)],
+    [("st", "web-7", "drain"), ("w", "web-8", 5), ("add", "web-9")],
+    [("add", "web-10")],
+    [("st", "web-4", "up")],
+    [("rm", "web-1")],
+    [("add", "web-1", 2), ("add", "web-3"), ("rm", "web-9")],
+    [("st", "web-10", "maint")],
+    [("w", "web-2", 4)],
+    [("st", "web-6", "drain")],
+    [("rm", "web-7"), ("rm", "web-8"), ("st", "web-6", "up")],
+    [("add", "web-5", 3)],
+    [("st", "web-10", "up")],
+    [("w", "web-3", 2)],
+    [("st", "web-1", "maint"), ("st", "web-3", "drain"), ("add", "web-7")],
+    [("rm", "web-4")],
+    [("w", "web-10", 10)],
+    [("add", "web-8")],
+    [("st", "web-1", "up"), ("st", "web-3", "up"), ("rm", "web-2"),
+     ("w", "web-5", 1)],
+    [("st", "web-8", "drain")],
+    [("rm", "web-10")],
+    [("add", "web-2"), ("add", "web-4"), ("add", "web-9"),
+     ("w", "web-7", 2), ("rm", "web-6")],
+    [("st", "web-8", "up")],
+]
+
+
+def seed_of(bs, names, weight=1):
+    return [(b.name, b.addr, weight) for b in bs if b.name in names]
+
+
+def trio(procs, tmp_path, etcd, backends, n_backends=4, n_seed=3):
+    """etcd's tree, the backends and 3 instances seeded with web-1..n."""
+    tree = Tree(etcd)
+    bs = backends(n_backends)
+    seed = seed_of(bs, ["web-%d" % (i + 1) for i in range(n_seed)])
+    lbs = start_instances(procs, tmp_path, etcd, tree.prefix, 3,
+                          {POOL: seed})
+    wait_for(lambda: len(tree.member_kvs(POOL)) >= n_seed, timeout=5,
+             what="the seed in etcd")
+    W = max(kv["mod_revision"] for kv in tree.member_kvs(POOL).values())
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    return tree, bs, lbs
+
+
+def check_same_routing(lbs, model, keys, sources):
+    """Every instance routes by the model's members, looks <keys> up
+    alike, and sends real connections from <sources> to the same member
+    (the lookup's owner when that one is up)."""
+    for lb in lbs:
+        assert lb.members(POOL) == model.m, lb.name
+    owners = [lookup_all(lb, keys) for lb in lbs]
+    for lb, o in zip(lbs[1:], owners[1:]):
+        diff = [k for k in keys if o[k] != owners[0][k]]
+        assert not diff, "%s and %s route %d of %d keys apart, e.g. %s" % (
+            lbs[0].name, lb.name, len(diff), len(keys), diff[:3])
+    assert set(owners[0].values()) <= set(model.m)
+    for src in sources:
+        got = [fetch(lb.port, src) for lb in lbs]
+        assert None not in got, (src, got)
+        assert len(set(got)) == 1, "client %s reaches %s" % (
+            src, dict(zip((lb.name for lb in lbs), got)))
+        owner = lookup_all(lbs[0], [src])[src]
+        if model.m[owner][2] == "up":
+            assert got[0] == owner, (src, got[0], owner)
+
+
+def test_seed_once_then_thirty_changes_converge(procs, tmp_path, etcd,
+                                                backends):
+    tree = Tree(etcd)
+    bs = backends(10)
+    addr = {b.name: b.addr for b in bs}
+    seed = seed_of(bs, ["web-1", "web-2", "web-3", "web-4"])
+
+    # the first instance finds no record: it seeds etcd from its config,
+    # all of it in one transaction, once
+    lb1 = Instance(procs, tmp_path, etcd, tree.prefix, "lb-1", {POOL: seed})
+    wait_for(lambda: len(tree.member_kvs(POOL)) >= 4, timeout=5,
+             what="the seed in etcd")
+    kvs = tree.member_kvs(POOL)
+    want = {n: (a, w, "up") for n, a, w in seed}
+    assert {n: norm(json.loads(kv["value"])) for n, kv in kvs.items()} == want
+    assert {kv["version"] for kv in kvs.values()} == {1}
+    assert len({kv["create_revision"] for kv in kvs.values()}) == 1
+    seed_rev = next(iter(kvs.values()))["create_revision"]
+    wait_converged(etcd, tree.prefix, 1, seed_rev, timeout=CONVERGE_TIMEOUT)
+
+    # the others carry other servers in their config: they neither seed
+    # nor use them, etcd holds the members
+    other = seed_of(bs, ["web-8", "web-9", "web-10"], weight=2)
+    lb2 = Instance(procs, tmp_path, etcd, tree.prefix, "lb-2", {POOL: other})
+    lb3 = Instance(procs, tmp_path, etcd, tree.prefix, "lb-3", {POOL: other})
+    lbs = [lb1, lb2, lb3]
+    wait_converged(etcd, tree.prefix, 3, seed_rev, timeout=CONVERGE_TIMEOUT)
+    assert tree.member_kvs(POOL) == kvs
+    model = Model(tree, addr, want)
+    keys = [client_ip(i) for i in range(N_KEYS)]
+    check_same_routing(lbs, model, keys[:200],
+                       [client_ip(i) for i in range(N_FETCH)])
+
+    times = []
+    for n, ops in enumerate(CHANGES):
+        t0 = time.monotonic()
+        W = model.apply(ops)
+        times.append(wait_converged(etcd, tree.prefix, 3, W,
+                                    timeout=CONVERGE_TIMEOUT, t0=t0))
+        assert {k: norm(v) for k, v in tree.members(POOL).items()} == model.m
+        recs = tree.instances()
+        assert {r["pools"][POOL]["members"] for r in recs.values()} == \
+            {len(model.m)}, recs
+        check_same_routing(lbs, model, keys,
+                           [client_ip(1000 + n * N_FETCH + j)
+                            for j in range(N_FETCH)])
+    assert len(times) == 30
+    lo, p50, p99, hi = quantiles(times)
+    line = ("etcd convergence, 3 instances, %d changes: min %.1f ms, p50 "
+            "%.1f ms, p99 %.1f ms, max %.1f ms" % (
+                len(times), lo * 1e3, p50 * 1e3, p99 * 1e3, hi * 1e3))
+    print(line)
+    if os.environ.get("CHASH_ETCD_FIGURES"):
+        with open(os.environ["CHASH_ETCD_FIGURES"], "a") as f:
+            f.write(line + "\n")
+    # speed is for bench/etcd.sh; this bound only catches a stuck instance
+    assert hi < 5.0, line
+
+
+def test_admin_changes_go_through_etcd(procs, tmp_path, etcd, backends):
+    tree, bs, lbs = trio(procs, tmp_path, etcd, backends, n_backends=4)
+    lb1, lb2, lb3 = lbs
+    b4 = bs[3]
+
+    # add through lb-1: the record is created in etcd, lb-1 answers once
+    # it applied it, and every instance gets it
+    st, j, _ = lb1.api.call("POST", "/api/pools/web/members",
+                            {"name": "web-4", "address": b4.addr,
+                             "weight": 2})
+    assert st == 201, j
+    W = int(j["etcd_revision"])
+    assert j["applied"] is True and j["moved"] > 0
+    assert lb1.members(POOL)["web-4"] == (b4.addr, 2, "up")
+    assert norm(tree.members(POOL)["web-4"]) == (b4.addr, 2, "up")
+    assert tree.member_kvs(POOL)["web-4"]["mod_revision"] == W
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    for lb in lbs:
+        assert lb.members(POOL)["web-4"] == (b4.addr, 2, "up"), lb.name
+
+    # an add of a name etcd holds is a 409, and changes nothing
+    before = tree.member_kvs(POOL)
+    st, j, _ = lb3.api.call("POST", "/api/pools/web/members",
+                            {"name": "web-1", "address": b4.addr})
+    assert st == 409, j
+    assert tree.member_kvs(POOL) == before
+
+    # drain through lb-2
+    st, j, _ = lb2.api.call("PATCH", "/api/pools/web/members/web-2",
+                            {"state": "drain"})
+    assert st == 200, j
+    W = int(j["etcd_revision"])
+    assert lb2.members(POOL)["web-2"][2] == "drain"
+    assert norm(tree.members(POOL)["web-2"])[2] == "drain"
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    for lb in lbs:
+        assert lb.members(POOL)["web-2"] == (bs[1].addr, 1, "drain"), \
+            lb.name
+
+    # remove through lb-3
+    st, j, _ = lb3.api.call("DELETE", "/api/pools/web/members/web-3")
+    assert st == 200, j
+    W = int(j["etcd_revision"])
+    assert "web-3" not in lb3.members(POOL)
+    assert "web-3" not in tree.members(POOL)
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    for lb in lbs:
+        assert set(lb.members(POOL)) == {"web-1", "web-2", "web-4"}, lb.name
+
+    # chash ctl goes the same way: web-2 back up through lb-1
+    p = subprocess.run([CHASH, "ctl", "--admin", "127.0.0.1:%d"
+                        % lb1.admin_port, "--json", "up", "web", "web-2"],
+                       capture_output=True, text=True, timeout=20)
+    assert p.returncode == 0, p.stdout + p.stderr
+    W = int(json.loads(p.stdout)["etcd_revision"])
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    want = {"web-1": (bs[0].addr, 1, "up"), "web-2": (bs[1].addr, 1, "up"),
+            "web-4": (b4.addr, 2, "up")}
+    assert {k: norm(v) for k, v in tree.members(POOL).items()} == want
+    for lb in lbs:
+        assert lb.members(POOL) == want, lb.name
+
+
+def test_cluster_view_and_ctl(procs, tmp_path, etcd, backends):
+    tree, bs, lbs = trio(procs, tmp_path, etcd, backends, n_backends=4)
+    W = tree.put_member(POOL, "web-4", bs[3].addr, weight=3)
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    sums = {r["pools"][POOL]["checksum"] for r in tree.instances().values()}
+    assert len(sums) == 1
+
+    def settled(lb):
+        c = lb.cluster()
+        lc = c.get("last_change") or {}
+        return (len(c["instances"]) == 3 and c["agree"] is True and
+                lc.get("revision", 0) >= W and lc.get("reached") == 3 and
+                lc.get("of") == 3) and c
+
+    for lb in lbs:
+        c = wait_for(lambda: settled(lb), timeout=5,
+                     what="%s's /api/cluster to agree on %d" % (lb.name, W))
+        assert c["instance"] == lb.name
+        assert sorted(i["instance"] for i in c["instances"]) == \
+            ["lb-1", "lb-2", "lb-3"]
+        assert [i["instance"] for i in c["instances"]
+                if i.get("self")] == [lb.name]
+        assert all(i["applied_rev"] >= W for i in c["instances"])
+        assert c["pools"][POOL]["agree"] is True
+        assert c["pools"][POOL]["instances"] == 3
+        assert c["pools"][POOL]["checksum"] in sums
+        e = c["etcd"]
+        assert e["up"] is True and e["state"] == "watching", e
+        assert e["endpoints"] == [etcd.url]
+        assert e["applied_rev"] >= W
+        assert e["lists"] == 1 and e["events"] >= 1
+        assert e["ignored"] == []
+        assert c["last_change"]["took_ms"] >= 0
+
+    for lb in lbs:
+        p = subprocess.run([CHASH, "ctl", "--admin", "127.0.0.1:%d"
+                            % lb.admin_port, "cluster"],
+                           capture_output=True, text=True, timeout=20)
+        assert p.returncode == 0, p.stdout + p.stderr
+        for name in ("lb-1", "lb-2", "lb-3"):
+            assert name in p.stdout, p.stdout
+        assert next(iter(sums)) in p.stdout, p.stdout
+
+
+BAD = {
+    "bad-json": '{"address": "127.0.0.1:1", ',
+    "no-address": '{"weight": 1, "state": "up"}',
+    "bad-weight": None,          # filled with a real address below
+    "zero-weight": None,
+    "bad-state": None,
+    "bad!name": None,
+    "n" * 64: None,
+}
+
+
+def test_malformed_records_ignored_alike(procs, tmp_path, etcd, backends):
+    tree, bs, lbs = trio(procs, tmp_path, etcd, backends, n_backends=4)
+    a4 = bs[3].addr
+    bad = dict(BAD)
+    bad["bad-weight"] = json.dumps({"address": a4, "weight": "heavy"})
+    bad["zero-weight"] = json.dumps({"address": a4, "weight": 2000000})
+    bad["bad-state"] = json.dumps({"address": a4, "state": "sleeping"})
+    bad["bad!name"] = json.dumps({"address": a4})
+    bad["n" * 64] = json.dumps({"address": a4})
+    # the bad records and one good change in one txn
+    W = tree.txn_members(POOL, put={"web-1": (bs[0].addr, 2, "up")},
+                         raw=bad)
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    want = {"web-1": (bs[0].addr, 2, "up"), "web-2": (bs[1].addr, 1, "up"),
+            "web-3": (bs[2].addr, 1, "up")}
+    for lb in lbs:
+        assert lb.members(POOL) == want, lb.name
+        ignored = json.dumps(lb.etcd_state()["ignored"])
+        for name in bad:
+            assert name in ignored, (lb.name, name, ignored)
+    for lb in lbs:
+        warn = [ln for ln in lb.log().splitlines() if "[warn]" in ln]
+        for name in bad:
+            assert [ln for ln in warn if name in ln], (lb.name, name, warn)
+    keys = [client_ip(i) for i in range(300)]
+    owners = [lookup_all(lb, keys) for lb in lbs]
+    assert owners[0] == owners[1] == owners[2]
+
+    # one warning per record version: an unrelated change logs none again
+    def warned(lb, name):
+        return len([ln for ln in lb.log().splitlines()
+                    if "[warn]" in ln and name in ln])
+    counts = {lb.name: warned(lb, "bad-state") for lb in lbs}
+    W = tree.put_member(POOL, "web-2", bs[1].addr, weight=3)
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    assert {lb.name: warned(lb, "bad-state") for lb in lbs} == counts
+
+    # a record made right is a member at once, and no longer ignored
+    W = tree.put_member(POOL, "bad-state", a4, state="drain")
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    for lb in lbs:
+        assert lb.members(POOL)["bad-state"] == (a4, 1, "drain"), lb.name
+        assert "bad-state" not in json.dumps(lb.etcd_state()["ignored"])
+
+
+def test_check_wants_global_etcd(tmp_path):
+    port = free_port()
+    pool = servers_yaml(POOL, port, [("web-1", "127.0.0.1:9001", 1)])
+    conf = tmp_path / "no-etcd.yml"
+    conf.write_text("global:\n  admin: off\n" + pool)
+    p = subprocess.run([CHASHD, "-t", "-c", str(conf)], capture_output=True,
+                       text=True, timeout=10)
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert "members_from" in p.stdout + p.stderr
+
+    conf = tmp_path / "etcd.yml"
+    conf.write_text("global:\n  admin: off\n  etcd:\n    endpoints: "
+                    "[http://127.0.0.1:1]\n    prefix: /chash\n"
+                    "    instance: lb-1\n" + pool)
+    p = subprocess.run([CHASHD, "-t", "-c", str(conf)], capture_output=True,
+                       text=True, timeout=10)
+    assert p.returncode == 0, p.stdout + p.stderr
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("pool web")]
+    assert len(line) == 1 and re.search(r"\betcd\b", line[0]), p.stdout

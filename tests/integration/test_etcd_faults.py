@@ -1,0 +1,262 @@
+# test_etcd_faults.py -- chashd instances on one etcd when things break
+# (doc/etcd.md): a killed instance's record goes with its lease; an etcd
+# restart is resumed without a re-list; a watch that fell behind a
+# compaction re-lists; a wiped etcd is seeded again once and the instances
+# publish themselves again; while etcd is down the pools keep their rings
+# (clients see no failure) and the next change after it converges.
+# SPDX-License-Identifier: BSD-2-Clause
+import json
+import signal
+import threading
+import time
+
+from conftest import client_ip, fetch, wait_for
+from etcd_util import (Tree, etcd,  # noqa: F401 (fixture)
+                       start_instances, wait_converged)
+
+POOL = "web"
+CONVERGE_TIMEOUT = 10.0
+
+
+def setup(procs, tmp_path, etcd, backends, n=2, lease_ttl="2s",
+          n_backends=5, n_seed=3):
+    """etcd's tree, backends web-1..n_backends, <n> instances seeded with
+    web-1..n_seed, converged on the seed; (tree, backends, instances, W)."""
+    tree = Tree(etcd)
+    bs = backends(n_backends)
+    seed = [(b.name, b.addr, 1) for b in bs[:n_seed]]
+    lbs = start_instances(procs, tmp_path, etcd, tree.prefix, n,
+                          {POOL: seed}, lease_ttl=lease_ttl)
+    wait_for(lambda: len(tree.member_kvs(POOL)) >= n_seed, timeout=5,
+             what="the seed in etcd")
+    W = max(kv["mod_revision"] for kv in tree.member_kvs(POOL).values())
+    wait_converged(etcd, tree.prefix, n, W, timeout=CONVERGE_TIMEOUT)
+    return tree, bs, lbs, W
+
+
+def members_of(tree):
+    return {n: (r["address"], r.get("weight", 1), r.get("state", "up"))
+            for n, r in tree.members(POOL).items()}
+
+
+def check_routes_by_etcd(tree, lbs):
+    want = members_of(tree)
+    for lb in lbs:
+        assert lb.members(POOL) == want, lb.name
+
+
+def test_killed_instance_record_goes_with_its_lease(procs, tmp_path, etcd,
+                                                    backends):
+    tree, bs, lbs, W = setup(procs, tmp_path, etcd, backends, n=2,
+                             lease_ttl="2s")
+    kvs = tree.instance_kvs()
+    assert set(kvs) == {"lb-1", "lb-2"}
+    lease = kvs["lb-2"]["lease"]
+    assert lease != 0, "lb-2's record has no lease"
+    assert 0 < etcd.lease_ttl(lease) <= 2
+    # the record stays while the instance lives (its keepalives work):
+    # longer than the TTL
+    time.sleep(2.5)
+    assert set(tree.instance_kvs()) == {"lb-1", "lb-2"}
+
+    lbs[1].kill(signal.SIGKILL)
+    t0 = time.monotonic()
+    wait_for(lambda: "lb-2" not in tree.instance_kvs(), timeout=2 + 3,
+             interval=0.05, what="lb-2's record to go with its lease")
+    gone = time.monotonic() - t0
+    assert gone > 0.5, "lb-2's record went %.2f s after the kill" % gone
+    assert set(tree.instance_kvs()) == {"lb-1"}
+    c = wait_for(lambda: (lambda c: len(c["instances"]) == 1 and c)(
+        lbs[0].cluster()), timeout=5, what="lb-1 to see lb-2 gone")
+    assert c["instances"][0]["instance"] == "lb-1"
+    # the survivor goes on applying changes
+    W = tree.put_member(POOL, "web-4", bs[3].addr)
+    wait_converged(etcd, tree.prefix, 1, W, timeout=CONVERGE_TIMEOUT)
+    check_routes_by_etcd(tree, lbs[:1])
+
+
+def test_etcd_restart_resumes_without_relist(procs, tmp_path, etcd,
+                                             backends):
+    tree, bs, lbs, W = setup(procs, tmp_path, etcd, backends, n=3,
+                             lease_ttl="5s")
+    W = tree.put_member(POOL, "web-4", bs[3].addr)
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    before = {lb.name: lb.etcd_state() for lb in lbs}
+    for lb in lbs:
+        assert before[lb.name]["lists"] == 1, before
+
+    etcd.restart()
+
+    def back(lb):
+        e = lb.etcd_state()
+        return (e["up"] and e["state"] == "watching" and
+                e["reconnects"] > before[lb.name]["reconnects"]) and e
+    for lb in lbs:
+        e = wait_for(lambda: back(lb), timeout=10,
+                     what="%s to reconnect to etcd" % lb.name)
+        assert e["lists"] == 1, (lb.name, e)
+
+    # the next changes converge, each on every instance
+    W = tree.txn_members(POOL, put={"web-5": (bs[4].addr, 2, "up")},
+                         delete=["web-1"])
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    W = tree.put_member(POOL, "web-2", bs[1].addr, state="drain")
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    check_routes_by_etcd(tree, lbs)
+    for lb in lbs:
+        e = lb.etcd_state()
+        assert e["lists"] == 1 and e["applied_rev"] >= W, (lb.name, e)
+
+
+def test_compacted_watch_relists(procs, tmp_path, etcd, backends):
+    tree, bs, lbs, W = setup(procs, tmp_path, etcd, backends, n=2,
+                             lease_ttl="5s")
+    lb1, lb2 = lbs
+    lists = {lb.name: lb.etcd_state()["lists"] for lb in lbs}
+    reconnects1 = lb1.etcd_state()["reconnects"]
+
+    lb2.kill(signal.SIGSTOP)
+    try:
+        etcd.restart()      # breaks lb-2's watch while it cannot notice
+        # lb-1 is watching again before the history goes
+        wait_for(lambda: (lambda e: e["up"] and e["state"] == "watching"
+                          and e["reconnects"] > reconnects1)(
+            lb1.etcd_state()), timeout=10, what="lb-1 to reconnect")
+        # changes lb-2 misses: an add, a removal (a re-list must drop it),
+        # a weight
+        tree.put_member(POOL, "web-4", bs[3].addr)
+        tree.delete_member(POOL, "web-2")
+        W = tree.put_member(POOL, "web-3", bs[2].addr, weight=4)
+        etcd.compact(etcd.revision(), physical=True)
+    finally:
+        lb2.kill(signal.SIGCONT)
+
+    t0 = time.monotonic()
+    wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    took = time.monotonic() - t0
+    e2 = wait_for(lambda: (lambda e: e["lists"] > lists["lb-2"] and e)(
+        lb2.etcd_state()), timeout=5, what="lb-2 to re-list")
+    assert e2["up"] and e2["applied_rev"] >= W, e2
+    assert lb1.etcd_state()["lists"] == lists["lb-1"]
+    check_routes_by_etcd(tree, lbs)
+    assert "web-2" not in lb2.members(POOL)
+    print("compaction: lb-2 converged %.0f ms after SIGCONT" % (took * 1e3))
+
+
+def test_wiped_etcd_is_seeded_again(procs, tmp_path, etcd, backends):
+    tree, bs, lbs, W = setup(procs, tmp_path, etcd, backends, n=2,
+                             lease_ttl="2s")
+    seed = members_of(tree)
+    # move away from the seed, so that a re-list shows
+    W = tree.txn_members(POOL, put={"web-4": (bs[3].addr, 1, "up"),
+                                    "web-5": (bs[4].addr, 3, "up")},
+                         delete=["web-1"])
+    wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    lists = {lb.name: lb.etcd_state()["lists"] for lb in lbs}
+    leases = {n: kv["lease"] for n, kv in tree.instance_kvs().items()}
+
+    etcd.wipe_restart()
+    # the seed goes in again, from the config, once
+    wait_for(lambda: len(tree.member_kvs(POOL)) >= len(seed), timeout=10,
+             what="the seed in the wiped etcd")
+    kvs = tree.member_kvs(POOL)
+    assert members_of(tree) == seed
+    assert {kv["version"] for kv in kvs.values()} == {1}
+    assert len({kv["create_revision"] for kv in kvs.values()}) == 1
+    W = next(iter(kvs.values()))["create_revision"]
+    # both instances re-list, apply it and publish themselves again
+    wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    for lb in lbs:
+        e = wait_for(lambda: (lambda e: e["lists"] > lists[lb.name] and e)(
+            lb.etcd_state()), timeout=5, what=lb.name + " to re-list")
+        assert e["up"], e
+    check_routes_by_etcd(tree, lbs)
+    ikvs = tree.instance_kvs()
+    for name, kv in ikvs.items():
+        assert kv["lease"] != 0 and etcd.lease_ttl(kv["lease"]) > 0, \
+            (name, kv, leases)
+    assert tree.member_kvs(POOL) == kvs, "seeded more than once"
+    # and follow changes again
+    W = tree.put_member(POOL, "web-4", bs[3].addr)
+    wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    check_routes_by_etcd(tree, lbs)
+    assert sorted(json.loads(tree.instance_kvs()["lb-1"]["value"])
+                  ["pools"]) == [POOL]
+
+
+class Load(threading.Thread):
+    """Short tcp requests through one instance from a set of client
+    addresses, in a loop until stopped (at most <limit> s): counts the
+    answers, and every answer that is no answer or another member than
+    the one the client had before."""
+
+    def __init__(self, lb, sources, want, limit=30.0):
+        super().__init__(daemon=True)
+        self.lb, self.sources, self.want = lb, sources, want
+        self.limit = limit
+        self.stop = threading.Event()
+        self.ok = 0
+        self.bad = []
+
+    def run(self):
+        end = time.monotonic() + self.limit
+        while not self.stop.is_set() and time.monotonic() < end:
+            for src in self.sources:
+                got = fetch(self.lb.port, src, timeout=3.0)
+                if got is None or got != self.want[src]:
+                    self.bad.append((time.monotonic(), src, got))
+                else:
+                    self.ok += 1
+            time.sleep(0.005)
+
+
+def test_etcd_down_keeps_rings(procs, tmp_path, etcd, backends):
+    tree, bs, lbs, W = setup(procs, tmp_path, etcd, backends, n=2,
+                             lease_ttl="2s")
+    W = tree.put_member(POOL, "web-4", bs[3].addr, weight=2)
+    wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    members = {lb.name: lb.members(POOL) for lb in lbs}
+    sources = [client_ip(i) for i in range(16)]
+    want = {src: fetch(lbs[0].port, src) for src in sources}
+    assert None not in want.values()
+    assert {src: fetch(lbs[1].port, src) for src in sources} == want
+    loads = [Load(lb, sources, want) for lb in lbs]
+    for ld in loads:
+        ld.start()
+    try:
+        time.sleep(0.3)
+        etcd.stop()
+        down_at = time.monotonic()
+        for lb in lbs:
+            e = wait_for(lambda: (lambda e: e["up"] is False and e)(
+                lb.etcd_state()), timeout=5,
+                what="%s to show etcd down" % lb.name)
+            assert e["down_since_ms"] is not None and e["last_error"], e
+        # 10 s without etcd (more than the lease TTL): same members, same
+        # routes
+        while time.monotonic() < down_at + 10:
+            for lb in lbs:
+                assert lb.members(POOL) == members[lb.name], lb.name
+                assert lb.etcd_state()["up"] is False
+            time.sleep(0.5)
+        etcd.start()
+        for lb in lbs:
+            wait_for(lambda: lb.etcd_state()["up"] is True, timeout=10,
+                     what="%s to see etcd again" % lb.name)
+        time.sleep(0.3)
+    finally:
+        for ld in loads:
+            ld.stop.set()
+        for ld in loads:
+            ld.join(timeout=40)
+    for ld in loads:
+        assert not ld.is_alive()
+        assert ld.bad == [], "%s: %d bad answers of %d, first %s" % (
+            ld.lb.name, len(ld.bad), ld.ok + len(ld.bad), ld.bad[:3])
+        assert ld.ok >= 200, (ld.lb.name, ld.ok)
+    # a change after etcd is back converges (the instances publish again,
+    # under a new lease if theirs ran out)
+    W = tree.txn_members(POOL, put={"web-5": (bs[4].addr, 1, "up")},
+                         delete=["web-2"])
+    wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    check_routes_by_etcd(tree, lbs)
