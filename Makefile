@@ -41,7 +41,7 @@ CHASH_CFLAGS   := -std=c11 -fPIC -fvisibility=hidden -MMD -MP $(WARN) \
                   $(SANFLAGS)
 CHASH_LDFLAGS  := $(SANFLAGS)
 LIBDEPS  := -lxxhash -lmd -lz -lm
-DLIBS    := -lyaml -ljansson -lmicrohttpd -lpthread
+DLIBS    := -lyaml -ljansson -lmicrohttpd -lcurl -lpthread
 
 # Install layout. The config and the unit's -c follow SYSCONFDIR; chashd
 # with no -c reads /etc/chashd/chashd.yml.

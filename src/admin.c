@@ -31,6 +31,7 @@
 #include "conf.h"
 #include "control.h"
 #include "dashboard.h"
+#include "etcd.h"
 #include "log.h"
 #include "membership.h"
 #include "migration.h"
@@ -404,11 +405,12 @@ change_done(struct membership_result *res, void *arg)
         [MEMBERSHIP_ENOENT] = MHD_HTTP_NOT_FOUND,
         [MEMBERSHIP_ECONFLICT] = MHD_HTTP_CONFLICT,
         [MEMBERSHIP_ENOMEM] = MHD_HTTP_INTERNAL_SERVER_ERROR,
+        [MEMBERSHIP_EUNAVAIL] = MHD_HTTP_SERVICE_UNAVAILABLE,
     };
     struct admin_request *rq = arg;
 
     if (res->error != MEMBERSHIP_OK) {
-        rq->status = res->error > 0 && res->error <= MEMBERSHIP_ENOMEM
+        rq->status = res->error > 0 && res->error <= MEMBERSHIP_EUNAVAIL
                          ? status[res->error]
                          : MHD_HTTP_INTERNAL_SERVER_ERROR;
         text_utf8_scrub(res->message);
@@ -934,6 +936,9 @@ route(struct MHD_Connection *c, const char *url, const char *method,
     }
     if (n == 2 && is(seg[1], "changes"))
         return get ? respond_json(c, MHD_HTTP_OK, membership_changes_json())
+                   : respond_405(c, method, url, "GET");
+    if (n == 2 && is(seg[1], "cluster"))
+        return get ? respond_json(c, MHD_HTTP_OK, etcd_cluster_json())
                    : respond_405(c, method, url, "GET");
     if (!is(seg[1], "pools"))
         return respond_error(c, MHD_HTTP_NOT_FOUND, "no such path: %s", url);

@@ -316,6 +316,7 @@ static const char *const hash_key_names[] = {
     "source_ip", "source_ip_port", "header", "cookie", "query", "path",
     "uri",       "host",           NULL};
 static const char *const send_proxy_names[] = {"off", "v1", "v2", NULL};
+static const char *const members_from_names[] = {"config", "etcd", NULL};
 static const char *const log_format_names[] = {"text", "json", NULL};
 static const char *const on_failure_names[] = {"failover", "remap", "error",
                                                NULL};
@@ -1919,6 +1920,7 @@ enum pool_key {
     PK_REPAIR_LOG,
     PK_ACCEPT_PROXY,
     PK_SEND_PROXY,
+    PK_MEMBERS_FROM,
     PK_ACCESS_LOG,
     PK_ACCESS_LOG_FORMAT,
     PK_FORWARD_HEADERS,
@@ -2054,6 +2056,9 @@ static const struct conf_key pool_keys[] = {
                          NULL, M_CONN, false},
     [PK_SEND_PROXY] = {"send_proxy", set_enum, POOL(send_proxy), 0, 0,
                        send_proxy_names, M_CONN, false},
+    /* membership from etcd (doc/etcd.md) */
+    [PK_MEMBERS_FROM] = {"members_from", set_enum, POOL(members_from), 0, 0,
+                         members_from_names, M_ALL, false},
     [PK_ACCESS_LOG] = {"access_log", set_access_log, POOL(access_log), 0, 0,
                        NULL, M_CONN, false},
     [PK_ACCESS_LOG_FORMAT] = {"access_log_format", set_enum,
@@ -2075,6 +2080,153 @@ static const struct conf_key pool_keys[] = {
 };
 _Static_assert(ARRAY_SIZE(pool_keys) == PK_COUNT, "one entry per pool key");
 
+/* `endpoints: [http://127.0.0.1:2379, ...]` (or one scalar). */
+static int
+set_endpoints(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+              void *base)
+{
+    struct conf_etcd *e = base;
+    yaml_node_item_t *item;
+    size_t n = 1;
+
+    if (node->type == YAML_SEQUENCE_NODE)
+        n = (size_t)(node->data.sequence.items.top -
+                     node->data.sequence.items.start);
+    else if (node->type != YAML_SCALAR_NODE)
+        return fail(ld, node, "'%s' must be a list of URLs, not %s", key->name,
+                    node_kind(node));
+    if (n == 0 || n > CONF_ETCD_ENDPOINTS_MAX)
+        return fail(ld, node, "'%s' takes 1 to %d URLs, not %zu", key->name,
+                    CONF_ETCD_ENDPOINTS_MAX, n);
+    for (size_t i = 0; i < e->nendpoints; i++)
+        free(e->endpoints[i]);
+    e->nendpoints = 0;
+    item = node->type == YAML_SEQUENCE_NODE ? node->data.sequence.items.start
+                                            : NULL;
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *c =
+            item ? yaml_document_get_node(ld->doc, item[i]) : node;
+        const char *v = scalar(ld, key, c);
+        const char *hp;
+
+        if (v == NULL)
+            return -1;
+        if (strncmp(v, "http://", 7) == 0)
+            hp = v + 7;
+        else if (strncmp(v, "https://", 8) == 0)
+            hp = v + 8;
+        else
+            return fail(ld, c,
+                        "etcd endpoint '%s' must be a URL like "
+                        "http://127.0.0.1:2379 (http:// or https://)",
+                        v);
+        if (*hp == '\0' || strcspn(hp, "/?# \t") != strlen(hp) ||
+            strchr(hp, ':') == NULL)
+            return fail(ld, c,
+                        "etcd endpoint '%s' must be scheme://host:port with "
+                        "no path",
+                        v);
+        e->endpoints[i] = strdup(v);
+        if (e->endpoints[i] == NULL)
+            return fail(ld, c, "out of memory");
+        e->nendpoints = i + 1;
+    }
+    return 0;
+}
+
+/* A key or name part in etcd: no '/', printable, as doc/etcd.md says. */
+static bool
+etcd_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > 63)
+        return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && strchr("._:-", *s) == NULL)
+            return false;
+    return true;
+}
+
+static const struct conf_key etcd_keys[] = {
+    {"endpoints", set_endpoints, 0, 0, 0, NULL, 0, false},
+    {"prefix", set_string, offsetof(struct conf_etcd, prefix), 0, 0, NULL, 0,
+     false},
+    {"instance", set_string, offsetof(struct conf_etcd, instance), 0, 0, NULL,
+     0, false},
+    {"lease_ttl", set_ms, offsetof(struct conf_etcd, lease_ttl_ms), 2000,
+     3600000, NULL, 0, false},
+    {"timeout", set_ms, offsetof(struct conf_etcd, timeout_ms), 100, 60000,
+     NULL, 0, false},
+    {"username", set_string, offsetof(struct conf_etcd, username), 0, 0, NULL,
+     0, false},
+    {"password", set_string, offsetof(struct conf_etcd, password), 0, 0, NULL,
+     0, false},
+    {"ca_file", set_string, offsetof(struct conf_etcd, ca_file), 0, 0, NULL, 0,
+     false},
+    {"cert_file", set_string, offsetof(struct conf_etcd, cert_file), 0, 0, NULL,
+     0, false},
+    {"key_file", set_string, offsetof(struct conf_etcd, key_file), 0, 0, NULL,
+     0, false},
+};
+
+/* `global.etcd: { endpoints: [...], prefix: /chash, instance: lb-1, ... }`. */
+static int
+set_etcd(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+         void *base)
+{
+    struct conf_etcd *e = FIELD(base, key, struct conf_etcd);
+    int lines[ARRAY_SIZE(etcd_keys)] = {0};
+    char host[256];
+    size_t n;
+
+    if (node->type != YAML_MAPPING_NODE)
+        return fail(ld, node,
+                    "'etcd' must be a map like { endpoints: "
+                    "[http://127.0.0.1:2379], prefix: /chash }, not %s",
+                    node_kind(node));
+    e->lease_ttl_ms = 10000;
+    e->timeout_ms = 2000;
+    if (parse_map(ld, node, etcd_keys, ARRAY_SIZE(etcd_keys), e, "etcd",
+                  lines) != 0)
+        return -1;
+    if (e->nendpoints == 0)
+        return fail(ld, node,
+                    "'etcd' needs 'endpoints' (a list like "
+                    "[http://127.0.0.1:2379])");
+    if (e->prefix == NULL && (e->prefix = strdup("/chash")) == NULL)
+        return fail(ld, node, "out of memory");
+    n = strlen(e->prefix);
+    while (n > 1 && e->prefix[n - 1] == '/')
+        e->prefix[--n] = '\0';
+    if (e->prefix[0] != '/' || n < 2 || n > 200 ||
+        strcspn(e->prefix, " \t\r\n") != n)
+        return fail_at(ld, lines[1] ? lines[1] : node_line(node),
+                       "etcd 'prefix' must be a path like /chash, not '%s'",
+                       e->prefix);
+    if (e->instance == NULL) {
+        if (gethostname(host, sizeof(host)) != 0)
+            snprintf(host, sizeof(host), "chashd");
+        host[sizeof(host) - 1] = '\0';
+        host[strcspn(host, "./")] = '\0';
+        if ((e->instance = strdup(host)) == NULL)
+            return fail(ld, node, "out of memory");
+    }
+    if (!etcd_name_ok(e->instance))
+        return fail_at(ld, lines[2] ? lines[2] : node_line(node),
+                       "etcd 'instance' '%s' must be 1 to 63 letters, digits, "
+                       "'.', '_', ':' or '-'",
+                       e->instance);
+    if ((e->username == NULL) != (e->password == NULL))
+        return fail(ld, node,
+                    "etcd 'username' and 'password' go together");
+    if ((e->cert_file == NULL) != (e->key_file == NULL))
+        return fail(ld, node,
+                    "etcd 'cert_file' and 'key_file' go together");
+    e->enabled = true;
+    return 0;
+}
+
 #define GLOBAL(f) offsetof(struct conf, f)
 
 enum global_key {
@@ -2084,6 +2236,7 @@ enum global_key {
     GK_LOG_LEVEL,
     GK_PID_FILE,
     GK_STATE_FILE,
+    GK_ETCD,
     GK_COUNT
 };
 
@@ -2099,6 +2252,7 @@ static const struct conf_key global_keys[] = {
                      false},
     [GK_STATE_FILE] = {"state_file", set_string, GLOBAL(state_file), 0, 0, NULL,
                        0, false},
+    [GK_ETCD] = {"etcd", set_etcd, GLOBAL(etcd), 0, 0, NULL, 0, false},
 };
 _Static_assert(ARRAY_SIZE(global_keys) == GK_COUNT, "one entry per key");
 
@@ -2155,6 +2309,21 @@ parse_map(struct load *ld, yaml_node_t *node, const struct conf_key *table,
 
 /* ------------------------------------------------------------------ */
 /* Pools                                                              */
+
+static void
+conf_etcd_deinit(struct conf_etcd *e)
+{
+    for (size_t i = 0; i < e->nendpoints; i++)
+        free(e->endpoints[i]);
+    free(e->prefix);
+    free(e->instance);
+    free(e->username);
+    free(e->password);
+    free(e->ca_file);
+    free(e->cert_file);
+    free(e->key_file);
+    memset(e, 0, sizeof(*e));
+}
 
 void
 conf_pool_deinit(struct conf_pool *pool)
@@ -2822,6 +2991,7 @@ conf_destroy(struct conf *conf)
     free(conf->admin_token);
     free(conf->pid_file);
     free(conf->state_file);
+    conf_etcd_deinit(&conf->etcd);
     free(conf);
 }
 
@@ -2941,6 +3111,34 @@ load_document(struct load *ld, struct conf *conf)
         return fail(ld, root,
                     "no pools: add at least one pool besides "
                     "'global'");
+    for (size_t i = 0; i < conf->npools; i++) {
+        const struct conf_pool *cp = &conf->pools[i];
+        if (cp->members_from != CONF_MEMBERS_ETCD)
+            continue;
+        if (!conf->etcd.enabled)
+            return fail_at(ld, cp->line,
+                           "pool '%s': 'members_from: etcd' needs a "
+                           "global.etcd block (endpoints, prefix, instance)",
+                           cp->name);
+        if (!etcd_name_ok(cp->name))
+            return fail_at(ld, cp->line,
+                           "pool '%s': 'members_from: etcd' takes pool names "
+                           "of letters, digits, '.', '_', ':' or '-'",
+                           cp->name);
+        for (size_t k = 0; k < cp->nservers; k++)
+            if (!etcd_name_ok(cp->servers[k].name))
+                return fail_at(ld, cp->line,
+                               "pool '%s': member name '%s' cannot be an "
+                               "etcd key part: use 1 to 63 letters, digits, "
+                               "'.', '_', ':' or '-'",
+                               cp->name, cp->servers[k].name);
+        if (cp->migration == CONF_MIGRATION_COPY)
+            return fail_at(ld, cp->line,
+                           "pool '%s': 'migration: copy' with 'members_from: "
+                           "etcd' is not supported yet (the copier lock in "
+                           "etcd is not built); use migration: off or warmup",
+                           cp->name);
+    }
     if (glines[GK_ADMIN] == 0) {
         char msg[256];
         if (conf_parse_addr("127.0.0.1:8404", &conf->admin, msg, sizeof(msg)) !=

@@ -66,6 +66,8 @@ struct conf_key_source {
 enum conf_send_proxy { CONF_PROXY_OFF, CONF_PROXY_V1, CONF_PROXY_V2 };
 /* `access_log_format`. */
 enum conf_log_format { CONF_LOG_FORMAT_TEXT, CONF_LOG_FORMAT_JSON };
+/* Where a pool's members come from (`members_from`). */
+enum conf_members_from { CONF_MEMBERS_CONFIG, CONF_MEMBERS_ETCD };
 /* Headers an http pool adds to each request (`forward_headers`, bits). */
 enum conf_forward {
     CONF_FWD_X_FORWARDED_FOR = 1u << 0,
@@ -147,6 +149,7 @@ struct conf_pool {
     uint32_t nhash_chain;                                   /* >= 1 */
     bool accept_proxy;     /* the listener takes a PROXY v1/v2 header */
     int send_proxy;        /* enum conf_send_proxy */
+    int members_from;      /* enum conf_members_from */
     char *access_log;      /* NULL: off; "syslog"; else a file path */
     int access_log_format; /* enum conf_log_format */
     /* http */
@@ -213,6 +216,20 @@ struct conf_pool {
     size_t nservers;
 };
 
+/* `global.etcd` (doc/etcd.md). */
+#define CONF_ETCD_ENDPOINTS_MAX 8
+struct conf_etcd {
+    bool enabled; /* the block was given */
+    char *endpoints[CONF_ETCD_ENDPOINTS_MAX]; /* "http://host:port" */
+    size_t nendpoints;
+    char *prefix;          /* default "/chash"; never ends with '/' */
+    char *instance;        /* default: the host name */
+    uint32_t lease_ttl_ms; /* default 10 s */
+    uint32_t timeout_ms;   /* one request; default 2 s */
+    char *username, *password;
+    char *ca_file, *cert_file, *key_file;
+};
+
 struct conf {
     char *file;             /* the path, or the name given to
                                conf_load_string() */
@@ -223,6 +240,7 @@ struct conf {
     int log_level;          /* enum conf_log_level; default CONF_LOG_INFO */
     char *pid_file;
     char *state_file;
+    struct conf_etcd etcd;
     struct conf_pool *pools;
     size_t npools;
     char **warnings; /* "file:line: warning: ...", in line order: what

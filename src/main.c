@@ -24,6 +24,7 @@
 #include "clock.h"
 #include "conf.h"
 #include "control.h"
+#include "etcd.h"
 #include "health.h"
 #include "log.h"
 #include "membership.h"
@@ -323,12 +324,15 @@ reload_apply(struct conf *nc, char *err)
     if (nc == NULL || check_supported(nc, err, ERRLEN) < 0 ||
         check_access_logs(nc, err, ERRLEN) < 0 ||
         admin_reload_check(nc, err, ERRLEN) < 0 ||
+        etcd_reload_check(nc, err, ERRLEN) < 0 ||
         membership_state_apply(nc, err, ERRLEN) < 0) {
         log_error("reload refused, the running config stays: %s", err);
         metrics_note_reload(false);
         conf_destroy(nc);
         return -1;
     }
+    /* etcd pools keep the members etcd gave, not the config's seeds */
+    etcd_conf_apply(nc);
     /* migration: copy pools whose keys move: checked before anything
      * changes (a joining member must be empty; one migration at a time) */
     plans = calloc(nc->npools ? nc->npools : 1, sizeof(*plans));
@@ -1072,6 +1076,12 @@ main(int argc, char **argv)
     for (size_t i = 0; i < pool_count(); i++)
         if (pool_on_published(pool_at(i), listen_when_published, NULL) < 0)
             pool_listen_start(pool_at(i), pool_at(i)->lfds);
+    /* Pools with `members_from: etcd` list, watch and publish from here
+     * on; until etcd answers they serve the config's servers. */
+    if (etcd_start(conf, err, sizeof(err)) < 0) {
+        log_error("cannot start: %s", err);
+        goto out;
+    }
     /* The admin API registers its own watch and tick with the loop. */
     if (admin_start(conf, err, sizeof(err)) < 0) {
         log_error("cannot start: %s", err);
@@ -1097,6 +1107,7 @@ main(int argc, char **argv)
 out:
     /* Copiers first: where they are is saved for the next start. */
     migration_deinit();
+    etcd_stop();
     replica_deinit();
     /* Jobs first: a membership change waiting for one answers its
      * suspended admin connection before the admin server stops. */

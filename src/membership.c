@@ -22,6 +22,7 @@
 #include "log.h"
 #include "migration.h"
 #include "pool.h"
+#include "etcd.h"
 #include "report.h"
 #include "state.h"
 #include "text.h"
@@ -29,7 +30,7 @@
 #define CHANGES_KEPT 50 /* entries of the change log kept in memory */
 
 static const char *const source_names[MEMBERSHIP_SOURCE_COUNT] = {
-    "admin", "reload", "health"};
+    "admin", "reload", "health", "etcd"};
 
 /* One entry of the change log: GET /api/changes, the dashboard, metrics. */
 struct change {
@@ -411,15 +412,43 @@ membership_init(void)
 
 /* ---- the state file ------------------------------------------------------ */
 
+/* The model of pool <p> now, in <sm> (names owned, ramps at 1). 0 or
+ * -1. */
+static int
+saved_one(struct pool *p, struct saved_model *sm)
+{
+    struct model md;
+
+    memset(sm, 0, sizeof(*sm));
+    if (model_build(p, NULL, &md) != 0) {
+        free(md.m);
+        return -1;
+    }
+    sm->pool = strdup(p->name);
+    sm->cfg = p->cfg.ring;
+    sm->m = md.m;
+    sm->n = md.n;
+    for (size_t k = 0; k < md.n; k++) {
+        md.m[k].name = strdup(md.m[k].name);
+        md.m[k].ramp = 1.0;
+    }
+    return 0;
+}
+
+static void
+saved_one_free(struct saved_model *sm)
+{
+    for (size_t k = 0; k < sm->n; k++)
+        free((char *)sm->m[k].name);
+    free(sm->m);
+    free(sm->pool);
+}
+
 static void
 saved_free(void)
 {
-    for (size_t i = 0; i < nsaved; i++) {
-        for (size_t k = 0; k < saved[i].n; k++)
-            free((char *)saved[i].m[k].name);
-        free(saved[i].m);
-        free(saved[i].pool);
-    }
+    for (size_t i = 0; i < nsaved; i++)
+        saved_one_free(&saved[i]);
     free(saved);
     saved = NULL;
     nsaved = 0;
@@ -435,23 +464,11 @@ saved_take(void)
     if (saved == NULL)
         return; /* the reload is simply not logged as a change */
     for (size_t i = 0; i < pool_count(); i++) {
-        struct pool *p = pool_at(i);
-        struct saved_model *sm = &saved[nsaved];
-        struct model md;
-
-        if (model_build(p, NULL, &md) != 0) {
-            free(md.m);
+        if (saved_one(pool_at(i), &saved[nsaved]) != 0) {
+            saved_one_free(&saved[nsaved]);
             continue;
         }
-        sm->pool = strdup(p->name);
-        sm->cfg = p->cfg.ring;
-        sm->m = md.m;
-        sm->n = md.n;
         nsaved++;
-        for (size_t k = 0; k < md.n; k++) {
-            md.m[k].name = strdup(md.m[k].name);
-            md.m[k].ramp = 1.0;
-        }
     }
 }
 
@@ -648,6 +665,8 @@ struct reload_report {
     char pool[128];
     char detail[128]; /* "+web-4 -web-2 ~web-1" */
     char what[128];   /* "reloaded: 3 members (+1 -1, 0 reweighted)" */
+    char op[16];      /* "reload", "etcd" */
+    int source;       /* enum membership_source */
 };
 
 static void
@@ -667,9 +686,68 @@ reload_reported(struct report_job *rj)
     else
         log_info("pool %s: %s; moved: not comparable (%s)", rr->pool, rr->what,
                  rj->err[0] ? rj->err : "the algorithm or hash changed");
-    change_log(rr->pool, "*", "reload", MEMBERSHIP_RELOAD, rr->detail,
-               rj->report);
+    change_log(rr->pool, "*", rr->op, rr->source, rr->detail, rj->report);
     report_job_free(rj);
+}
+
+/*
+ * Report what changed in pool <p>'s ring membership since the model <sm>
+ * was saved: logged ("<verb>: 3 members (+1 -1, 0 reweighted)") and
+ * entered in the change log as <op> by <source>, with the exact report
+ * computed on the builder thread. Nothing when nothing changed.
+ */
+static void
+model_compare(struct pool *p, const struct saved_model *sm, const char *op,
+              int source, const char *verb)
+{
+    struct reload_report *rr;
+    char detail[128] = "";
+    struct model md;
+    size_t len = 0, added = 0, removed = 0, reweighted = 0;
+
+    if (model_build(p, NULL, &md) != 0) {
+        free(md.m);
+        return;
+    }
+    /* "+added -removed ~reweighted", as far as it fits */
+    for (size_t k = 0; k < md.n; k++) {
+        const struct chash_member *o = model_find(sm->m, sm->n, md.m[k].name);
+        if (o == NULL || o->weight != md.m[k].weight)
+            append(detail, sizeof(detail), &len, "%s%c%s", len ? " " : "",
+                   o == NULL ? '+' : '~', md.m[k].name);
+        added += o == NULL;
+        reweighted += o != NULL && o->weight != md.m[k].weight;
+        md.m[k].ramp = 1.0;
+    }
+    for (size_t k = 0; k < sm->n; k++)
+        if (model_find(md.m, md.n, sm->m[k].name) == NULL) {
+            append(detail, sizeof(detail), &len, "%s-%s", len ? " " : "",
+                   sm->m[k].name);
+            removed++;
+        }
+    rr = detail[0] != '\0' ? calloc(1, sizeof(*rr)) : NULL;
+    if (rr == NULL) {
+        free(md.m);
+        return;
+    }
+    snprintf(rr->pool, sizeof(rr->pool), "%s", p->name);
+    snprintf(rr->detail, sizeof(rr->detail), "%s", detail);
+    snprintf(rr->op, sizeof(rr->op), "%s", op);
+    rr->source = source;
+    snprintf(rr->what, sizeof(rr->what),
+             "%s: %zu members (+%zu -%zu, %zu reweighted)", verb, md.n, added,
+             removed, reweighted);
+    rr->rj.then = reload_reported;
+    if (report_job_init(&rr->rj, &p->cfg.ring, sm->m, sm->n, md.m, md.n,
+                        NULL) != 0 ||
+        !pool_comparable(p) ||
+        memcmp(&sm->cfg, &p->cfg.ring, sizeof(sm->cfg)) != 0) {
+        /* No report: log the change without figures, now. */
+        reload_reported(&rr->rj);
+    } else {
+        builder_submit(&rr->rj.job);
+    }
+    free(md.m);
 }
 
 /* Report each pool whose ring membership the reload changed, from the
@@ -678,55 +756,41 @@ static void
 saved_compare(void)
 {
     for (size_t i = 0; i < nsaved; i++) {
-        struct saved_model *sm = &saved[i];
-        struct pool *p = pool_find(sm->pool ? sm->pool : "");
-        struct reload_report *rr;
-        char detail[128] = "";
-        struct model md;
-        size_t len = 0, added = 0, removed = 0, reweighted = 0;
+        struct pool *p = pool_find(saved[i].pool ? saved[i].pool : "");
 
-        if (p == NULL || model_build(p, NULL, &md) != 0)
-            continue;
-        /* "+added -removed ~reweighted", as far as it fits */
-        for (size_t k = 0; k < md.n; k++) {
-            const struct chash_member *o =
-                model_find(sm->m, sm->n, md.m[k].name);
-            if (o == NULL || o->weight != md.m[k].weight)
-                append(detail, sizeof(detail), &len, "%s%c%s", len ? " " : "",
-                       o == NULL ? '+' : '~', md.m[k].name);
-            added += o == NULL;
-            reweighted += o != NULL && o->weight != md.m[k].weight;
-            md.m[k].ramp = 1.0;
-        }
-        for (size_t k = 0; k < sm->n; k++)
-            if (model_find(md.m, md.n, sm->m[k].name) == NULL) {
-                append(detail, sizeof(detail), &len, "%s-%s", len ? " " : "",
-                       sm->m[k].name);
-                removed++;
-            }
-        rr = detail[0] != '\0' ? calloc(1, sizeof(*rr)) : NULL;
-        if (rr == NULL) {
-            free(md.m);
-            continue;
-        }
-        snprintf(rr->pool, sizeof(rr->pool), "%s", p->name);
-        snprintf(rr->detail, sizeof(rr->detail), "%s", detail);
-        snprintf(rr->what, sizeof(rr->what),
-                 "reloaded: %zu members (+%zu -%zu, %zu reweighted)", md.n,
-                 added, removed, reweighted);
-        rr->rj.then = reload_reported;
-        if (report_job_init(&rr->rj, &p->cfg.ring, sm->m, sm->n, md.m, md.n,
-                            NULL) != 0 ||
-            !pool_comparable(p) ||
-            memcmp(&sm->cfg, &p->cfg.ring, sizeof(sm->cfg)) != 0) {
-            /* No report: log the reload without figures, now. */
-            reload_reported(&rr->rj);
-        } else {
-            builder_submit(&rr->rj.job);
-        }
-        free(md.m);
+        if (p != NULL)
+            model_compare(p, &saved[i], "reload", MEMBERSHIP_RELOAD,
+                          "reloaded");
     }
     saved_free();
+}
+
+struct membership_model {
+    struct saved_model sm;
+};
+
+struct membership_model *
+membership_model_take(struct pool *p)
+{
+    struct membership_model *mm = calloc(1, sizeof(*mm));
+
+    if (mm != NULL && saved_one(p, &mm->sm) != 0) {
+        saved_one_free(&mm->sm);
+        free(mm);
+        mm = NULL;
+    }
+    return mm;
+}
+
+void
+membership_model_report(struct pool *p, struct membership_model *mm,
+                        const char *verb)
+{
+    if (mm == NULL)
+        return;
+    model_compare(p, &mm->sm, "etcd", MEMBERSHIP_ETCD, verb);
+    saved_one_free(&mm->sm);
+    free(mm);
 }
 
 /* A copy of <st>'s delta (not its bases), or NULL. */
@@ -891,6 +955,8 @@ membership_state_settle(void (*then)(void *arg), void *arg)
     for (size_t i = 0; state != NULL && i < pool_count(); i++) {
         struct pool *p = pool_at(i);
 
+        if (p->cfg.members_from == CONF_MEMBERS_ETCD)
+            continue; /* the admin states are etcd's */
         for (size_t k = 0; k < p->nservers; k++) {
             struct server *s = p->servers[k];
             int want = state_admin(state, p->name, s->name);
@@ -961,8 +1027,8 @@ state_persist(struct pool *p, char *warn, size_t warnlen)
     size_t n = 0;
     int rc = 0;
 
-    if (state == NULL)
-        return 0;
+    if (state == NULL || p->cfg.members_from == CONF_MEMBERS_ETCD)
+        return 0; /* etcd holds its runtime state */
     sm = calloc(p->nservers ? p->nservers : 1, sizeof(*sm));
     if (sm == NULL) {
         snprintf(err, sizeof(err), "out of memory");
@@ -1263,6 +1329,61 @@ pending_apply(struct pending *pc)
     return 0;
 }
 
+/* etcd answered the write of a change (and, when it took, this instance
+ * has applied it): answer the caller. */
+static void
+etcd_written(int status, uint64_t rev, const char *msg, void *arg)
+{
+    struct pending *pc = arg;
+
+    if (status != 0) {
+        json_decref(pc->res.report);
+        pc->res.report = NULL;
+        refuse(&pc->res,
+               status == 404   ? MEMBERSHIP_ENOENT
+               : status == 409 ? MEMBERSHIP_ECONFLICT
+                               : MEMBERSHIP_EUNAVAIL,
+               "pool %s: %s", pc->p->name, msg);
+    } else {
+        report_flags(pc->res.report, false, true);
+        json_object_set_new(pc->res.report, "etcd_revision",
+                            json_integer((json_int_t)rev));
+    }
+    pending_finish(pc);
+}
+
+/* Write <pc>'s checked change to etcd instead of applying it here. */
+static void
+etcd_submit(struct pending *pc)
+{
+    const char *admin = NULL;
+    struct server *s = pool_server_find(pc->p, pc->name);
+
+    switch (pc->rq.op) {
+    case MEMBERSHIP_ADD:
+        etcd_member_write(pc->p, 'a', pc->name, pc->cs.addr.text,
+                          pc->cs.weight, NULL, etcd_written, pc);
+        return;
+    case MEMBERSHIP_REMOVE:
+        etcd_member_write(pc->p, 'r', pc->name, NULL, 0, NULL, etcd_written,
+                          pc);
+        return;
+    case MEMBERSHIP_UPDATE:
+        if (s != NULL && pc->admin != s->admin)
+            admin = state_admin_name(pc->admin);
+        etcd_member_write(pc->p, 'u', pc->name, NULL,
+                          s != NULL && pc->weight != s->weight ? pc->weight
+                                                                : 0,
+                          admin, etcd_written, pc);
+        return;
+    default:
+        etcd_written(409, 0,
+                     "etcd holds this pool's members: there is no runtime "
+                     "override to reset",
+                     pc);
+    }
+}
+
 /* The report is computed (builder thread): check the world did not change
  * meanwhile, apply, answer once published. */
 static void
@@ -1322,6 +1443,11 @@ pending_reported(struct report_job *rj)
             json_object_set_new(pc->res.report, "note",
                                 json_string("nothing to change"));
         pending_finish(pc);
+        return;
+    }
+    if (etcd_pool(p)) {
+        /* the change goes to etcd; every instance applies it from there */
+        etcd_submit(pc);
         return;
     }
     if (pending_apply(pc) != 0) {

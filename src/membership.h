@@ -43,6 +43,7 @@ enum membership_source {
     MEMBERSHIP_ADMIN,  /* the admin API */
     MEMBERSHIP_RELOAD, /* SIGHUP */
     MEMBERSHIP_HEALTH, /* checks, ejection, ramps */
+    MEMBERSHIP_ETCD,   /* records in etcd (etcd.c) */
     MEMBERSHIP_SOURCE_COUNT
 };
 
@@ -66,7 +67,8 @@ enum membership_error {
     MEMBERSHIP_EINVAL,    /* a bad argument */
     MEMBERSHIP_ENOENT,    /* no such member (or nothing to reset) */
     MEMBERSHIP_ECONFLICT, /* name or address taken, last member, no ring */
-    MEMBERSHIP_ENOMEM
+    MEMBERSHIP_ENOMEM,
+    MEMBERSHIP_EUNAVAIL /* etcd cannot be reached (503) */
 };
 
 struct membership_result {
@@ -78,6 +80,14 @@ struct membership_result {
                           is live but the state file could not be written,
                           "note" when there was nothing to change */
 };
+
+/* etcd.c: the ring model of <p> before it applies etcd's records, and
+ * the report of what they changed once applied (logged, in the change log
+ * by source "etcd"; nothing when nothing changed). _report frees <mm>. */
+struct membership_model;
+struct membership_model *membership_model_take(struct pool *p);
+void membership_model_report(struct pool *p, struct membership_model *mm,
+                             const char *verb);
 
 /* Register with the control loop (the ramp tick). 0 or -1. */
 int membership_init(void);

@@ -13,6 +13,7 @@
 
 #include "chash/chash.h"
 #include "membership.h"
+#include "etcd.h"
 #include "migration.h"
 #include "pool.h"
 #include "replica.h"
@@ -595,6 +596,7 @@ metrics_render(size_t *len)
     pool_requests_family(f);
     migration_metrics(f);
     replica_metrics(f);
+    etcd_metrics(f);
 
     if (fclose(f) != 0) {
         free(buf);

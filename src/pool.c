@@ -1188,6 +1188,19 @@ pool_member_add(struct pool *p, const struct conf_server *cs)
     return 0;
 }
 
+void
+pool_member_ramp_age(struct pool *p, const char *name, uint64_t age_ms)
+{
+    struct server *s = pool_server_find(p, name);
+    uint64_t now = clock_ms();
+
+    if (s == NULL || !s->ramping || age_ms == 0)
+        return;
+    s->ramp_start_ms -= age_ms < s->ramp_start_ms ? age_ms : s->ramp_start_ms;
+    (void)now;
+    p->next_ramp_ms = now;
+}
+
 int
 pool_member_remove(struct pool *p, const char *name)
 {

@@ -333,6 +333,9 @@ int pool_rebuild(struct pool *p, struct pool_change *chg);
  * move onto the member, gradually. A lowered weight applies at once.
  */
 int pool_member_add(struct pool *p, const struct conf_server *cs);
+/* <name>'s ramp (if it ramps) began <age_ms> ago, not now: an etcd
+ * change's time stamp, so that every instance ramps alike. */
+void pool_member_ramp_age(struct pool *p, const char *name, uint64_t age_ms);
 int pool_member_remove(struct pool *p, const char *name);
 int pool_member_set_weight(struct pool *p, const char *name, uint32_t weight);
 /* <admin>: enum state_admin (up, drain, maint). */

@@ -859,7 +859,10 @@ state_apply(struct state *st, struct conf *conf, char *warn, size_t warnlen)
 
     for (size_t i = 0; i < conf->npools; i++) {
         struct conf_pool *cp = &conf->pools[i];
-        struct state_pool *p = pool_get(st, cp->name);
+        struct state_pool *p;
+        if (cp->members_from == CONF_MEMBERS_ETCD)
+            continue; /* etcd holds its runtime state (doc/etcd.md) */
+        p = pool_get(st, cp->name);
         struct state_member *rm;
         int *admins = NULL;
         char why[256];

@@ -1,0 +1,2176 @@
+/* etcd.c -- pools whose members come from etcd: see etcd.h and
+ * doc/etcd.md. Facts about etcd 3.4's JSON gateway that this file relies
+ * on (base64 keys and values, int64 as strings, omitted zero fields, the
+ * watch stream's framing, the resume rule, compaction and wipe detection)
+ * are in doc/etcd.md's "Talking to etcd".
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+#include "etcd.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "clock.h"
+#include "conf.h"
+#include "control.h"
+#include "log.h"
+#include "membership.h"
+#include "pool.h"
+#include "state.h"
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 2000
+#define PUBLISH_GAP_MS 20 /* instance records: at most one put per gap */
+#define IGNORED_KEPT 64   /* malformed records listed in /api/cluster */
+#define TXN_OPS_MAX 128   /* etcd's --max-txn-ops default */
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static uint64_t
+wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static const char b64chars[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* Standard padded base64 of <n> bytes; NULL when out of memory. */
+static char *
+b64_encode(const void *data, size_t n)
+{
+    const unsigned char *s = data;
+    char *out = malloc(4 * ((n + 2) / 3) + 1), *o = out;
+
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)s[i] << 16;
+        if (i + 1 < n)
+            v |= (uint32_t)s[i + 1] << 8;
+        if (i + 2 < n)
+            v |= s[i + 2];
+        *o++ = b64chars[v >> 18 & 63];
+        *o++ = b64chars[v >> 12 & 63];
+        *o++ = i + 1 < n ? b64chars[v >> 6 & 63] : '=';
+        *o++ = i + 2 < n ? b64chars[v & 63] : '=';
+    }
+    *o = '\0';
+    return out;
+}
+
+static int
+b64_value(char c)
+{
+    const char *p = c ? strchr(b64chars, c) : NULL;
+
+    return p ? (int)(p - b64chars) : -1;
+}
+
+/* Decode <s> into a new NUL-terminated buffer (<n> bytes without it);
+ * NULL when <s> is not base64. */
+static char *
+b64_decode(const char *s, size_t *n)
+{
+    size_t len = strlen(s), k = 0;
+    char *out;
+
+    if (len % 4 != 0)
+        return NULL;
+    out = malloc(len / 4 * 3 + 1);
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < len; i += 4) {
+        int a = b64_value(s[i]), b = b64_value(s[i + 1]);
+        int c = s[i + 2] == '=' ? 0 : b64_value(s[i + 2]);
+        int d = s[i + 3] == '=' ? 0 : b64_value(s[i + 3]);
+        bool last = i + 4 == len;
+
+        if (a < 0 || b < 0 || c < 0 || d < 0 ||
+            ((s[i + 2] == '=' || s[i + 3] == '=') && !last) ||
+            (s[i + 2] == '=' && s[i + 3] != '=')) {
+            free(out);
+            return NULL;
+        }
+        out[k++] = (char)(a << 2 | b >> 4);
+        if (s[i + 2] != '=')
+            out[k++] = (char)((b & 15) << 4 | c >> 2);
+        if (s[i + 3] != '=')
+            out[k++] = (char)((c & 3) << 6 | d);
+    }
+    out[k] = '\0';
+    *n = k;
+    return out;
+}
+
+/* An int64 of etcd's JSON: a string (always, from the gateway) or a
+ * number; 0 when absent. */
+static int64_t
+jint(const json_t *j)
+{
+    if (json_is_integer(j))
+        return (int64_t)json_integer_value(j);
+    if (json_is_string(j))
+        return strtoll(json_string_value(j), NULL, 10);
+    return 0;
+}
+
+static json_t *
+jpath(const json_t *j, const char *a, const char *b)
+{
+    j = json_object_get(j, a);
+    return b != NULL ? json_object_get(j, b) : (json_t *)j;
+}
+
+/* A base64 string of <s> as a JSON string (steals nothing). */
+static json_t *
+jb64(const char *s)
+{
+    char *e = b64_encode(s, strlen(s));
+    json_t *j = e ? json_string(e) : NULL;
+
+    free(e);
+    return j;
+}
+
+/* <s> with its last byte raised by one: the range end of prefix <s>. */
+static json_t *
+jb64_end(const char *s)
+{
+    size_t n = strlen(s);
+    char *t = strdup(s);
+    json_t *j;
+
+    if (t == NULL || n == 0) {
+        free(t);
+        return NULL;
+    }
+    t[n - 1] = (char)(t[n - 1] + 1); /* prefixes end in '/': no overflow */
+    j = jb64(t);
+    free(t);
+    return j;
+}
+
+/* ---- the settings the threads use (immutable while they run) ------------ */
+
+struct epool_seed {
+    char *pool;
+    json_t *members; /* {name: value text} the config's servers */
+};
+
+static struct {
+    char **endpoints;
+    size_t nendpoints;
+    char *prefix; /* "/chash" */
+    char *instance;
+    uint32_t lease_ttl_ms, timeout_ms;
+    char *username, *password, *ca_file, *cert_file, *key_file;
+} cfg;
+
+/* ---- messages to the control thread -------------------------------------- */
+
+enum emsg_type {
+    EMSG_POOLS,     /* records of pools (a list, or events) */
+    EMSG_INSTANCES, /* the instance records */
+    EMSG_STATUS,    /* link up/down, counters */
+    EMSG_WRITTEN    /* an admin write's result */
+};
+
+struct emsg {
+    struct emsg *next;
+    int type;
+    uint64_t rev;  /* POOLS: the revision applied with it */
+    bool list;     /* POOLS: a full list (every etcd pool in it) */
+    json_t *data;  /* POOLS: {pool: {member: [mod_rev, value]}};
+                      INSTANCES: {id: value object} */
+    /* STATUS */
+    bool up;
+    char state[32];
+    char error[256];
+    /* WRITTEN */
+    struct ewrite *w;
+};
+
+/* An admin write, from the control thread to the session. */
+struct ewrite {
+    struct ewrite *next;
+    json_t *txn; /* the /v3/kv/txn body */
+    char pool[128];
+    etcd_done_fn *done;
+    void *arg;
+    /* the answer */
+    int status;
+    uint64_t rev;
+    char msg[320];
+};
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    struct emsg *head, **tail;
+    int efd;
+    struct control_watch watch;
+    /* session work */
+    struct ewrite *writes, **wtail;
+    char *publish; /* the instance record to put (owned), NULL: none */
+    /* seeds (the watcher reads them under mu) */
+    struct epool_seed *seeds;
+    size_t nseeds;
+    bool relist; /* the pools changed (reload): list again */
+    atomic_bool stop;
+    atomic_bool kick; /* session -> watcher: the link is dead, reconnect */
+    pthread_t watcher, session;
+    bool running;
+} E = {.mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+       .efd = -1};
+
+static void
+post(struct emsg *m)
+{
+    uint64_t one = 1;
+
+    pthread_mutex_lock(&E.mu);
+    m->next = NULL;
+    *E.tail = m;
+    E.tail = &m->next;
+    pthread_mutex_unlock(&E.mu);
+    if (write(E.efd, &one, sizeof(one)) < 0) {
+        /* the counter is already non-zero: the loop will drain */
+    }
+}
+
+static void
+post_status(bool up, const char *state, const char *fmt, ...)
+{
+    struct emsg *m = calloc(1, sizeof(*m));
+    va_list ap;
+
+    if (m == NULL)
+        return;
+    m->type = EMSG_STATUS;
+    m->up = up;
+    snprintf(m->state, sizeof(m->state), "%s", state);
+    if (fmt != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(m->error, sizeof(m->error), fmt, ap);
+        va_end(ap);
+    }
+    post(m);
+}
+
+/* ---- HTTP to etcd (libcurl, blocking, on the etcd threads) --------------- */
+
+struct ehttp {
+    CURL *h;
+    size_t ep;       /* the endpoint in use */
+    char token[512]; /* etcd auth token, "" without auth */
+    /* the body of the answer */
+    char *buf;
+    size_t len, cap;
+    /* watch streaming: called per complete line; nonzero stops */
+    int (*line)(struct ehttp *eh, const char *s, size_t n, void *arg);
+    void *arg;
+    size_t done; /* bytes of buf handed to line() */
+    bool watch;
+};
+
+static size_t
+ehttp_write(char *data, size_t size, size_t nmemb, void *userp)
+{
+    struct ehttp *eh = userp;
+    size_t n = size * nmemb;
+
+    if (eh->len + n + 1 > eh->cap) {
+        size_t cap = eh->cap ? eh->cap : 4096;
+        char *b;
+        while (cap < eh->len + n + 1)
+            cap *= 2;
+        if (cap > (size_t)256 << 20)
+            return 0; /* no etcd answer of ours is that large */
+        b = realloc(eh->buf, cap);
+        if (b == NULL)
+            return 0;
+        eh->buf = b;
+        eh->cap = cap;
+    }
+    memcpy(eh->buf + eh->len, data, n);
+    eh->len += n;
+    eh->buf[eh->len] = '\0';
+    if (eh->line != NULL) {
+        /* one JSON object per '\n'; callbacks are not message aligned */
+        char *nl;
+        while ((nl = memchr(eh->buf + eh->done, '\n', eh->len - eh->done))) {
+            size_t at = eh->done;
+            eh->done = (size_t)(nl - eh->buf) + 1;
+            if (eh->line(eh, eh->buf + at, (size_t)(nl - eh->buf) - at,
+                         eh->arg) != 0)
+                return 0;
+        }
+        if (eh->done == eh->len) {
+            eh->len = eh->done = 0;
+        } else if (eh->done > 65536) {
+            memmove(eh->buf, eh->buf + eh->done, eh->len - eh->done);
+            eh->len -= eh->done;
+            eh->done = 0;
+        }
+    }
+    return n;
+}
+
+static int
+ehttp_progress(void *p, curl_off_t dt, curl_off_t dn, curl_off_t ut,
+               curl_off_t un)
+{
+    struct ehttp *eh = p;
+
+    (void)dt, (void)dn, (void)ut, (void)un;
+    if (atomic_load(&E.stop))
+        return 1;
+    if (eh->watch && atomic_load(&E.kick))
+        return 1;
+    return 0;
+}
+
+static int
+ehttp_init(struct ehttp *eh)
+{
+    memset(eh, 0, sizeof(*eh));
+    eh->h = curl_easy_init();
+    return eh->h != NULL ? 0 : -1;
+}
+
+static void
+ehttp_deinit(struct ehttp *eh)
+{
+    if (eh->h != NULL)
+        curl_easy_cleanup(eh->h);
+    free(eh->buf);
+    memset(eh, 0, sizeof(*eh));
+}
+
+static int ehttp_post(struct ehttp *eh, const char *path, json_t *body,
+                      json_t **out, long *status, char *err, size_t errlen);
+
+/* etcd auth: a token from /v3/auth/authenticate. 0 or -1. */
+static int
+ehttp_auth(struct ehttp *eh, char *err, size_t errlen)
+{
+    json_t *rq, *out = NULL;
+    long st = 0;
+    int rc;
+
+    eh->token[0] = '\0';
+    rq = json_pack("{s:s,s:s}", "name", cfg.username, "password", cfg.password);
+    if (rq == NULL)
+        return -1;
+    rc = ehttp_post(eh, "/v3/auth/authenticate", rq, &out, &st, err, errlen);
+    json_decref(rq);
+    if (rc == 0 && !json_is_string(json_object_get(out, "token"))) {
+        snprintf(err, errlen, "etcd authentication gave no token");
+        rc = -1;
+    }
+    if (rc == 0)
+        snprintf(eh->token, sizeof(eh->token), "%s",
+                 json_string_value(json_object_get(out, "token")));
+    json_decref(out);
+    return rc;
+}
+
+/* Set up <eh>'s handle for a POST of <body> to <path> on the current
+ * endpoint. */
+static struct curl_slist *
+ehttp_setup(struct ehttp *eh, const char *path, const char *body, char *url,
+            size_t urllen)
+{
+    struct curl_slist *hdr = NULL;
+    char auth[600];
+
+    snprintf(url, urllen, "%s%s", cfg.endpoints[eh->ep], path);
+    curl_easy_reset(eh->h);
+    curl_easy_setopt(eh->h, CURLOPT_URL, url);
+    curl_easy_setopt(eh->h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(eh->h, CURLOPT_WRITEFUNCTION, ehttp_write);
+    curl_easy_setopt(eh->h, CURLOPT_WRITEDATA, eh);
+    curl_easy_setopt(eh->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(eh->h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(eh->h, CURLOPT_XFERINFOFUNCTION, ehttp_progress);
+    curl_easy_setopt(eh->h, CURLOPT_XFERINFODATA, eh);
+    curl_easy_setopt(eh->h, CURLOPT_CONNECTTIMEOUT_MS, (long)cfg.timeout_ms);
+    curl_easy_setopt(eh->h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(eh->h, CURLOPT_TCP_KEEPIDLE, 2L);
+    curl_easy_setopt(eh->h, CURLOPT_TCP_KEEPINTVL, 1L);
+    curl_easy_setopt(eh->h, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (!eh->watch)
+        curl_easy_setopt(eh->h, CURLOPT_TIMEOUT_MS, (long)cfg.timeout_ms);
+    if (cfg.ca_file != NULL)
+        curl_easy_setopt(eh->h, CURLOPT_CAINFO, cfg.ca_file);
+    if (cfg.cert_file != NULL) {
+        curl_easy_setopt(eh->h, CURLOPT_SSLCERT, cfg.cert_file);
+        curl_easy_setopt(eh->h, CURLOPT_SSLKEY, cfg.key_file);
+    }
+    hdr = curl_slist_append(hdr, "Content-Type: application/json");
+    hdr = curl_slist_append(hdr, "Expect:");
+    if (eh->token[0] != '\0') {
+        snprintf(auth, sizeof(auth), "Authorization: %s", eh->token);
+        hdr = curl_slist_append(hdr, auth);
+    }
+    curl_easy_setopt(eh->h, CURLOPT_HTTPHEADER, hdr);
+    return hdr;
+}
+
+/*
+ * POST <body> to <path>: the first endpoint that answers (the one that
+ * answered last first). *<out> gets the parsed answer of a 200; any other
+ * status is an error whose message is etcd's. 0, or -1 with <err>
+ * (<status> 0 when no endpoint answered).
+ */
+static int
+ehttp_post(struct ehttp *eh, const char *path, json_t *body, json_t **out,
+           long *status, char *err, size_t errlen)
+{
+    char *text = json_dumps(body, JSON_COMPACT);
+    int rc = -1;
+
+    *status = 0;
+    *out = NULL;
+    if (text == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t tries = 0; tries < cfg.nendpoints; tries++) {
+        char url[512];
+        struct curl_slist *hdr = ehttp_setup(eh, path, text, url, sizeof(url));
+        CURLcode cc;
+
+        eh->len = eh->done = 0;
+        cc = curl_easy_perform(eh->h);
+        curl_slist_free_all(hdr);
+        if (cc != CURLE_OK) {
+            snprintf(err, errlen, "%s: %s", cfg.endpoints[eh->ep],
+                     curl_easy_strerror(cc));
+            eh->ep = (eh->ep + 1) % cfg.nendpoints;
+            if (atomic_load(&E.stop))
+                break;
+            continue;
+        }
+        curl_easy_getinfo(eh->h, CURLINFO_RESPONSE_CODE, status);
+        *out = json_loadb(eh->buf ? eh->buf : "", eh->len, 0, NULL);
+        if (*status == 200 && *out != NULL) {
+            rc = 0;
+            break;
+        }
+        snprintf(err, errlen, "%s%s: HTTP %ld: %s", cfg.endpoints[eh->ep], path,
+                 *status,
+                 json_string_value(json_object_get(*out, "error"))
+                     ? json_string_value(json_object_get(*out, "error"))
+                     : "(no message)");
+        if (*status == 401 && cfg.username != NULL &&
+            strcmp(path, "/v3/auth/authenticate") != 0 &&
+            ehttp_auth(eh, err, errlen) == 0) {
+            json_decref(*out);
+            *out = NULL;
+            continue; /* once more with a fresh token */
+        }
+        break; /* etcd answered: another endpoint would say the same */
+    }
+    if (rc != 0) {
+        json_decref(*out);
+        *out = NULL;
+    }
+    free(text);
+    return rc;
+}
+
+/* ---- the watcher: list, seed, watch --------------------------------------- */
+
+struct watcher {
+    struct ehttp eh;
+    json_t *pools;     /* {pool: {member: [mod_rev, value]}} etcd pools */
+    json_t *instances; /* {id: [mod_rev, value]} */
+    json_t *touched;   /* pools changed by the message at hand */
+    bool inst_touched;
+    int64_t next_rev;
+    int verdict; /* of the stream: 0 reconnect, 1 list again */
+    bool created;
+    char err[256];
+};
+
+static bool
+seeded_pool(const char *pool)
+{
+    bool yes = false;
+
+    pthread_mutex_lock(&E.mu);
+    for (size_t i = 0; i < E.nseeds; i++)
+        if (strcmp(E.seeds[i].pool, pool) == 0)
+            yes = true;
+    pthread_mutex_unlock(&E.mu);
+    return yes;
+}
+
+/*
+ * A key below <prefix>/: "pools/<pool>/members/<member>" sets *<pool>,
+ * *<member> (pointers into <rel>, NUL-cut) and returns 1;
+ * "instances/<id>" sets *<member> and returns 2; anything else 0.
+ */
+static int
+key_split(char *rel, char **pool, char **member)
+{
+    char *slash;
+
+    if (strncmp(rel, "pools/", 6) == 0) {
+        *pool = rel + 6;
+        slash = strchr(*pool, '/');
+        if (slash == NULL || strncmp(slash, "/members/", 9) != 0)
+            return 0;
+        *slash = '\0';
+        *member = slash + 9;
+        return **pool && **member && strchr(*member, '/') == NULL ? 1 : 0;
+    }
+    if (strncmp(rel, "instances/", 10) == 0) {
+        *member = rel + 10;
+        return **member && strchr(*member, '/') == NULL ? 2 : 0;
+    }
+    return 0;
+}
+
+/* Apply one KV (a put: <value> non-NULL; a delete: NULL) at <mod_rev>. */
+static void
+watcher_kv(struct watcher *w, const char *b64key, const char *b64value,
+           int64_t mod_rev, bool del)
+{
+    size_t klen, vlen = 0, plen = strlen(cfg.prefix);
+    char *key = b64key ? b64_decode(b64key, &klen) : NULL;
+    char *value = NULL, *pool, *member;
+    int kind;
+
+    if (key == NULL || klen != strlen(key) || klen <= plen + 1 ||
+        strncmp(key, cfg.prefix, plen) != 0 || key[plen] != '/')
+        goto out;
+    kind = key_split(key + plen + 1, &pool, &member);
+    if (kind == 0)
+        goto out;
+    if (!del) {
+        value = b64value ? b64_decode(b64value, &vlen) : strdup("");
+        if (value == NULL)
+            goto out;
+    }
+    if (kind == 2) {
+        if (del)
+            json_object_del(w->instances, member);
+        else
+            json_object_set_new(w->instances, member,
+                                json_pack("[I,s]", (json_int_t)mod_rev, value));
+        w->inst_touched = true;
+        goto out;
+    }
+    if (!seeded_pool(pool))
+        goto out; /* not a pool of ours */
+    {
+        json_t *pm = json_object_get(w->pools, pool);
+        json_t *old;
+
+        if (pm == NULL) {
+            pm = json_object();
+            json_object_set_new(w->pools, pool, pm);
+        }
+        old = json_object_get(pm, member);
+        if (old != NULL && jint(json_array_get(old, 0)) >= mod_rev)
+            goto out; /* seen (a resumed watch replays) */
+        if (del)
+            json_object_del(pm, member);
+        else
+            json_object_set_new(pm, member,
+                                json_pack("[I,s%]", (json_int_t)mod_rev, value,
+                                          vlen));
+        json_object_set_new(w->touched, pool, json_true());
+    }
+out:
+    free(key);
+    free(value);
+}
+
+/* Hand the pools of <w->touched> (or, for a list, every etcd pool) and the
+ * instance records to the control thread. */
+static void
+watcher_post(struct watcher *w, bool list, uint64_t rev)
+{
+    struct emsg *m;
+    const char *name;
+    json_t *v;
+
+    if (list || json_object_size(w->touched) > 0) {
+        m = calloc(1, sizeof(*m));
+        if (m != NULL) {
+            m->type = EMSG_POOLS;
+            m->rev = rev;
+            m->list = list;
+            if (list) {
+                m->data = json_deep_copy(w->pools);
+            } else {
+                m->data = json_object();
+                json_object_foreach(w->touched, name, v)
+                {
+                    json_t *pm = json_object_get(w->pools, name);
+                    json_object_set_new(m->data, name,
+                                        pm ? json_deep_copy(pm) : json_object());
+                }
+            }
+            post(m);
+        }
+    }
+    if (list || w->inst_touched) {
+        m = calloc(1, sizeof(*m));
+        if (m != NULL) {
+            m->type = EMSG_INSTANCES;
+            m->data = json_deep_copy(w->instances);
+            post(m);
+        }
+    }
+    json_object_clear(w->touched);
+    w->inst_touched = false;
+}
+
+/* The key of member <name> of <pool>. */
+static void
+member_key(char *buf, size_t len, const char *pool, const char *name)
+{
+    snprintf(buf, len, "%s/pools/%s/members/%s", cfg.prefix, pool, name);
+}
+
+/*
+ * Seed pool <s> (no record under its prefix): its servers, in one txn that
+ * only succeeds while the prefix is still empty (a compare over the
+ * range: an empty range compares as create_revision 0). Pools of more
+ * than 127 servers put the rest as create-if-absent, after.
+ */
+static void
+watcher_seed(struct watcher *w, const struct epool_seed *s)
+{
+    char pfx[512], key[768], err[256];
+    json_t *txn, *cmp, *ops, *out = NULL;
+    const char *name;
+    json_t *v;
+    long st;
+    size_t n = 0;
+    int rc;
+
+    snprintf(pfx, sizeof(pfx), "%s/pools/%s/members/", cfg.prefix, s->pool);
+    cmp = json_pack("[{s:o,s:o,s:s,s:s,s:s}]", "key", jb64(pfx), "range_end",
+                    jb64_end(pfx), "target", "CREATE", "result", "EQUAL",
+                    "create_revision", "0");
+    ops = json_array();
+    json_object_foreach(s->members, name, v)
+    {
+        if (++n >= TXN_OPS_MAX)
+            break;
+        member_key(key, sizeof(key), s->pool, name);
+        json_array_append_new(
+            ops, json_pack("{s:{s:o,s:o}}", "request_put", "key", jb64(key),
+                           "value", jb64(json_string_value(v))));
+    }
+    txn = json_pack("{s:o,s:o}", "compare", cmp, "success", ops);
+    rc = ehttp_post(&w->eh, "/v3/kv/txn", txn, &out, &st, err, sizeof(err));
+    json_decref(txn);
+    if (rc != 0) {
+        log_warn("etcd: pool %s: cannot seed its members: %s", s->pool, err);
+        return;
+    }
+    if (!json_is_true(json_object_get(out, "succeeded"))) {
+        json_decref(out);
+        return; /* another instance seeded it first */
+    }
+    log_info("etcd: pool %s: no members in etcd: seeded %zu from the config "
+             "under %s (revision %" PRId64 ")",
+             s->pool, json_object_size(s->members), pfx,
+             jint(jpath(out, "header", "revision")));
+    json_decref(out);
+    n = 0;
+    json_object_foreach(s->members, name, v)
+    {
+        json_t *one;
+        if (++n < TXN_OPS_MAX)
+            continue;
+        member_key(key, sizeof(key), s->pool, name);
+        one = json_pack("{s:[{s:o,s:s,s:s,s:s}],s:[{s:{s:o,s:o}}]}", "compare",
+                        "key", jb64(key), "target", "CREATE", "result",
+                        "EQUAL", "create_revision", "0", "success",
+                        "request_put", "key", jb64(key), "value",
+                        jb64(json_string_value(v)));
+        if (ehttp_post(&w->eh, "/v3/kv/txn", one, &out, &st, err,
+                       sizeof(err)) != 0)
+            log_warn("etcd: pool %s: cannot seed %s: %s", s->pool, name, err);
+        json_decref(out);
+        json_decref(one);
+    }
+}
+
+/* List <prefix>/ whole: the records REPLACE what the watcher had. Seeds
+ * the pools found empty. 0 or -1. */
+static int
+watcher_list(struct watcher *w)
+{
+    char pfx[512];
+    json_t *rq, *out = NULL, *kvs;
+    long st;
+    size_t i;
+
+    snprintf(pfx, sizeof(pfx), "%s/", cfg.prefix);
+    rq = json_pack("{s:o,s:o}", "key", jb64(pfx), "range_end", jb64_end(pfx));
+    if (ehttp_post(&w->eh, "/v3/kv/range", rq, &out, &st, w->err,
+                   sizeof(w->err)) != 0) {
+        json_decref(rq);
+        return -1;
+    }
+    json_decref(rq);
+    json_object_clear(w->pools);
+    json_object_clear(w->instances);
+    json_object_clear(w->touched);
+    kvs = json_object_get(out, "kvs");
+    for (i = 0; i < json_array_size(kvs); i++) {
+        json_t *kv = json_array_get(kvs, i);
+        watcher_kv(w, json_string_value(json_object_get(kv, "key")),
+                   json_string_value(json_object_get(kv, "value")),
+                   jint(json_object_get(kv, "mod_revision")), false);
+    }
+    w->next_rev = jint(jpath(out, "header", "revision")) + 1;
+    json_decref(out);
+
+    /* seed the pools etcd holds nothing for */
+    pthread_mutex_lock(&E.mu);
+    E.relist = false;
+    for (i = 0; i < E.nseeds; i++) {
+        struct epool_seed s = E.seeds[i];
+        json_t *pm = json_object_get(w->pools, s.pool);
+
+        if (pm != NULL && json_object_size(pm) > 0)
+            continue;
+        s.pool = strdup(s.pool);
+        json_incref(s.members);
+        pthread_mutex_unlock(&E.mu);
+        if (s.pool != NULL)
+            watcher_seed(w, &s);
+        free(s.pool);
+        json_decref(s.members);
+        pthread_mutex_lock(&E.mu);
+    }
+    pthread_mutex_unlock(&E.mu);
+    watcher_post(w, true, (uint64_t)(w->next_rev - 1));
+    return 0;
+}
+
+/* One line of the watch stream. Nonzero ends the stream. */
+static int
+watcher_line(struct ehttp *eh, const char *s, size_t n, void *arg)
+{
+    struct watcher *w = arg;
+    json_t *j = json_loadb(s, n, 0, NULL), *r, *evs;
+    int64_t hrev;
+    int stop = 0;
+
+    (void)eh;
+    if (j == NULL)
+        return 0; /* an empty line */
+    if (json_object_get(j, "error") != NULL) {
+        const char *m =
+            json_string_value(jpath(j, "error", "message"))
+                ? json_string_value(jpath(j, "error", "message"))
+                : json_string_value(json_object_get(j, "error"));
+        snprintf(w->err, sizeof(w->err), "watch ended: %s",
+                 m ? m : "an error");
+        json_decref(j);
+        return 1;
+    }
+    r = json_object_get(j, "result");
+    hrev = jint(jpath(r, "header", "revision"));
+    if (json_is_true(json_object_get(r, "canceled")) ||
+        json_object_get(r, "compact_revision") != NULL) {
+        log_warn("etcd: the watch from revision %" PRId64 " was canceled "
+                 "(compacted up to revision %" PRId64 "): listing again",
+                 w->next_rev, jint(json_object_get(r, "compact_revision")));
+        w->verdict = 1;
+        stop = 1;
+    } else if (json_is_true(json_object_get(r, "created"))) {
+        w->created = true;
+        if (hrev < w->next_rev - 1) {
+            log_warn("etcd: the store went back to revision %" PRId64
+                     " (we had %" PRId64 "): etcd was wiped; listing again",
+                     hrev, w->next_rev - 1);
+            w->verdict = 1;
+            stop = 1;
+        } else {
+            post_status(true, "watching", NULL);
+        }
+    } else if ((evs = json_object_get(r, "events")) != NULL &&
+               json_array_size(evs) > 0) {
+        int64_t last = w->next_rev - 1;
+        for (size_t i = 0; i < json_array_size(evs); i++) {
+            json_t *ev = json_array_get(evs, i), *kv = json_object_get(ev, "kv");
+            const char *type = json_string_value(json_object_get(ev, "type"));
+            int64_t mr = jint(json_object_get(kv, "mod_revision"));
+
+            watcher_kv(w, json_string_value(json_object_get(kv, "key")),
+                       json_string_value(json_object_get(kv, "value")), mr,
+                       type != NULL && strcmp(type, "DELETE") == 0);
+            if (mr > last)
+                last = mr;
+        }
+        w->next_rev = last + 1;
+        watcher_post(w, false, (uint64_t)last);
+    } else if (hrev > 0 && hrev + 1 > w->next_rev) {
+        w->next_rev = hrev + 1; /* progress: caught up */
+    }
+    json_decref(j);
+    return stop;
+}
+
+/* Watch <prefix>/ from w->next_rev until the stream ends. */
+static void
+watcher_watch(struct watcher *w)
+{
+    char pfx[512], url[512], *text;
+    json_t *rq;
+    struct curl_slist *hdr;
+    CURLcode cc;
+
+    snprintf(pfx, sizeof(pfx), "%s/", cfg.prefix);
+    rq = json_pack("{s:{s:o,s:o,s:I,s:b}}", "create_request", "key", jb64(pfx),
+                   "range_end", jb64_end(pfx), "start_revision",
+                   (json_int_t)w->next_rev, "progress_notify", 1);
+    text = json_dumps(rq, JSON_COMPACT);
+    json_decref(rq);
+    if (text == NULL)
+        return;
+    w->verdict = 0;
+    w->created = false;
+    w->eh.watch = true;
+    w->eh.line = watcher_line;
+    w->eh.arg = w;
+    w->eh.len = w->eh.done = 0;
+    hdr = ehttp_setup(&w->eh, "/v3/watch", text, url, sizeof(url));
+    cc = curl_easy_perform(w->eh.h);
+    curl_slist_free_all(hdr);
+    if (w->eh.len > w->eh.done) /* a last message without '\n' */
+        watcher_line(&w->eh, w->eh.buf + w->eh.done, w->eh.len - w->eh.done,
+                     w);
+    w->eh.watch = false;
+    w->eh.line = NULL;
+    if (cc != CURLE_OK && w->verdict == 0 && cc != CURLE_WRITE_ERROR &&
+        cc != CURLE_ABORTED_BY_CALLBACK)
+        snprintf(w->err, sizeof(w->err), "%s: %s", cfg.endpoints[w->eh.ep],
+                 curl_easy_strerror(cc));
+    else if (cc == CURLE_ABORTED_BY_CALLBACK && !atomic_load(&E.stop))
+        snprintf(w->err, sizeof(w->err), "the lease keepalive failed");
+    if (cc != CURLE_OK && cc != CURLE_WRITE_ERROR)
+        w->eh.ep = (w->eh.ep + 1) % cfg.nendpoints;
+    free(text);
+}
+
+static void
+sleep_ms(uint64_t ms)
+{
+    uint64_t end = clock_ms() + ms;
+
+    while (!atomic_load(&E.stop) && clock_ms() < end) {
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void *
+watcher_main(void *arg)
+{
+    struct watcher w = {0};
+    bool need_list = true, was_up = false;
+    uint64_t backoff = BACKOFF_MIN_MS;
+    unsigned lists = 0;
+
+    (void)arg;
+    if (ehttp_init(&w.eh) != 0)
+        return NULL;
+    w.pools = json_object();
+    w.instances = json_object();
+    w.touched = json_object();
+    if (cfg.username != NULL && ehttp_auth(&w.eh, w.err, sizeof(w.err)) != 0)
+        log_warn("etcd: %s", w.err);
+    while (!atomic_load(&E.stop)) {
+        pthread_mutex_lock(&E.mu);
+        if (E.relist)
+            need_list = true;
+        pthread_mutex_unlock(&E.mu);
+        if (need_list) {
+            if (watcher_list(&w) != 0) {
+                post_status(false, "listing", "%s", w.err);
+                if (was_up)
+                    log_warn("etcd: unreachable (%s): pools keep their "
+                             "members",
+                             w.err);
+                was_up = false;
+                sleep_ms(backoff);
+                backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+                                                       : backoff * 2;
+                continue;
+            }
+            lists++;
+            need_list = false;
+            post_status(true, "listed", NULL);
+            if (!was_up)
+                log_info("etcd: listed %s/ at revision %" PRId64 " (%zu etcd "
+                         "pools)",
+                         cfg.prefix, w.next_rev - 1, json_object_size(w.pools));
+            was_up = true;
+        }
+        atomic_store(&E.kick, false);
+        watcher_watch(&w);
+        if (atomic_load(&E.stop))
+            break;
+        if (w.verdict == 1) {
+            need_list = true;
+            post_status(true, "relisting", NULL);
+            continue;
+        }
+        if (w.created)
+            backoff = BACKOFF_MIN_MS;
+        post_status(false, "reconnecting", "%s", w.err);
+        if (was_up)
+            log_warn("etcd: the watch broke (%s): pools keep their members; "
+                     "reconnecting from revision %" PRId64,
+                     w.err, w.next_rev);
+        was_up = false;
+        sleep_ms(backoff);
+        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+    }
+    (void)lists;
+    json_decref(w.pools);
+    json_decref(w.instances);
+    json_decref(w.touched);
+    ehttp_deinit(&w.eh);
+    return NULL;
+}
+
+/* ---- the session: lease, instance record, writes --------------------------- */
+
+static void
+session_write(struct ehttp *eh, struct ewrite *wr)
+{
+    json_t *out = NULL;
+    long st;
+    char err[256];
+
+    if (ehttp_post(eh, "/v3/kv/txn", wr->txn, &out, &st, err, sizeof(err)) !=
+        0) {
+        wr->status = st == 0 || st >= 500 ? 503 : 409;
+        snprintf(wr->msg, sizeof(wr->msg), "etcd: %s", err);
+    } else if (!json_is_true(json_object_get(out, "succeeded"))) {
+        wr->status = 409;
+        snprintf(wr->msg, sizeof(wr->msg),
+                 "the record in etcd changed meanwhile (or exists, or is gone): "
+                 "nothing was changed; read it and try again");
+    } else {
+        wr->status = 0;
+        wr->rev = (uint64_t)jint(jpath(out, "header", "revision"));
+    }
+    json_decref(out);
+}
+
+static void *
+session_main(void *arg)
+{
+    struct ehttp eh;
+    int64_t lease = 0;
+    uint64_t next_ka = 0, last_put = 0, backoff = BACKOFF_MIN_MS;
+    char *record = NULL, err[256], key[512];
+    bool dirty = false;
+
+    (void)arg;
+    if (ehttp_init(&eh) != 0)
+        return NULL;
+    if (cfg.username != NULL && ehttp_auth(&eh, err, sizeof(err)) != 0)
+        log_warn("etcd: %s", err);
+    snprintf(key, sizeof(key), "%s/instances/%s", cfg.prefix, cfg.instance);
+    while (!atomic_load(&E.stop)) {
+        struct ewrite *wr;
+        uint64_t now = clock_ms(), wait;
+        json_t *rq, *out = NULL;
+        long st;
+
+        /* the admin API's writes first: an operator waits */
+        pthread_mutex_lock(&E.mu);
+        wr = E.writes;
+        if (wr != NULL) {
+            E.writes = wr->next;
+            if (E.writes == NULL)
+                E.wtail = &E.writes;
+        }
+        if (E.publish != NULL) {
+            free(record);
+            record = E.publish;
+            E.publish = NULL;
+            dirty = true;
+        }
+        pthread_mutex_unlock(&E.mu);
+        if (wr != NULL) {
+            struct emsg *m = calloc(1, sizeof(*m));
+            session_write(&eh, wr);
+            if (m == NULL) {
+                json_decref(wr->txn);
+                free(wr);
+                continue;
+            }
+            m->type = EMSG_WRITTEN;
+            m->w = wr;
+            post(m);
+            continue;
+        }
+        if (lease == 0) {
+            rq = json_pack("{s:I}", "TTL",
+                           (json_int_t)((cfg.lease_ttl_ms + 999) / 1000));
+            if (ehttp_post(&eh, "/v3/lease/grant", rq, &out, &st, err,
+                           sizeof(err)) == 0 &&
+                jint(json_object_get(out, "ID")) != 0) {
+                lease = jint(json_object_get(out, "ID"));
+                next_ka = now + cfg.lease_ttl_ms / 3;
+                dirty = record != NULL;
+                backoff = BACKOFF_MIN_MS;
+            } else {
+                atomic_store(&E.kick, true);
+                json_decref(out);
+                json_decref(rq);
+                sleep_ms(backoff);
+                backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+                                                       : backoff * 2;
+                continue;
+            }
+            json_decref(out);
+            json_decref(rq);
+            out = NULL;
+        }
+        if (now >= next_ka) {
+            rq = json_pack("{s:I}", "ID", (json_int_t)lease);
+            /* a one-shot POST works as a unary call: one result line */
+            if (ehttp_post(&eh, "/v3/lease/keepalive", rq, &out, &st, err,
+                           sizeof(err)) != 0) {
+                /* the stream form's single line parses as one object */
+                atomic_store(&E.kick, true);
+                next_ka = now + BACKOFF_MAX_MS / 4;
+            } else if (jint(jpath(out, "result", "TTL")) <= 0) {
+                log_warn("etcd: lease %" PRId64 " of instance %s is gone: "
+                         "granting a new one",
+                         lease, cfg.instance);
+                lease = 0;
+            } else {
+                next_ka = now + cfg.lease_ttl_ms / 3;
+            }
+            json_decref(out);
+            json_decref(rq);
+            out = NULL;
+            if (lease == 0)
+                continue;
+        }
+        if (dirty && record != NULL && now >= last_put + PUBLISH_GAP_MS) {
+            rq = json_pack("{s:o,s:o,s:I}", "key", jb64(key), "value",
+                           jb64(record), "lease", (json_int_t)lease);
+            if (ehttp_post(&eh, "/v3/kv/put", rq, &out, &st, err,
+                           sizeof(err)) == 0) {
+                dirty = false;
+            } else if (st == 404) {
+                lease = 0; /* "requested lease not found": etcd wiped */
+            } else {
+                atomic_store(&E.kick, true);
+                sleep_ms(backoff);
+            }
+            last_put = clock_ms();
+            json_decref(out);
+            json_decref(rq);
+            continue;
+        }
+        /* sleep until the next keepalive, put, or work */
+        wait = next_ka > now ? next_ka - now : 0;
+        if (dirty && last_put + PUBLISH_GAP_MS > now &&
+            last_put + PUBLISH_GAP_MS - now < wait)
+            wait = last_put + PUBLISH_GAP_MS - now;
+        pthread_mutex_lock(&E.mu);
+        if (E.writes == NULL && E.publish == NULL && !atomic_load(&E.stop) &&
+            wait > 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += (time_t)(wait / 1000);
+            ts.tv_nsec += (long)(wait % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&E.cond, &E.mu, &ts);
+        }
+        pthread_mutex_unlock(&E.mu);
+    }
+    /* a clean stop: our record goes at once, not after the TTL */
+    if (lease != 0) {
+        json_t *rq = json_pack("{s:I}", "ID", (json_int_t)lease), *out = NULL;
+        long st;
+        atomic_store(&E.stop, false); /* let this last request run */
+        ehttp_post(&eh, "/v3/lease/revoke", rq, &out, &st, err, sizeof(err));
+        atomic_store(&E.stop, true);
+        json_decref(out);
+        json_decref(rq);
+    }
+    free(record);
+    ehttp_deinit(&eh);
+    return NULL;
+}
+
+/* ---- the control thread's side ------------------------------------------- */
+
+/* A malformed record, as listed in /api/cluster. */
+struct ignored {
+    char key[256];
+    int64_t mod_rev;
+    char why[160];
+};
+
+/* What the control thread knows of one etcd pool. */
+struct cpool {
+    char *name;
+    json_t *records;   /* {member: [mod_rev, value]} as etcd has them */
+    uint64_t checksum; /* of the ring input, once applied */
+    uint64_t changed_rev;
+    uint64_t changed_ms; /* wall time it was applied */
+    uint64_t since_ms;   /* the newest `since` of the change, 0: none */
+    bool kept;           /* etcd holds no valid record: members kept */
+    bool listed;         /* etcd's records were applied at least once */
+};
+
+static struct {
+    struct cpool *pools;
+    size_t npools;
+    json_t *instances; /* {id: [mod_rev, value]} */
+    struct ignored ignored[IGNORED_KEPT];
+    size_t nignored;
+    bool up;
+    char state[32];
+    char error[300];
+    uint64_t down_since_ms; /* wall; 0 while up */
+    uint64_t lists, reconnects, events, ignored_total, writes;
+    uint64_t applied_rev, applied_ms, started_ms;
+    /* admin writes waiting for their revision to be applied */
+    struct ewrite *waiting;
+    unsigned pending_pubs; /* pools whose publication is awaited */
+    uint64_t pending_rev;
+} C;
+
+static struct cpool *
+cpool_find(const char *name)
+{
+    for (size_t i = 0; i < C.npools; i++)
+        if (strcmp(C.pools[i].name, name) == 0)
+            return &C.pools[i];
+    return NULL;
+}
+
+bool
+etcd_pool(const struct pool *p)
+{
+    return E.running && p != NULL && p->cfg.members_from == CONF_MEMBERS_ETCD;
+}
+
+/* FNV-1a 64 */
+static void
+fnv(uint64_t *h, const void *data, size_t n)
+{
+    const unsigned char *s = data;
+
+    for (size_t i = 0; i < n; i++) {
+        *h ^= s[i];
+        *h *= 1099511628211ull;
+    }
+}
+
+static int
+server_cmp(const void *a, const void *b)
+{
+    const struct server *const *x = a, *const *y = b;
+
+    return strcmp((*x)->name, (*y)->name);
+}
+
+/* The checksum of <p>'s ring input (doc/etcd.md). */
+static uint64_t
+pool_checksum(const struct pool *p)
+{
+    uint64_t h = 14695981039346656037ull;
+    struct server **v = calloc(p->nservers ? p->nservers : 1, sizeof(*v));
+    size_t n = 0;
+    char buf[64];
+
+    if (v == NULL)
+        return 0;
+    snprintf(buf, sizeof(buf), "%d %d %u %u", p->cfg.distribution,
+             p->cfg.ring.hash, p->cfg.ring.points_per_weight,
+             p->cfg.ring.table_size);
+    fnv(&h, buf, strlen(buf) + 1);
+    for (size_t i = 0; i < p->nservers; i++)
+        if (atomic_load(&p->servers[i]->state) != SERVER_REMOVED)
+            v[n++] = p->servers[i];
+    qsort(v, n, sizeof(*v), server_cmp);
+    for (size_t i = 0; i < n; i++) {
+        fnv(&h, v[i]->name, strlen(v[i]->name) + 1);
+        fnv(&h, v[i]->addr.text, strlen(v[i]->addr.text) + 1);
+        snprintf(buf, sizeof(buf), "%u %d", v[i]->weight, v[i]->admin);
+        fnv(&h, buf, strlen(buf) + 1);
+    }
+    free(v);
+    return h;
+}
+
+/* The instance record, published by the session thread. */
+static void
+publish(void)
+{
+    json_t *rec = json_pack("{s:s,s:i,s:I,s:I,s:I}", "instance", cfg.instance,
+                            "pid", (int)getpid(), "started_ms",
+                            (json_int_t)C.started_ms, "applied_rev",
+                            (json_int_t)C.applied_rev, "applied_ms",
+                            (json_int_t)C.applied_ms);
+    json_t *pools = json_object();
+    char *text;
+
+    for (size_t i = 0; i < C.npools; i++) {
+        const struct cpool *cp = &C.pools[i];
+        struct pool *p = pool_find(cp->name);
+        char sum[24];
+
+        if (p == NULL)
+            continue;
+        snprintf(sum, sizeof(sum), "%016" PRIx64, cp->checksum);
+        json_object_set_new(
+            pools, cp->name,
+            json_pack("{s:s,s:I,s:I,s:I,s:I}", "checksum", sum, "members",
+                      (json_int_t)p->nservers, "changed_rev",
+                      (json_int_t)cp->changed_rev, "changed_ms",
+                      (json_int_t)cp->changed_ms, "since_ms",
+                      (json_int_t)cp->since_ms));
+    }
+    json_object_set_new(rec, "pools", pools);
+    text = json_dumps(rec, JSON_COMPACT);
+    json_decref(rec);
+    if (text == NULL)
+        return;
+    pthread_mutex_lock(&E.mu);
+    free(E.publish);
+    E.publish = text;
+    pthread_cond_signal(&E.cond);
+    pthread_mutex_unlock(&E.mu);
+}
+
+/* Answer the admin writes whose revision is applied. */
+static void
+writes_settle(void)
+{
+    struct ewrite **pp = &C.waiting;
+
+    while (*pp != NULL) {
+        struct ewrite *w = *pp;
+        if (w->rev > C.applied_rev) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        w->done(0, w->rev, "", w->arg);
+        json_decref(w->txn);
+        free(w);
+    }
+}
+
+static void
+applied(uint64_t rev)
+{
+    if (rev > C.applied_rev)
+        C.applied_rev = rev;
+    C.applied_ms = wall_ms();
+    publish();
+    writes_settle();
+}
+
+static void
+pool_published(struct pool *p, const struct pool_change *chg, void *arg)
+{
+    (void)p, (void)chg, (void)arg;
+    if (C.pending_pubs > 0 && --C.pending_pubs == 0)
+        applied(C.pending_rev);
+}
+
+static void
+ignore(const char *pool, const char *member, int64_t mod_rev, const char *why)
+{
+    char key[256];
+
+    snprintf(key, sizeof(key), "%s/pools/%s/members/%s", cfg.prefix, pool,
+             member);
+    for (size_t i = 0; i < C.nignored; i++)
+        if (strcmp(C.ignored[i].key, key) == 0) {
+            if (C.ignored[i].mod_rev == mod_rev)
+                return; /* said already */
+            C.ignored[i].mod_rev = mod_rev;
+            snprintf(C.ignored[i].why, sizeof(C.ignored[i].why), "%s", why);
+            goto log;
+        }
+    if (C.nignored < IGNORED_KEPT) {
+        struct ignored *ig = &C.ignored[C.nignored++];
+        snprintf(ig->key, sizeof(ig->key), "%s", key);
+        ig->mod_rev = mod_rev;
+        snprintf(ig->why, sizeof(ig->why), "%s", why);
+    }
+log:
+    C.ignored_total++;
+    log_warn("etcd: pool %s: member record %s (revision %" PRId64 ") is "
+             "ignored: %s",
+             pool, key, mod_rev, why);
+}
+
+static void
+unignore(const char *pool, const char *member)
+{
+    char key[256];
+
+    snprintf(key, sizeof(key), "%s/pools/%s/members/%s", cfg.prefix, pool,
+             member);
+    for (size_t i = 0; i < C.nignored; i++)
+        if (strcmp(C.ignored[i].key, key) == 0) {
+            C.ignored[i] = C.ignored[--C.nignored];
+            return;
+        }
+}
+
+static bool
+name_ok(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > 63)
+        return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && strchr("._:-", *s) == NULL)
+            return false;
+    return true;
+}
+
+/* A numeric host:port, [v6]:port or /path: no DNS on this thread. */
+static bool
+address_ok(const char *a)
+{
+    char host[INET6_ADDRSTRLEN + 2];
+    unsigned char buf[sizeof(struct in6_addr)];
+    const char *colon;
+    size_t n;
+    char *end;
+    long port;
+
+    if (a[0] == '/')
+        return strlen(a) < 100 && strcspn(a, " \t\r\n") == strlen(a);
+    colon = strrchr(a, ':');
+    if (colon == NULL)
+        return false;
+    port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || end == colon + 1 || port < 1 || port > 65535)
+        return false;
+    if (a[0] == '[') {
+        if (colon[-1] != ']')
+            return false;
+        n = (size_t)(colon - a - 2);
+        if (n >= sizeof(host))
+            return false;
+        memcpy(host, a + 1, n);
+        host[n] = '\0';
+        return inet_pton(AF_INET6, host, buf) == 1;
+    }
+    n = (size_t)(colon - a);
+    if (n >= sizeof(host))
+        return false;
+    memcpy(host, a, n);
+    host[n] = '\0';
+    return inet_pton(AF_INET, host, buf) == 1;
+}
+
+/* One wanted member, from a valid record. */
+struct want {
+    const char *name;
+    struct conf_server cs;
+    int admin;
+    uint64_t since_ms;
+};
+
+/* Parse <value> into <w>; NULL, or why it is not a member record. */
+static const char *
+record_parse(const char *name, const char *value, struct want *w)
+{
+    json_t *j = json_loads(value, 0, NULL), *v;
+    const char *why = NULL, *addr, *st;
+    char err[256];
+
+    memset(w, 0, sizeof(*w));
+    w->name = name;
+    w->admin = STATE_ADMIN_UP;
+    if (!name_ok(name))
+        why = "bad member name: use 1 to 63 letters, digits, '.', '_', ':' "
+              "or '-'";
+    else if (!json_is_object(j))
+        why = "not a JSON object";
+    else if (!json_is_string(v = json_object_get(j, "address")) ||
+             !address_ok(addr = json_string_value(v)))
+        why = "\"address\" must be a numeric host:port, [v6]:port or /path";
+    else if ((v = json_object_get(j, "weight")) != NULL &&
+             (!json_is_integer(v) || json_integer_value(v) < 1 ||
+              json_integer_value(v) > MEMBERSHIP_MAX_WEIGHT))
+        why = "\"weight\" must be an integer from 1 to 1000000";
+    else if ((v = json_object_get(j, "state")) != NULL &&
+             (!json_is_string(v) ||
+              ((st = json_string_value(v)), strcmp(st, "up") != 0 &&
+                                                strcmp(st, "drain") != 0 &&
+                                                strcmp(st, "maint") != 0)))
+        why = "\"state\" must be up, drain or maint";
+    else if ((v = json_object_get(j, "since")) != NULL &&
+             (!json_is_integer(v) || json_integer_value(v) < 0))
+        why = "\"since\" must be Unix milliseconds";
+    else if (conf_parse_addr(addr, &w->cs.addr, err, sizeof(err)) != 0)
+        why = "\"address\" does not parse";
+    if (why == NULL) {
+        v = json_object_get(j, "weight");
+        w->cs.weight = v ? (uint32_t)json_integer_value(v) : 1;
+        w->cs.name = (char *)name;
+        v = json_object_get(j, "state");
+        w->admin = v ? state_admin_from_name(json_string_value(v))
+                     : STATE_ADMIN_UP;
+        w->since_ms = (uint64_t)jint(json_object_get(j, "since"));
+    }
+    json_decref(j);
+    return why;
+}
+
+static int
+want_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct want *)a)->name,
+                  ((const struct want *)b)->name);
+}
+
+static const struct want *
+want_find(const struct want *v, size_t n, const char *name)
+{
+    struct want key = {.name = name};
+
+    return n ? bsearch(&key, v, n, sizeof(*v), want_cmp) : NULL;
+}
+
+/*
+ * Make pool <p> hold exactly the valid records of <recs>: removals first
+ * (an address may pass from one name to another), then changes, then
+ * additions; all in one control-loop step, so one snapshot holds them.
+ * Returns whether anything changed.
+ */
+static bool
+pool_sync(struct pool *p, struct cpool *cp, json_t *recs, uint64_t rev)
+{
+    size_t n = json_object_size(recs), nw = 0;
+    struct want *w = calloc(n ? n : 1, sizeof(*w));
+    struct membership_model *mm;
+    const char *name;
+    json_t *v;
+    bool changed = false;
+    uint64_t now = wall_ms(), newest_since = 0;
+
+    if (w == NULL)
+        return false;
+    json_object_foreach(recs, name, v)
+    {
+        const char *why = record_parse(
+            name, json_string_value(json_array_get(v, 1)), &w[nw]);
+        if (why != NULL) {
+            ignore(p->name, name, jint(json_array_get(v, 0)), why);
+            continue;
+        }
+        unignore(p->name, name);
+        nw++;
+    }
+    qsort(w, nw, sizeof(*w), want_cmp);
+    if (nw == 0) {
+        if (!cp->kept)
+            log_warn("etcd: pool %s: etcd holds no valid member record: it "
+                     "keeps its %zu members",
+                     p->name, p->nservers);
+        cp->kept = true;
+        free(w);
+        return false;
+    }
+    cp->kept = false;
+    mm = membership_model_take(p);
+    /* removals, and members whose address changed (re-added below) */
+    for (size_t i = p->nservers; i-- > 0;) {
+        struct server *s = p->servers[i];
+        const struct want *x = want_find(w, nw, s->name);
+
+        if (x != NULL && conf_addr_equal(&s->addr, &x->cs.addr))
+            continue;
+        snprintf(s->reason, sizeof(s->reason), "removed in etcd");
+        if (pool_member_remove(p, s->name) == 0)
+            changed = true;
+    }
+    for (size_t i = 0; i < nw; i++) {
+        struct server *s = pool_server_find(p, w[i].name);
+        uint64_t age = w[i].since_ms && now > w[i].since_ms
+                           ? now - w[i].since_ms
+                           : 0;
+
+        if (s == NULL) {
+            if (pool_member_add(p, &w[i].cs) != 0) {
+                ignore(p->name, w[i].name, 0,
+                       errno == EEXIST ? "its address is another member's"
+                                       : strerror(errno));
+                continue;
+            }
+            changed = true;
+            if (w[i].admin != STATE_ADMIN_UP)
+                pool_member_set_admin(p, w[i].name, w[i].admin);
+            pool_member_ramp_age(p, w[i].name, age);
+        } else {
+            if (s->weight != w[i].cs.weight) {
+                pool_member_set_weight(p, w[i].name, w[i].cs.weight);
+                pool_member_ramp_age(p, w[i].name, age);
+                changed = true;
+            }
+            if (s->admin != w[i].admin) {
+                pool_member_set_admin(p, w[i].name, w[i].admin);
+                changed = true;
+            }
+        }
+        if (w[i].since_ms > newest_since)
+            newest_since = w[i].since_ms;
+    }
+    if (changed) {
+        char verb[64];
+        snprintf(verb, sizeof(verb), "etcd revision %" PRIu64, rev);
+        membership_model_report(p, mm, verb);
+        cp->changed_rev = rev;
+        cp->changed_ms = now;
+        cp->since_ms = newest_since;
+    } else {
+        membership_model_report(p, mm, "etcd"); /* frees; nothing to say */
+    }
+    for (size_t i = 0; i < nw; i++)
+        conf_addr_deinit(&w[i].cs.addr);
+    free(w);
+    return changed;
+}
+
+static void
+on_pools(struct emsg *m)
+{
+    const char *name;
+    json_t *recs;
+    unsigned waits = 0;
+
+    C.events++;
+    json_object_foreach(m->data, name, recs)
+    {
+        struct cpool *cp = cpool_find(name);
+        struct pool *p = pool_find(name);
+
+        if (cp == NULL || p == NULL || !etcd_pool(p))
+            continue;
+        json_decref(cp->records);
+        cp->records = json_incref(recs);
+        cp->listed = true;
+        if (pool_sync(p, cp, recs, m->rev) &&
+            pool_on_published(p, pool_published, NULL) == 0)
+            waits++;
+        cp->checksum = pool_checksum(p);
+    }
+    if (m->list)
+        C.lists++;
+    if (waits == 0 && C.pending_pubs == 0) {
+        applied(m->rev);
+        return;
+    }
+    C.pending_pubs += waits;
+    if (m->rev > C.pending_rev)
+        C.pending_rev = m->rev;
+}
+
+static void
+on_status(struct emsg *m)
+{
+    if (m->up && !C.up)
+        C.down_since_ms = 0;
+    if (!m->up && (C.up || C.down_since_ms == 0)) {
+        C.down_since_ms = wall_ms();
+        if (strcmp(m->state, "reconnecting") == 0)
+            C.reconnects++;
+    } else if (!m->up && strcmp(m->state, "reconnecting") == 0) {
+        C.reconnects++;
+    }
+    C.up = m->up;
+    snprintf(C.state, sizeof(C.state), "%s", m->state);
+    if (m->error[0] != '\0')
+        snprintf(C.error, sizeof(C.error), "%s", m->error);
+}
+
+static void
+on_written(struct ewrite *w)
+{
+    if (w->status != 0) {
+        w->done(w->status, 0, w->msg, w->arg);
+        json_decref(w->txn);
+        free(w);
+        return;
+    }
+    C.writes++;
+    w->next = C.waiting;
+    C.waiting = w;
+    writes_settle();
+}
+
+static void
+drain_cb(struct control_watch *watch, uint32_t events)
+{
+    uint64_t v;
+    struct emsg *m;
+
+    (void)watch, (void)events;
+    if (read(E.efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        return;
+    for (;;) {
+        pthread_mutex_lock(&E.mu);
+        m = E.head;
+        if (m != NULL) {
+            E.head = m->next;
+            if (E.head == NULL)
+                E.tail = &E.head;
+        }
+        pthread_mutex_unlock(&E.mu);
+        if (m == NULL)
+            break;
+        switch (m->type) {
+        case EMSG_POOLS:
+            on_pools(m);
+            break;
+        case EMSG_INSTANCES:
+            json_decref(C.instances);
+            C.instances = json_incref(m->data);
+            break;
+        case EMSG_STATUS:
+            on_status(m);
+            break;
+        case EMSG_WRITTEN:
+            on_written(m->w);
+            break;
+        }
+        json_decref(m->data);
+        free(m);
+    }
+}
+
+/* The value text of the config's server <cs> as a member record. */
+static json_t *
+seed_value(const struct conf_server *cs)
+{
+    json_t *r = json_pack("{s:s,s:I,s:s}", "address", cs->addr.text, "weight",
+                          (json_int_t)cs->weight, "state", "up");
+    char *t = json_dumps(r, JSON_COMPACT | JSON_SORT_KEYS);
+    json_t *s = t ? json_string(t) : NULL;
+
+    free(t);
+    json_decref(r);
+    return s;
+}
+
+/* The seeds of <conf>'s etcd pools, in place of the running ones. */
+static void
+seeds_set(const struct conf *conf)
+{
+    struct epool_seed *v = calloc(conf->npools ? conf->npools : 1, sizeof(*v));
+    size_t n = 0;
+
+    if (v == NULL)
+        return;
+    for (size_t i = 0; i < conf->npools; i++) {
+        const struct conf_pool *cp = &conf->pools[i];
+        if (cp->members_from != CONF_MEMBERS_ETCD)
+            continue;
+        v[n].pool = strdup(cp->name);
+        v[n].members = json_object();
+        for (size_t k = 0; k < cp->nservers; k++)
+            json_object_set_new(v[n].members, cp->servers[k].name,
+                                seed_value(&cp->servers[k]));
+        n++;
+    }
+    pthread_mutex_lock(&E.mu);
+    for (size_t i = 0; i < E.nseeds; i++) {
+        free(E.seeds[i].pool);
+        json_decref(E.seeds[i].members);
+    }
+    free(E.seeds);
+    E.seeds = v;
+    E.nseeds = n;
+    pthread_mutex_unlock(&E.mu);
+    /* the control side's pools */
+    for (size_t i = 0; i < n; i++)
+        if (cpool_find(v[i].pool) == NULL) {
+            struct cpool *np =
+                realloc(C.pools, (C.npools + 1) * sizeof(*C.pools));
+            if (np == NULL)
+                continue;
+            C.pools = np;
+            memset(&C.pools[C.npools], 0, sizeof(*C.pools));
+            C.pools[C.npools].name = strdup(v[i].pool);
+            C.pools[C.npools].records = json_object();
+            C.npools++;
+        }
+}
+
+static char *
+dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+int
+etcd_start(const struct conf *conf, char *err, size_t errlen)
+{
+    bool any = false;
+
+    for (size_t i = 0; i < conf->npools; i++)
+        any |= conf->pools[i].members_from == CONF_MEMBERS_ETCD;
+    if (!any || !conf->etcd.enabled)
+        return 0;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
+        snprintf(err, errlen, "etcd: cannot initialise libcurl");
+        return -1;
+    }
+    cfg.endpoints = calloc(conf->etcd.nendpoints, sizeof(char *));
+    if (cfg.endpoints == NULL)
+        goto nomem;
+    for (size_t i = 0; i < conf->etcd.nendpoints; i++)
+        if ((cfg.endpoints[cfg.nendpoints++] =
+                 strdup(conf->etcd.endpoints[i])) == NULL)
+            goto nomem;
+    cfg.prefix = strdup(conf->etcd.prefix);
+    cfg.instance = strdup(conf->etcd.instance);
+    cfg.lease_ttl_ms = conf->etcd.lease_ttl_ms;
+    cfg.timeout_ms = conf->etcd.timeout_ms;
+    cfg.username = dup_or_null(conf->etcd.username);
+    cfg.password = dup_or_null(conf->etcd.password);
+    cfg.ca_file = dup_or_null(conf->etcd.ca_file);
+    cfg.cert_file = dup_or_null(conf->etcd.cert_file);
+    cfg.key_file = dup_or_null(conf->etcd.key_file);
+    if (cfg.prefix == NULL || cfg.instance == NULL)
+        goto nomem;
+    E.tail = &E.head;
+    E.wtail = &E.writes;
+    E.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (E.efd < 0) {
+        snprintf(err, errlen, "etcd: eventfd: %s", strerror(errno));
+        return -1;
+    }
+    E.watch.fd = E.efd;
+    E.watch.cb = drain_cb;
+    if (control_watch_add(&E.watch, EPOLLIN) != 0) {
+        snprintf(err, errlen, "etcd: %s", strerror(errno));
+        return -1;
+    }
+    C.started_ms = wall_ms();
+    snprintf(C.state, sizeof(C.state), "starting");
+    seeds_set(conf);
+    E.running = true;
+    if (pthread_create(&E.watcher, NULL, watcher_main, NULL) != 0 ||
+        pthread_create(&E.session, NULL, session_main, NULL) != 0) {
+        snprintf(err, errlen, "etcd: cannot start its threads");
+        E.running = false;
+        return -1;
+    }
+    log_info("etcd: instance %s, %s/ on %s%s (lease %us)", cfg.instance,
+             cfg.prefix, cfg.endpoints[0], cfg.nendpoints > 1 ? " ..." : "",
+             (cfg.lease_ttl_ms + 999) / 1000);
+    return 0;
+nomem:
+    snprintf(err, errlen, "etcd: out of memory");
+    return -1;
+}
+
+void
+etcd_conf_apply(struct conf *conf)
+{
+    if (!E.running)
+        return;
+    if (conf->etcd.enabled &&
+        (strcmp(conf->etcd.prefix, cfg.prefix) != 0 ||
+         strcmp(conf->etcd.instance, cfg.instance) != 0 ||
+         conf->etcd.nendpoints != cfg.nendpoints ||
+         strcmp(conf->etcd.endpoints[0], cfg.endpoints[0]) != 0))
+        log_warn("reload: global.etcd changed: it takes effect at the next "
+                 "start (still %s/ on %s as %s)",
+                 cfg.prefix, cfg.endpoints[0], cfg.instance);
+    seeds_set(conf);
+    /* Pools that take their members from etcd keep the members etcd gave:
+     * their servers in <conf> become those (the config's only seed). */
+    for (size_t i = 0; i < conf->npools; i++) {
+        struct conf_pool *cp = &conf->pools[i];
+        struct pool *p = pool_find(cp->name);
+        struct cpool *c = cpool_find(cp->name);
+
+        if (cp->members_from != CONF_MEMBERS_ETCD || p == NULL ||
+            p->cfg.members_from != CONF_MEMBERS_ETCD || c == NULL ||
+            !c->listed)
+            continue;
+        for (size_t k = 0; k < cp->nservers; k++)
+            conf_server_deinit(&cp->servers[k]);
+        cp->nservers = 0;
+        for (size_t k = 0; k < p->nservers; k++) {
+            struct server *s = p->servers[k];
+            if (atomic_load(&s->state) == SERVER_REMOVED)
+                continue;
+            if (conf_pool_add_server(cp, s->name, s->addr.text, s->weight) !=
+                0)
+                log_warn("reload: pool %s: cannot keep member %s", cp->name,
+                         s->name);
+        }
+    }
+    pthread_mutex_lock(&E.mu);
+    E.relist = true; /* a new etcd pool may need its records */
+    pthread_mutex_unlock(&E.mu);
+    atomic_store(&E.kick, true);
+}
+
+int
+etcd_reload_check(const struct conf *conf, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < conf->npools; i++)
+        if (conf->pools[i].members_from == CONF_MEMBERS_ETCD && !E.running) {
+            snprintf(err, errlen,
+                     "%s:%d: pool '%s': members_from: etcd needs a restart "
+                     "(etcd was not in use when chashd started)",
+                     conf->file, conf->pools[i].line, conf->pools[i].name);
+            return -1;
+        }
+    return 0;
+}
+
+void
+etcd_stop(void)
+{
+    if (!E.running)
+        return;
+    atomic_store(&E.stop, true);
+    pthread_mutex_lock(&E.mu);
+    pthread_cond_broadcast(&E.cond);
+    pthread_mutex_unlock(&E.mu);
+    pthread_join(E.watcher, NULL);
+    pthread_join(E.session, NULL);
+    E.running = false;
+    control_watch_del(&E.watch);
+    close(E.efd);
+    E.efd = -1;
+    while (E.head != NULL) {
+        struct emsg *m = E.head;
+        E.head = m->next;
+        if (m->w != NULL) {
+            json_decref(m->w->txn);
+            free(m->w);
+        }
+        json_decref(m->data);
+        free(m);
+    }
+    while (E.writes != NULL) {
+        struct ewrite *w = E.writes;
+        E.writes = w->next;
+        w->done(503, 0, "chashd is stopping", w->arg);
+        json_decref(w->txn);
+        free(w);
+    }
+    while (C.waiting != NULL) {
+        struct ewrite *w = C.waiting;
+        C.waiting = w->next;
+        w->done(503, 0, "chashd is stopping", w->arg);
+        json_decref(w->txn);
+        free(w);
+    }
+    free(E.publish);
+    for (size_t i = 0; i < E.nseeds; i++) {
+        free(E.seeds[i].pool);
+        json_decref(E.seeds[i].members);
+    }
+    free(E.seeds);
+    for (size_t i = 0; i < C.npools; i++) {
+        free(C.pools[i].name);
+        json_decref(C.pools[i].records);
+    }
+    free(C.pools);
+    json_decref(C.instances);
+    for (size_t i = 0; i < cfg.nendpoints; i++)
+        free(cfg.endpoints[i]);
+    free(cfg.endpoints);
+    free(cfg.prefix);
+    free(cfg.instance);
+    free(cfg.username);
+    free(cfg.password);
+    free(cfg.ca_file);
+    free(cfg.cert_file);
+    free(cfg.key_file);
+    curl_global_cleanup();
+}
+
+/* ---- admin writes ----------------------------------------------------------- */
+
+void
+etcd_member_write(struct pool *p, char op, const char *name,
+                  const char *address, uint32_t weight, const char *state,
+                  etcd_done_fn *done, void *arg)
+{
+    struct cpool *cp = cpool_find(p->name);
+    struct ewrite *w;
+    char key[768];
+    json_t *cur = cp ? json_object_get(cp->records, name) : NULL;
+    json_t *rec = NULL, *cmp, *ops;
+    int64_t mod = jint(json_array_get(cur, 0));
+    char *text = NULL;
+
+    if (!C.up && C.lists == 0) {
+        done(503, 0, "etcd has not been reached yet: nothing was changed", arg);
+        return;
+    }
+    if (op != 'a' && cur == NULL) {
+        done(404, 0, "no such member record in etcd", arg);
+        return;
+    }
+    member_key(key, sizeof(key), p->name, name);
+    if (op == 'a') {
+        rec = json_pack("{s:s,s:I,s:s,s:I}", "address", address, "weight",
+                        (json_int_t)weight, "state", "up", "since",
+                        (json_int_t)wall_ms());
+        cmp = json_pack("[{s:o,s:s,s:s,s:s}]", "key", jb64(key), "target",
+                        "CREATE", "result", "EQUAL", "create_revision", "0");
+    } else {
+        cmp = json_pack("[{s:o,s:s,s:s,s:I}]", "key", jb64(key), "target",
+                        "MOD", "result", "EQUAL", "mod_revision",
+                        (json_int_t)mod);
+        if (op == 'u') {
+            rec = json_loads(json_string_value(json_array_get(cur, 1)), 0,
+                             NULL);
+            if (!json_is_object(rec)) {
+                json_decref(rec);
+                json_decref(cmp);
+                done(409, 0, "the record in etcd is not a member record", arg);
+                return;
+            }
+            if (weight > 0)
+                json_object_set_new(rec, "weight", json_integer(weight));
+            if (state != NULL)
+                json_object_set_new(rec, "state", json_string(state));
+            json_object_set_new(rec, "since", json_integer((json_int_t)wall_ms()));
+        }
+    }
+    if (rec != NULL) {
+        text = json_dumps(rec, JSON_COMPACT);
+        json_decref(rec);
+        ops = json_pack("[{s:{s:o,s:o}}]", "request_put", "key", jb64(key),
+                        "value", jb64(text ? text : "{}"));
+    } else {
+        ops = json_pack("[{s:{s:o}}]", "request_delete_range", "key",
+                        jb64(key));
+    }
+    free(text);
+    w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        json_decref(cmp);
+        json_decref(ops);
+        done(503, 0, "out of memory", arg);
+        return;
+    }
+    w->txn = json_pack("{s:o,s:o}", "compare", cmp, "success", ops);
+    snprintf(w->pool, sizeof(w->pool), "%s", p->name);
+    w->done = done;
+    w->arg = arg;
+    pthread_mutex_lock(&E.mu);
+    w->next = NULL;
+    *E.wtail = w;
+    E.wtail = &w->next;
+    pthread_cond_signal(&E.cond);
+    pthread_mutex_unlock(&E.mu);
+}
+
+/* ---- /api/cluster, metrics ---------------------------------------------- */
+
+static json_t *
+null_or_int(uint64_t v)
+{
+    return v ? json_integer((json_int_t)v) : json_null();
+}
+
+json_t *
+etcd_cluster_json(void)
+{
+    json_t *r, *eps, *ign, *insts, *pools, *last;
+    const char *id;
+    json_t *v;
+    bool agree = true;
+    uint64_t newest = 0, first_ms = 0, last_ms = 0, since = 0;
+    size_t reached = 0, n = 0;
+
+    if (!E.running)
+        return json_pack("{s:n,s:n,s:[],s:{},s:b,s:n}", "instance", "etcd",
+                         "instances", "pools", "agree", 1, "last_change");
+    eps = json_array();
+    for (size_t i = 0; i < cfg.nendpoints; i++)
+        json_array_append_new(eps, json_string(cfg.endpoints[i]));
+    ign = json_array();
+    for (size_t i = 0; i < C.nignored; i++)
+        json_array_append_new(ign,
+                              json_pack("{s:s,s:I,s:s}", "key",
+                                        C.ignored[i].key, "mod_revision",
+                                        (json_int_t)C.ignored[i].mod_rev, "why",
+                                        C.ignored[i].why));
+    r = json_pack(
+        "{s:s,s:{s:o,s:s,s:b,s:s,s:I,s:o,s:s?,s:I,s:I,s:I,s:I,s:I,s:o}}",
+        "instance", cfg.instance, "etcd", "endpoints", eps, "prefix",
+        cfg.prefix, "up", C.up, "state", C.state, "applied_rev",
+        (json_int_t)C.applied_rev, "down_since_ms",
+        null_or_int(C.down_since_ms), "last_error",
+        C.error[0] ? C.error : NULL, "lists", (json_int_t)C.lists,
+        "reconnects", (json_int_t)C.reconnects, "events",
+        (json_int_t)C.events, "writes", (json_int_t)C.writes,
+        "ignored_total", (json_int_t)C.ignored_total, "ignored", ign);
+    insts = json_array();
+    pools = json_object();
+    /* every live instance record, parsed */
+    json_object_foreach(C.instances, id, v)
+    {
+        json_t *rec = json_loads(json_string_value(json_array_get(v, 1)), 0,
+                                 NULL);
+        json_t *ps;
+        const char *pn;
+        json_t *pv;
+
+        if (!json_is_object(rec)) {
+            json_decref(rec);
+            continue;
+        }
+        json_object_set_new(rec, "self", json_boolean(strcmp(id, cfg.instance) ==
+                                                      0));
+        n++;
+        ps = json_object_get(rec, "pools");
+        json_object_foreach(ps, pn, pv)
+        {
+            json_t *agg = json_object_get(pools, pn);
+            const char *sum = json_string_value(json_object_get(pv, "checksum"));
+            uint64_t cr = (uint64_t)jint(json_object_get(pv, "changed_rev"));
+
+            if (agg == NULL) {
+                agg = json_pack("{s:b,s:s,s:i}", "agree", 1, "checksum",
+                                sum ? sum : "", "instances", 0);
+                json_object_set_new(pools, pn, agg);
+            }
+            json_object_set_new(
+                agg, "instances",
+                json_integer(json_integer_value(
+                                 json_object_get(agg, "instances")) +
+                             1));
+            if (sum == NULL ||
+                strcmp(sum, json_string_value(json_object_get(agg,
+                                                              "checksum"))) !=
+                    0) {
+                json_object_set_new(agg, "agree", json_false());
+                agree = false;
+            }
+            if (cr > newest)
+                newest = cr;
+        }
+        json_array_append_new(insts, rec);
+    }
+    /* how far the newest change got, and how long it took */
+    for (size_t i = 0; i < json_array_size(insts); i++) {
+        json_t *rec = json_array_get(insts, i), *pv;
+        const char *pn;
+        bool has = (uint64_t)jint(json_object_get(rec, "applied_rev")) >=
+                   newest;
+
+        reached += has;
+        json_object_foreach(json_object_get(rec, "pools"), pn, pv)
+        {
+            uint64_t cr = (uint64_t)jint(json_object_get(pv, "changed_rev"));
+            uint64_t cm = (uint64_t)jint(json_object_get(pv, "changed_ms"));
+            uint64_t sm = (uint64_t)jint(json_object_get(pv, "since_ms"));
+            if (cr != newest || newest == 0)
+                continue;
+            if (first_ms == 0 || cm < first_ms)
+                first_ms = cm;
+            if (cm > last_ms)
+                last_ms = cm;
+            if (sm > since)
+                since = sm;
+        }
+    }
+    if (newest > 0) {
+        uint64_t from = since && since <= first_ms ? since : first_ms;
+        last = json_pack("{s:I,s:i,s:i,s:f}", "revision", (json_int_t)newest,
+                         "reached", (int)reached, "of", (int)n, "took_ms",
+                         last_ms >= from ? (double)(last_ms - from) : 0.0);
+    } else {
+        last = json_null();
+    }
+    json_object_set_new(r, "instances", insts);
+    json_object_set_new(r, "pools", pools);
+    json_object_set_new(r, "agree", json_boolean(agree));
+    json_object_set_new(r, "last_change", last);
+    return r;
+}
+
+void
+etcd_metrics(FILE *f)
+{
+    if (!E.running)
+        return;
+    fprintf(f,
+            "# HELP chashd_etcd_up 1 while the watch on etcd runs, 0 while "
+            "etcd cannot be reached (pools keep their members).\n"
+            "# TYPE chashd_etcd_up gauge\nchashd_etcd_up %d\n",
+            C.up ? 1 : 0);
+    fprintf(f,
+            "# HELP chashd_etcd_applied_revision The etcd revision this "
+            "instance has applied.\n"
+            "# TYPE chashd_etcd_applied_revision gauge\n"
+            "chashd_etcd_applied_revision %" PRIu64 "\n",
+            C.applied_rev);
+    fprintf(f,
+            "# HELP chashd_etcd_lists_total Full lists of the prefix (start, "
+            "compaction, wipe).\n"
+            "# TYPE chashd_etcd_lists_total counter\n"
+            "chashd_etcd_lists_total %" PRIu64 "\n",
+            C.lists);
+    fprintf(f,
+            "# HELP chashd_etcd_reconnects_total Watch streams that broke and "
+            "were opened again.\n"
+            "# TYPE chashd_etcd_reconnects_total counter\n"
+            "chashd_etcd_reconnects_total %" PRIu64 "\n",
+            C.reconnects);
+    fprintf(f,
+            "# HELP chashd_etcd_ignored_records Member records ignored as "
+            "malformed (listed in /api/cluster).\n"
+            "# TYPE chashd_etcd_ignored_records gauge\n"
+            "chashd_etcd_ignored_records %zu\n",
+            C.nignored);
+}
