@@ -8,10 +8,10 @@
 # cluster` show the instances; malformed records are ignored alike
 # everywhere; `chashd -t` wants global.etcd for `members_from: etcd`.
 # SPDX-License-Identifier: BSD-2-Clause
-import http.client
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 
@@ -25,20 +25,41 @@ N_FETCH = 12           # real client connections per instance and change
 CONVERGE_TIMEOUT = 10.0
 
 
-def lookup_all(inst, keys, pool=POOL):
-    """{key: owner} of <keys> on <inst>, over one keep-alive connection."""
-    c = http.client.HTTPConnection("127.0.0.1", inst.admin_port, timeout=10)
-    out = {}
+def lookup_all(inst, keys, pool=POOL, batch=1):
+    """{key: owner} of <keys> on <inst>, on one keep-alive connection over
+    a plain socket (0.06 ms a lookup; http.client takes 0.3 ms). <batch>
+    lookups are sent at once (libmicrohttpd answers pipelined requests
+    slowly: keep 1)."""
+    s = socket.create_connection(("127.0.0.1", inst.admin_port), timeout=10)
+    out, buf = {}, b""
     try:
-        for k in keys:
-            c.request("GET", "/api/pools/%s/lookup?key=%s" % (pool, k))
-            r = c.getresponse()
-            body = r.read()
-            assert r.status == 200, "%s lookup %s: %d %s" % (
-                inst.name, k, r.status, body)
-            out[k] = json.loads(body)["members"][0]["name"]
+        for i in range(0, len(keys), batch):
+            part = keys[i:i + batch]
+            s.sendall(b"".join(
+                b"GET /api/pools/%s/lookup?key=%s HTTP/1.1\r\n"
+                b"Host: 127.0.0.1\r\n\r\n" % (pool.encode(), k.encode())
+                for k in part))
+            for k in part:
+                while b"\r\n\r\n" not in buf:
+                    chunk = s.recv(1 << 16)
+                    assert chunk, "%s closed after %d lookups" % (
+                        inst.name, len(out))
+                    buf += chunk
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                n = int(re.search(rb"(?i)content-length: *(\d+)",
+                                  head).group(1))
+                while len(buf) < n:
+                    chunk = s.recv(1 << 16)
+                    assert chunk, "%s closed in an answer" % inst.name
+                    buf += chunk
+                body, buf = buf[:n], buf[n:]
+                assert head.startswith(b"HTTP/1.1 200"), (inst.name, k, head,
+                                                           body)
+                j = json.loads(body)
+                assert j["key"] == k, (j, k)
+                out[k] = j["members"][0]["name"]
     finally:
-        c.close()
+        s.close()
     return out
 
 

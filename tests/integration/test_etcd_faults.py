@@ -18,7 +18,7 @@ POOL = "web"
 CONVERGE_TIMEOUT = 10.0
 
 
-def setup(procs, tmp_path, etcd, backends, n=2, lease_ttl="2s",
+def start_set(procs, tmp_path, etcd, backends, n=2, lease_ttl="2s",
           n_backends=5, n_seed=3):
     """etcd's tree, backends web-1..n_backends, <n> instances seeded with
     web-1..n_seed, converged on the seed; (tree, backends, instances, W)."""
@@ -47,7 +47,7 @@ def check_routes_by_etcd(tree, lbs):
 
 def test_killed_instance_record_goes_with_its_lease(procs, tmp_path, etcd,
                                                     backends):
-    tree, bs, lbs, W = setup(procs, tmp_path, etcd, backends, n=2,
+    tree, bs, lbs, W = start_set(procs, tmp_path, etcd, backends, n=2,
                              lease_ttl="2s")
     kvs = tree.instance_kvs()
     assert set(kvs) == {"lb-1", "lb-2"}
@@ -77,7 +77,7 @@ def test_killed_instance_record_goes_with_its_lease(procs, tmp_path, etcd,
 
 def test_etcd_restart_resumes_without_relist(procs, tmp_path, etcd,
                                              backends):
-    tree, bs, lbs, W = setup(procs, tmp_path, etcd, backends, n=3,
+    tree, bs, lbs, W = start_set(procs, tmp_path, etcd, backends, n=3,
                              lease_ttl="5s")
     W = tree.put_member(POOL, "web-4", bs[3].addr)
     wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
@@ -109,7 +109,7 @@ def test_etcd_restart_resumes_without_relist(procs, tmp_path, etcd,
 
 
 def test_compacted_watch_relists(procs, tmp_path, etcd, backends):
-    tree, bs, lbs, W = setup(procs, tmp_path, etcd, backends, n=2,
+    tree, bs, lbs, W = start_set(procs, tmp_path, etcd, backends, n=2,
                              lease_ttl="5s")
     lb1, lb2 = lbs
     lists = {lb.name: lb.etcd_state()["lists"] for lb in lbs}
@@ -144,16 +144,20 @@ def test_compacted_watch_relists(procs, tmp_path, etcd, backends):
 
 
 def test_wiped_etcd_is_seeded_again(procs, tmp_path, etcd, backends):
-    tree, bs, lbs, W = setup(procs, tmp_path, etcd, backends, n=2,
-                             lease_ttl="2s")
+    tree, bs, lbs, W = start_set(procs, tmp_path, etcd, backends, n=2,
+                                 lease_ttl="2s")
     seed = members_of(tree)
+    seed_sums = {r["pools"][POOL]["checksum"]
+                 for r in tree.instances().values()}
+    assert len(seed_sums) == 1
     # move away from the seed, so that a re-list shows
     W = tree.txn_members(POOL, put={"web-4": (bs[3].addr, 1, "up"),
                                     "web-5": (bs[4].addr, 3, "up")},
                          delete=["web-1"])
     wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    assert {r["pools"][POOL]["checksum"]
+            for r in tree.instances().values()}.isdisjoint(seed_sums)
     lists = {lb.name: lb.etcd_state()["lists"] for lb in lbs}
-    leases = {n: kv["lease"] for n, kv in tree.instance_kvs().items()}
 
     etcd.wipe_restart()
     # the seed goes in again, from the config, once
@@ -164,17 +168,37 @@ def test_wiped_etcd_is_seeded_again(procs, tmp_path, etcd, backends):
     assert {kv["version"] for kv in kvs.values()} == {1}
     assert len({kv["create_revision"] for kv in kvs.values()}) == 1
     W = next(iter(kvs.values()))["create_revision"]
-    # both instances re-list, apply it and publish themselves again
+    # both instances re-list, apply it and publish themselves again (the
+    # records went with the wiped store): the seed's checksum again. A
+    # revision of the old store proves nothing here, the checksum does.
+
+    def republished():
+        recs = tree.instances()
+        return (len(recs) == 2 and all(
+            r["pools"][POOL]["checksum"] in seed_sums and
+            r["pools"][POOL]["members"] == len(seed)
+            for r in recs.values())) and recs
+    wait_for(republished, timeout=CONVERGE_TIMEOUT,
+             what="both instances to publish the seed's checksum")
     wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
     for lb in lbs:
         e = wait_for(lambda: (lambda e: e["lists"] > lists[lb.name] and e)(
             lb.etcd_state()), timeout=5, what=lb.name + " to re-list")
         assert e["up"], e
     check_routes_by_etcd(tree, lbs)
-    ikvs = tree.instance_kvs()
-    for name, kv in ikvs.items():
+    # an instance cannot have applied a revision the store has not reached:
+    # after a wipe its applied_rev is the new store's
+    rev = etcd.revision()
+    for name, r in tree.instances().items():
+        assert r["applied_rev"] <= rev, \
+            "%s publishes applied_rev %d, the store is at %d" % (
+                name, r["applied_rev"], rev)
+    for lb in lbs:
+        e = lb.etcd_state()
+        assert e["applied_rev"] <= etcd.revision(), (lb.name, e)
+    for name, kv in tree.instance_kvs().items():
         assert kv["lease"] != 0 and etcd.lease_ttl(kv["lease"]) > 0, \
-            (name, kv, leases)
+            (name, kv)
     assert tree.member_kvs(POOL) == kvs, "seeded more than once"
     # and follow changes again
     W = tree.put_member(POOL, "web-4", bs[3].addr)
@@ -211,7 +235,7 @@ class Load(threading.Thread):
 
 
 def test_etcd_down_keeps_rings(procs, tmp_path, etcd, backends):
-    tree, bs, lbs, W = setup(procs, tmp_path, etcd, backends, n=2,
+    tree, bs, lbs, W = start_set(procs, tmp_path, etcd, backends, n=2,
                              lease_ttl="2s")
     W = tree.put_member(POOL, "web-4", bs[3].addr, weight=2)
     wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
