@@ -18,6 +18,7 @@
 #   POOLS=100 MEMBERS=100
 #   GAP_MS=20       pause between trials
 #   TIMEOUT=10      seconds a trial may take before the bench fails
+#   LOGS=dir        copy the logs of etcd and the instances there
 #
 # The run fails (exit 1) if a trial does not converge within TIMEOUT, if
 # an instance exits, or if at the end an instance reports another number

@@ -14,13 +14,14 @@
 # Standard library only; the processes come from bench/benchlib.py.
 #
 # SPDX-License-Identifier: BSD-2-Clause
-import base64, json, os, random, subprocess, sys, threading, time
+import atexit, base64, json, os, random, shutil, socket, subprocess, sys
+import threading
+import time
 import urllib.error, urllib.request
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.environ["BENCH_DIR"])
 import benchlib
-from benchlib import free_port
 
 CHASHD = os.environ["CHASHD"]
 ETCD = os.environ["ETCD"]
@@ -44,6 +45,35 @@ if MEMBERS > 250 or POOLS > 250:
              "members' addresses are 127.1.POOL.MEMBER)")
 TARGET_MS = 100.0
 bench = benchlib.Bench("etcd")
+LOGS = os.environ.get("LOGS", "")
+
+
+def keep_logs():
+    """LOGS=dir: the logs of etcd and the instances are copied there at
+    exit (registered after the Bench's cleanup, so it runs first)."""
+    if LOGS:
+        os.makedirs(LOGS, exist_ok=True)
+        for name in os.listdir(bench.tmp):
+            if name.endswith(".log"):
+                shutil.copy(bench.path(name), LOGS)
+
+
+atexit.register(keep_logs)
+
+
+GIVEN = set()
+
+
+def free_port():
+    """benchlib's free_port, never a port this run handed out already (the
+    OS gives a port it just freed again, and a config of 100 pools then
+    has two on one port)."""
+    for _ in range(1000):
+        port = benchlib.free_port()
+        if port not in GIVEN:
+            GIVEN.add(port)
+            return port
+    bench.die("no fresh free port in 1000 tries")
 
 
 # ---- etcd's JSON gateway ---------------------------------------------------
@@ -201,8 +231,9 @@ def start_instances(gw, prefix, n):
                            text=True, timeout=60, stdin=subprocess.DEVNULL)
         if t.returncode != 0:
             bench.die("chashd -t: " + (t.stdout + t.stderr).strip()[-2000:])
-        procs.append(bench.start([CHASHD, "-c", conf], "%s-%s.log"
-                                 % (prefix.strip("/"), name)))
+        log = "%s-%s.log" % (prefix.strip("/"), name)
+        procs.append(bench.start([CHASHD, "-c", conf], log))
+        procs[-1].log = bench.path(log)
     return procs
 
 
@@ -218,12 +249,20 @@ def stop_instances(procs):
         bench.procs.remove(p)
 
 
+def check_alive(procs):
+    for p in procs:
+        if p.poll() is not None:
+            with open(p.log, errors="replace") as f:
+                tail = f.read().splitlines()[-15:]
+            bench.die("an instance exited (%s); the end of %s:\n  %s"
+                      % (p.returncode, os.path.basename(p.log),
+                         "\n  ".join(tail)))
+
+
 def why_not(gw, prefix, n, W, procs):
     """None when <n> instance records show applied_rev >= W and one
     checksum per pool; else why not."""
-    for p in procs:
-        if p.poll() is not None:
-            bench.die("an instance exited (%s); see its log" % p.returncode)
+    check_alive(procs)
     recs = [json.loads(v) for v in gw.values(prefix + "/instances/")]
     if len(recs) != n:
         return "%d of %d instances" % (len(recs), n)
@@ -287,18 +326,43 @@ class InstanceWatch(threading.Thread):
                                  "range_end": end_of(self.prefix)})
         for kv in a.get("kvs", []):
             self.recs[kv["key"]] = json.loads(base64.b64decode(kv["value"]))
-        body = {"create_request": {
+        body = json.dumps({"create_request": {
             "key": b64(self.prefix), "range_end": end_of(self.prefix),
-            "start_revision": str(int(a["header"]["revision"]) + 1)}}
-        req = urllib.request.Request(gw.url + "/v3/watch",
-                                     data=json.dumps(body).encode(),
-                                     method="POST")
-        self.stream = urllib.request.urlopen(req, timeout=TIMEOUT + 30)
+            "start_revision": str(int(a["header"]["revision"]) + 1)}})
+        # a plain socket (urllib's stream cannot be closed while a thread
+        # reads it): the answer is chunked, one JSON message a line
+        host, port = gw.url.split("//")[1].split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=5)
+        self.sock.settimeout(None)
+        self.sock.sendall(("POST /v3/watch HTTP/1.1\r\nHost: %s:%s\r\n"
+                           "Content-Type: application/json\r\n"
+                           "Content-Length: %d\r\n\r\n%s"
+                           % (host, port, len(body), body)).encode())
+        self.closing = False
         self.start()
+
+    def lines(self):
+        """The messages of the chunked answer, as they arrive."""
+        f = self.sock.makefile("rb")
+        status = f.readline()
+        if not status.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError("watch: %r" % status)
+        while f.readline() not in (b"\r\n", b""):
+            pass
+        pending = b""
+        while True:
+            size = int(f.readline().split(b";")[0], 16)
+            if size == 0:
+                return
+            pending += f.read(size)
+            f.read(2)
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                yield line
 
     def run(self):
         try:
-            for line in self.stream:
+            for line in self.lines():
                 at = time.monotonic()
                 m = json.loads(line)
                 if "result" not in m:
@@ -319,9 +383,11 @@ class InstanceWatch(threading.Thread):
                             agree(self.recs, *self.target)):
                         self.done_at = at
                         self.cond.notify_all()
+            raise RuntimeError("the watch ended")
         except Exception as e:          # reported by wait()
             with self.cond:
-                self.error = "%s: %s" % (type(e).__name__, e)
+                if not self.closing:
+                    self.error = "%s: %s" % (type(e).__name__, e)
                 self.cond.notify_all()
 
     def wait(self, n, W, t0, procs):
@@ -337,10 +403,7 @@ class InstanceWatch(threading.Thread):
                 if left <= 0:
                     break
                 self.cond.wait(min(left, 0.5))
-                for p in procs:
-                    if p.poll() is not None:
-                        bench.die("an instance exited (%s); see its log"
-                                  % p.returncode)
+                check_alive(procs)
             done, self.target = self.done_at, None
         if self.error:
             bench.die("the watch on the instances: " + self.error)
@@ -352,7 +415,13 @@ class InstanceWatch(threading.Thread):
         return max(0.0, done - t0)
 
     def close(self):
-        self.stream.close()
+        self.closing = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.join(timeout=10)
+        self.sock.close()
 
 
 def check_counts(gw, model, n):
@@ -386,6 +455,7 @@ def run(gw, n):
           "started and agreed in %.2f s" % (n, POOLS, MEMBERS, start),
           flush=True)
     watch = InstanceWatch(gw, prefix)
+    t_trials = time.monotonic()
     times = {1: [], 3: []}
     pools = [pool_name(p) for p in range(POOLS)]
     k = 0
@@ -402,8 +472,11 @@ def run(gw, n):
             times[per].append(watch.wait(n, W, t0, procs))
             time.sleep(GAP_MS / 1000.0)
     check_counts(gw, model, n)
-    stop_instances(procs)
     watch.close()
+    t = time.monotonic()
+    stop_instances(procs)
+    print("%d instances: %d trials in %.1f s; stopped in %.1f s"
+          % (n, 2 * TRIALS, t - t_trials, time.monotonic() - t), flush=True)
     return times
 
 
