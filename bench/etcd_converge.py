@@ -14,7 +14,7 @@
 # Standard library only; the processes come from bench/benchlib.py.
 #
 # SPDX-License-Identifier: BSD-2-Clause
-import atexit, base64, json, os, random, shutil, socket, subprocess, sys
+import atexit, base64, json, math, os, random, shutil, socket, subprocess, sys
 import threading
 import time
 import urllib.error, urllib.request
@@ -437,10 +437,11 @@ def check_counts(gw, model, n):
 
 
 def quantiles(xs):
+    """(min, p50, p99, max), nearest rank."""
     s = sorted(xs)
 
     def q(p):
-        return s[min(len(s) - 1, max(0, int(round(p * len(s) + 0.5)) - 1))]
+        return s[min(len(s) - 1, max(0, math.ceil(p * len(s)) - 1))]
     return s[0], q(0.50), q(0.99), s[-1]
 
 
@@ -456,6 +457,7 @@ def run(gw, n):
           flush=True)
     watch = InstanceWatch(gw, prefix)
     t_trials = time.monotonic()
+    cpu0 = sum(benchlib.stat_cpu_seconds(p.pid) for p in procs)
     times = {1: [], 3: []}
     pools = [pool_name(p) for p in range(POOLS)]
     k = 0
@@ -471,12 +473,15 @@ def run(gw, n):
             W = gw.txn(puts, deletes)
             times[per].append(watch.wait(n, W, t0, procs))
             time.sleep(GAP_MS / 1000.0)
+    cpu = sum(benchlib.stat_cpu_seconds(p.pid) for p in procs) - cpu0
     check_counts(gw, model, n)
     watch.close()
     t = time.monotonic()
     stop_instances(procs)
-    print("%d instances: %d trials in %.1f s; stopped in %.1f s"
-          % (n, 2 * TRIALS, t - t_trials, time.monotonic() - t), flush=True)
+    print("%d instances: %d trials in %.1f s, the instances' CPU %.1f ms "
+          "per trial and instance (gaps included); stopped in %.1f s"
+          % (n, 2 * TRIALS, t - t_trials, cpu * 1e3 / (2 * TRIALS * n),
+             time.monotonic() - t), flush=True)
     return times
 
 

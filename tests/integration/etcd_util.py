@@ -9,6 +9,7 @@
 import base64
 import itertools
 import json
+import math
 import os
 import shutil
 import signal
@@ -430,7 +431,7 @@ def quantiles(xs):
     s = sorted(xs)
 
     def q(p):
-        return s[min(len(s) - 1, max(0, int(round(p * len(s) + 0.5)) - 1))]
+        return s[min(len(s) - 1, max(0, math.ceil(p * len(s)) - 1))]
     return s[0], q(0.50), q(0.99), s[-1]
 
 

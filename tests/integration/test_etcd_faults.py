@@ -6,6 +6,7 @@
 # (clients see no failure) and the next change after it converges.
 # SPDX-License-Identifier: BSD-2-Clause
 import json
+import re
 import signal
 import threading
 import time
@@ -208,6 +209,11 @@ def test_wiped_etcd_is_seeded_again(procs, tmp_path, etcd, backends):
                   ["pools"]) == [POOL]
 
 
+def etcd_warnings(lb):
+    return [ln for ln in lb.log().splitlines()
+            if re.search(r"\[(warn|error)\] etcd", ln)]
+
+
 class Load(threading.Thread):
     """Short tcp requests through one instance from a set of client
     addresses, in a loop until stopped (at most <limit> s): counts the
@@ -249,6 +255,7 @@ def test_etcd_down_keeps_rings(procs, tmp_path, etcd, backends):
         ld.start()
     try:
         time.sleep(0.3)
+        logged = {lb.name: len(etcd_warnings(lb)) for lb in lbs}
         etcd.stop()
         down_at = time.monotonic()
         for lb in lbs:
@@ -256,6 +263,13 @@ def test_etcd_down_keeps_rings(procs, tmp_path, etcd, backends):
                 lb.etcd_state()), timeout=5,
                 what="%s to show etcd down" % lb.name)
             assert e["down_since_ms"] is not None and e["last_error"], e
+        # an admin change cannot reach etcd: refused, nothing changes
+        st, j, _ = lbs[0].api.call("POST", "/api/pools/web/members",
+                                   {"name": "web-5", "address": bs[4].addr})
+        assert st == 503, j
+        st, j, _ = lbs[1].api.call("PATCH", "/api/pools/web/members/web-1",
+                                   {"state": "drain"})
+        assert st == 503, j
         # 10 s without etcd (more than the lease TTL): same members, same
         # routes
         while time.monotonic() < down_at + 10:
@@ -263,6 +277,10 @@ def test_etcd_down_keeps_rings(procs, tmp_path, etcd, backends):
                 assert lb.members(POOL) == members[lb.name], lb.name
                 assert lb.etcd_state()["up"] is False
             time.sleep(0.5)
+        # the outage is logged once, not at every retry (about 10 in 10 s)
+        for lb in lbs:
+            more = etcd_warnings(lb)[logged[lb.name]:]
+            assert 1 <= len(more) <= 3, (lb.name, more)
         etcd.start()
         for lb in lbs:
             wait_for(lambda: lb.etcd_state()["up"] is True, timeout=10,
@@ -282,5 +300,66 @@ def test_etcd_down_keeps_rings(procs, tmp_path, etcd, backends):
     # under a new lease if theirs ran out)
     W = tree.txn_members(POOL, put={"web-5": (bs[4].addr, 1, "up")},
                          delete=["web-2"])
+    wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    check_routes_by_etcd(tree, lbs)
+
+
+def test_start_without_etcd_serves_the_config(procs, tmp_path, etcd,
+                                               backends):
+    # etcd down at start: the pool serves its config's servers (never an
+    # empty ring because of etcd); once etcd comes, the config seeds it
+    tree = Tree(etcd)
+    bs = backends(3)
+    etcd.stop()
+    seed = [(b.name, b.addr, 1) for b in bs]
+    lb1, lb2 = start_instances(procs, tmp_path, etcd, tree.prefix, 2,
+                               {POOL: seed}, lease_ttl="2s")
+    for lb in (lb1, lb2):
+        e = lb.etcd_state()
+        assert e["up"] is False, e
+        assert lb.members(POOL) == {n: (a, w, "up") for n, a, w in seed}
+    sources = [client_ip(i) for i in range(20)]
+    got = {src: fetch(lb1.port, src) for src in sources}
+    assert None not in got.values()
+    assert {src: fetch(lb2.port, src) for src in sources} == got
+    assert len(set(got.values())) >= 2
+
+    etcd.start()
+    wait_for(lambda: len(tree.member_kvs(POOL)) >= 3, timeout=10,
+             what="the seed once etcd is up")
+    kvs = tree.member_kvs(POOL)
+    assert members_of(tree) == {n: (a, w, "up") for n, a, w in seed}
+    assert {kv["version"] for kv in kvs.values()} == {1}
+    W = max(kv["mod_revision"] for kv in kvs.values())
+    wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    for lb in (lb1, lb2):
+        assert lb.etcd_state()["up"] is True
+    W = tree.put_member(POOL, "web-2", bs[1].addr, weight=3)
+    wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    check_routes_by_etcd(tree, [lb1, lb2])
+
+
+def test_all_records_gone_keeps_the_members(procs, tmp_path, etcd,
+                                            backends):
+    tree, bs, lbs, W = start_set(procs, tmp_path, etcd, backends, n=2,
+                                 lease_ttl="2s")
+    before = {lb.name: lb.members(POOL) for lb in lbs}
+    sources = [client_ip(i) for i in range(20)]
+    want = {src: fetch(lbs[0].port, src) for src in sources}
+    W, n = etcd.delete_prefix(tree.members_prefix(POOL))
+    assert n == 3
+    # both apply the deletion (their records say so) and keep the members
+    recs = wait_for(lambda: (lambda r: len(r) == 2 and all(
+        x["applied_rev"] >= W for x in r.values()) and r)(tree.instances()),
+        timeout=CONVERGE_TIMEOUT, what="the instances to apply the delete")
+    for lb in lbs:
+        assert lb.members(POOL) == before[lb.name], lb.name
+        assert {src: fetch(lb.port, src) for src in sources} == want
+        assert [ln for ln in lb.log().splitlines()
+                if "[warn]" in ln and "keeps" in ln], lb.name
+    assert len({r["pools"][POOL]["checksum"] for r in recs.values()}) == 1
+    # records written again take over
+    W = tree.txn_members(POOL, put={"web-4": (bs[3].addr, 1, "up"),
+                                    "web-5": (bs[4].addr, 2, "drain")})
     wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
     check_routes_by_etcd(tree, lbs)
