@@ -65,7 +65,7 @@ CLI_OBJ   := $(CLI_SRC:%.c=$(B)/%.o)
 D_SRC     := $(wildcard src/*.c src/proto/*.c)
 D_OBJ     := $(D_SRC:%.c=$(B)/%.o)
 # chash uses exactly one piece of the daemon: the config loader.
-CLI_DOBJ  := $(B)/src/conf.o
+CLI_DOBJ  := $(B)/src/conf.o $(B)/src/etcd_codec.o
 
 # Unit tests: tests/unit/test_X.c becomes $(B)/tests/test_X and links
 # libchash plus the daemon modules listed in UT_MODS_test_X (paths under
@@ -78,22 +78,24 @@ CLI_DOBJ  := $(B)/src/conf.o
 # (pool reaches membership through health: a health transition is a
 # membership event.)
 UT_MODS_test_report    := report
-UT_MODS_test_conf      := conf
+UT_MODS_test_conf      := conf etcd_codec
 UT_MODS_test_log       := log text
 UT_MODS_test_pool      := pool conf log health control invariant builder \
                           membership report state text proto/proto proto/tcp \
                           proto/redis proto/memcache proto/error proto/http \
                           migration \
-                          stats metrics rconn replica access_log
-UT_MODS_test_state     := state conf
+                          stats metrics rconn replica access_log etcd \
+                          etcd_codec
+UT_MODS_test_state     := state conf etcd_codec
 UT_MODS_test_migration := $(UT_MODS_test_pool)
 UT_MODS_test_tcp       := proto/proto proto/tcp proto/redis proto/memcache \
-                          proto/error proto/http conf
+                          proto/error proto/http conf etcd_codec
 UT_MODS_test_redis     := proto/redis proto/error
 UT_MODS_test_memcache  := proto/memcache proto/error
 UT_MODS_test_http      := proto/http proto/tcp
 UT_MODS_test_proxy     := proto/proxy
 UT_MODS_test_access_log := access_log log invariant text
+UT_MODS_test_etcd      := etcd_codec
 UT_MODS_test_health    := $(UT_MODS_test_pool)
 UT_SRC    := $(wildcard tests/unit/test_*.c)
 UT_OBJ    := $(UT_SRC:%.c=$(B)/%.o)

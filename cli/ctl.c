@@ -59,6 +59,19 @@ static const char usage_text[] =
     "                                        repairs, divergences, and per\n"
     "                                        member whether it serves reads\n"
     "                                        and the keys it still misses\n"
+    "  batch POOL FILE [--dry-run]           several changes as one etcd\n"
+    "                                        transaction (members_from:\n"
+    "                                        etcd); FILE ('-': stdin) holds\n"
+    "                                        {\"changes\": [{\"op\": \"add\",\n"
+    "                                        \"name\", \"address\", \"weight\"},\n"
+    "                                        {\"op\": \"remove\", \"name\"},\n"
+    "                                        {\"op\": \"update\", \"name\",\n"
+    "                                        \"weight\", \"state\"}]}\n"
+    "  cluster                               the chashd instances sharing\n"
+    "                                        pools through etcd: whether\n"
+    "                                        their rings agree, and how long\n"
+    "                                        the last change took to reach\n"
+    "                                        all of them\n"
     "  state                                 the runtime overrides of the\n"
     "                                        config (kept in the state file)\n"
     "  state --reset POOL [NAME] [--dry-run] drop the overrides of a pool or\n"
@@ -736,6 +749,68 @@ print_pools(json_t *j)
                str(p, "hash"), json_array_size(json_object_get(p, "members")),
                num(p, "active"), str(p, "checksum"));
     }
+}
+
+/* `chash ctl cluster`: this instance's link to etcd, then every live
+ * instance, its applied revision and its checksum per pool. */
+static void
+print_cluster(json_t *j)
+{
+    json_t *e = json_object_get(j, "etcd"), *insts, *inst, *pools, *last;
+    const char *pn;
+    json_t *pv;
+    size_t i;
+
+    if (!json_is_object(e)) {
+        printf("no pool takes its members from etcd on this instance\n");
+        return;
+    }
+    printf("instance %s: etcd %s (%s) at %s, applied revision %lld, %lld "
+           "lists, %lld reconnects\n",
+           str(j, "instance"), json_is_true(json_object_get(e, "up")) ? "up"
+                                                                    : "DOWN",
+           str(e, "state"), str(e, "prefix"), num(e, "applied_rev"),
+           num(e, "lists"), num(e, "reconnects"));
+    if (json_is_string(json_object_get(e, "last_error")) &&
+        !json_is_true(json_object_get(e, "up")))
+        printf("  last error: %s\n", str(e, "last_error"));
+    json_array_foreach(json_object_get(e, "ignored"), i, inst)
+        printf("  ignored: %s (revision %lld): %s\n", str(inst, "key"),
+               num(inst, "mod_revision"), str(inst, "why"));
+    insts = json_object_get(j, "instances");
+    printf("%-24s %7s %10s  %-16s %s\n", "INSTANCE", "PID", "APPLIED", "POOL",
+           "CHECKSUM (MEMBERS)");
+    json_array_foreach(insts, i, inst)
+    {
+        bool first = true;
+        json_object_foreach(json_object_get(inst, "pools"), pn, pv)
+        {
+            char who[64];
+            snprintf(who, sizeof(who), "%s%s", str(inst, "instance"),
+                     json_is_true(json_object_get(inst, "self")) ? " (this)"
+                                                                : "");
+            if (first)
+                printf("%-24s %7lld %10lld  %-16s %s (%lld)\n", who,
+                       num(inst, "pid"), num(inst, "applied_rev"), pn,
+                       str(pv, "checksum"), num(pv, "members"));
+            else
+                printf("%-24s %7s %10s  %-16s %s (%lld)\n", "", "", "", pn,
+                       str(pv, "checksum"), num(pv, "members"));
+            first = false;
+        }
+    }
+    pools = json_object_get(j, "pools");
+    json_object_foreach(pools, pn, pv)
+        printf("pool %s: %s over %lld instances\n", pn,
+               json_is_true(json_object_get(pv, "agree")) ? "agree"
+                                                          : "DISAGREE",
+               num(pv, "instances"));
+    last = json_object_get(j, "last_change");
+    if (json_is_object(last))
+        printf("last change: revision %lld reached %lld of %lld instances in "
+               "%.1f ms\n",
+               num(last, "revision"), num(last, "reached"), num(last, "of"),
+               json_number_value(json_object_get(last, "took_ms")));
 }
 
 /* Whether member <m> is leaving its pool: a removal in a `migration:
@@ -1593,6 +1668,7 @@ cmd_ctl(int argc, char **argv)
                                "member without moving its keys)");
     if (c.dry_run &&
         (strcmp(verb, "pools") == 0 || strcmp(verb, "show") == 0 ||
+         strcmp(verb, "cluster") == 0 ||
          strcmp(verb, "lookup") == 0 || strcmp(verb, "migration") == 0 ||
          strcmp(verb, "replication") == 0 ||
          (strcmp(verb, "state") == 0 && !c.reset)))
@@ -1612,6 +1688,15 @@ cmd_ctl(int argc, char **argv)
         j = call(&c, "GET", "/api/pools", NULL, &ex);
         if (j != NULL && !c.json)
             print_pools(j);
+        json_decref(j);
+        return ex;
+    }
+    if (strcmp(verb, "cluster") == 0) {
+        if ((rc = need(nargs, 0, verb)) != 0)
+            return rc;
+        j = call(&c, "GET", "/api/cluster", NULL, &ex);
+        if (j != NULL && !c.json)
+            print_cluster(j);
         json_decref(j);
         return ex;
     }
@@ -1724,5 +1809,25 @@ cmd_ctl(int argc, char **argv)
     }
     if (strcmp(verb, "state") == 0)
         return state_cmd(&c, args, nargs);
+    if (strcmp(verb, "batch") == 0) {
+        json_error_t jerr;
+        json_t *body;
+
+        if ((rc = need(nargs, 2, verb)) != 0)
+            return rc;
+        body = strcmp(args[1], "-") == 0 ? json_loadf(stdin, 0, &jerr)
+                                          : json_load_file(args[1], 0, &jerr);
+        if (body == NULL) {
+            fprintf(stderr, "chash ctl: %s:%d: %s\n",
+                    strcmp(args[1], "-") == 0 ? "stdin" : args[1], jerr.line,
+                    jerr.text);
+            return CLI_EXIT_USAGE;
+        }
+        snprintf(path, sizeof(path), "/api/pools/%s/changes", pool);
+        snprintf(what, sizeof(what), "pool %s: %zu changes in one etcd "
+                 "transaction", args[0],
+                 json_array_size(json_object_get(body, "changes")));
+        return change(&c, "POST", path, body, what, args[0]);
+    }
     return cli_usage_error(CMD, usage_text, "unknown command '%s'", verb);
 }

@@ -587,6 +587,107 @@ out:
     return ret;
 }
 
+#define BATCH_MAX ((size_t)127) /* one etcd transaction: 128 ops */
+
+/* POST /api/pools/{pool}/changes: {"changes": [{"op": "add", "name",
+ * "address", "weight"}, {"op": "remove", "name"}, {"op": "update",
+ * "name", "weight", "state"}, ...]}: one etcd transaction. */
+static enum MHD_Result
+pool_changes(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
+{
+    static const char *const top[] = {"changes", NULL};
+    static const char *const allowed[] = {"op",     "name",  "address",
+                                          "weight", "state", NULL};
+    struct membership_batch_op ops[BATCH_MAX];
+    enum MHD_Result ret = MHD_NO;
+    json_t *j, *list, *e;
+    const char *bad;
+    size_t i, n;
+
+    j = body_object(c, rq, &ret);
+    if (j == NULL)
+        return ret;
+    list = json_object_get(j, "changes");
+    if ((bad = unknown_key(j, top)) != NULL || !json_is_array(list) ||
+        json_array_size(list) == 0 ||
+        json_array_size(list) > BATCH_MAX) {
+        ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
+                            "the body is {\"changes\": [...]} with 1 to %zu "
+                            "changes like {\"op\": \"add\", \"name\", "
+                            "\"address\", \"weight\"}, {\"op\": "
+                            "\"remove\", \"name\"} or {\"op\": \"update\", "
+                            "\"name\", \"weight\", \"state\"}",
+                            BATCH_MAX);
+        goto out;
+    }
+    n = json_array_size(list);
+    memset(ops, 0, sizeof(ops));
+    json_array_foreach(list, i, e)
+    {
+        const char *op = json_string_value(json_object_get(e, "op"));
+        json_t *jn = json_object_get(e, "name"), *ja = json_object_get(e,
+                                                                     "address");
+        json_t *jw = json_object_get(e, "weight"), *js = json_object_get(e,
+                                                                     "state");
+        const char *why = NULL;
+
+        if (!json_is_object(e))
+            why = "is not an object";
+        else if ((bad = unknown_key(e, allowed)) != NULL)
+            why = "has an unknown field (valid: op, name, address, weight, "
+                  "state)";
+        else if (op == NULL || (strcmp(op, "add") != 0 &&
+                                strcmp(op, "remove") != 0 &&
+                                strcmp(op, "update") != 0))
+            why = "needs \"op\": add, remove or update";
+        else if (!json_is_string(jn) ||
+                 strlen(json_string_value(jn)) != json_string_length(jn) ||
+                 !text_name_ok(json_string_value(jn)))
+            why = "needs a \"name\" without spaces or '/'";
+        else if (strcmp(op, "add") == 0 &&
+                 (!json_is_string(ja) ||
+                  strlen(json_string_value(ja)) != json_string_length(ja)))
+            why = "(add) needs an \"address\"";
+        else if (strcmp(op, "add") != 0 && ja != NULL)
+            why = "gives an \"address\": only add takes one";
+        else if (jw != NULL &&
+                 (!json_is_integer(jw) || json_integer_value(jw) < 1 ||
+                  json_integer_value(jw) > MEMBERSHIP_MAX_WEIGHT))
+            why = "has a \"weight\" that is not an integer from 1 to 1000000";
+        else if (js != NULL && (strcmp(op, "update") != 0 ||
+                                state_admin_from_name(json_string_value(js)) <
+                                    0))
+            why = "has a bad \"state\" (update only: up, drain or maint)";
+        if (why != NULL) {
+            ret = respond_error(c, MHD_HTTP_BAD_REQUEST, "change %zu %s", i + 1,
+                                why);
+            goto out;
+        }
+        ops[i].op = op[0] == 'a'   ? MEMBERSHIP_ADD
+                    : op[0] == 'r' ? MEMBERSHIP_REMOVE
+                                   : MEMBERSHIP_UPDATE;
+        ops[i].name = json_string_value(jn);
+        ops[i].address = json_string_value(ja);
+        ops[i].has_weight = jw != NULL;
+        ops[i].weight = jw ? (uint32_t)json_integer_value(jw) : 0;
+        ops[i].has_admin = js != NULL;
+        ops[i].admin = js ? state_admin_from_name(json_string_value(js)) : 0;
+    }
+    rq->conn = c;
+    rq->ok_status = MHD_HTTP_OK;
+    membership_batch(p, ops, n, query_flag(c, "dry_run") == 1, change_done, rq);
+    if (rq->ready) {
+        ret = respond_ready(c, rq);
+    } else {
+        rq->suspended = true;
+        MHD_suspend_connection(c);
+        ret = MHD_YES;
+    }
+out:
+    json_decref(j);
+    return ret;
+}
+
 static enum MHD_Result
 pool_lookup(struct MHD_Connection *c, struct pool *p)
 {
@@ -952,6 +1053,16 @@ route(struct MHD_Connection *c, const char *url, const char *method,
     if (n == 3)
         return get ? respond_json(c, MHD_HTTP_OK, pool_json(p, true))
                    : respond_405(c, method, url, "GET");
+    if (n == 4 && is(seg[3], "changes")) {
+        if (!is(method, "POST"))
+            return respond_405(c, method, url, "POST");
+        if (query_flag(c, "dry_run") < 0)
+            return respond_error(c, MHD_HTTP_BAD_REQUEST,
+                                 "\"dry_run\" must be 1, true, yes, on or 0, "
+                                 "false, no, off");
+        return json_content(c, method, rq, &ret) ? pool_changes(c, p, rq)
+                                                 : ret;
+    }
     if (n == 4 && is(seg[3], "lookup"))
         return get ? pool_lookup(c, p) : respond_405(c, method, url, "GET");
     if (n == 4 && is(seg[3], "ring"))

@@ -4,6 +4,7 @@
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "conf.h"
+#include "etcd_codec.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -2134,20 +2135,6 @@ set_endpoints(struct load *ld, const struct conf_key *key, yaml_node_t *node,
     return 0;
 }
 
-/* A key or name part in etcd: no '/', printable, as doc/etcd.md says. */
-static bool
-etcd_name_ok(const char *s)
-{
-    size_t n = strlen(s);
-
-    if (n == 0 || n > 63)
-        return false;
-    for (; *s; s++)
-        if (!isalnum((unsigned char)*s) && strchr("._:-", *s) == NULL)
-            return false;
-    return true;
-}
-
 static const struct conf_key etcd_keys[] = {
     {"endpoints", set_endpoints, 0, 0, 0, NULL, 0, false},
     {"prefix", set_string, offsetof(struct conf_etcd, prefix), 0, 0, NULL, 0,
@@ -3132,12 +3119,13 @@ load_document(struct load *ld, struct conf *conf)
                                "etcd key part: use 1 to 63 letters, digits, "
                                "'.', '_', ':' or '-'",
                                cp->name, cp->servers[k].name);
-        if (cp->migration == CONF_MIGRATION_COPY)
+        if (cp->migration != CONF_MIGRATION_OFF)
             return fail_at(ld, cp->line,
-                           "pool '%s': 'migration: copy' with 'members_from: "
-                           "etcd' is not supported yet (the copier lock in "
-                           "etcd is not built); use migration: off or warmup",
-                           cp->name);
+                           "pool '%s': 'migration: %s' with 'members_from: "
+                           "etcd' is not supported yet (the instances would "
+                           "need one copier and a shared barrier): use "
+                           "migration: off",
+                           cp->name, conf_migration_name(cp->migration));
     }
     if (glines[GK_ADMIN] == 0) {
         char msg[256];

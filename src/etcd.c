@@ -8,8 +8,6 @@
 
 #include "etcd.h"
 
-#include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -19,6 +17,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,6 +26,7 @@
 #include "clock.h"
 #include "conf.h"
 #include "control.h"
+#include "etcd_codec.h"
 #include "log.h"
 #include "membership.h"
 #include "pool.h"
@@ -37,6 +37,7 @@
 #define PUBLISH_GAP_MS 20 /* instance records: at most one put per gap */
 #define IGNORED_KEPT 64   /* malformed records listed in /api/cluster */
 #define TXN_OPS_MAX 128   /* etcd's --max-txn-ops default */
+#define WRITE_APPLY_MS 10000 /* an admin write waits so long to be applied */
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -47,77 +48,6 @@ wall_ms(void)
 
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static const char b64chars[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/* Standard padded base64 of <n> bytes; NULL when out of memory. */
-static char *
-b64_encode(const void *data, size_t n)
-{
-    const unsigned char *s = data;
-    char *out = malloc(4 * ((n + 2) / 3) + 1), *o = out;
-
-    if (out == NULL)
-        return NULL;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)s[i] << 16;
-        if (i + 1 < n)
-            v |= (uint32_t)s[i + 1] << 8;
-        if (i + 2 < n)
-            v |= s[i + 2];
-        *o++ = b64chars[v >> 18 & 63];
-        *o++ = b64chars[v >> 12 & 63];
-        *o++ = i + 1 < n ? b64chars[v >> 6 & 63] : '=';
-        *o++ = i + 2 < n ? b64chars[v & 63] : '=';
-    }
-    *o = '\0';
-    return out;
-}
-
-static int
-b64_value(char c)
-{
-    const char *p = c ? strchr(b64chars, c) : NULL;
-
-    return p ? (int)(p - b64chars) : -1;
-}
-
-/* Decode <s> into a new NUL-terminated buffer (<n> bytes without it);
- * NULL when <s> is not base64. */
-static char *
-b64_decode(const char *s, size_t *n)
-{
-    size_t len = strlen(s), k = 0;
-    char *out;
-
-    if (len % 4 != 0)
-        return NULL;
-    out = malloc(len / 4 * 3 + 1);
-    if (out == NULL)
-        return NULL;
-    for (size_t i = 0; i < len; i += 4) {
-        int a = b64_value(s[i]), b = b64_value(s[i + 1]);
-        int c = s[i + 2] == '=' ? 0 : b64_value(s[i + 2]);
-        int d = s[i + 3] == '=' ? 0 : b64_value(s[i + 3]);
-        bool last = i + 4 == len;
-
-        if (a < 0 || b < 0 || c < 0 || d < 0 ||
-            ((s[i + 2] == '=' || s[i + 3] == '=') && !last) ||
-            (s[i + 2] == '=' && s[i + 3] != '=')) {
-            free(out);
-            return NULL;
-        }
-        out[k++] = (char)(a << 2 | b >> 4);
-        if (s[i + 2] != '=')
-            out[k++] = (char)((b & 15) << 4 | c >> 2);
-        if (s[i + 3] != '=')
-            out[k++] = (char)((c & 3) << 6 | d);
-    }
-    out[k] = '\0';
-    *n = k;
-    return out;
 }
 
 /* An int64 of etcd's JSON: a string (always, from the gateway) or a
@@ -143,7 +73,7 @@ jpath(const json_t *j, const char *a, const char *b)
 static json_t *
 jb64(const char *s)
 {
-    char *e = b64_encode(s, strlen(s));
+    char *e = etcd_b64_encode(s, strlen(s));
     json_t *j = e ? json_string(e) : NULL;
 
     free(e);
@@ -219,6 +149,7 @@ struct ewrite {
     int status;
     uint64_t rev;
     char msg[320];
+    uint64_t deadline_ms; /* written: answered by then, applied or not */
 };
 
 static struct {
@@ -238,8 +169,9 @@ static struct {
     atomic_bool kick; /* session -> watcher: the link is dead, reconnect */
     pthread_t watcher, session;
     bool running;
+    int watch_fd; /* the watch stream's socket, -1: none (under mu) */
 } E = {.mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
-       .efd = -1};
+       .efd = -1, .watch_fd = -1};
 
 static void
 post(struct emsg *m)
@@ -289,6 +221,7 @@ struct ehttp {
     void *arg;
     size_t done; /* bytes of buf handed to line() */
     bool watch;
+    bool last; /* the revoke at a stop: runs although E.stop is set */
 };
 
 static size_t
@@ -341,11 +274,50 @@ ehttp_progress(void *p, curl_off_t dt, curl_off_t dn, curl_off_t ut,
     struct ehttp *eh = p;
 
     (void)dt, (void)dn, (void)ut, (void)un;
-    if (atomic_load(&E.stop))
+    if (atomic_load(&E.stop) && !eh->last)
         return 1;
     if (eh->watch && atomic_load(&E.kick))
         return 1;
     return 0;
+}
+
+/* The watch's socket, known so that a stop or a kick can end the stream at
+ * once (libcurl calls the progress function only once a second while a
+ * stream is idle). */
+static curl_socket_t
+watch_open(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC,
+                              a->protocol);
+
+    (void)arg, (void)purpose;
+    pthread_mutex_lock(&E.mu);
+    E.watch_fd = fd;
+    pthread_mutex_unlock(&E.mu);
+    return fd;
+}
+
+static int
+watch_close(void *arg, curl_socket_t fd)
+{
+    (void)arg;
+    pthread_mutex_lock(&E.mu);
+    if (E.watch_fd == fd)
+        E.watch_fd = -1;
+    close(fd);
+    pthread_mutex_unlock(&E.mu);
+    return 0;
+}
+
+/* End the watch stream now (the watcher reconnects, or stops). */
+static void
+kick_watch(void)
+{
+    atomic_store(&E.kick, true);
+    pthread_mutex_lock(&E.mu);
+    if (E.watch_fd >= 0)
+        shutdown(E.watch_fd, SHUT_RDWR);
+    pthread_mutex_unlock(&E.mu);
 }
 
 static int
@@ -419,6 +391,11 @@ ehttp_setup(struct ehttp *eh, const char *path, const char *body, char *url,
     curl_easy_setopt(eh->h, CURLOPT_PROTOCOLS_STR, "http,https");
     if (!eh->watch)
         curl_easy_setopt(eh->h, CURLOPT_TIMEOUT_MS, (long)cfg.timeout_ms);
+    if (eh->watch) {
+        curl_easy_setopt(eh->h, CURLOPT_OPENSOCKETFUNCTION, watch_open);
+        curl_easy_setopt(eh->h, CURLOPT_CLOSESOCKETFUNCTION, watch_close);
+        curl_easy_setopt(eh->h, CURLOPT_FORBID_REUSE, 1L);
+    }
     if (cfg.ca_file != NULL)
         curl_easy_setopt(eh->h, CURLOPT_CAINFO, cfg.ca_file);
     if (cfg.cert_file != NULL) {
@@ -466,7 +443,7 @@ ehttp_post(struct ehttp *eh, const char *path, json_t *body, json_t **out,
             snprintf(err, errlen, "%s: %s", cfg.endpoints[eh->ep],
                      curl_easy_strerror(cc));
             eh->ep = (eh->ep + 1) % cfg.nendpoints;
-            if (atomic_load(&E.stop))
+            if (atomic_load(&E.stop) && !eh->last)
                 break;
             continue;
         }
@@ -525,54 +502,28 @@ seeded_pool(const char *pool)
     return yes;
 }
 
-/*
- * A key below <prefix>/: "pools/<pool>/members/<member>" sets *<pool>,
- * *<member> (pointers into <rel>, NUL-cut) and returns 1;
- * "instances/<id>" sets *<member> and returns 2; anything else 0.
- */
-static int
-key_split(char *rel, char **pool, char **member)
-{
-    char *slash;
-
-    if (strncmp(rel, "pools/", 6) == 0) {
-        *pool = rel + 6;
-        slash = strchr(*pool, '/');
-        if (slash == NULL || strncmp(slash, "/members/", 9) != 0)
-            return 0;
-        *slash = '\0';
-        *member = slash + 9;
-        return **pool && **member && strchr(*member, '/') == NULL ? 1 : 0;
-    }
-    if (strncmp(rel, "instances/", 10) == 0) {
-        *member = rel + 10;
-        return **member && strchr(*member, '/') == NULL ? 2 : 0;
-    }
-    return 0;
-}
-
 /* Apply one KV (a put: <value> non-NULL; a delete: NULL) at <mod_rev>. */
 static void
 watcher_kv(struct watcher *w, const char *b64key, const char *b64value,
            int64_t mod_rev, bool del)
 {
     size_t klen, vlen = 0, plen = strlen(cfg.prefix);
-    char *key = b64key ? b64_decode(b64key, &klen) : NULL;
+    char *key = b64key ? etcd_b64_decode(b64key, &klen) : NULL;
     char *value = NULL, *pool, *member;
     int kind;
 
     if (key == NULL || klen != strlen(key) || klen <= plen + 1 ||
         strncmp(key, cfg.prefix, plen) != 0 || key[plen] != '/')
         goto out;
-    kind = key_split(key + plen + 1, &pool, &member);
-    if (kind == 0)
+    kind = etcd_key_split(key + plen + 1, &pool, &member);
+    if (kind == ETCD_KEY_OTHER)
         goto out;
     if (!del) {
-        value = b64value ? b64_decode(b64value, &vlen) : strdup("");
+        value = b64value ? etcd_b64_decode(b64value, &vlen) : strdup("");
         if (value == NULL)
             goto out;
     }
-    if (kind == 2) {
+    if (kind == ETCD_KEY_INSTANCE) {
         if (del)
             json_object_del(w->instances, member);
         else
@@ -932,9 +883,8 @@ watcher_main(void *arg)
             need_list = false;
             post_status(true, "listed", NULL);
             if (!was_up)
-                log_info("etcd: listed %s/ at revision %" PRId64 " (%zu etcd "
-                         "pools)",
-                         cfg.prefix, w.next_rev - 1, json_object_size(w.pools));
+                log_info("etcd: listed %s/ at revision %" PRId64, cfg.prefix,
+                         w.next_rev - 1);
             was_up = true;
         }
         atomic_store(&E.kick, false);
@@ -1050,7 +1000,7 @@ session_main(void *arg)
                 dirty = record != NULL;
                 backoff = BACKOFF_MIN_MS;
             } else {
-                atomic_store(&E.kick, true);
+                kick_watch();
                 json_decref(out);
                 json_decref(rq);
                 sleep_ms(backoff);
@@ -1068,7 +1018,7 @@ session_main(void *arg)
             if (ehttp_post(&eh, "/v3/lease/keepalive", rq, &out, &st, err,
                            sizeof(err)) != 0) {
                 /* the stream form's single line parses as one object */
-                atomic_store(&E.kick, true);
+                kick_watch();
                 next_ka = now + BACKOFF_MAX_MS / 4;
             } else if (jint(jpath(out, "result", "TTL")) <= 0) {
                 log_warn("etcd: lease %" PRId64 " of instance %s is gone: "
@@ -1093,7 +1043,7 @@ session_main(void *arg)
             } else if (st == 404) {
                 lease = 0; /* "requested lease not found": etcd wiped */
             } else {
-                atomic_store(&E.kick, true);
+                kick_watch();
                 sleep_ms(backoff);
             }
             last_put = clock_ms();
@@ -1125,9 +1075,8 @@ session_main(void *arg)
     if (lease != 0) {
         json_t *rq = json_pack("{s:I}", "ID", (json_int_t)lease), *out = NULL;
         long st;
-        atomic_store(&E.stop, false); /* let this last request run */
+        eh.last = true;
         ehttp_post(&eh, "/v3/lease/revoke", rq, &out, &st, err, sizeof(err));
-        atomic_store(&E.stop, true);
         json_decref(out);
         json_decref(rq);
     }
@@ -1358,109 +1307,37 @@ unignore(const char *pool, const char *member)
         }
 }
 
-static bool
-name_ok(const char *s)
-{
-    size_t n = strlen(s);
-
-    if (n == 0 || n > 63)
-        return false;
-    for (; *s; s++)
-        if (!isalnum((unsigned char)*s) && strchr("._:-", *s) == NULL)
-            return false;
-    return true;
-}
-
-/* A numeric host:port, [v6]:port or /path: no DNS on this thread. */
-static bool
-address_ok(const char *a)
-{
-    char host[INET6_ADDRSTRLEN + 2];
-    unsigned char buf[sizeof(struct in6_addr)];
-    const char *colon;
-    size_t n;
-    char *end;
-    long port;
-
-    if (a[0] == '/')
-        return strlen(a) < 100 && strcspn(a, " \t\r\n") == strlen(a);
-    colon = strrchr(a, ':');
-    if (colon == NULL)
-        return false;
-    port = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || end == colon + 1 || port < 1 || port > 65535)
-        return false;
-    if (a[0] == '[') {
-        if (colon[-1] != ']')
-            return false;
-        n = (size_t)(colon - a - 2);
-        if (n >= sizeof(host))
-            return false;
-        memcpy(host, a + 1, n);
-        host[n] = '\0';
-        return inet_pton(AF_INET6, host, buf) == 1;
-    }
-    n = (size_t)(colon - a);
-    if (n >= sizeof(host))
-        return false;
-    memcpy(host, a, n);
-    host[n] = '\0';
-    return inet_pton(AF_INET, host, buf) == 1;
-}
-
 /* One wanted member, from a valid record. */
 struct want {
     const char *name;
     struct conf_server cs;
     int admin;
     uint64_t since_ms;
+    uint64_t mod_rev;
 };
 
 /* Parse <value> into <w>; NULL, or why it is not a member record. */
 static const char *
 record_parse(const char *name, const char *value, struct want *w)
 {
-    json_t *j = json_loads(value, 0, NULL), *v;
-    const char *why = NULL, *addr, *st;
+    struct etcd_record r;
+    const char *why = etcd_record_parse(name, value ? value : "",
+                                        value ? strlen(value) : 0, &r);
     char err[256];
 
     memset(w, 0, sizeof(*w));
     w->name = name;
-    w->admin = STATE_ADMIN_UP;
-    if (!name_ok(name))
-        why = "bad member name: use 1 to 63 letters, digits, '.', '_', ':' "
-              "or '-'";
-    else if (!json_is_object(j))
-        why = "not a JSON object";
-    else if (!json_is_string(v = json_object_get(j, "address")) ||
-             !address_ok(addr = json_string_value(v)))
-        why = "\"address\" must be a numeric host:port, [v6]:port or /path";
-    else if ((v = json_object_get(j, "weight")) != NULL &&
-             (!json_is_integer(v) || json_integer_value(v) < 1 ||
-              json_integer_value(v) > MEMBERSHIP_MAX_WEIGHT))
-        why = "\"weight\" must be an integer from 1 to 1000000";
-    else if ((v = json_object_get(j, "state")) != NULL &&
-             (!json_is_string(v) ||
-              ((st = json_string_value(v)), strcmp(st, "up") != 0 &&
-                                                strcmp(st, "drain") != 0 &&
-                                                strcmp(st, "maint") != 0)))
-        why = "\"state\" must be up, drain or maint";
-    else if ((v = json_object_get(j, "since")) != NULL &&
-             (!json_is_integer(v) || json_integer_value(v) < 0))
-        why = "\"since\" must be Unix milliseconds";
-    else if (conf_parse_addr(addr, &w->cs.addr, err, sizeof(err)) != 0)
-        why = "\"address\" does not parse";
-    if (why == NULL) {
-        v = json_object_get(j, "weight");
-        w->cs.weight = v ? (uint32_t)json_integer_value(v) : 1;
-        w->cs.name = (char *)name;
-        v = json_object_get(j, "state");
-        w->admin = v ? state_admin_from_name(json_string_value(v))
-                     : STATE_ADMIN_UP;
-        w->since_ms = (uint64_t)jint(json_object_get(j, "since"));
-    }
-    json_decref(j);
-    return why;
+    if (why != NULL)
+        return why;
+    if (conf_parse_addr(r.address, &w->cs.addr, err, sizeof(err)) != 0)
+        return "\"address\" does not parse";
+    w->cs.weight = r.weight;
+    w->cs.name = (char *)name;
+    w->admin = r.state == ETCD_STATE_DRAIN   ? STATE_ADMIN_DRAIN
+               : r.state == ETCD_STATE_MAINT ? STATE_ADMIN_MAINT
+                                             : STATE_ADMIN_UP;
+    w->since_ms = r.since;
+    return NULL;
 }
 
 static int
@@ -1506,6 +1383,7 @@ pool_sync(struct pool *p, struct cpool *cp, json_t *recs, uint64_t rev)
             continue;
         }
         unignore(p->name, name);
+        w[nw].mod_rev = (uint64_t)jint(json_array_get(v, 0));
         nw++;
     }
     qsort(w, nw, sizeof(*w), want_cmp);
@@ -1559,7 +1437,8 @@ pool_sync(struct pool *p, struct cpool *cp, json_t *recs, uint64_t rev)
                 changed = true;
             }
         }
-        if (w[i].since_ms > newest_since)
+        /* the time stamp of this change: of the records it wrote */
+        if (w[i].mod_rev == rev && w[i].since_ms > newest_since)
             newest_since = w[i].since_ms;
     }
     if (changed) {
@@ -1640,9 +1519,38 @@ on_written(struct ewrite *w)
         return;
     }
     C.writes++;
+    w->deadline_ms = clock_ms() + WRITE_APPLY_MS;
     w->next = C.waiting;
     C.waiting = w;
     writes_settle();
+}
+
+/* A write etcd took whose revision this instance has not applied in
+ * WRITE_APPLY_MS (its watch is down): answered, saying so. */
+static void
+writes_tick(uint64_t now_ms, void *arg)
+{
+    struct ewrite **pp = &C.waiting;
+
+    (void)arg;
+    while (*pp != NULL) {
+        struct ewrite *w = *pp;
+        char msg[320];
+
+        if (now_ms < w->deadline_ms) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        snprintf(msg, sizeof(msg),
+                 "written to etcd at revision %" PRIu64 ", but this instance "
+                 "has not applied it within %d s (its watch: %s); the other "
+                 "instances apply it from etcd",
+                 w->rev, WRITE_APPLY_MS / 1000, C.state);
+        w->done(ETCD_WRITTEN_NOT_APPLIED, w->rev, msg, w->arg);
+        json_decref(w->txn);
+        free(w);
+    }
 }
 
 static void
@@ -1794,6 +1702,10 @@ etcd_start(const struct conf *conf, char *err, size_t errlen)
         return -1;
     }
     C.started_ms = wall_ms();
+    if (control_tick_add(writes_tick, NULL) != 0) {
+        snprintf(err, errlen, "etcd: %s", strerror(errno));
+        return -1;
+    }
     snprintf(C.state, sizeof(C.state), "starting");
     seeds_set(conf);
     E.running = true;
@@ -1853,7 +1765,7 @@ etcd_conf_apply(struct conf *conf)
     pthread_mutex_lock(&E.mu);
     E.relist = true; /* a new etcd pool may need its records */
     pthread_mutex_unlock(&E.mu);
-    atomic_store(&E.kick, true);
+    kick_watch();
 }
 
 int
@@ -1876,6 +1788,7 @@ etcd_stop(void)
     if (!E.running)
         return;
     atomic_store(&E.stop, true);
+    kick_watch();
     pthread_mutex_lock(&E.mu);
     pthread_cond_broadcast(&E.cond);
     pthread_mutex_unlock(&E.mu);
@@ -1936,72 +1849,122 @@ etcd_stop(void)
 
 /* ---- admin writes ----------------------------------------------------------- */
 
+/* The compare and the operation of <o> into <cmps>, <ops>. 0, or an HTTP
+ * status with <msg>. */
+static int
+write_op(struct cpool *cp, const char *pool, const struct etcd_op *o,
+         json_t *cmps, json_t *ops, char *msg, size_t msglen)
+{
+    char key[768];
+    json_t *cur = cp ? json_object_get(cp->records, o->name) : NULL;
+    json_t *rec = NULL;
+    char *text;
+
+    if (!etcd_name_ok(o->name)) {
+        snprintf(msg, msglen,
+                 "member name \"%s\" cannot be an etcd key part: use 1 to 63 "
+                 "letters, digits, '.', '_', ':' or '-'",
+                 o->name);
+        return 400;
+    }
+    if (o->op != 'a' && cur == NULL) {
+        snprintf(msg, msglen, "no member record \"%s\" in etcd", o->name);
+        return 404;
+    }
+    member_key(key, sizeof(key), pool, o->name);
+    if (o->op == 'a') {
+        rec = json_pack("{s:s,s:I,s:s,s:I}", "address", o->address, "weight",
+                        (json_int_t)o->weight, "state", "up", "since",
+                        (json_int_t)wall_ms());
+        json_array_append_new(cmps, json_pack("{s:o,s:s,s:s,s:s}", "key",
+                                              jb64(key), "target", "CREATE",
+                                              "result", "EQUAL",
+                                              "create_revision", "0"));
+    } else {
+        json_array_append_new(
+            cmps, json_pack("{s:o,s:s,s:s,s:I}", "key", jb64(key), "target",
+                            "MOD", "result", "EQUAL", "mod_revision",
+                            (json_int_t)jint(json_array_get(cur, 0))));
+        if (o->op == 'u') {
+            rec = json_loads(json_string_value(json_array_get(cur, 1)), 0,
+                             NULL);
+            if (!json_is_object(rec)) {
+                json_decref(rec);
+                snprintf(msg, msglen,
+                         "the record of \"%s\" in etcd is not a member record",
+                         o->name);
+                return 409;
+            }
+            if (o->weight > 0)
+                json_object_set_new(rec, "weight", json_integer(o->weight));
+            if (o->state != NULL)
+                json_object_set_new(rec, "state", json_string(o->state));
+            json_object_set_new(rec, "since",
+                                json_integer((json_int_t)wall_ms()));
+        }
+    }
+    if (rec == NULL) {
+        json_array_append_new(ops, json_pack("{s:{s:o}}",
+                                             "request_delete_range", "key",
+                                             jb64(key)));
+        return 0;
+    }
+    text = json_dumps(rec, JSON_COMPACT);
+    json_decref(rec);
+    json_array_append_new(ops, json_pack("{s:{s:o,s:o}}", "request_put",
+                                         "key", jb64(key), "value",
+                                         jb64(text ? text : "{}")));
+    free(text);
+    return 0;
+}
+
 void
-etcd_member_write(struct pool *p, char op, const char *name,
-                  const char *address, uint32_t weight, const char *state,
+etcd_member_write(struct pool *p, const struct etcd_op *ops, size_t n,
                   etcd_done_fn *done, void *arg)
 {
     struct cpool *cp = cpool_find(p->name);
+    json_t *cmps, *jops;
     struct ewrite *w;
-    char key[768];
-    json_t *cur = cp ? json_object_get(cp->records, name) : NULL;
-    json_t *rec = NULL, *cmp, *ops;
-    int64_t mod = jint(json_array_get(cur, 0));
-    char *text = NULL;
+    char msg[320];
 
     if (!C.up && C.lists == 0) {
         done(503, 0, "etcd has not been reached yet: nothing was changed", arg);
         return;
     }
-    if (op != 'a' && cur == NULL) {
-        done(404, 0, "no such member record in etcd", arg);
+    if (n == 0 || n >= TXN_OPS_MAX) {
+        snprintf(msg, sizeof(msg),
+                 "a change is 1 to %d operations in one etcd transaction, "
+                 "not %zu",
+                 TXN_OPS_MAX - 1, n);
+        done(400, 0, msg, arg);
         return;
     }
-    member_key(key, sizeof(key), p->name, name);
-    if (op == 'a') {
-        rec = json_pack("{s:s,s:I,s:s,s:I}", "address", address, "weight",
-                        (json_int_t)weight, "state", "up", "since",
-                        (json_int_t)wall_ms());
-        cmp = json_pack("[{s:o,s:s,s:s,s:s}]", "key", jb64(key), "target",
-                        "CREATE", "result", "EQUAL", "create_revision", "0");
-    } else {
-        cmp = json_pack("[{s:o,s:s,s:s,s:I}]", "key", jb64(key), "target",
-                        "MOD", "result", "EQUAL", "mod_revision",
-                        (json_int_t)mod);
-        if (op == 'u') {
-            rec = json_loads(json_string_value(json_array_get(cur, 1)), 0,
-                             NULL);
-            if (!json_is_object(rec)) {
-                json_decref(rec);
-                json_decref(cmp);
-                done(409, 0, "the record in etcd is not a member record", arg);
-                return;
+    cmps = json_array();
+    jops = json_array();
+    for (size_t i = 0; i < n; i++) {
+        int st = write_op(cp, p->name, &ops[i], cmps, jops, msg, sizeof(msg));
+        for (size_t k = 0; st == 0 && k < i; k++)
+            if (strcmp(ops[k].name, ops[i].name) == 0) {
+                snprintf(msg, sizeof(msg),
+                         "member \"%s\" is named twice in one change",
+                         ops[i].name);
+                st = 400;
             }
-            if (weight > 0)
-                json_object_set_new(rec, "weight", json_integer(weight));
-            if (state != NULL)
-                json_object_set_new(rec, "state", json_string(state));
-            json_object_set_new(rec, "since", json_integer((json_int_t)wall_ms()));
+        if (st != 0) {
+            json_decref(cmps);
+            json_decref(jops);
+            done(st, 0, msg, arg);
+            return;
         }
     }
-    if (rec != NULL) {
-        text = json_dumps(rec, JSON_COMPACT);
-        json_decref(rec);
-        ops = json_pack("[{s:{s:o,s:o}}]", "request_put", "key", jb64(key),
-                        "value", jb64(text ? text : "{}"));
-    } else {
-        ops = json_pack("[{s:{s:o}}]", "request_delete_range", "key",
-                        jb64(key));
-    }
-    free(text);
     w = calloc(1, sizeof(*w));
     if (w == NULL) {
-        json_decref(cmp);
-        json_decref(ops);
+        json_decref(cmps);
+        json_decref(jops);
         done(503, 0, "out of memory", arg);
         return;
     }
-    w->txn = json_pack("{s:o,s:o}", "compare", cmp, "success", ops);
+    w->txn = json_pack("{s:o,s:o}", "compare", cmps, "success", jops);
     snprintf(w->pool, sizeof(w->pool), "%s", p->name);
     w->done = done;
     w->arg = arg;

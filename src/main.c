@@ -949,6 +949,10 @@ main(int argc, char **argv)
             if (cp->mode == CONF_MODE_TCP || cp->mode == CONF_MODE_HTTP)
                 printf(", hash_key %s",
                        conf_hash_chain_text(cp, chain, sizeof(chain)));
+            if (cp->members_from == CONF_MEMBERS_ETCD)
+                printf(", members from etcd %s/pools/%s/members/ (the "
+                       "servers seed it when it is empty)",
+                       conf->etcd.prefix, cp->name);
             putchar('\n');
         }
         printf("%s: configuration OK\n", conf_path ? conf_path : "<embedded>");

@@ -110,6 +110,28 @@ void membership_change(struct pool *p, const struct membership_request *rq,
                        void *arg);
 void membership_result_deinit(struct membership_result *res);
 
+/*
+ * Several changes of pool <p> at once (POST /api/pools/{pool}/changes):
+ * for pools with `members_from: etcd`, written as ONE etcd transaction, so
+ * every instance moves from one complete membership to the next at one
+ * revision. Each op is ADD (<name>, <address>, <weight>), REMOVE (<name>)
+ * or UPDATE (<name>, <weight> and/or <admin>). All are checked first; the
+ * answer comes as membership_change()'s, with the report of the whole
+ * batch and "etcd_revision".
+ */
+struct membership_batch_op {
+    int op; /* MEMBERSHIP_ADD, _REMOVE, _UPDATE */
+    const char *name;
+    const char *address;
+    bool has_weight;
+    uint32_t weight;
+    bool has_admin;
+    int admin;
+};
+void membership_batch(struct pool *p, const struct membership_batch_op *ops,
+                      size_t n, bool dry_run, membership_done_fn *done,
+                      void *arg);
+
 /* Health (health.c): <s> observed <health> (enum server_health) for
  * <reason>; the change is applied, logged once and entered in the change
  * log with what it moved. */

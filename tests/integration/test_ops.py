@@ -137,7 +137,8 @@ def test_unit_tests_link_only_the_modules_they_test(tmp_path):
                       if a.endswith(".o"))
             for t, args in links.items()}
     assert objs == {
-        "test_conf": ["src/conf.o", "tests/unit/test_conf.o"],
+        "test_conf": ["src/conf.o", "src/etcd_codec.o",
+                      "tests/unit/test_conf.o"],
         "test_ring": ["tests/unit/test_ring.o"],
     }, objs
 

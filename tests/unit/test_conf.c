@@ -912,7 +912,7 @@ test_err_unknown_key(void **state)
                  "listen, hash, hash_tag");
     expect_error("global:\n  workers: 2\n  admin_port: 1\n", 3,
                  "unknown key 'admin_port' in global (valid keys: admin, "
-                 "admin_token, workers, log_level, pid_file, state_file)");
+                 "admin_token, workers, log_level, pid_file, state_file, etcd)");
     expect_error("p:\n  listen: 127.0.0.1:1\n  health_check:\n"
                  "    type: tcp\n    every: 1s\n",
                  5,
@@ -922,6 +922,71 @@ test_err_unknown_key(void **state)
     expect_error("p:\n  listen: 127.0.0.1:1\n  servers:\n"
                  "    - { address: 127.0.0.1:2, wieght: 2 }\n",
                  4, "unknown key 'wieght' in a server");
+}
+
+/* global.etcd and members_from (doc/etcd.md). */
+static void
+test_etcd(void **state)
+{
+    struct conf *c;
+
+    (void)state;
+    c = load("global:\n  etcd:\n    endpoints: [http://127.0.0.1:2379, "
+             "https://10.0.0.2:2379]\n    prefix: /lb/\n    instance: lb-1\n"
+             "    lease_ttl: 5s\nweb:\n  listen: 127.0.0.1:8080\n  mode: tcp\n"
+             "  members_from: etcd\n  servers: [127.0.0.1:9001:1 web-1]\n"
+             "other:\n  listen: 127.0.0.1:8081\n  mode: tcp\n"
+             "  servers: [127.0.0.1:9002]\n");
+    assert_non_null(c);
+    assert_true(c->etcd.enabled);
+    assert_int_equal(c->etcd.nendpoints, 2);
+    assert_string_equal(c->etcd.endpoints[1], "https://10.0.0.2:2379");
+    assert_string_equal(c->etcd.prefix, "/lb"); /* no trailing '/' */
+    assert_string_equal(c->etcd.instance, "lb-1");
+    assert_int_equal(c->etcd.lease_ttl_ms, 5000);
+    assert_int_equal(c->etcd.timeout_ms, 2000);
+    assert_int_equal(c->pools[0].members_from, CONF_MEMBERS_ETCD);
+    assert_int_equal(c->pools[1].members_from, CONF_MEMBERS_CONFIG);
+    conf_destroy(c);
+    /* defaults: the prefix, the host name as the instance */
+    c = load("global:\n  etcd: { endpoints: [http://127.0.0.1:2379] }\n"
+             "web:\n  listen: 127.0.0.1:8080\n  mode: tcp\n"
+             "  servers: [127.0.0.1:9001]\n");
+    assert_non_null(c);
+    assert_string_equal(c->etcd.prefix, "/chash");
+    assert_true(strlen(c->etcd.instance) > 0);
+    conf_destroy(c);
+
+    expect_error("web:\n  listen: 127.0.0.1:8080\n  mode: tcp\n"
+                 "  members_from: etcd\n  servers: [127.0.0.1:9001]\n",
+                 1, "'members_from: etcd' needs a global.etcd block");
+    expect_error("global:\n  etcd: { prefix: /x }\nweb:\n  listen: "
+                 "127.0.0.1:8080\n  servers: [127.0.0.1:9001]\n",
+                 2, "'etcd' needs 'endpoints'");
+    expect_error("global:\n  etcd: { endpoints: [127.0.0.1:2379] }\nweb:\n"
+                 "  listen: 127.0.0.1:8080\n  servers: [127.0.0.1:9001]\n",
+                 2, "must be a URL like http://127.0.0.1:2379");
+    expect_error("global:\n  etcd: { endpoints: [http://a:1], instance: "
+                 "'a/b' }\nweb:\n  listen: 127.0.0.1:8080\n  servers: "
+                 "[127.0.0.1:9001]\n",
+                 2, "etcd 'instance' 'a/b' must be");
+    expect_error("global:\n  etcd: { endpoints: [http://a:1], lease_ttl: "
+                 "1s }\nweb:\n  listen: 127.0.0.1:8080\n  servers: "
+                 "[127.0.0.1:9001]\n",
+                 2, "'lease_ttl' is out of range");
+    expect_error("global:\n  etcd: { endpoints: [http://a:1], username: u "
+                 "}\nweb:\n  listen: 127.0.0.1:8080\n  servers: "
+                 "[127.0.0.1:9001]\n",
+                 2, "'username' and 'password' go together");
+    expect_error("global:\n  etcd: { endpoints: [http://a:1] }\nweb:\n"
+                 "  listen: 127.0.0.1:8080\n  mode: tcp\n"
+                 "  members_from: etcd\n  servers: ['127.0.0.1:9001:1 w#1']\n",
+                 3, "member name 'w#1' cannot be an etcd key part");
+    expect_error("global:\n  etcd: { endpoints: [http://a:1] }\nkv:\n"
+                 "  listen: 127.0.0.1:6380\n  mode: redis\n"
+                 "  members_from: etcd\n  servers: [127.0.0.1:7001:1]\n",
+                 3, "'migration: copy' with 'members_from: etcd' is not "
+                    "supported yet");
 }
 
 static void
@@ -2250,6 +2315,7 @@ main(void)
         cmocka_unit_test(test_load_file),
         cmocka_unit_test(test_nutcracker_ketama_mapping),
         cmocka_unit_test(test_err_unknown_key),
+        cmocka_unit_test(test_etcd),
         cmocka_unit_test(test_err_wrong_type),
         cmocka_unit_test(test_err_bad_address),
         cmocka_unit_test(test_err_bad_number),
