@@ -15,6 +15,7 @@ import socket
 import subprocess
 import time
 
+from admin_util import parse_metrics
 from conftest import CHASH, CHASHD, client_ip, fetch, free_port, wait_for
 from etcd_util import (Instance, Tree, etcd, quantiles,  # noqa: F401
                        servers_yaml, start_instances, wait_converged)
@@ -158,6 +159,18 @@ def trio(procs, tmp_path, etcd, backends, n_backends=4, n_seed=3):
     return tree, bs, lbs
 
 
+def same_change_everywhere(lbs, report):
+    """Every instance logged the change as one from etcd, with the
+    migration report the writer answered."""
+    for lb in lbs:
+        ch = wait_for(lambda: [c for c in lb.api.get("/api/changes")[1]
+                               ["changes"] if c["source"] == "etcd"],
+                      timeout=5, what=lb.name + "'s change log")[0]
+        assert ch["pool"] == POOL
+        for k in ("moved", "optimal"):
+            assert abs(ch[k] - report[k]) < 1e-9, (lb.name, k, ch, report)
+
+
 def check_same_routing(lbs, model, keys, sources):
     """Every instance routes by the model's members, looks <keys> up
     alike, and sends real connections from <sources> to the same member
@@ -208,6 +221,10 @@ def test_seed_once_then_thirty_changes_converge(procs, tmp_path, etcd,
     lbs = [lb1, lb2, lb3]
     wait_converged(etcd, tree.prefix, 3, seed_rev, timeout=CONVERGE_TIMEOUT)
     assert tree.member_kvs(POOL) == kvs
+    # a reload keeps the members etcd gave (not the config's servers)
+    lb2.d.reload(lb2.text)
+    assert lb2.members(POOL) == want
+    assert "reload: done" in lb2.log()
     model = Model(tree, addr, want)
     keys = [client_ip(i) for i in range(N_KEYS)]
     check_same_routing(lbs, model, keys[:200],
@@ -240,7 +257,7 @@ def test_seed_once_then_thirty_changes_converge(procs, tmp_path, etcd,
 
 
 def test_admin_changes_go_through_etcd(procs, tmp_path, etcd, backends):
-    tree, bs, lbs = trio(procs, tmp_path, etcd, backends, n_backends=4)
+    tree, bs, lbs = trio(procs, tmp_path, etcd, backends, n_backends=7)
     lb1, lb2, lb3 = lbs
     b4 = bs[3]
 
@@ -255,9 +272,12 @@ def test_admin_changes_go_through_etcd(procs, tmp_path, etcd, backends):
     assert lb1.members(POOL)["web-4"] == (b4.addr, 2, "up")
     assert norm(tree.members(POOL)["web-4"]) == (b4.addr, 2, "up")
     assert tree.member_kvs(POOL)["web-4"]["mod_revision"] == W
+    since = tree.members(POOL)["web-4"]["since"]
+    assert abs(since - time.time() * 1000) < 60000, since
     wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
     for lb in lbs:
         assert lb.members(POOL)["web-4"] == (b4.addr, 2, "up"), lb.name
+    same_change_everywhere(lbs, j)
 
     # an add of a name etcd holds is a 409, and changes nothing
     before = tree.member_kvs(POOL)
@@ -301,6 +321,56 @@ def test_admin_changes_go_through_etcd(procs, tmp_path, etcd, backends):
     for lb in lbs:
         assert lb.members(POOL) == want, lb.name
 
+    # a batch: checked together, ONE txn, one revision on every record
+    b5, b6, b7 = bs[4], bs[5], bs[6]
+    batch = {"changes": [
+        {"op": "add", "name": "web-5", "address": b5.addr, "weight": 3},
+        {"op": "add", "name": "web-6", "address": b6.addr},
+        {"op": "remove", "name": "web-1"},
+        {"op": "update", "name": "web-2", "state": "drain", "weight": 2}]}
+    st, j, _ = lb2.api.call("POST", "/api/pools/web/changes", batch)
+    assert st == 200, j
+    W = int(j["etcd_revision"])
+    kvs = tree.member_kvs(POOL)
+    assert {n for n, kv in kvs.items() if kv["mod_revision"] == W} == \
+        {"web-5", "web-6", "web-2"}
+    assert "web-1" not in kvs
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    want = {"web-2": (bs[1].addr, 2, "drain"), "web-4": (b4.addr, 2, "up"),
+            "web-5": (b5.addr, 3, "up"), "web-6": (b6.addr, 1, "up")}
+    assert {k: norm(v) for k, v in tree.members(POOL).items()} == want
+    for lb in lbs:
+        assert lb.members(POOL) == want, lb.name
+    same_change_everywhere(lbs, j)
+
+    # a batch with one bad change is refused whole: nothing written
+    before = tree.member_kvs(POOL)
+    st, j, _ = lb3.api.call("POST", "/api/pools/web/changes", {"changes": [
+        {"op": "add", "name": "web-7", "address": b7.addr},
+        {"op": "add", "name": "web-5", "address": b7.addr}]})
+    assert st == 409, j
+    assert tree.member_kvs(POOL) == before
+    # `chash ctl batch` sends a file of changes
+    path = os.path.join(str(tmp_path), "batch.json")
+    with open(path, "w") as f:
+        json.dump({"changes": [
+            {"op": "add", "name": "web-7", "address": b7.addr},
+            {"op": "update", "name": "web-2", "state": "up"}]}, f)
+    p = subprocess.run([CHASH, "ctl", "--admin", "127.0.0.1:%d"
+                        % lb3.admin_port, "--json", "batch", "web", path],
+                       capture_output=True, text=True, timeout=20)
+    assert p.returncode == 0, p.stdout + p.stderr
+    W = int(json.loads(p.stdout)["etcd_revision"])
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    want["web-7"] = (b7.addr, 1, "up")
+    want["web-2"] = (bs[1].addr, 2, "up")
+    for lb in lbs:
+        assert lb.members(POOL) == want, lb.name
+
+    # etcd holds these pools' runtime state: no state file reset
+    st, j, _ = lb1.api.call("DELETE", "/api/state/pools/web")
+    assert st == 409, j
+
 
 def test_cluster_view_and_ctl(procs, tmp_path, etcd, backends):
     tree, bs, lbs = trio(procs, tmp_path, etcd, backends, n_backends=4)
@@ -335,6 +405,12 @@ def test_cluster_view_and_ctl(procs, tmp_path, etcd, backends):
         assert e["lists"] == 1 and e["events"] >= 1
         assert e["ignored"] == []
         assert c["last_change"]["took_ms"] >= 0
+        m = metrics(lb)
+        assert m["chashd_etcd_up"] == 1
+        assert m["chashd_etcd_applied_revision"] >= W
+        assert m["chashd_etcd_lists_total"] == 1
+        assert m["chashd_etcd_reconnects_total"] == 0
+        assert m["chashd_etcd_ignored_records"] == 0
 
     for lb in lbs:
         p = subprocess.run([CHASH, "ctl", "--admin", "127.0.0.1:%d"
@@ -346,11 +422,17 @@ def test_cluster_view_and_ctl(procs, tmp_path, etcd, backends):
         assert next(iter(sums)) in p.stdout, p.stdout
 
 
+def metrics(lb):
+    """{name: value} of the unlabelled samples of /metrics."""
+    _, _, samples = parse_metrics(lb.api.get("/metrics")[1])
+    return {n: v for n, labels, v in samples if not labels}
+
+
 BAD = {
     "bad-json": '{"address": "127.0.0.1:1", ',
     "no-address": '{"weight": 1, "state": "up"}',
     "bad-weight": None,          # filled with a real address below
-    "zero-weight": None,
+    "big-weight": None,
     "bad-state": None,
     "bad!name": None,
     "n" * 64: None,
@@ -362,7 +444,7 @@ def test_malformed_records_ignored_alike(procs, tmp_path, etcd, backends):
     a4 = bs[3].addr
     bad = dict(BAD)
     bad["bad-weight"] = json.dumps({"address": a4, "weight": "heavy"})
-    bad["zero-weight"] = json.dumps({"address": a4, "weight": 2000000})
+    bad["big-weight"] = json.dumps({"address": a4, "weight": 2000000})
     bad["bad-state"] = json.dumps({"address": a4, "state": "sleeping"})
     bad["bad!name"] = json.dumps({"address": a4})
     bad["n" * 64] = json.dumps({"address": a4})
@@ -377,6 +459,7 @@ def test_malformed_records_ignored_alike(procs, tmp_path, etcd, backends):
         ignored = json.dumps(lb.etcd_state()["ignored"])
         for name in bad:
             assert name in ignored, (lb.name, name, ignored)
+        assert metrics(lb)["chashd_etcd_ignored_records"] == len(bad)
     for lb in lbs:
         warn = [ln for ln in lb.log().splitlines() if "[warn]" in ln]
         for name in bad:
@@ -421,3 +504,16 @@ def test_check_wants_global_etcd(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     line = [ln for ln in p.stdout.splitlines() if ln.startswith("pool web")]
     assert len(line) == 1 and re.search(r"\betcd\b", line[0]), p.stdout
+
+    # moving keys needs one copier among the instances: not built, refused
+    conf = tmp_path / "migration.yml"
+    conf.write_text("global:\n  admin: off\n  etcd:\n    endpoints: "
+                    "[http://127.0.0.1:1]\n    prefix: /chash\n"
+                    "    instance: lb-1\nstore:\n  listen: 127.0.0.1:%d\n"
+                    "  mode: redis\n  migration: copy\n"
+                    "  members_from: etcd\n  servers:\n"
+                    "    - 127.0.0.1:9001:1 r1\n" % free_port())
+    p = subprocess.run([CHASHD, "-t", "-c", str(conf)], capture_output=True,
+                       text=True, timeout=10)
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert "members_from" in p.stderr and "migration" in p.stderr, p.stderr

@@ -12,7 +12,7 @@ import threading
 import time
 
 from conftest import client_ip, fetch, wait_for
-from etcd_util import (Tree, etcd,  # noqa: F401 (fixture)
+from etcd_util import (Instance, Tree, etcd,  # noqa: F401 (fixture)
                        start_instances, wait_converged)
 
 POOL = "web"
@@ -74,6 +74,19 @@ def test_killed_instance_record_goes_with_its_lease(procs, tmp_path, etcd,
     W = tree.put_member(POOL, "web-4", bs[3].addr)
     wait_converged(etcd, tree.prefix, 1, W, timeout=CONVERGE_TIMEOUT)
     check_routes_by_etcd(tree, lbs[:1])
+
+    # a clean stop revokes the lease: the record goes at once, long
+    # before its 10 s TTL
+    lb3 = Instance(procs, tmp_path, etcd, tree.prefix, "lb-3",
+                   {POOL: [(b.name, b.addr, 1) for b in bs[:3]]},
+                   lease_ttl="10s")
+    wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    assert etcd.lease_ttl(tree.instance_kvs()["lb-3"]["lease"]) > 5
+    lb3.kill(signal.SIGTERM)
+    t0 = time.monotonic()
+    wait_for(lambda: "lb-3" not in tree.instance_kvs(), timeout=3,
+             interval=0.05, what="lb-3's record to go at its clean stop")
+    assert time.monotonic() - t0 < 3
 
 
 def test_etcd_restart_resumes_without_relist(procs, tmp_path, etcd,
