@@ -277,11 +277,6 @@ def op_delete(key):
     return {"request_delete_range": {"key": b64(key)}}
 
 
-def cmp_absent(key):
-    return {"key": b64(key), "target": "CREATE", "result": "EQUAL",
-            "create_revision": "0"}
-
-
 # ---- chash's keys ----------------------------------------------------------
 def member_key(prefix, pool, name):
     return "%s/pools/%s/members/%s" % (prefix, pool, name)
@@ -420,10 +415,6 @@ def wait_converged(etcd, prefix, n_instances, W, timeout=10.0, t0=None,
                 "not converged on revision %d after %.1f s: %s\nrecords: %s"
                 % (W, timeout, why, json.dumps(recs, sort_keys=True)))
         time.sleep(0.002)
-
-
-def pool_checksums(records, pool):
-    return {i: r["pools"][pool]["checksum"] for i, r in records.items()}
 
 
 def quantiles(xs):
