@@ -63,7 +63,8 @@ static const char usage_text[] =
     "                                        transaction (members_from:\n"
     "                                        etcd); FILE ('-': stdin) holds\n"
     "                                        {\"changes\": [{\"op\": \"add\",\n"
-    "                                        \"name\", \"address\", \"weight\"},\n"
+    "                                        \"name\", \"address\", "
+    "\"weight\"},\n"
     "                                        {\"op\": \"remove\", \"name\"},\n"
     "                                        {\"op\": \"update\", \"name\",\n"
     "                                        \"weight\", \"state\"}]}\n"
@@ -767,8 +768,8 @@ print_cluster(json_t *j)
     }
     printf("instance %s: etcd %s (%s) at %s, applied revision %lld, %lld "
            "lists, %lld reconnects\n",
-           str(j, "instance"), json_is_true(json_object_get(e, "up")) ? "up"
-                                                                    : "DOWN",
+           str(j, "instance"),
+           json_is_true(json_object_get(e, "up")) ? "up" : "DOWN",
            str(e, "state"), str(e, "prefix"), num(e, "applied_rev"),
            num(e, "lists"), num(e, "reconnects"));
     if (json_is_string(json_object_get(e, "last_error")) &&
@@ -788,7 +789,7 @@ print_cluster(json_t *j)
             char who[64];
             snprintf(who, sizeof(who), "%s%s", str(inst, "instance"),
                      json_is_true(json_object_get(inst, "self")) ? " (this)"
-                                                                : "");
+                                                                 : "");
             if (first)
                 printf("%-24s %7lld %10lld  %-16s %s (%lld)\n", who,
                        num(inst, "pid"), num(inst, "applied_rev"), pn,
@@ -800,11 +801,10 @@ print_cluster(json_t *j)
         }
     }
     pools = json_object_get(j, "pools");
-    json_object_foreach(pools, pn, pv)
-        printf("pool %s: %s over %lld instances\n", pn,
-               json_is_true(json_object_get(pv, "agree")) ? "agree"
-                                                          : "DISAGREE",
-               num(pv, "instances"));
+    json_object_foreach(pools, pn, pv) printf(
+        "pool %s: %s over %lld instances\n", pn,
+        json_is_true(json_object_get(pv, "agree")) ? "agree" : "DISAGREE",
+        num(pv, "instances"));
     last = json_object_get(j, "last_change");
     if (json_is_object(last))
         printf("last change: revision %lld reached %lld of %lld instances in "
@@ -1668,9 +1668,8 @@ cmd_ctl(int argc, char **argv)
                                "member without moving its keys)");
     if (c.dry_run &&
         (strcmp(verb, "pools") == 0 || strcmp(verb, "show") == 0 ||
-         strcmp(verb, "cluster") == 0 ||
-         strcmp(verb, "lookup") == 0 || strcmp(verb, "migration") == 0 ||
-         strcmp(verb, "replication") == 0 ||
+         strcmp(verb, "cluster") == 0 || strcmp(verb, "lookup") == 0 ||
+         strcmp(verb, "migration") == 0 || strcmp(verb, "replication") == 0 ||
          (strcmp(verb, "state") == 0 && !c.reset)))
         return cli_usage_error(CMD, usage_text, "--dry-run goes with a change");
     for (int i = 0; i < nargs; i++)
@@ -1816,7 +1815,7 @@ cmd_ctl(int argc, char **argv)
         if ((rc = need(nargs, 2, verb)) != 0)
             return rc;
         body = strcmp(args[1], "-") == 0 ? json_loadf(stdin, 0, &jerr)
-                                          : json_load_file(args[1], 0, &jerr);
+                                         : json_load_file(args[1], 0, &jerr);
         if (body == NULL) {
             fprintf(stderr, "chash ctl: %s:%d: %s\n",
                     strcmp(args[1], "-") == 0 ? "stdin" : args[1], jerr.line,
@@ -1824,9 +1823,10 @@ cmd_ctl(int argc, char **argv)
             return CLI_EXIT_USAGE;
         }
         snprintf(path, sizeof(path), "/api/pools/%s/changes", pool);
-        snprintf(what, sizeof(what), "pool %s: %zu changes in one etcd "
-                 "transaction", args[0],
-                 json_array_size(json_object_get(body, "changes")));
+        snprintf(what, sizeof(what),
+                 "pool %s: %zu changes in one etcd "
+                 "transaction",
+                 args[0], json_array_size(json_object_get(body, "changes")));
         return change(&c, "POST", path, body, what, args[0]);
     }
     return cli_usage_error(CMD, usage_text, "unknown command '%s'", verb);

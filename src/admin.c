@@ -609,8 +609,7 @@ pool_changes(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
         return ret;
     list = json_object_get(j, "changes");
     if ((bad = unknown_key(j, top)) != NULL || !json_is_array(list) ||
-        json_array_size(list) == 0 ||
-        json_array_size(list) > BATCH_MAX) {
+        json_array_size(list) == 0 || json_array_size(list) > BATCH_MAX) {
         ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
                             "the body is {\"changes\": [...]} with 1 to %zu "
                             "changes like {\"op\": \"add\", \"name\", "
@@ -625,10 +624,10 @@ pool_changes(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
     json_array_foreach(list, i, e)
     {
         const char *op = json_string_value(json_object_get(e, "op"));
-        json_t *jn = json_object_get(e, "name"), *ja = json_object_get(e,
-                                                                     "address");
-        json_t *jw = json_object_get(e, "weight"), *js = json_object_get(e,
-                                                                     "state");
+        json_t *jn = json_object_get(e, "name"),
+               *ja = json_object_get(e, "address");
+        json_t *jw = json_object_get(e, "weight"),
+               *js = json_object_get(e, "state");
         const char *why = NULL;
 
         if (!json_is_object(e))
@@ -636,9 +635,9 @@ pool_changes(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
         else if ((bad = unknown_key(e, allowed)) != NULL)
             why = "has an unknown field (valid: op, name, address, weight, "
                   "state)";
-        else if (op == NULL || (strcmp(op, "add") != 0 &&
-                                strcmp(op, "remove") != 0 &&
-                                strcmp(op, "update") != 0))
+        else if (op == NULL ||
+                 (strcmp(op, "add") != 0 && strcmp(op, "remove") != 0 &&
+                  strcmp(op, "update") != 0))
             why = "needs \"op\": add, remove or update";
         else if (!json_is_string(jn) ||
                  strlen(json_string_value(jn)) != json_string_length(jn) ||
@@ -654,9 +653,9 @@ pool_changes(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
                  (!json_is_integer(jw) || json_integer_value(jw) < 1 ||
                   json_integer_value(jw) > MEMBERSHIP_MAX_WEIGHT))
             why = "has a \"weight\" that is not an integer from 1 to 1000000";
-        else if (js != NULL && (strcmp(op, "update") != 0 ||
-                                state_admin_from_name(json_string_value(js)) <
-                                    0))
+        else if (js != NULL &&
+                 (strcmp(op, "update") != 0 ||
+                  state_admin_from_name(json_string_value(js)) < 0))
             why = "has a bad \"state\" (update only: up, drain or maint)";
         if (why != NULL) {
             ret = respond_error(c, MHD_HTTP_BAD_REQUEST, "change %zu %s", i + 1,
@@ -1060,8 +1059,7 @@ route(struct MHD_Connection *c, const char *url, const char *method,
             return respond_error(c, MHD_HTTP_BAD_REQUEST,
                                  "\"dry_run\" must be 1, true, yes, on or 0, "
                                  "false, no, off");
-        return json_content(c, method, rq, &ret) ? pool_changes(c, p, rq)
-                                                 : ret;
+        return json_content(c, method, rq, &ret) ? pool_changes(c, p, rq) : ret;
     }
     if (n == 4 && is(seg[3], "lookup"))
         return get ? pool_lookup(c, p) : respond_405(c, method, url, "GET");

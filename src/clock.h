@@ -1,4 +1,5 @@
-/* clock.h -- the monotonic millisecond clock chashd's timers use.
+/* clock.h -- the monotonic millisecond clock chashd's timers use, and the
+ * wall clock for time stamps.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #ifndef CHASHD_CLOCK_H
@@ -25,6 +26,17 @@ clock_coarse_ms(void)
     struct timespec ts;
 
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Unix time in milliseconds (CLOCK_REALTIME): time stamps other hosts
+ * read, never timers. */
+static inline uint64_t
+clock_wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 

@@ -2105,8 +2105,7 @@ set_endpoints(struct load *ld, const struct conf_key *key, yaml_node_t *node,
     item = node->type == YAML_SEQUENCE_NODE ? node->data.sequence.items.start
                                             : NULL;
     for (size_t i = 0; i < n; i++) {
-        yaml_node_t *c =
-            item ? yaml_document_get_node(ld->doc, item[i]) : node;
+        yaml_node_t *c = item ? yaml_document_get_node(ld->doc, item[i]) : node;
         const char *v = scalar(ld, key, c);
         const char *hp;
 
@@ -2205,11 +2204,9 @@ set_etcd(struct load *ld, const struct conf_key *key, yaml_node_t *node,
                        "'.', '_', ':' or '-'",
                        e->instance);
     if ((e->username == NULL) != (e->password == NULL))
-        return fail(ld, node,
-                    "etcd 'username' and 'password' go together");
+        return fail(ld, node, "etcd 'username' and 'password' go together");
     if ((e->cert_file == NULL) != (e->key_file == NULL))
-        return fail(ld, node,
-                    "etcd 'cert_file' and 'key_file' go together");
+        return fail(ld, node, "etcd 'cert_file' and 'key_file' go together");
     e->enabled = true;
     return 0;
 }

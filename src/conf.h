@@ -219,7 +219,7 @@ struct conf_pool {
 /* `global.etcd` (doc/etcd.md). */
 #define CONF_ETCD_ENDPOINTS_MAX 8
 struct conf_etcd {
-    bool enabled; /* the block was given */
+    bool enabled;                             /* the block was given */
     char *endpoints[CONF_ETCD_ENDPOINTS_MAX]; /* "http://host:port" */
     size_t nendpoints;
     char *prefix;          /* default "/chash"; never ends with '/' */

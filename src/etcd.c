@@ -34,21 +34,12 @@
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
-#define PUBLISH_GAP_MS 20 /* instance records: at most one put per gap */
-#define IGNORED_KEPT 64   /* malformed records listed in /api/cluster */
-#define TXN_OPS_MAX 128   /* etcd's --max-txn-ops default */
+#define PUBLISH_GAP_MS 20    /* instance records: at most one put per gap */
+#define IGNORED_KEPT 64      /* malformed records listed in /api/cluster */
+#define TXN_OPS_MAX 128      /* etcd's --max-txn-ops default */
 #define WRITE_APPLY_MS 10000 /* an admin write waits so long to be applied */
 
 /* ---- small helpers ------------------------------------------------------ */
-
-static uint64_t
-wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 /* An int64 of etcd's JSON: a string (always, from the gateway) or a
  * number; 0 when absent. */
@@ -126,10 +117,10 @@ enum emsg_type {
 struct emsg {
     struct emsg *next;
     int type;
-    uint64_t rev;  /* POOLS: the revision applied with it */
-    bool list;     /* POOLS: a full list (every etcd pool in it) */
-    json_t *data;  /* POOLS: {pool: {member: [mod_rev, value]}};
-                      INSTANCES: {id: value object} */
+    uint64_t rev; /* POOLS: the revision applied with it */
+    bool list;    /* POOLS: a full list (every etcd pool in it) */
+    json_t *data; /* POOLS: {pool: {member: [mod_rev, value]}};
+                     INSTANCES: {id: value object} */
     /* STATUS */
     bool up;
     char state[32];
@@ -170,8 +161,10 @@ static struct {
     pthread_t watcher, session;
     bool running;
     int watch_fd; /* the watch stream's socket, -1: none (under mu) */
-} E = {.mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
-       .efd = -1, .watch_fd = -1};
+} E = {.mu = PTHREAD_MUTEX_INITIALIZER,
+       .cond = PTHREAD_COND_INITIALIZER,
+       .efd = -1,
+       .watch_fd = -1};
 
 static void
 post(struct emsg *m)
@@ -188,7 +181,7 @@ post(struct emsg *m)
     }
 }
 
-static void
+static void __attribute__((format(printf, 3, 4)))
 post_status(bool up, const char *state, const char *fmt, ...)
 {
     struct emsg *m = calloc(1, sizeof(*m));
@@ -287,8 +280,8 @@ ehttp_progress(void *p, curl_off_t dt, curl_off_t dn, curl_off_t ut,
 static curl_socket_t
 watch_open(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
 {
-    curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC,
-                              a->protocol);
+    curl_socket_t fd =
+        socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 
     (void)arg, (void)purpose;
     pthread_mutex_lock(&E.mu);
@@ -475,7 +468,8 @@ ehttp_post(struct ehttp *eh, const char *path, json_t *body, json_t **out,
     return rc;
 }
 
-/* ---- the watcher: list, seed, watch --------------------------------------- */
+/* ---- the watcher: list, seed, watch ---------------------------------------
+ */
 
 struct watcher {
     struct ehttp eh;
@@ -548,9 +542,9 @@ watcher_kv(struct watcher *w, const char *b64key, const char *b64value,
         if (del)
             json_object_del(pm, member);
         else
-            json_object_set_new(pm, member,
-                                json_pack("[I,s%]", (json_int_t)mod_rev, value,
-                                          vlen));
+            json_object_set_new(
+                pm, member,
+                json_pack("[I,s%]", (json_int_t)mod_rev, value, vlen));
         json_object_set_new(w->touched, pool, json_true());
     }
 out:
@@ -580,8 +574,8 @@ watcher_post(struct watcher *w, bool list, uint64_t rev)
                 json_object_foreach(w->touched, name, v)
                 {
                     json_t *pm = json_object_get(w->pools, name);
-                    json_object_set_new(m->data, name,
-                                        pm ? json_deep_copy(pm) : json_object());
+                    json_object_set_new(
+                        m->data, name, pm ? json_deep_copy(pm) : json_object());
                 }
             }
             post(m);
@@ -633,9 +627,9 @@ watcher_seed(struct watcher *w, const struct epool_seed *s)
         if (++n >= TXN_OPS_MAX)
             break;
         member_key(key, sizeof(key), s->pool, name);
-        json_array_append_new(
-            ops, json_pack("{s:{s:o,s:o}}", "request_put", "key", jb64(key),
-                           "value", jb64(json_string_value(v))));
+        json_array_append_new(ops, json_pack("{s:{s:o,s:o}}", "request_put",
+                                             "key", jb64(key), "value",
+                                             jb64(json_string_value(v))));
     }
     txn = json_pack("{s:o,s:o}", "compare", cmp, "success", ops);
     rc = ehttp_post(&w->eh, "/v3/kv/txn", txn, &out, &st, err, sizeof(err));
@@ -661,10 +655,9 @@ watcher_seed(struct watcher *w, const struct epool_seed *s)
             continue;
         member_key(key, sizeof(key), s->pool, name);
         one = json_pack("{s:[{s:o,s:s,s:s,s:s}],s:[{s:{s:o,s:o}}]}", "compare",
-                        "key", jb64(key), "target", "CREATE", "result",
-                        "EQUAL", "create_revision", "0", "success",
-                        "request_put", "key", jb64(key), "value",
-                        jb64(json_string_value(v)));
+                        "key", jb64(key), "target", "CREATE", "result", "EQUAL",
+                        "create_revision", "0", "success", "request_put", "key",
+                        jb64(key), "value", jb64(json_string_value(v)));
         if (ehttp_post(&w->eh, "/v3/kv/txn", one, &out, &st, err,
                        sizeof(err)) != 0)
             log_warn("etcd: pool %s: cannot seed %s: %s", s->pool, name, err);
@@ -740,12 +733,10 @@ watcher_line(struct ehttp *eh, const char *s, size_t n, void *arg)
     if (j == NULL)
         return 0; /* an empty line */
     if (json_object_get(j, "error") != NULL) {
-        const char *m =
-            json_string_value(jpath(j, "error", "message"))
-                ? json_string_value(jpath(j, "error", "message"))
-                : json_string_value(json_object_get(j, "error"));
-        snprintf(w->err, sizeof(w->err), "watch ended: %s",
-                 m ? m : "an error");
+        const char *m = json_string_value(jpath(j, "error", "message"))
+                            ? json_string_value(jpath(j, "error", "message"))
+                            : json_string_value(json_object_get(j, "error"));
+        snprintf(w->err, sizeof(w->err), "watch ended: %s", m ? m : "an error");
         json_decref(j);
         return 1;
     }
@@ -773,7 +764,8 @@ watcher_line(struct ehttp *eh, const char *s, size_t n, void *arg)
                json_array_size(evs) > 0) {
         int64_t last = w->next_rev - 1;
         for (size_t i = 0; i < json_array_size(evs); i++) {
-            json_t *ev = json_array_get(evs, i), *kv = json_object_get(ev, "kv");
+            json_t *ev = json_array_get(evs, i),
+                   *kv = json_object_get(ev, "kv");
             const char *type = json_string_value(json_object_get(ev, "type"));
             int64_t mr = jint(json_object_get(kv, "mod_revision"));
 
@@ -819,8 +811,7 @@ watcher_watch(struct watcher *w)
     cc = curl_easy_perform(w->eh.h);
     curl_slist_free_all(hdr);
     if (w->eh.len > w->eh.done) /* a last message without '\n' */
-        watcher_line(&w->eh, w->eh.buf + w->eh.done, w->eh.len - w->eh.done,
-                     w);
+        watcher_line(&w->eh, w->eh.buf + w->eh.done, w->eh.len - w->eh.done, w);
     w->eh.watch = false;
     w->eh.line = NULL;
     if (cc != CURLE_OK && w->verdict == 0 && cc != CURLE_WRITE_ERROR &&
@@ -875,8 +866,8 @@ watcher_main(void *arg)
                              w.err);
                 was_up = false;
                 sleep_ms(backoff);
-                backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
-                                                       : backoff * 2;
+                backoff =
+                    backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
                 continue;
             }
             lists++;
@@ -915,7 +906,8 @@ watcher_main(void *arg)
     return NULL;
 }
 
-/* ---- the session: lease, instance record, writes --------------------------- */
+/* ---- the session: lease, instance record, writes ---------------------------
+ */
 
 static void
 session_write(struct ehttp *eh, struct ewrite *wr)
@@ -930,9 +922,10 @@ session_write(struct ehttp *eh, struct ewrite *wr)
         snprintf(wr->msg, sizeof(wr->msg), "etcd: %s", err);
     } else if (!json_is_true(json_object_get(out, "succeeded"))) {
         wr->status = 409;
-        snprintf(wr->msg, sizeof(wr->msg),
-                 "the record in etcd changed meanwhile (or exists, or is gone): "
-                 "nothing was changed; read it and try again");
+        snprintf(
+            wr->msg, sizeof(wr->msg),
+            "the record in etcd changed meanwhile (or exists, or is gone): "
+            "nothing was changed; read it and try again");
     } else {
         wr->status = 0;
         wr->rev = (uint64_t)jint(jpath(out, "header", "revision"));
@@ -1004,8 +997,8 @@ session_main(void *arg)
                 json_decref(out);
                 json_decref(rq);
                 sleep_ms(backoff);
-                backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
-                                                       : backoff * 2;
+                backoff =
+                    backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
                 continue;
             }
             json_decref(out);
@@ -1192,11 +1185,10 @@ pool_checksum(const struct pool *p)
 static void
 publish(void)
 {
-    json_t *rec = json_pack("{s:s,s:i,s:I,s:I,s:I}", "instance", cfg.instance,
-                            "pid", (int)getpid(), "started_ms",
-                            (json_int_t)C.started_ms, "applied_rev",
-                            (json_int_t)C.applied_rev, "applied_ms",
-                            (json_int_t)C.applied_ms);
+    json_t *rec = json_pack(
+        "{s:s,s:i,s:I,s:I,s:I}", "instance", cfg.instance, "pid", (int)getpid(),
+        "started_ms", (json_int_t)C.started_ms, "applied_rev",
+        (json_int_t)C.applied_rev, "applied_ms", (json_int_t)C.applied_ms);
     json_t *pools = json_object();
     char *text;
 
@@ -1208,13 +1200,13 @@ publish(void)
         if (p == NULL)
             continue;
         snprintf(sum, sizeof(sum), "%016" PRIx64, cp->checksum);
-        json_object_set_new(
-            pools, cp->name,
-            json_pack("{s:s,s:I,s:I,s:I,s:I}", "checksum", sum, "members",
-                      (json_int_t)p->nservers, "changed_rev",
-                      (json_int_t)cp->changed_rev, "changed_ms",
-                      (json_int_t)cp->changed_ms, "since_ms",
-                      (json_int_t)cp->since_ms));
+        json_object_set_new(pools, cp->name,
+                            json_pack("{s:s,s:I,s:I,s:I,s:I}", "checksum", sum,
+                                      "members", (json_int_t)p->nservers,
+                                      "changed_rev",
+                                      (json_int_t)cp->changed_rev, "changed_ms",
+                                      (json_int_t)cp->changed_ms, "since_ms",
+                                      (json_int_t)cp->since_ms));
     }
     json_object_set_new(rec, "pools", pools);
     text = json_dumps(rec, JSON_COMPACT);
@@ -1252,7 +1244,7 @@ applied(uint64_t rev)
 {
     if (rev > C.applied_rev)
         C.applied_rev = rev;
-    C.applied_ms = wall_ms();
+    C.applied_ms = clock_wall_ms();
     publish();
     writes_settle();
 }
@@ -1370,14 +1362,14 @@ pool_sync(struct pool *p, struct cpool *cp, json_t *recs, uint64_t rev)
     const char *name;
     json_t *v;
     bool changed = false;
-    uint64_t now = wall_ms(), newest_since = 0;
+    uint64_t now = clock_wall_ms(), newest_since = 0;
 
     if (w == NULL)
         return false;
     json_object_foreach(recs, name, v)
     {
-        const char *why = record_parse(
-            name, json_string_value(json_array_get(v, 1)), &w[nw]);
+        const char *why =
+            record_parse(name, json_string_value(json_array_get(v, 1)), &w[nw]);
         if (why != NULL) {
             ignore(p->name, name, jint(json_array_get(v, 0)), why);
             continue;
@@ -1411,9 +1403,8 @@ pool_sync(struct pool *p, struct cpool *cp, json_t *recs, uint64_t rev)
     }
     for (size_t i = 0; i < nw; i++) {
         struct server *s = pool_server_find(p, w[i].name);
-        uint64_t age = w[i].since_ms && now > w[i].since_ms
-                           ? now - w[i].since_ms
-                           : 0;
+        uint64_t age =
+            w[i].since_ms && now > w[i].since_ms ? now - w[i].since_ms : 0;
 
         if (s == NULL) {
             if (pool_member_add(p, &w[i].cs) != 0) {
@@ -1465,6 +1456,12 @@ on_pools(struct emsg *m)
     unsigned waits = 0;
 
     C.events++;
+    if (m->list) {
+        /* a list starts over: after a wipe the store's revisions are
+         * lower than what was applied before */
+        C.applied_rev = 0;
+        C.pending_rev = 0;
+    }
     json_object_foreach(m->data, name, recs)
     {
         struct cpool *cp = cpool_find(name);
@@ -1497,7 +1494,7 @@ on_status(struct emsg *m)
     if (m->up && !C.up)
         C.down_since_ms = 0;
     if (!m->up && (C.up || C.down_since_ms == 0)) {
-        C.down_since_ms = wall_ms();
+        C.down_since_ms = clock_wall_ms();
         if (strcmp(m->state, "reconnecting") == 0)
             C.reconnects++;
     } else if (!m->up && strcmp(m->state, "reconnecting") == 0) {
@@ -1701,7 +1698,7 @@ etcd_start(const struct conf *conf, char *err, size_t errlen)
         snprintf(err, errlen, "etcd: %s", strerror(errno));
         return -1;
     }
-    C.started_ms = wall_ms();
+    C.started_ms = clock_wall_ms();
     if (control_tick_add(writes_tick, NULL) != 0) {
         snprintf(err, errlen, "etcd: %s", strerror(errno));
         return -1;
@@ -1746,8 +1743,7 @@ etcd_conf_apply(struct conf *conf)
         struct cpool *c = cpool_find(cp->name);
 
         if (cp->members_from != CONF_MEMBERS_ETCD || p == NULL ||
-            p->cfg.members_from != CONF_MEMBERS_ETCD || c == NULL ||
-            !c->listed)
+            p->cfg.members_from != CONF_MEMBERS_ETCD || c == NULL || !c->listed)
             continue;
         for (size_t k = 0; k < cp->nservers; k++)
             conf_server_deinit(&cp->servers[k]);
@@ -1756,8 +1752,7 @@ etcd_conf_apply(struct conf *conf)
             struct server *s = p->servers[k];
             if (atomic_load(&s->state) == SERVER_REMOVED)
                 continue;
-            if (conf_pool_add_server(cp, s->name, s->addr.text, s->weight) !=
-                0)
+            if (conf_pool_add_server(cp, s->name, s->addr.text, s->weight) != 0)
                 log_warn("reload: pool %s: cannot keep member %s", cp->name,
                          s->name);
         }
@@ -1847,7 +1842,8 @@ etcd_stop(void)
     curl_global_cleanup();
 }
 
-/* ---- admin writes ----------------------------------------------------------- */
+/* ---- admin writes -----------------------------------------------------------
+ */
 
 /* The compare and the operation of <o> into <cmps>, <ops>. 0, or an HTTP
  * status with <msg>. */
@@ -1875,19 +1871,19 @@ write_op(struct cpool *cp, const char *pool, const struct etcd_op *o,
     if (o->op == 'a') {
         rec = json_pack("{s:s,s:I,s:s,s:I}", "address", o->address, "weight",
                         (json_int_t)o->weight, "state", "up", "since",
-                        (json_int_t)wall_ms());
-        json_array_append_new(cmps, json_pack("{s:o,s:s,s:s,s:s}", "key",
-                                              jb64(key), "target", "CREATE",
-                                              "result", "EQUAL",
-                                              "create_revision", "0"));
+                        (json_int_t)clock_wall_ms());
+        json_array_append_new(cmps,
+                              json_pack("{s:o,s:s,s:s,s:s}", "key", jb64(key),
+                                        "target", "CREATE", "result", "EQUAL",
+                                        "create_revision", "0"));
     } else {
         json_array_append_new(
             cmps, json_pack("{s:o,s:s,s:s,s:I}", "key", jb64(key), "target",
                             "MOD", "result", "EQUAL", "mod_revision",
                             (json_int_t)jint(json_array_get(cur, 0))));
         if (o->op == 'u') {
-            rec = json_loads(json_string_value(json_array_get(cur, 1)), 0,
-                             NULL);
+            rec =
+                json_loads(json_string_value(json_array_get(cur, 1)), 0, NULL);
             if (!json_is_object(rec)) {
                 json_decref(rec);
                 snprintf(msg, msglen,
@@ -1900,19 +1896,19 @@ write_op(struct cpool *cp, const char *pool, const struct etcd_op *o,
             if (o->state != NULL)
                 json_object_set_new(rec, "state", json_string(o->state));
             json_object_set_new(rec, "since",
-                                json_integer((json_int_t)wall_ms()));
+                                json_integer((json_int_t)clock_wall_ms()));
         }
     }
     if (rec == NULL) {
-        json_array_append_new(ops, json_pack("{s:{s:o}}",
-                                             "request_delete_range", "key",
-                                             jb64(key)));
+        json_array_append_new(
+            ops,
+            json_pack("{s:{s:o}}", "request_delete_range", "key", jb64(key)));
         return 0;
     }
     text = json_dumps(rec, JSON_COMPACT);
     json_decref(rec);
-    json_array_append_new(ops, json_pack("{s:{s:o,s:o}}", "request_put",
-                                         "key", jb64(key), "value",
+    json_array_append_new(ops, json_pack("{s:{s:o,s:o}}", "request_put", "key",
+                                         jb64(key), "value",
                                          jb64(text ? text : "{}")));
     free(text);
     return 0;
@@ -2002,28 +1998,26 @@ etcd_cluster_json(void)
         json_array_append_new(eps, json_string(cfg.endpoints[i]));
     ign = json_array();
     for (size_t i = 0; i < C.nignored; i++)
-        json_array_append_new(ign,
-                              json_pack("{s:s,s:I,s:s}", "key",
-                                        C.ignored[i].key, "mod_revision",
-                                        (json_int_t)C.ignored[i].mod_rev, "why",
-                                        C.ignored[i].why));
+        json_array_append_new(ign, json_pack("{s:s,s:I,s:s}", "key",
+                                             C.ignored[i].key, "mod_revision",
+                                             (json_int_t)C.ignored[i].mod_rev,
+                                             "why", C.ignored[i].why));
     r = json_pack(
         "{s:s,s:{s:o,s:s,s:b,s:s,s:I,s:o,s:s?,s:I,s:I,s:I,s:I,s:I,s:o}}",
         "instance", cfg.instance, "etcd", "endpoints", eps, "prefix",
         cfg.prefix, "up", C.up, "state", C.state, "applied_rev",
         (json_int_t)C.applied_rev, "down_since_ms",
-        null_or_int(C.down_since_ms), "last_error",
-        C.error[0] ? C.error : NULL, "lists", (json_int_t)C.lists,
-        "reconnects", (json_int_t)C.reconnects, "events",
-        (json_int_t)C.events, "writes", (json_int_t)C.writes,
+        null_or_int(C.down_since_ms), "last_error", C.error[0] ? C.error : NULL,
+        "lists", (json_int_t)C.lists, "reconnects", (json_int_t)C.reconnects,
+        "events", (json_int_t)C.events, "writes", (json_int_t)C.writes,
         "ignored_total", (json_int_t)C.ignored_total, "ignored", ign);
     insts = json_array();
     pools = json_object();
     /* every live instance record, parsed */
     json_object_foreach(C.instances, id, v)
     {
-        json_t *rec = json_loads(json_string_value(json_array_get(v, 1)), 0,
-                                 NULL);
+        json_t *rec =
+            json_loads(json_string_value(json_array_get(v, 1)), 0, NULL);
         json_t *ps;
         const char *pn;
         json_t *pv;
@@ -2032,14 +2026,15 @@ etcd_cluster_json(void)
             json_decref(rec);
             continue;
         }
-        json_object_set_new(rec, "self", json_boolean(strcmp(id, cfg.instance) ==
-                                                      0));
+        json_object_set_new(rec, "self",
+                            json_boolean(strcmp(id, cfg.instance) == 0));
         n++;
         ps = json_object_get(rec, "pools");
         json_object_foreach(ps, pn, pv)
         {
             json_t *agg = json_object_get(pools, pn);
-            const char *sum = json_string_value(json_object_get(pv, "checksum"));
+            const char *sum =
+                json_string_value(json_object_get(pv, "checksum"));
             uint64_t cr = (uint64_t)jint(json_object_get(pv, "changed_rev"));
 
             if (agg == NULL) {
@@ -2049,13 +2044,10 @@ etcd_cluster_json(void)
             }
             json_object_set_new(
                 agg, "instances",
-                json_integer(json_integer_value(
-                                 json_object_get(agg, "instances")) +
-                             1));
-            if (sum == NULL ||
-                strcmp(sum, json_string_value(json_object_get(agg,
-                                                              "checksum"))) !=
-                    0) {
+                json_integer(
+                    json_integer_value(json_object_get(agg, "instances")) + 1));
+            if (sum == NULL || strcmp(sum, json_string_value(json_object_get(
+                                               agg, "checksum"))) != 0) {
                 json_object_set_new(agg, "agree", json_false());
                 agree = false;
             }
@@ -2068,8 +2060,8 @@ etcd_cluster_json(void)
     for (size_t i = 0; i < json_array_size(insts); i++) {
         json_t *rec = json_array_get(insts, i), *pv;
         const char *pn;
-        bool has = (uint64_t)jint(json_object_get(rec, "applied_rev")) >=
-                   newest;
+        bool has =
+            (uint64_t)jint(json_object_get(rec, "applied_rev")) >= newest;
 
         reached += has;
         json_object_foreach(json_object_get(rec, "pools"), pn, pv)

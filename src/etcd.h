@@ -62,8 +62,7 @@ struct etcd_op {
     uint32_t weight;
     const char *state;
 };
-typedef void etcd_done_fn(int status, uint64_t rev, const char *msg,
-                          void *arg);
+typedef void etcd_done_fn(int status, uint64_t rev, const char *msg, void *arg);
 void etcd_member_write(struct pool *p, const struct etcd_op *ops, size_t n,
                        etcd_done_fn *done, void *arg);
 

@@ -1329,6 +1329,30 @@ pending_apply(struct pending *pc)
     return 0;
 }
 
+/* What etcd said of a write (etcd_member_write's <status>, <rev>, <msg>)
+ * into <res>, whose report was computed before the write. */
+static void
+etcd_result(struct membership_result *res, const char *pool, int status,
+            uint64_t rev, const char *msg)
+{
+    if (status != 0 && status != ETCD_WRITTEN_NOT_APPLIED) {
+        json_decref(res->report);
+        res->report = NULL;
+        refuse(res,
+               status == 400   ? MEMBERSHIP_EINVAL
+               : status == 404 ? MEMBERSHIP_ENOENT
+               : status == 409 ? MEMBERSHIP_ECONFLICT
+                               : MEMBERSHIP_EUNAVAIL,
+               "pool %s: %s", pool, msg);
+        return;
+    }
+    report_flags(res->report, false, true);
+    json_object_set_new(res->report, "etcd_revision",
+                        json_integer((json_int_t)rev));
+    if (status == ETCD_WRITTEN_NOT_APPLIED)
+        json_object_set_new(res->report, "warning", json_string(msg));
+}
+
 /* etcd answered the write of a change (and, when it took, this instance
  * has applied it): answer the caller. */
 static void
@@ -1336,22 +1360,7 @@ etcd_written(int status, uint64_t rev, const char *msg, void *arg)
 {
     struct pending *pc = arg;
 
-    if (status != 0 && status != ETCD_WRITTEN_NOT_APPLIED) {
-        json_decref(pc->res.report);
-        pc->res.report = NULL;
-        refuse(&pc->res,
-               status == 400   ? MEMBERSHIP_EINVAL
-               : status == 404 ? MEMBERSHIP_ENOENT
-               : status == 409 ? MEMBERSHIP_ECONFLICT
-                               : MEMBERSHIP_EUNAVAIL,
-               "pool %s: %s", pc->p->name, msg);
-    } else {
-        report_flags(pc->res.report, false, true);
-        json_object_set_new(pc->res.report, "etcd_revision",
-                            json_integer((json_int_t)rev));
-        if (status == ETCD_WRITTEN_NOT_APPLIED)
-            json_object_set_new(pc->res.report, "warning", json_string(msg));
-    }
+    etcd_result(&pc->res, pc->p->name, status, rev, msg);
     pending_finish(pc);
 }
 
@@ -2111,14 +2120,23 @@ membership_change(struct pool *p, const struct membership_request *rq,
         pending_finish(pc);
         return;
     }
+    if (rq->op == MEMBERSHIP_RESET && etcd_pool(p)) {
+        refuse(&pc->res, MEMBERSHIP_ECONFLICT,
+               "pool %s takes its members from etcd: there is no runtime "
+               "override to reset (etcd's records are its membership)",
+               p->name);
+        pending_finish(pc);
+        return;
+    }
     pending_check(pc);
 }
 
-/* ---- a batch of changes, one etcd transaction ----------------------------- */
+/* ---- a batch of changes, one etcd transaction -----------------------------
+ */
 
 struct batch {
-    struct report_job rj; /* first: the job's address is ours */
-    struct pool *p;       /* (ref held) */
+    struct report_job rj;            /* first: the job's address is ours */
+    struct pool *p;                  /* (ref held) */
     struct membership_batch_op *ops; /* names and addresses owned */
     size_t n;
     bool dry;
@@ -2146,22 +2164,7 @@ batch_written(int status, uint64_t rev, const char *msg, void *arg)
 {
     struct batch *bt = arg;
 
-    if (status != 0 && status != ETCD_WRITTEN_NOT_APPLIED) {
-        json_decref(bt->res.report);
-        bt->res.report = NULL;
-        refuse(&bt->res,
-               status == 400   ? MEMBERSHIP_EINVAL
-               : status == 404 ? MEMBERSHIP_ENOENT
-               : status == 409 ? MEMBERSHIP_ECONFLICT
-                               : MEMBERSHIP_EUNAVAIL,
-               "pool %s: %s", bt->p->name, msg);
-    } else {
-        report_flags(bt->res.report, false, true);
-        json_object_set_new(bt->res.report, "etcd_revision",
-                            json_integer((json_int_t)rev));
-        if (status == ETCD_WRITTEN_NOT_APPLIED)
-            json_object_set_new(bt->res.report, "warning", json_string(msg));
-    }
+    etcd_result(&bt->res, bt->p->name, status, rev, msg);
     batch_finish(bt);
 }
 
@@ -2218,8 +2221,7 @@ batch_check(struct pool *p, const struct membership_batch_op *o,
     for (size_t k = 0; k < i; k++)
         if (strcmp(ops[k].name, o->name) == 0)
             return refuse(res, MEMBERSHIP_EINVAL,
-                          "member \"%s\" is named twice in one batch",
-                          o->name);
+                          "member \"%s\" is named twice in one batch", o->name);
     if (o->has_weight && (o->weight < 1 || o->weight > MEMBERSHIP_MAX_WEIGHT))
         return refuse(res, MEMBERSHIP_EINVAL,
                       "change %zu: \"weight\" must be 1 to %d", i + 1,
@@ -2284,8 +2286,7 @@ batch_check(struct pool *p, const struct membership_batch_op *o,
                           i + 1);
         w = o->has_weight ? o->weight : s->weight;
         admin = o->has_admin ? o->admin : s->admin;
-        if (admin == STATE_ADMIN_UP &&
-            model_push(a, s->name, w, 1.0) != 0)
+        if (admin == STATE_ADMIN_UP && model_push(a, s->name, w, 1.0) != 0)
             return refuse(res, MEMBERSHIP_ENOMEM, "out of memory");
         return 0;
     }
@@ -2364,8 +2365,7 @@ membership_batch(struct pool *p, const struct membership_batch_op *ops,
                "pool %s: the batch leaves no member in the ring", p->name);
         goto fail;
     }
-    if (report_job_init(&bt->rj, &p->cfg.ring, b.m, b.n, a.m, a.n, NULL) !=
-        0) {
+    if (report_job_init(&bt->rj, &p->cfg.ring, b.m, b.n, a.m, a.n, NULL) != 0) {
         refuse(&bt->res, MEMBERSHIP_ENOMEM, "out of memory");
         goto fail;
     }

@@ -51,9 +51,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         *d = '\0';
         why = etcd_record_parse(s, d + 1, size - (size_t)(d + 1 - s), &r);
         if (why == NULL &&
-            (!etcd_name_ok(s) || !etcd_address_ok(r.address) ||
-             r.weight < 1 || r.weight > 1000000 || r.state < 0 ||
-             r.state > ETCD_STATE_MAINT))
+            (!etcd_name_ok(s) || !etcd_address_ok(r.address) || r.weight < 1 ||
+             r.weight > 1000000 || r.state < 0 || r.state > ETCD_STATE_MAINT))
             abort();
         *d = '\n';
     }

@@ -910,9 +910,10 @@ test_err_unknown_key(void **state)
                  4,
                  "unknown key 'balance' in pool 'web' (valid keys: "
                  "listen, hash, hash_tag");
-    expect_error("global:\n  workers: 2\n  admin_port: 1\n", 3,
-                 "unknown key 'admin_port' in global (valid keys: admin, "
-                 "admin_token, workers, log_level, pid_file, state_file, etcd)");
+    expect_error(
+        "global:\n  workers: 2\n  admin_port: 1\n", 3,
+        "unknown key 'admin_port' in global (valid keys: admin, "
+        "admin_token, workers, log_level, pid_file, state_file, etcd)");
     expect_error("p:\n  listen: 127.0.0.1:1\n  health_check:\n"
                  "    type: tcp\n    every: 1s\n",
                  5,
@@ -985,8 +986,9 @@ test_etcd(void **state)
     expect_error("global:\n  etcd: { endpoints: [http://a:1] }\nkv:\n"
                  "  listen: 127.0.0.1:6380\n  mode: redis\n"
                  "  members_from: etcd\n  servers: [127.0.0.1:7001:1]\n",
-                 3, "'migration: copy' with 'members_from: etcd' is not "
-                    "supported yet");
+                 3,
+                 "'migration: copy' with 'members_from: etcd' is not "
+                 "supported yet");
 }
 
 static void

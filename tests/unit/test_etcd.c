@@ -161,15 +161,16 @@ test_records(void **state)
     assert_int_equal(r.weight, 1);
     assert_int_equal(r.state, ETCD_STATE_UP);
     assert_int_equal(r.since, 0);
-    assert_null(parse("w", "{\"address\":\"[::1]:80\",\"weight\":100,"
-                           "\"state\":\"drain\",\"since\":1764620000000,"
-                           "\"note\":\"unknown fields are kept out\"}",
+    assert_null(parse("w",
+                      "{\"address\":\"[::1]:80\",\"weight\":100,"
+                      "\"state\":\"drain\",\"since\":1764620000000,"
+                      "\"note\":\"unknown fields are kept out\"}",
                       &r));
     assert_int_equal(r.weight, 100);
     assert_int_equal(r.state, ETCD_STATE_DRAIN);
     assert_int_equal(r.since, 1764620000000ull);
-    assert_null(parse("w", "{\"address\":\"/run/a.sock\",\"state\":\"maint\"}",
-                      &r));
+    assert_null(
+        parse("w", "{\"address\":\"/run/a.sock\",\"state\":\"maint\"}", &r));
     assert_int_equal(r.state, ETCD_STATE_MAINT);
 
     assert_non_null(parse("w", "nope", &r));
@@ -178,21 +179,22 @@ test_records(void **state)
     assert_non_null(parse("w", "{}", &r));
     assert_non_null(parse("w", "{\"address\":\"db.local:80\"}", &r));
     assert_non_null(parse("w", "{\"address\":80}", &r));
-    assert_non_null(parse("w", "{\"address\":\"1.2.3.4:80\",\"weight\":0}",
-                          &r));
-    assert_non_null(parse("w", "{\"address\":\"1.2.3.4:80\",\"weight\":\"2\"}",
-                          &r));
+    assert_non_null(
+        parse("w", "{\"address\":\"1.2.3.4:80\",\"weight\":0}", &r));
+    assert_non_null(
+        parse("w", "{\"address\":\"1.2.3.4:80\",\"weight\":\"2\"}", &r));
     assert_non_null(
         parse("w", "{\"address\":\"1.2.3.4:80\",\"weight\":1000001}", &r));
-    assert_non_null(parse("w", "{\"address\":\"1.2.3.4:80\",\"weight\":1.5}",
-                          &r));
+    assert_non_null(
+        parse("w", "{\"address\":\"1.2.3.4:80\",\"weight\":1.5}", &r));
     assert_non_null(
         parse("w", "{\"address\":\"1.2.3.4:80\",\"state\":\"down\"}", &r));
-    assert_non_null(parse("w", "{\"address\":\"1.2.3.4:80\",\"since\":-1}",
-                          &r));
+    assert_non_null(
+        parse("w", "{\"address\":\"1.2.3.4:80\",\"since\":-1}", &r));
     /* a duplicate field would read differently by JSON library */
-    assert_non_null(parse("w", "{\"address\":\"1.2.3.4:80\","
-                               "\"address\":\"1.2.3.5:80\"}",
+    assert_non_null(parse("w",
+                          "{\"address\":\"1.2.3.4:80\","
+                          "\"address\":\"1.2.3.5:80\"}",
                           &r));
     /* a NUL inside the address */
     assert_non_null(parse("w", "{\"address\":\"1.2.3.4:80\\u0000x\"}", &r));
