@@ -157,6 +157,43 @@ def test_compacted_watch_relists(procs, tmp_path, etcd, backends):
     print("compaction: lb-2 converged %.0f ms after SIGCONT" % (took * 1e3))
 
 
+def test_catch_up_after_a_broken_watch(procs, tmp_path, etcd, backends):
+    # lb-2 misses a change while its watch is broken; it resumes from its
+    # revision (no list: nothing was compacted) and gets the change in one
+    # catch-up message with later writes (lb-1's record): the change keeps
+    # its own revision, and /api/cluster sees it reach both
+    tree, bs, lbs, W = start_set(procs, tmp_path, etcd, backends, n=2,
+                                 lease_ttl="5s")
+    lb1, lb2 = lbs
+    before = {lb.name: lb.etcd_state() for lb in lbs}
+    lb2.kill(signal.SIGSTOP)
+    try:
+        etcd.restart()
+        wait_for(lambda: (lambda e: e["up"] and e["state"] == "watching"
+                          and e["reconnects"] > before["lb-1"]["reconnects"])(
+            lb1.etcd_state()), timeout=10, what="lb-1 to reconnect")
+        W = tree.put_member(POOL, "web-4", bs[3].addr, weight=2)
+        wait_for(lambda: tree.instances()["lb-1"]["applied_rev"] >= W,
+                 timeout=CONVERGE_TIMEOUT, what="lb-1 to apply the change")
+        assert etcd.revision() > W
+    finally:
+        lb2.kill(signal.SIGCONT)
+    wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    e2 = lb2.etcd_state()
+    assert e2["lists"] == before["lb-2"]["lists"], e2
+    assert e2["reconnects"] > before["lb-2"]["reconnects"], e2
+    check_routes_by_etcd(tree, lbs)
+    for name, r in tree.instances().items():
+        assert r["pools"][POOL]["changed_rev"] == W, (name, W, r)
+    for lb in lbs:
+        wait_for(lambda: (lambda c: c["last_change"] and
+                          c["last_change"]["revision"] == W and
+                          c["last_change"]["reached"] == 2 and
+                          c["last_change"]["of"] == 2)(lb.cluster()),
+                 timeout=5, what="%s: last_change %d reached 2 of 2"
+                 % (lb.name, W))
+
+
 def test_wiped_etcd_is_seeded_again(procs, tmp_path, etcd, backends):
     tree, bs, lbs, W = start_set(procs, tmp_path, etcd, backends, n=2,
                                  lease_ttl="2s")
