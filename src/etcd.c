@@ -480,6 +480,8 @@ struct watcher {
     int64_t next_rev;
     int verdict; /* of the stream: 0 reconnect, 1 list again */
     bool created;
+    bool up;       /* the last list or watch worked (logged on a change) */
+    bool down_said; /* "unreachable" was logged since */
     char err[256];
 };
 
@@ -759,6 +761,12 @@ watcher_line(struct ehttp *eh, const char *s, size_t n, void *arg)
             stop = 1;
         } else {
             post_status(true, "watching", NULL);
+            if (w->down_said)
+                log_info("etcd: reachable again: watching %s/ from revision "
+                         "%" PRId64,
+                         cfg.prefix, w->next_rev);
+            w->down_said = false;
+            w->up = true;
         }
     } else if ((evs = json_object_get(r, "events")) != NULL &&
                json_array_size(evs) > 0) {
@@ -840,9 +848,9 @@ static void *
 watcher_main(void *arg)
 {
     struct watcher w = {0};
-    bool need_list = true, was_up = false;
+    bool need_list = true;
     uint64_t backoff = BACKOFF_MIN_MS;
-    unsigned lists = 0;
+    bool auth_said = false; /* a failing authentication was logged */
 
     (void)arg;
     if (ehttp_init(&w.eh) != 0)
@@ -850,9 +858,19 @@ watcher_main(void *arg)
     w.pools = json_object();
     w.instances = json_object();
     w.touched = json_object();
-    if (cfg.username != NULL && ehttp_auth(&w.eh, w.err, sizeof(w.err)) != 0)
-        log_warn("etcd: %s", w.err);
     while (!atomic_load(&E.stop)) {
+        if (cfg.username != NULL && w.eh.token[0] == '\0' &&
+            ehttp_auth(&w.eh, w.err, sizeof(w.err)) != 0) {
+            post_status(false, "authenticating", "%s", w.err);
+            if (!auth_said)
+                log_warn("etcd: %s", w.err);
+            auth_said = true;
+            w.up = false;
+            sleep_ms(backoff);
+            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+                                                   : backoff * 2;
+            continue;
+        }
         pthread_mutex_lock(&E.mu);
         if (E.relist)
             need_list = true;
@@ -860,23 +878,26 @@ watcher_main(void *arg)
         if (need_list) {
             if (watcher_list(&w) != 0) {
                 post_status(false, "listing", "%s", w.err);
-                if (was_up)
-                    log_warn("etcd: unreachable (%s): pools keep their "
-                             "members",
-                             w.err);
-                was_up = false;
+                if (!w.down_said)
+                    log_warn("etcd: cannot list %s/ (%s): pools keep their "
+                             "members (the config's servers until etcd "
+                             "answers once); retrying",
+                             cfg.prefix, w.err);
+                w.down_said = true;
+                w.up = false;
                 sleep_ms(backoff);
                 backoff =
                     backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
                 continue;
             }
-            lists++;
+            auth_said = false;
             need_list = false;
+            backoff = BACKOFF_MIN_MS;
             post_status(true, "listed", NULL);
-            if (!was_up)
-                log_info("etcd: listed %s/ at revision %" PRId64, cfg.prefix,
-                         w.next_rev - 1);
-            was_up = true;
+            log_info("etcd: listed %s/ at revision %" PRId64, cfg.prefix,
+                     w.next_rev - 1);
+            w.down_said = false;
+            w.up = true;
         }
         atomic_store(&E.kick, false);
         watcher_watch(&w);
@@ -890,15 +911,15 @@ watcher_main(void *arg)
         if (w.created)
             backoff = BACKOFF_MIN_MS;
         post_status(false, "reconnecting", "%s", w.err);
-        if (was_up)
+        if (w.up)
             log_warn("etcd: the watch broke (%s): pools keep their members; "
                      "reconnecting from revision %" PRId64,
                      w.err, w.next_rev);
-        was_up = false;
+        w.down_said |= w.up;
+        w.up = false;
         sleep_ms(backoff);
         backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
     }
-    (void)lists;
     json_decref(w.pools);
     json_decref(w.instances);
     json_decref(w.touched);
@@ -945,8 +966,6 @@ session_main(void *arg)
     (void)arg;
     if (ehttp_init(&eh) != 0)
         return NULL;
-    if (cfg.username != NULL && ehttp_auth(&eh, err, sizeof(err)) != 0)
-        log_warn("etcd: %s", err);
     snprintf(key, sizeof(key), "%s/instances/%s", cfg.prefix, cfg.instance);
     while (!atomic_load(&E.stop)) {
         struct ewrite *wr;
@@ -980,6 +999,13 @@ session_main(void *arg)
             m->type = EMSG_WRITTEN;
             m->w = wr;
             post(m);
+            continue;
+        }
+        if (cfg.username != NULL && eh.token[0] == '\0' &&
+            ehttp_auth(&eh, err, sizeof(err)) != 0) {
+            sleep_ms(backoff); /* the watcher says why */
+            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+                                                   : backoff * 2;
             continue;
         }
         if (lease == 0) {
