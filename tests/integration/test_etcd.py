@@ -427,6 +427,36 @@ def metrics(lb):
     return {n: v for n, labels, v in samples if not labels}
 
 
+def test_a_later_instance_reports_the_last_change(procs, tmp_path, etcd,
+                                                  backends):
+    # an instance started after a change gets it from its first list: it
+    # counts among those that applied that change
+    tree = Tree(etcd)
+    bs = backends(4)
+    seed = seed_of(bs, ["web-1", "web-2", "web-3"])
+    lbs = start_instances(procs, tmp_path, etcd, tree.prefix, 2,
+                          {POOL: seed})
+    wait_for(lambda: len(tree.member_kvs(POOL)) >= 3, timeout=5,
+             what="the seed in etcd")
+    W = tree.put_member(POOL, "web-4", bs[3].addr, weight=2)
+    wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    # unrelated writes after the change (the instances' own records)
+    for n in range(3):
+        etcd.put(tree.prefix + "/scratch/%d" % n, "x")
+    lbs.append(Instance(procs, tmp_path, etcd, tree.prefix, "lb-3",
+                        {POOL: seed}))
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    for lb in lbs:
+        assert lb.members(POOL)["web-4"] == (bs[3].addr, 2, "up")
+        c = wait_for(lambda: (lambda c: len(c["instances"]) == 3 and c)(
+            lb.cluster()), timeout=5, what=lb.name + " to see 3 instances")
+        wait_for(lambda: (lambda lc: lc and lc["revision"] == W and
+                          lc["reached"] == 3 and lc["of"] == 3)(
+            lb.cluster()["last_change"]), timeout=5,
+            what="%s: last_change %d reached 3 of 3 (it says %s)"
+            % (lb.name, W, c["last_change"]))
+
+
 BAD = {
     "bad-json": '{"address": "127.0.0.1:1", ',
     "no-address": '{"weight": 1, "state": "up"}',

@@ -194,6 +194,33 @@ def test_catch_up_after_a_broken_watch(procs, tmp_path, etcd, backends):
                  % (lb.name, W))
 
 
+def test_stopped_past_its_lease_publishes_again(procs, tmp_path, etcd,
+                                                backends):
+    # lb-2 frozen longer than its lease: its record goes; thawed, its
+    # keepalive finds the lease gone, it takes a new one and puts its
+    # record again, and follows the changes it missed
+    tree, bs, lbs, W = start_set(procs, tmp_path, etcd, backends, n=2,
+                                 lease_ttl="2s")
+    lb1, lb2 = lbs
+    old = tree.instance_kvs()["lb-2"]["lease"]
+    lb2.kill(signal.SIGSTOP)
+    try:
+        wait_for(lambda: "lb-2" not in tree.instance_kvs(), timeout=2 + 3,
+                 interval=0.05, what="lb-2's lease to run out")
+        W = tree.txn_members(POOL, put={"web-4": (bs[3].addr, 1, "up")},
+                             delete=["web-3"])
+    finally:
+        lb2.kill(signal.SIGCONT)
+    wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    new = tree.instance_kvs()["lb-2"]["lease"]
+    assert new != 0 and new != old and etcd.lease_ttl(new) > 0
+    assert etcd.lease_ttl(old) == -1
+    check_routes_by_etcd(tree, lbs)
+    # the record stays now (the new lease is kept alive)
+    time.sleep(2.5)
+    assert set(tree.instance_kvs()) == {"lb-1", "lb-2"}
+
+
 def test_wiped_etcd_is_seeded_again(procs, tmp_path, etcd, backends):
     tree, bs, lbs, W = start_set(procs, tmp_path, etcd, backends, n=2,
                                  lease_ttl="2s")
