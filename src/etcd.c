@@ -121,6 +121,8 @@ struct emsg {
     bool list;    /* POOLS: a full list (every etcd pool in it) */
     json_t *data; /* POOLS: {pool: {member: [mod_rev, value]}};
                      INSTANCES: {id: value object} */
+    json_t *revs; /* POOLS (events): {pool: the revision of its last event}:
+                     a catch-up message spans revisions */
     /* STATUS */
     bool up;
     char state[32];
@@ -475,12 +477,13 @@ struct watcher {
     struct ehttp eh;
     json_t *pools;     /* {pool: {member: [mod_rev, value]}} etcd pools */
     json_t *instances; /* {id: [mod_rev, value]} */
-    json_t *touched;   /* pools changed by the message at hand */
+    json_t *touched;   /* pools changed by the message at hand: {pool:
+                          the mod_revision of its last event} */
     bool inst_touched;
     int64_t next_rev;
     int verdict; /* of the stream: 0 reconnect, 1 list again */
     bool created;
-    bool up;       /* the last list or watch worked (logged on a change) */
+    bool up;        /* the last list or watch worked (logged on a change) */
     bool down_said; /* "unreachable" was logged since */
     char err[256];
 };
@@ -547,7 +550,7 @@ watcher_kv(struct watcher *w, const char *b64key, const char *b64value,
             json_object_set_new(
                 pm, member,
                 json_pack("[I,s%]", (json_int_t)mod_rev, value, vlen));
-        json_object_set_new(w->touched, pool, json_true());
+        json_object_set_new(w->touched, pool, json_integer(mod_rev));
     }
 out:
     free(key);
@@ -573,6 +576,7 @@ watcher_post(struct watcher *w, bool list, uint64_t rev)
                 m->data = json_deep_copy(w->pools);
             } else {
                 m->data = json_object();
+                m->revs = json_deep_copy(w->touched);
                 json_object_foreach(w->touched, name, v)
                 {
                     json_t *pm = json_object_get(w->pools, name);
@@ -867,8 +871,8 @@ watcher_main(void *arg)
             auth_said = true;
             w.up = false;
             sleep_ms(backoff);
-            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
-                                                   : backoff * 2;
+            backoff =
+                backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
             continue;
         }
         pthread_mutex_lock(&E.mu);
@@ -1004,8 +1008,8 @@ session_main(void *arg)
         if (cfg.username != NULL && eh.token[0] == '\0' &&
             ehttp_auth(&eh, err, sizeof(err)) != 0) {
             sleep_ms(backoff); /* the watcher says why */
-            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
-                                                   : backoff * 2;
+            backoff =
+                backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
             continue;
         }
         if (lease == 0) {
@@ -1480,6 +1484,7 @@ on_pools(struct emsg *m)
     const char *name;
     json_t *recs;
     unsigned waits = 0;
+    uint64_t rev;
 
     C.events++;
     if (m->list) {
@@ -1498,7 +1503,10 @@ on_pools(struct emsg *m)
         json_decref(cp->records);
         cp->records = json_incref(recs);
         cp->listed = true;
-        if (pool_sync(p, cp, recs, m->rev) &&
+        /* the revision of this pool's change: of its last event (a list
+         * knows only its own revision) */
+        rev = m->revs ? (uint64_t)jint(json_object_get(m->revs, name)) : 0;
+        if (pool_sync(p, cp, recs, rev ? rev : m->rev) &&
             pool_on_published(p, pool_published, NULL) == 0)
             waits++;
         cp->checksum = pool_checksum(p);
@@ -1612,6 +1620,7 @@ drain_cb(struct control_watch *watch, uint32_t events)
             break;
         }
         json_decref(m->data);
+        json_decref(m->revs);
         free(m);
     }
 }
@@ -1827,6 +1836,7 @@ etcd_stop(void)
             free(m->w);
         }
         json_decref(m->data);
+        json_decref(m->revs);
         free(m);
     }
     while (E.writes != NULL) {
