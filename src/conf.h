@@ -263,6 +263,11 @@ struct conf {
  */
 struct conf *conf_load(const char *path, char *err, size_t errlen);
 
+/* What a config may be: at most this many bytes, nested at most this
+ * deep (maps and lists); more is refused before it is parsed. */
+#define CONF_MAX_BYTES (16 << 20)
+#define CONF_MAX_DEPTH 64
+
 /* The same from a YAML text; <name> is used in messages. */
 struct conf *conf_load_string(const char *name, const char *yaml, size_t len,
                               char *err, size_t errlen);

@@ -47,6 +47,23 @@ def test_reload_refuses_a_broken_file(backends, chashd):
     assert {c: fetch(port, c) for c in clients} == before
 
 
+def test_reload_refuses_a_deeply_nested_file_at_once(backends, chashd):
+    # 60,000 levels of '[' kept libyaml 10 s on the control thread (no
+    # health check, ramp or admin request meanwhile); now the reload is
+    # refused at level 65 and chashd serves on, its admin API answering
+    bs = backends(2)
+    port = free_port()
+    d = chashd(GLOBAL + pool_yaml("web", port, bs), port)
+    before = fetch(port)
+    d.reload(GLOBAL + pool_yaml("web", port, bs) + "  hash_tag: " +
+             "[" * 60000 + "]" * 60000 + "\n")
+    assert re.search(r"reload refused, the running config stays: "
+                     + re.escape(d.conf) + r":\d+: nested deeper than 64 "
+                     r"levels", d.log()), d.log()[-2000:]
+    assert d.proc.poll() is None
+    assert fetch(port) == before
+
+
 def test_reload_refuses_what_it_cannot_run(backends, chashd):
     bs = backends(1)
     port = free_port()

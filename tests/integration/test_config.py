@@ -157,6 +157,32 @@ def test_check_refuses_a_huge_ring_before_building_it(tmp_path):
 
 
 @needs_chashd
+def test_check_refuses_endless_and_deep_files(tmp_path):
+    """A file that never ends (/dev/zero) is refused at 16 MB, not read
+    until memory runs out; 60,000 levels of nesting (120 KB, which took
+    libyaml 10 s to compose) are refused at level 65, with the line. The
+    bounds are run()'s timeout, not measured."""
+    r = run([CHASHD, "-t", "-c", "/dev/zero"])
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "/dev/zero: larger than 16 MB: not a config" in r.stderr
+    for n, body in (("flow", "  servers: " + "[" * 60000 + "]" * 60000),
+                    ("map", "  servers: " + "{a: " * 60000 + "1" +
+                     "}" * 60000),
+                    ("block", "  servers:\n    " + "- " * 60000 + "x")):
+        path = write(tmp_path, POOL + body + "\n", n + ".yml")
+        r = run([CHASHD, "-t", "-c", path])
+        assert r.returncode == 2, (n, r.stdout, r.stderr)
+        assert re.match(re.escape(str(path)) + r":[45]: nested deeper than "
+                        r"64 levels", r.stderr), (n, r.stderr)
+    # 64 levels are not refused for their depth (the value is still no
+    # list of servers)
+    path = write(tmp_path, POOL + "  servers: " + "[" * 62 + "]" * 62 +
+                 "\n", "ok.yml")
+    r = run([CHASHD, "-t", "-c", path])
+    assert r.returncode == 2 and "nested deeper" not in r.stderr, r.stderr
+
+
+@needs_chashd
 def test_check_missing_file(tmp_path):
     path = tmp_path / "nope.yml"
     r = run([CHASHD, "-t", "-c", path])
