@@ -41,7 +41,17 @@
 #include "state.h"
 #include "text.h"
 
-#define ADMIN_MAX_BODY (64 * 1024) /* request bodies above are 413 */
+#define ADMIN_MAX_BODY (64 * 1024)      /* request bodies above are 413 */
+#define ADMIN_DISCARD_MAX (1024 * 1024) /* dropped before a 413 */
+#define ADMIN_RUN_ROUNDS 16
+/* A request (its head and body) must arrive within this, whatever its
+ * pace: libmicrohttpd's timeout is an idle one, and a client that sends a
+ * byte every few seconds kept its connection, and the 64th of them locked
+ * everyone out. */
+#define ADMIN_REQUEST_DEADLINE_MS 10000
+/* ... and within this while the connection limit is reached. */
+#define ADMIN_PRESSURE_DEADLINE_MS                                             \
+    1000 /* MHD_run rounds per event while data waits */
 #define ADMIN_MAX_REPLICAS 64
 #define ADMIN_MAX_SEGMENTS 65536
 #define ADMIN_DEFAULT_SEGMENTS 1024
@@ -58,7 +68,8 @@ struct admin_request {
     bool control_in_query;
     bool admitted; /* admit() ran: the header checks are done */
     bool too_large;
-    bool answered; /* a response was queued before the body was read */
+    size_t discarded; /* body bytes dropped past ADMIN_MAX_BODY */
+    bool answered;    /* a response was queued before the body was read */
     /* A membership change answers later (its report is computed on the
      * builder thread): the connection is suspended meanwhile, and the
      * answer kept here for the handler's next call. */
@@ -1282,6 +1293,81 @@ admit(struct MHD_Connection *c, const char *url, struct admin_request *rq)
     return MHD_YES;
 }
 
+/* ---- per-request deadline ------------------------------------------------ */
+
+/* Each open admin connection: when its current request began, and whether
+ * the request is whole (being answered, maybe suspended on a change). */
+struct aconn {
+    struct aconn *next, *prev;
+    int fd;
+    uint64_t since_ms; /* accepted, or its last answer completed */
+    bool whole;
+    bool cut;
+};
+static struct aconn *aconns;
+
+static void
+on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+              enum MHD_ConnectionNotificationCode code)
+{
+    struct aconn *ac = *socket_context;
+
+    (void)cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+        ac = calloc(1, sizeof(*ac));
+        if (ac == NULL || info == NULL) {
+            free(ac);
+            return; /* not tracked: MHD's idle timeout still applies */
+        }
+        ac->fd = info->connect_fd;
+        ac->since_ms = clock_ms();
+        ac->next = aconns;
+        if (aconns != NULL)
+            aconns->prev = ac;
+        aconns = ac;
+        *socket_context = ac;
+        return;
+    }
+    if (ac == NULL)
+        return;
+    if (ac->prev != NULL)
+        ac->prev->next = ac->next;
+    else
+        aconns = ac->next;
+    if (ac->next != NULL)
+        ac->next->prev = ac->prev;
+    free(ac);
+    *socket_context = NULL;
+}
+
+static struct aconn *
+aconn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+    return info != NULL ? info->socket_context : NULL;
+}
+
+/* Cut the connections whose request has taken longer than the deadline
+ * to arrive: shut down, libmicrohttpd closes them on its next run. */
+static void
+deadlines(uint64_t now_ms, uint64_t deadline_ms)
+{
+    for (struct aconn *ac = aconns; ac != NULL; ac = ac->next) {
+        if (ac->whole || ac->cut || now_ms - ac->since_ms < deadline_ms)
+            continue;
+        ac->cut = true;
+        log_debug("admin: a request took over %llu ms to arrive: connection "
+                  "closed",
+                  (unsigned long long)deadline_ms);
+        shutdown(ac->fd, SHUT_RDWR);
+    }
+}
+
 /* A request line came in: its state, with what the raw URL holds that
  * the decoded one can no longer show (libmicrohttpd hands the handler a
  * C string). NULL when out of memory: on_request then drops the
@@ -1304,6 +1390,7 @@ on_request(void *cls, struct MHD_Connection *c, const char *url,
            size_t *upload_size, void **con_cls)
 {
     struct admin_request *rq = *con_cls;
+    struct aconn *ac;
 
     (void)cls;
     (void)version;
@@ -1330,11 +1417,28 @@ on_request(void *cls, struct MHD_Connection *c, const char *url,
                 rq->body[rq->len] = '\0';
             }
         }
+        if (rq->too_large && !rq->answered) {
+            /* A body over the limit is read and dropped, so that the
+             * client, still sending, gets its 413 (a close with unread
+             * bytes would reset the connection under the answer); past
+             * ADMIN_DISCARD_MAX the 413 goes at once and the connection
+             * closes: no client sends that much to this API. */
+            rq->discarded += *upload_size;
+            if (rq->discarded > ADMIN_DISCARD_MAX) {
+                rq->answered = true;
+                *upload_size = 0;
+                return respond_error(c, MHD_HTTP_CONTENT_TOO_LARGE,
+                                     "request body over %d bytes",
+                                     ADMIN_MAX_BODY);
+            }
+        }
         *upload_size = 0;
         return MHD_YES;
     }
     if (rq->ready) /* resumed: the membership change is done */
         return respond_ready(c, rq);
+    if ((ac = aconn_of(c)) != NULL)
+        ac->whole = true; /* all of it came in time */
     if (rq->answered)
         return MHD_YES;
     rq->answered = true;
@@ -1350,9 +1454,15 @@ on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
     struct admin_request *rq = *con_cls;
 
+    struct aconn *ac = aconn_of(c);
+
     (void)cls;
-    (void)c;
     (void)toe;
+    if (ac != NULL) {
+        /* the next request on the connection has its own deadline */
+        ac->since_ms = clock_ms();
+        ac->whole = false;
+    }
     if (rq != NULL) {
         free(rq->body);
         free(rq->text);
@@ -1438,6 +1548,9 @@ on_accept(struct control_watch *w, uint32_t events)
         int fd;
 
         if (connections() >= ADMIN_MAX_CONNECTIONS) {
+            /* full: the requests still arriving after a second give
+             * their place (slow clients must not lock the others out) */
+            deadlines(clock_ms(), ADMIN_PRESSURE_DEADLINE_MS);
             listener_pause(NULL);
             break;
         }
@@ -1467,6 +1580,17 @@ on_accept(struct control_watch *w, uint32_t events)
     admin_run();
 }
 
+/* Whether libmicrohttpd has work now: a connection with bytes it has not
+ * read yet. Its epoll is edge-triggered, so such bytes raise no new event:
+ * run only on events and a slow tick, it read a 1 MB body in 5 s. */
+static bool
+mhd_due(void)
+{
+    MHD_UNSIGNED_LONG_LONG t;
+
+    return mhd != NULL && MHD_get_timeout(mhd, &t) == MHD_YES && t == 0;
+}
+
 /* Connection timeouts need MHD_run() even when nothing is readable; every
  * 100 ms is plenty for a 10 s timeout. A paused listener is watched again
  * once its pause is over. */
@@ -1485,8 +1609,9 @@ on_tick(uint64_t now_ms, void *arg)
         else
             resume_ms = now_ms + ADMIN_ACCEPT_PAUSE_MS;
     }
-    if (now_ms - last >= 100) {
+    if (now_ms - last >= 100 || mhd_due()) {
         last = now_ms;
+        deadlines(now_ms, ADMIN_REQUEST_DEADLINE_MS);
         admin_run();
     }
 }
@@ -1550,6 +1675,7 @@ admin_start(const struct conf *conf, char *err, size_t errlen)
         0, NULL, NULL, on_request, NULL, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
         NULL, MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)ADMIN_MAX_CONNECTIONS,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
     if (mhd == NULL) {
@@ -1622,8 +1748,13 @@ admin_fd(void)
 void
 admin_run(void)
 {
-    if (mhd != NULL)
+    /* bounded: other control work (health checks, etcd, ramps) runs
+     * between rounds; the tick comes back for the rest */
+    for (int i = 0; mhd != NULL && i < ADMIN_RUN_ROUNDS; i++) {
         MHD_run(mhd);
+        if (!mhd_due())
+            break;
+    }
 }
 
 int

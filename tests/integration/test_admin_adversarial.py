@@ -726,3 +726,85 @@ def test_control_bytes_in_a_url_are_refused(cluster):
     # printable escapes still decode
     assert c.api.ok("GET", "/api/pools/web/members/web%2D1")["name"] == \
         "web-1"
+
+
+# ---- slow and endless bodies, slow clients ----------------------------------
+
+def post_chunked(port, size, timeout):
+    """POST a chunked body of <size> bytes in 16 KiB chunks; the answer's
+    status line (b"" when the connection closed without one)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    with s:
+        s.sendall(b"POST /api/pools/web/members HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk = b"4000\r\n" + b"a" * 0x4000 + b"\r\n"
+        try:
+            for _ in range(size // 0x4000):
+                s.sendall(chunk)
+            s.sendall(b"0\r\n\r\n")
+        except OSError:
+            pass  # refused before the end: the answer is read below
+        data = recv_all(s)
+    return data.split(b"\r\n", 1)[0]
+
+
+def test_an_oversized_chunked_body_is_refused_at_once(cluster):
+    """A chunked body announces no size. libmicrohttpd was run only on
+    events and a 100 ms tick, and its epoll is edge-triggered: a 1 MB body
+    took 5 s to read before its 413, 10 MB took 53 s. Now the 413 comes
+    as fast as the bytes (each wait bounded by the socket's 2 s timeout);
+    past 1 MB the rest is not read at all."""
+    c = cluster(2)
+    assert post_chunked(c.admin_port, 1 << 20, 2) == \
+        b"HTTP/1.1 413 Content Too Large"
+    # 10 MB: answered (or cut) after about 1 MB; never read to the end
+    t0 = time.monotonic()
+    post_chunked(c.admin_port, 10 << 20, 2)
+    assert time.monotonic() - t0 < 2
+    # a body under the limit, chunked, is still served
+    st, j, _ = c.api.call("POST", "/api/pools/web/members?dry_run=1",
+                          json.dumps({"address": "127.0.0.1:9",
+                                      "pad": " " * 60000}))
+    assert st == 400 and "unknown field \"pad\"" in j["error"], j
+    assert sorted(c.api.members("web")) == ["web-1", "web-2"]
+    assert c.d.proc.poll() is None
+
+
+def test_slow_clients_cannot_lock_the_api(cluster):
+    """70 clients that send a header line every second never finish their
+    request; libmicrohttpd's timeout is an idle one, so they kept their
+    connections, and at 64 nobody else got in. A request must arrive
+    within 10 s, and within 1 s while the connection limit is reached:
+    a normal request is answered within seconds."""
+    c = cluster(2)
+    socks = []
+    for i in range(70):
+        s = socket.create_connection(("127.0.0.1", c.admin_port), timeout=2)
+        s.sendall(b"GET /api/pools HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        socks.append(s)
+    stop = threading.Event()
+
+    def drip():
+        while not stop.is_set():
+            for s in socks:
+                try:
+                    s.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    pass
+            stop.wait(1)
+    t = threading.Thread(target=drip)
+    t.start()
+    try:
+        time.sleep(1.5)
+        t0 = time.monotonic()
+        st, j, _ = c.api.get("/api/pools")  # its own timeout bounds it
+        waited = time.monotonic() - t0
+        assert st == 200 and j["pools"][0]["name"] == "web"
+        assert waited < 5, waited
+    finally:
+        stop.set()
+        t.join()
+        for s in socks:
+            s.close()
+    assert c.d.proc.poll() is None
