@@ -52,6 +52,8 @@ static struct control_watch passive = {.fd = -1};
 /* How many bytes of an answer a reason quotes: what tells garbage apart
  * ("SSH-2.0-OpenSSH", "-ERR", "<html>") and fits s->reason escaped. */
 #define HTTP_QUOTE_MAX 16
+/* A pool with nothing due is walked at least this often anyway. */
+#define HEALTH_RESCAN_MS 100
 
 static void probe_done(struct server *s, bool ok, const char *why);
 
@@ -102,6 +104,7 @@ passive_cb(struct control_watch *w, uint32_t events)
                      "before a byte); probe again in %ums",
                      fails, p->cfg.server_retry_timeout_ms);
             membership_health(s, HEALTH_EJECTED, why);
+            p->health_due_ms = 0; /* its probe time: the next tick */
         }
     }
 }
@@ -479,6 +482,7 @@ probe_done(struct server *s, bool ok, const char *why)
     }
     if (p == NULL)
         return;
+    p->health_due_ms = 0; /* its next check or probe: the next tick */
     if (ok)
         s->checks_ok++;
     else
@@ -524,29 +528,54 @@ health_tick(uint64_t now, void *arg)
     for (size_t i = 0; i < pool_count(); i++) {
         struct pool *p = pool_at(i);
         const struct conf_health *hc = &p->cfg.health;
+        uint64_t due = now + HEALTH_RESCAN_MS;
 
+        /* A pool is walked when something in it is due, or when it
+         * changed (members, states, settings); at least every
+         * HEALTH_RESCAN_MS. 100 pools of 100 members, walked every 10 ms
+         * with nothing to do, cost 7.6% of a core. */
+        if (p->gen == p->health_gen && now < p->health_due_ms)
+            continue;
         for (size_t j = 0; j < p->nservers; j++) {
             struct server *s = p->servers[j];
             if (s->admin == STATE_ADMIN_MAINT)
                 continue;
             if (s->probe != NULL) {
-                if (now >= s->probe->deadline_ms)
+                if (now >= s->probe->deadline_ms) {
                     probe_done(s, false, "timed out");
+                    due = now; /* its next check: seen on the next tick */
+                } else if (s->probe->deadline_ms < due) {
+                    due = s->probe->deadline_ms;
+                }
                 continue;
             }
             if (s->health == HEALTH_EJECTED) {
                 /* Re-admission probe: the check's timeout when checks
                  * are configured, else the connect timeout. */
-                if (now >= s->eject_until_ms)
+                if (now >= s->eject_until_ms) {
                     probe_start(s,
                                 hc->enabled ? hc->timeout_ms
                                             : p->cfg.connect_timeout_ms,
                                 now);
+                    if (s->probe != NULL && s->probe->deadline_ms < due)
+                        due = s->probe->deadline_ms;
+                } else if (s->eject_until_ms < due) {
+                    due = s->eject_until_ms;
+                }
                 continue;
             }
-            if (hc->enabled && now >= s->next_check_ms)
+            if (!hc->enabled)
+                continue;
+            if (now >= s->next_check_ms) {
                 probe_start(s, hc->timeout_ms, now);
+                if (s->probe != NULL && s->probe->deadline_ms < due)
+                    due = s->probe->deadline_ms;
+            } else if (s->next_check_ms < due) {
+                due = s->next_check_ms;
+            }
         }
+        p->health_gen = p->gen;
+        p->health_due_ms = due;
     }
 }
 

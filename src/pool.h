@@ -222,6 +222,8 @@ struct pool {
     bool removed;                /* dropped by a reload */
     uint64_t next_ramp_ms;       /* next ramp rebuild while any member ramps */
     uint64_t gen;                /* changes made (pool_schedule calls) */
+    uint64_t health_gen;         /* health.c: <gen> at its last walk */
+    uint64_t health_due_ms;      /* health.c: when something is due next */
     uint64_t placement;          /* membership changes (adds, removes,
                                     weights, admin states, reloads) */
     struct pool_build *build;    /* the build in flight, or NULL */
