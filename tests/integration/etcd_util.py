@@ -462,9 +462,9 @@ class Instance:
     API and the process (a conftest Chashd)."""
 
     def __init__(self, procs, tmp_path, etcd, prefix, name, pools,
-                 lease_ttl="2s", extra_global=""):
+                 lease_ttl="2s", extra_global="", pool_opts=None):
         """<pools>: {pool: [(name, address, weight)]} seeds (each pool
-        gets its own port)."""
+        gets its own port); <pool_opts>: more keys of every pool."""
         self.name = name
         self.dir = os.path.join(str(tmp_path), name)
         os.makedirs(self.dir, exist_ok=True)
@@ -473,7 +473,8 @@ class Instance:
         self.port = next(iter(self.ports.values()))
         self.text = etcd_global(self.admin_port, etcd, prefix, name,
                                 lease_ttl, extra=extra_global) + "".join(
-            servers_yaml(p, self.ports[p], s) for p, s in pools.items())
+            servers_yaml(p, self.ports[p], s, **(pool_opts or {}))
+            for p, s in pools.items())
         self.procs = procs
         self.api = Api(self.admin_port)
         self.d = None

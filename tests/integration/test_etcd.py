@@ -20,8 +20,9 @@ import time
 
 from admin_util import parse_metrics
 from conftest import CHASH, CHASHD, client_ip, fetch, free_port, wait_for
-from etcd_util import (Instance, Tree, etcd, quantiles,  # noqa: F401
-                       servers_yaml, start_instances, wait_converged)
+from etcd_util import (Instance, Tree, etcd, member_record,  # noqa: F401
+                       now_ms, quantiles, servers_yaml, start_instances,
+                       wait_converged)
 
 POOL = "web"
 N_KEYS = 1000          # keys looked up on every instance after each change
@@ -546,3 +547,37 @@ def test_check_wants_global_etcd(tmp_path):
                        text=True, timeout=10)
     assert p.returncode != 0, p.stdout + p.stderr
     assert "members_from" in p.stderr and "migration" in p.stderr, p.stderr
+
+
+def test_slow_start_ramps_alike_from_the_record_time(procs, tmp_path, etcd,
+                                                     backends):
+    # a ramp runs from the change's time stamp in etcd ("since"), not from
+    # when each instance saw it: a member that joined 10 s ago is half way
+    # through a 20 s slow start on every instance, one started later too
+    tree = Tree(etcd)
+    bs = backends(3)
+    seed = seed_of(bs, ["web-1", "web-2"])
+    opts = {"slow_start": "20s"}
+    lbs = start_instances(procs, tmp_path, etcd, tree.prefix, 2,
+                          {POOL: seed}, pool_opts=opts)
+    wait_for(lambda: len(tree.member_kvs(POOL)) >= 2, timeout=5,
+             what="the seed in etcd")
+    W = etcd.put(tree.member_key(POOL, "web-3"),
+                 member_record(bs[2].addr, 1, "up", since=now_ms() - 10000))
+    wait_converged(etcd, tree.prefix, 2, W, timeout=CONVERGE_TIMEOUT)
+    lbs.append(Instance(procs, tmp_path, etcd, tree.prefix, "lb-3",
+                        {POOL: seed}, pool_opts=opts))
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    # read close together; 2 s of the 20 s ramp is 0.1
+    ramps = [lb.api.members(POOL)["web-3"]["ramp"] for lb in lbs]
+    for r in ramps:
+        assert 0.45 <= r <= 0.65, ramps
+    assert max(ramps) - min(ramps) < 0.1, ramps
+    # without a time stamp (a record written by hand), each instance ramps
+    # from when it applied it: just begun
+    W = etcd.put(tree.member_key(POOL, "web-1"),
+                 member_record(bs[0].addr, 3, "up", since=False))
+    wait_converged(etcd, tree.prefix, 3, W, timeout=CONVERGE_TIMEOUT)
+    for lb in lbs:
+        m = lb.api.members(POOL)["web-1"]
+        assert m["weight"] == 3 and m["ramp"] < 0.7, (lb.name, m)
