@@ -1197,7 +1197,6 @@ pool_member_ramp_age(struct pool *p, const char *name, uint64_t age_ms)
     if (s == NULL || !s->ramping || age_ms == 0)
         return;
     s->ramp_start_ms -= age_ms < s->ramp_start_ms ? age_ms : s->ramp_start_ms;
-    (void)now;
     p->next_ramp_ms = now;
 }
 
