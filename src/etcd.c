@@ -501,6 +501,17 @@ seeded_pool(const char *pool)
     return yes;
 }
 
+/* A value as a JSON string. One that is not UTF-8 cannot be a record:
+ * it is held as "" (not a record: ignored, and alike on every instance,
+ * whether it came by a list or an event). */
+static json_t *
+jvalue(const char *value, size_t len)
+{
+    json_t *j = json_stringn(value, len);
+
+    return j != NULL ? j : json_string("");
+}
+
 /* Apply one KV (a put: <value> non-NULL; a delete: NULL) at <mod_rev>. */
 static void
 watcher_kv(struct watcher *w, const char *b64key, const char *b64value,
@@ -526,8 +537,9 @@ watcher_kv(struct watcher *w, const char *b64key, const char *b64value,
         if (del)
             json_object_del(w->instances, member);
         else
-            json_object_set_new(w->instances, member,
-                                json_pack("[I,s]", (json_int_t)mod_rev, value));
+            json_object_set_new(
+                w->instances, member,
+                json_pack("[I,o]", (json_int_t)mod_rev, jvalue(value, vlen)));
         w->inst_touched = true;
         goto out;
     }
@@ -549,7 +561,7 @@ watcher_kv(struct watcher *w, const char *b64key, const char *b64value,
         else
             json_object_set_new(
                 pm, member,
-                json_pack("[I,s%]", (json_int_t)mod_rev, value, vlen));
+                json_pack("[I,o]", (json_int_t)mod_rev, jvalue(value, vlen)));
         json_object_set_new(w->touched, pool, json_integer(mod_rev));
     }
 out:

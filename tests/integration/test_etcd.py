@@ -478,6 +478,9 @@ def test_malformed_records_ignored_alike(procs, tmp_path, etcd, backends):
     bad["bad-state"] = json.dumps({"address": a4, "state": "sleeping"})
     bad["bad!name"] = json.dumps({"address": a4})
     bad["n" * 64] = json.dumps({"address": a4})
+    # bytes that are not UTF-8 in an otherwise good record
+    bad["not-utf8"] = json.dumps({"address": a4, "note": "x"}).encode() \
+        .replace(b"x", b"\xff")
     # the bad records and one good change in one txn
     W = tree.txn_members(POOL, put={"web-1": (bs[0].addr, 2, "up")},
                          raw=bad)
