@@ -1432,7 +1432,6 @@ pool_sync(struct pool *p, struct cpool *cp, json_t *recs, uint64_t rev)
             ignore(p->name, name, jint(json_array_get(v, 0)), why);
             continue;
         }
-        unignore(p->name, name);
         w[nw].mod_rev = (uint64_t)jint(json_array_get(v, 0));
         nw++;
     }
@@ -1466,7 +1465,7 @@ pool_sync(struct pool *p, struct cpool *cp, json_t *recs, uint64_t rev)
 
         if (s == NULL) {
             if (pool_member_add(p, &w[i].cs) != 0) {
-                ignore(p->name, w[i].name, 0,
+                ignore(p->name, w[i].name, (int64_t)w[i].mod_rev,
                        errno == EEXIST ? "its address is another member's"
                                        : strerror(errno));
                 continue;
@@ -1486,6 +1485,7 @@ pool_sync(struct pool *p, struct cpool *cp, json_t *recs, uint64_t rev)
                 changed = true;
             }
         }
+        unignore(p->name, w[i].name); /* a member now, if it was not */
         /* the time stamp of this change: of the records it wrote */
         if (w[i].mod_rev == rev && w[i].since_ms > newest_since)
             newest_since = w[i].since_ms;
