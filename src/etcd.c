@@ -994,6 +994,7 @@ session_main(void *arg)
     uint64_t next_ka = 0, last_put = 0, backoff = BACKOFF_MIN_MS;
     char *record = NULL, err[256], key[512];
     bool dirty = false;
+    bool refused_said = false; /* etcd refused a grant or put: logged */
 
     (void)arg;
     if (ehttp_init(&eh) != 0)
@@ -1047,11 +1048,20 @@ session_main(void *arg)
                            sizeof(err)) == 0 &&
                 jint(json_object_get(out, "ID")) != 0) {
                 lease = jint(json_object_get(out, "ID"));
+                refused_said = false;
                 next_ka = now + cfg.lease_ttl_ms / 3;
                 dirty = record != NULL;
                 backoff = BACKOFF_MIN_MS;
             } else {
-                kick_watch();
+                /* no answer: the watch is likely dead too; an answer
+                 * that refuses (permissions): said once */
+                if (st == 0)
+                    kick_watch();
+                else if (!refused_said)
+                    log_warn("etcd: cannot grant the lease of instance %s: "
+                             "%s",
+                             cfg.instance, err);
+                refused_said |= st != 0;
                 json_decref(out);
                 json_decref(rq);
                 sleep_ms(backoff);
@@ -1065,11 +1075,12 @@ session_main(void *arg)
         }
         if (now >= next_ka) {
             rq = json_pack("{s:I}", "ID", (json_int_t)lease);
-            /* a one-shot POST works as a unary call: one result line */
+            /* a one-shot POST works as a unary call: its one result
+             * line parses as one object */
             if (ehttp_post(&eh, "/v3/lease/keepalive", rq, &out, &st, err,
                            sizeof(err)) != 0) {
-                /* the stream form's single line parses as one object */
-                kick_watch();
+                if (st == 0)
+                    kick_watch(); /* etcd is gone: so is the watch */
                 next_ka = now + BACKOFF_MAX_MS / 4;
             } else if (jint(jpath(out, "result", "TTL")) <= 0) {
                 log_warn("etcd: lease %" PRId64 " of instance %s is gone: "
@@ -1091,10 +1102,16 @@ session_main(void *arg)
             if (ehttp_post(&eh, "/v3/kv/put", rq, &out, &st, err,
                            sizeof(err)) == 0) {
                 dirty = false;
+                refused_said = false;
             } else if (st == 404) {
                 lease = 0; /* "requested lease not found": etcd wiped */
             } else {
-                kick_watch();
+                if (st == 0)
+                    kick_watch();
+                else if (!refused_said)
+                    log_warn("etcd: cannot publish instance %s: %s",
+                             cfg.instance, err);
+                refused_said |= st != 0;
                 sleep_ms(backoff);
             }
             last_put = clock_ms();
