@@ -143,6 +143,8 @@ struct ewrite {
     uint64_t rev;
     char msg[320];
     uint64_t deadline_ms; /* written: answered by then, applied or not */
+    struct emsg answer;   /* how the session hands the answer back: no
+                             allocation that could fail on its side */
 };
 
 static struct {
@@ -1022,16 +1024,8 @@ session_main(void *arg)
         }
         pthread_mutex_unlock(&E.mu);
         if (wr != NULL) {
-            struct emsg *m = calloc(1, sizeof(*m));
             session_write(&eh, wr);
-            if (m == NULL) {
-                json_decref(wr->txn);
-                free(wr);
-                continue;
-            }
-            m->type = EMSG_WRITTEN;
-            m->w = wr;
-            post(m);
+            post(&wr->answer);
             continue;
         }
         if (cfg.username != NULL && eh.token[0] == '\0' &&
@@ -1295,6 +1289,15 @@ publish(void)
     pthread_mutex_unlock(&E.mu);
 }
 
+/* Answer admin write <w> and free it. */
+static void
+write_answer(struct ewrite *w, int status, uint64_t rev, const char *msg)
+{
+    w->done(status, rev, msg, w->arg);
+    json_decref(w->txn);
+    free(w);
+}
+
 /* Answer the admin writes whose revision is applied. */
 static void
 writes_settle(void)
@@ -1308,9 +1311,7 @@ writes_settle(void)
             continue;
         }
         *pp = w->next;
-        w->done(0, w->rev, "", w->arg);
-        json_decref(w->txn);
-        free(w);
+        write_answer(w, 0, w->rev, "");
     }
 }
 
@@ -1589,9 +1590,7 @@ static void
 on_written(struct ewrite *w)
 {
     if (w->status != 0) {
-        w->done(w->status, 0, w->msg, w->arg);
-        json_decref(w->txn);
-        free(w);
+        write_answer(w, w->status, 0, w->msg);
         return;
     }
     C.writes++;
@@ -1623,9 +1622,7 @@ writes_tick(uint64_t now_ms, void *arg)
                  "has not applied it within %d s (its watch: %s); the other "
                  "instances apply it from etcd",
                  w->rev, WRITE_APPLY_MS / 1000, C.state);
-        w->done(ETCD_WRITTEN_NOT_APPLIED, w->rev, msg, w->arg);
-        json_decref(w->txn);
-        free(w);
+        write_answer(w, ETCD_WRITTEN_NOT_APPLIED, w->rev, msg);
     }
 }
 
@@ -1662,7 +1659,7 @@ drain_cb(struct control_watch *watch, uint32_t events)
             break;
         case EMSG_WRITTEN:
             on_written(m->w);
-            break;
+            continue; /* the message is the write's own */
         }
         json_decref(m->data);
         json_decref(m->revs);
@@ -1682,6 +1679,16 @@ seed_value(const struct conf_server *cs)
     free(t);
     json_decref(r);
     return s;
+}
+
+static void
+seeds_free(struct epool_seed *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(v[i].pool);
+        json_decref(v[i].members);
+    }
+    free(v);
 }
 
 /* The seeds of <conf>'s etcd pools, in place of the running ones. */
@@ -1705,11 +1712,7 @@ seeds_set(const struct conf *conf)
         n++;
     }
     pthread_mutex_lock(&E.mu);
-    for (size_t i = 0; i < E.nseeds; i++) {
-        free(E.seeds[i].pool);
-        json_decref(E.seeds[i].members);
-    }
-    free(E.seeds);
+    seeds_free(E.seeds, E.nseeds);
     E.seeds = v;
     E.nseeds = n;
     pthread_mutex_unlock(&E.mu);
@@ -1873,12 +1876,14 @@ etcd_stop(void)
     control_watch_del(&E.watch);
     close(E.efd);
     E.efd = -1;
+    /* every admin write still out is answered: queued, written, or
+     * waiting to be applied */
     while (E.head != NULL) {
         struct emsg *m = E.head;
         E.head = m->next;
-        if (m->w != NULL) {
-            json_decref(m->w->txn);
-            free(m->w);
+        if (m->type == EMSG_WRITTEN) {
+            write_answer(m->w, 503, 0, "chashd is stopping");
+            continue; /* the message is the write's own */
         }
         json_decref(m->data);
         json_decref(m->revs);
@@ -1887,23 +1892,15 @@ etcd_stop(void)
     while (E.writes != NULL) {
         struct ewrite *w = E.writes;
         E.writes = w->next;
-        w->done(503, 0, "chashd is stopping", w->arg);
-        json_decref(w->txn);
-        free(w);
+        write_answer(w, 503, 0, "chashd is stopping");
     }
     while (C.waiting != NULL) {
         struct ewrite *w = C.waiting;
         C.waiting = w->next;
-        w->done(503, 0, "chashd is stopping", w->arg);
-        json_decref(w->txn);
-        free(w);
+        write_answer(w, 503, 0, "chashd is stopping");
     }
     free(E.publish);
-    for (size_t i = 0; i < E.nseeds; i++) {
-        free(E.seeds[i].pool);
-        json_decref(E.seeds[i].members);
-    }
-    free(E.seeds);
+    seeds_free(E.seeds, E.nseeds);
     for (size_t i = 0; i < C.npools; i++) {
         free(C.pools[i].name);
         json_decref(C.pools[i].records);
@@ -2042,6 +2039,8 @@ etcd_member_write(struct pool *p, const struct etcd_op *ops, size_t n,
         return;
     }
     w->txn = json_pack("{s:o,s:o}", "compare", cmps, "success", jops);
+    w->answer.type = EMSG_WRITTEN;
+    w->answer.w = w;
     snprintf(w->pool, sizeof(w->pool), "%s", p->name);
     w->done = done;
     w->arg = arg;
