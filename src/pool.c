@@ -860,11 +860,21 @@ pool_schedule(struct pool *p)
     p->gen++;
     if (p->removed)
         return;
-    if (p->build != NULL) {
+    if (p->build != NULL || p->batching) {
         p->dirty = true;
         return;
     }
     build_start(p);
+}
+
+void
+pool_batch(struct pool *p, bool on)
+{
+    p->batching = on;
+    if (!on && p->dirty && p->build == NULL && !p->removed) {
+        p->dirty = false;
+        build_start(p);
+    }
 }
 
 int

@@ -228,6 +228,7 @@ struct pool {
                                     weights, admin states, reloads) */
     struct pool_build *build;    /* the build in flight, or NULL */
     bool dirty;                  /* changed since that build began */
+    bool batching;               /* pool_batch: changes wait for its end */
     struct pool_waiter *waiters; /* pool_on_published, oldest first */
     struct pool_change last;     /* the latest publication */
     struct migration_view *mig_view; /* put in every snapshot built while
@@ -307,6 +308,9 @@ const struct conf_server *pool_member_moved(const struct pool *p,
 
 /* Mark <p> changed: a new snapshot will be built and published. */
 void pool_schedule(struct pool *p);
+/* Several changes that must reach the workers in one snapshot: between
+ * pool_batch(p, true) and pool_batch(p, false) no build starts. */
+void pool_batch(struct pool *p, bool on);
 
 /*
  * Call <cb>(<p>, <chg>, <arg>) on the control thread once every change
