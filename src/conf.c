@@ -3116,13 +3116,6 @@ load_document(struct load *ld, struct conf *conf)
                                "etcd key part: use 1 to 63 letters, digits, "
                                "'.', '_', ':' or '-'",
                                cp->name, cp->servers[k].name);
-        if (cp->migration != CONF_MIGRATION_OFF)
-            return fail_at(ld, cp->line,
-                           "pool '%s': 'migration: %s' with 'members_from: "
-                           "etcd' is not supported yet (the instances would "
-                           "need one copier and a shared barrier): use "
-                           "migration: off",
-                           cp->name, conf_migration_name(cp->migration));
     }
     if (glines[GK_ADMIN] == 0) {
         char msg[256];

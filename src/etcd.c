@@ -29,6 +29,7 @@
 #include "etcd_codec.h"
 #include "log.h"
 #include "membership.h"
+#include "migration.h"
 #include "pool.h"
 #include "state.h"
 
@@ -135,6 +136,8 @@ struct emsg {
 struct ewrite {
     struct ewrite *next;
     json_t *txn; /* the /v3/kv/txn body */
+    bool lease;  /* its puts go under the instance's lease */
+    bool raw;    /* answered as soon as etcd answers (not once applied) */
     char pool[128];
     etcd_done_fn *done;
     void *arg;
@@ -514,14 +517,17 @@ jvalue(const char *value, size_t len)
     return j != NULL ? j : json_string("");
 }
 
-/* Apply one KV (a put: <value> non-NULL; a delete: NULL) at <mod_rev>. */
+/* Apply one KV (a put: <value> non-NULL; a delete: NULL) at <mod_rev>
+ * (created at <create_rev>). A pool's migration keys are held with its
+ * members, under names a member cannot have ("/migration", "/copier",
+ * "/barrier/<epoch>.<stage>/<id>"), with their create revision third. */
 static void
 watcher_kv(struct watcher *w, const char *b64key, const char *b64value,
-           int64_t mod_rev, bool del)
+           int64_t mod_rev, int64_t create_rev, bool del)
 {
     size_t klen, vlen = 0, plen = strlen(cfg.prefix);
     char *key = b64key ? etcd_b64_decode(b64key, &klen) : NULL;
-    char *value = NULL, *pool, *member;
+    char *value = NULL, *pool, *member, meta[300];
     int kind;
 
     if (key == NULL || klen != strlen(key) || klen <= plen + 1 ||
@@ -547,6 +553,10 @@ watcher_kv(struct watcher *w, const char *b64key, const char *b64value,
     }
     if (!seeded_pool(pool))
         goto out; /* not a pool of ours */
+    if (kind == ETCD_KEY_MIGRATION) {
+        snprintf(meta, sizeof(meta), "/%s", member);
+        member = meta;
+    }
     {
         json_t *pm = json_object_get(w->pools, pool);
         json_t *old;
@@ -561,9 +571,10 @@ watcher_kv(struct watcher *w, const char *b64key, const char *b64value,
         if (del)
             json_object_del(pm, member);
         else
-            json_object_set_new(
-                pm, member,
-                json_pack("[I,o]", (json_int_t)mod_rev, jvalue(value, vlen)));
+            json_object_set_new(pm, member,
+                                json_pack("[I,o,I]", (json_int_t)mod_rev,
+                                          jvalue(value, vlen),
+                                          (json_int_t)create_rev));
         json_object_set_new(w->touched, pool, json_integer(mod_rev));
     }
 out:
@@ -728,7 +739,8 @@ watcher_list(struct watcher *w)
         json_t *kv = json_array_get(kvs, i);
         watcher_kv(w, json_string_value(json_object_get(kv, "key")),
                    json_string_value(json_object_get(kv, "value")),
-                   jint(json_object_get(kv, "mod_revision")), false);
+                   jint(json_object_get(kv, "mod_revision")),
+                   jint(json_object_get(kv, "create_revision")), false);
     }
     w->next_rev = jint(jpath(out, "header", "revision")) + 1;
     json_decref(out);
@@ -738,9 +750,15 @@ watcher_list(struct watcher *w)
     E.relist = false;
     for (i = 0; i < E.nseeds; i++) {
         struct epool_seed s = E.seeds[i];
-        json_t *pm = json_object_get(w->pools, s.pool);
+        json_t *pm = json_object_get(w->pools, s.pool), *rec;
+        const char *mn;
+        bool members = false;
 
-        if (pm != NULL && json_object_size(pm) > 0)
+        json_object_foreach(pm, mn, rec)
+        {
+            members |= mn[0] != '/';
+        }
+        if (members)
             continue;
         s.pool = strdup(s.pool);
         json_incref(s.members);
@@ -813,6 +831,7 @@ watcher_line(struct ehttp *eh, const char *s, size_t n, void *arg)
 
             watcher_kv(w, json_string_value(json_object_get(kv, "key")),
                        json_string_value(json_object_get(kv, "value")), mr,
+                       jint(json_object_get(kv, "create_revision")),
                        type != NULL && strcmp(type, "DELETE") == 0);
             if (mr > last)
                 last = mr;
@@ -965,12 +984,24 @@ watcher_main(void *arg)
  */
 
 static void
-session_write(struct ehttp *eh, struct ewrite *wr)
+session_write(struct ehttp *eh, struct ewrite *wr, int64_t lease)
 {
-    json_t *out = NULL;
+    json_t *out = NULL, *op;
     long st;
     char err[256];
+    size_t i;
 
+    if (wr->lease && lease == 0) {
+        wr->status = 503;
+        snprintf(wr->msg, sizeof(wr->msg), "no lease from etcd yet");
+        return;
+    }
+    json_array_foreach(json_object_get(wr->txn, "success"), i, op)
+    {
+        json_t *put = json_object_get(op, "request_put");
+        if (wr->lease && put != NULL)
+            json_object_set_new(put, "lease", json_integer(lease));
+    }
     if (ehttp_post(eh, "/v3/kv/txn", wr->txn, &out, &st, err, sizeof(err)) !=
         0) {
         wr->status = st == 0 || st >= 500 ? 503 : 409;
@@ -1024,7 +1055,7 @@ session_main(void *arg)
         }
         pthread_mutex_unlock(&E.mu);
         if (wr != NULL) {
-            session_write(&eh, wr);
+            session_write(&eh, wr, lease);
             post(&wr->answer);
             continue;
         }
@@ -1166,6 +1197,11 @@ struct cpool {
     uint64_t since_ms;   /* the newest `since` of the change, 0: none */
     bool kept;           /* etcd holds no valid record: members kept */
     bool listed;         /* etcd's records were applied at least once */
+    /* migration: copy (migration.h, "one migration, several instances") */
+    bool listening;        /* a copy pool listens once etcd is applied */
+    uint64_t failed_epoch; /* a descriptor that could not be run (said) */
+    uint64_t lock_ms;      /* the copier lock was last asked for */
+    uint64_t ack_ms;       /* our barrier key was last put */
 };
 
 static struct {
@@ -1184,6 +1220,8 @@ static struct {
     struct ewrite *waiting;
     unsigned pending_pubs; /* pools whose publication is awaited */
     uint64_t pending_rev;
+    uint64_t reconcile_ms; /* migrations are looked at again then */
+    etcd_listen_fn *listen;
 } C;
 
 static struct cpool *
@@ -1193,6 +1231,27 @@ cpool_find(const char *name)
         if (strcmp(C.pools[i].name, name) == 0)
             return &C.pools[i];
     return NULL;
+}
+
+bool
+etcd_defers_listen(const struct pool *p)
+{
+    return p->cfg.members_from == CONF_MEMBERS_ETCD &&
+           p->cfg.migration == CONF_MIGRATION_COPY;
+}
+
+bool
+etcd_listening(const struct pool *p)
+{
+    const struct cpool *cp = cpool_find(p->name);
+
+    return !E.running || cp == NULL || cp->listening;
+}
+
+void
+etcd_set_listen(etcd_listen_fn *fn)
+{
+    C.listen = fn;
 }
 
 bool
@@ -1444,7 +1503,11 @@ pool_sync(struct pool *p, struct cpool *cp, json_t *recs, uint64_t rev)
         return false;
     json_object_foreach(recs, name, v)
     {
-        const char *why =
+        const char *why;
+
+        if (name[0] == '/')
+            continue; /* a migration key */
+        why =
             record_parse(name, json_string_value(json_array_get(v, 1)), &w[nw]);
         if (why != NULL) {
             ignore(p->name, name, jint(json_array_get(v, 0)), why);
@@ -1525,6 +1588,472 @@ pool_sync(struct pool *p, struct cpool *cp, json_t *recs, uint64_t rev)
 }
 
 static void
+listen_published(struct pool *p, const struct pool_change *chg, void *arg)
+{
+    (void)chg, (void)arg;
+    if (C.listen != NULL && !p->removed)
+        C.listen(p);
+}
+
+static bool routes_pool(const char *value, const char *pool);
+
+/* A copy pool starts listening once etcd's members are applied and this
+ * instance's record, naming the pool, is seen back: from then on every
+ * migration waits for this instance's barrier, and none it missed can
+ * route a key here the old way (doc/etcd.md). */
+static void
+listen_check(void)
+{
+    json_t *me = json_object_get(C.instances, cfg.instance);
+
+    for (size_t i = 0; i < C.npools; i++) {
+        struct cpool *cp = &C.pools[i];
+        struct pool *p = pool_find(cp->name);
+
+        if (cp->listening || !cp->listed || p == NULL || !etcd_pool(p) ||
+            p->cfg.migration != CONF_MIGRATION_COPY)
+            continue;
+        if (me == NULL ||
+            !routes_pool(json_string_value(json_array_get(me, 1)), cp->name))
+            continue;
+        cp->listening = true;
+        log_info("etcd: pool %s: its members are etcd's and instance %s is "
+                 "registered: listening",
+                 cp->name, cfg.instance);
+        if (C.listen != NULL &&
+            pool_on_published(p, listen_published, NULL) != 0)
+            C.listen(p);
+    }
+}
+
+/* ---- one migration, several instances (migration.h) --------------------
+ *
+ * <prefix>/pools/<pool>/migration   the descriptor (created with the
+ *                                   change; its create revision numbers
+ *                                   the migration; "stage" 2 once the
+ *                                   first of two stages is done)
+ * <prefix>/pools/<pool>/copier      the copier lock: {"instance", "epoch"}
+ *                                   under the holder's lease
+ * <prefix>/pools/<pool>/barrier/<epoch>.<stage>/<id>
+ *                                   instance <id> drained that stage (under
+ *                                   its lease)
+ * The copier's last transaction deletes the descriptor, the lock, the
+ * barrier keys and the leaving members at once.
+ */
+
+#define LOCK_AGAIN_MS 500 /* a free lock is asked for again after */
+#define ACK_AGAIN_MS 1000 /* a barrier key not seen back is put again */
+
+static bool
+pool_copies_keys(const struct pool *p)
+{
+    return p->cfg.migration == CONF_MIGRATION_COPY;
+}
+
+static void
+pool_key(char *buf, size_t len, const char *pool, const char *rest)
+{
+    snprintf(buf, len, "%s/pools/%s/%s", cfg.prefix, pool, rest);
+}
+
+/* Queue admin write <w> for the session. */
+static void
+write_queue(struct ewrite *w)
+{
+    w->answer.type = EMSG_WRITTEN;
+    w->answer.w = w;
+    pthread_mutex_lock(&E.mu);
+    w->next = NULL;
+    *E.wtail = w;
+    E.wtail = &w->next;
+    pthread_cond_signal(&E.cond);
+    pthread_mutex_unlock(&E.mu);
+}
+
+/* What a migration write was (<arg>: a phrase) when etcd refused it. */
+static void
+mig_written(int status, uint64_t rev, const char *msg, void *arg)
+{
+    (void)rev;
+    if (status != 0)
+        log_warn("etcd: %s: %s", (const char *)arg, msg);
+}
+
+static void
+lock_written(int status, uint64_t rev, const char *msg, void *arg)
+{
+    (void)rev, (void)arg;
+    if (status != 0 && status != 409) /* 409: another instance has it */
+        log_warn("etcd: the copier lock: %s", msg);
+}
+
+/* A transaction of our own (<cmps>, <ops>: taken), answered as soon as etcd
+ * answers; <lease>: its puts go under our lease. */
+static void
+mig_txn(const char *pool, json_t *cmps, json_t *ops, bool lease,
+        etcd_done_fn *done, void *arg)
+{
+    struct ewrite *w = calloc(1, sizeof(*w));
+
+    if (w == NULL) {
+        json_decref(cmps);
+        json_decref(ops);
+        done(503, 0, "out of memory", arg);
+        return;
+    }
+    w->txn = json_pack("{s:o,s:o}", "compare", cmps, "success", ops);
+    w->lease = lease;
+    w->raw = true;
+    snprintf(w->pool, sizeof(w->pool), "%s", pool);
+    w->done = done;
+    w->arg = arg;
+    write_queue(w);
+}
+
+static json_t *
+put_op(const char *key, const char *value)
+{
+    return json_pack("{s:{s:o,s:o}}", "request_put", "key", jb64(key), "value",
+                     jb64(value));
+}
+
+static json_t *
+delete_op(const char *key, bool prefix)
+{
+    return prefix ? json_pack("{s:{s:o,s:o}}", "request_delete_range", "key",
+                              jb64(key), "range_end", jb64_end(key))
+                  : json_pack("{s:{s:o}}", "request_delete_range", "key",
+                              jb64(key));
+}
+
+/* The descriptor <cp> holds (parsed; NULL: none) and its epoch. */
+static json_t *
+desc_of(const struct cpool *cp, uint64_t *epoch)
+{
+    json_t *d = json_object_get(cp->records, "/migration");
+    json_t *j;
+
+    *epoch = d ? (uint64_t)jint(json_array_get(d, 2)) : 0;
+    if (d == NULL)
+        return NULL;
+    j = json_loads(json_string_value(json_array_get(d, 1)), 0, NULL);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* A compare: the descriptor of <epoch> is still there. */
+static json_t *
+desc_compare(const char *pool, uint64_t epoch)
+{
+    char key[512];
+
+    pool_key(key, sizeof(key), pool, "migration");
+    return json_pack("[{s:o,s:s,s:s,s:I}]", "key", jb64(key), "target",
+                     "CREATE", "result", "EQUAL", "create_revision",
+                     (json_int_t)epoch);
+}
+
+/* migration_etcd_ops.drained: our barrier key for <epoch>.<stage>. */
+static void
+mig_drained(struct pool *p, uint64_t epoch, int stage)
+{
+    struct cpool *cp = cpool_find(p->name);
+    char rest[160], key[512], value[160];
+
+    if (cp == NULL)
+        return;
+    cp->ack_ms = clock_ms();
+    snprintf(rest, sizeof(rest), "barrier/%" PRIu64 ".%d/%s", epoch, stage,
+             cfg.instance);
+    pool_key(key, sizeof(key), p->name, rest);
+    snprintf(value, sizeof(value), "{\"instance\":\"%s\"}", cfg.instance);
+    mig_txn(p->name, desc_compare(p->name, epoch),
+            json_pack("[o]", put_op(key, value)), true, mig_written,
+            "the migration barrier");
+}
+
+/* migration_etcd_ops.copied: the copiers are done with <stage>. */
+static void
+mig_copied(struct pool *p, uint64_t epoch, int stage)
+{
+    struct cpool *cp = cpool_find(p->name);
+    uint64_t e;
+    json_t *desc = cp ? desc_of(cp, &e) : NULL, *ops, *l;
+    char key[512];
+    size_t i;
+
+    if (desc == NULL || e != epoch) {
+        json_decref(desc);
+        return; /* over already */
+    }
+    ops = json_array();
+    if (stage == 1) {
+        char *text;
+
+        json_object_set_new(desc, "stage", json_integer(2));
+        text = json_dumps(desc, JSON_COMPACT);
+        pool_key(key, sizeof(key), p->name, "migration");
+        json_array_append_new(ops, put_op(key, text ? text : "{}"));
+        free(text);
+        log_info("etcd: pool %s: migration %" PRIu64 ": first stage copied; "
+                 "the second begins on every instance",
+                 p->name, epoch);
+        mig_txn(p->name, desc_compare(p->name, epoch), ops, false, mig_written,
+                "the migration's second stage");
+        json_decref(desc);
+        return;
+    }
+    pool_key(key, sizeof(key), p->name, "migration");
+    json_array_append_new(ops, delete_op(key, false));
+    pool_key(key, sizeof(key), p->name, "copier");
+    json_array_append_new(ops, delete_op(key, false));
+    pool_key(key, sizeof(key), p->name, "barrier/");
+    json_array_append_new(ops, delete_op(key, true));
+    json_array_foreach(json_object_get(desc, "leaving"), i, l)
+    {
+        if (!json_is_string(l) || !etcd_name_ok(json_string_value(l)))
+            continue;
+        member_key(key, sizeof(key), p->name, json_string_value(l));
+        json_array_append_new(ops, delete_op(key, false));
+    }
+    log_info("etcd: pool %s: migration %" PRIu64 " copied: ending it on every "
+             "instance",
+             p->name, epoch);
+    mig_txn(p->name, desc_compare(p->name, epoch), ops, false, mig_written,
+            "the migration's end");
+    json_decref(desc);
+}
+
+static const struct migration_etcd_ops mig_ops = {mig_drained, mig_copied};
+
+/* Whether every member the descriptor's old placement names is in <p>. */
+static bool
+old_members_here(const struct pool *p, const json_t *desc)
+{
+    size_t i;
+    json_t *o;
+
+    json_array_foreach(json_object_get(desc, "old"), i, o)
+    {
+        const char *n = json_string_value(json_object_get(o, "name"));
+        if (n == NULL || pool_server_find(p, n) == NULL)
+            return false;
+    }
+    return true;
+}
+
+/*
+ * A copy pool's migration keys, before its members are applied: the
+ * migration etcd no longer holds ends here; a new one begins now when
+ * every old member is in the pool (then the snapshot that carries the
+ * change carries its gates too), else in *<later> once the members are
+ * applied (an instance that has not listed yet: it does not serve).
+ * -1: the descriptor cannot be run; the pool keeps its members.
+ */
+static int
+mig_before(struct pool *p, struct cpool *cp, json_t **later,
+           uint64_t *later_epoch)
+{
+    int stage;
+    bool waiting;
+    uint64_t epoch, cur = migration_etcd_epoch(p, &stage, &waiting);
+    json_t *desc = desc_of(cp, &epoch);
+    char err[300];
+
+    *later = NULL;
+    if (cur != 0 && cur != epoch) {
+        log_info("etcd: pool %s: migration %" PRIu64 " is %s in etcd", p->name,
+                 cur, epoch ? "replaced" : "over");
+        migration_etcd_end(p);
+    }
+    if (epoch == 0 || cur == epoch) {
+        json_decref(desc);
+        return 0;
+    }
+    if (cp->failed_epoch == epoch) {
+        json_decref(desc);
+        return -1;
+    }
+    if (desc == NULL) {
+        snprintf(err, sizeof(err), "not a JSON object");
+        goto bad;
+    }
+    if (!old_members_here(p, desc)) {
+        *later = desc;
+        *later_epoch = epoch;
+        return 0;
+    }
+    if (migration_etcd_begin(p, desc, epoch, err, sizeof(err)) != 0)
+        goto bad;
+    json_decref(desc);
+    return 0;
+bad:
+    cp->failed_epoch = epoch;
+    log_error("etcd: pool %s: the migration in %s/pools/%s/migration "
+              "(revision %" PRIu64 ") cannot run: %s; the pool keeps its "
+              "members until it is fixed or deleted",
+              p->name, cfg.prefix, p->name, epoch, err);
+    json_decref(desc);
+    return -1;
+}
+
+/* Whether instance record <value> (text) says it routes <pool>. */
+static bool
+routes_pool(const char *value, const char *pool)
+{
+    json_t *j = value ? json_loads(value, 0, NULL) : NULL;
+    bool yes = json_object_get(json_object_get(j, "pools"), pool) != NULL;
+
+    json_decref(j);
+    return yes;
+}
+
+/* Whether every instance that routes <cp>'s pool (and this one) put its
+ * barrier key of <epoch>.<stage>. */
+static bool
+barrier_passed(const struct cpool *cp, uint64_t epoch, int stage)
+{
+    const char *id;
+    json_t *v;
+    char k[200];
+
+    snprintf(k, sizeof(k), "/barrier/%" PRIu64 ".%d/%s", epoch, stage,
+             cfg.instance);
+    if (json_object_get(cp->records, k) == NULL)
+        return false;
+    json_object_foreach(C.instances, id, v)
+    {
+        if (!routes_pool(json_string_value(json_array_get(v, 1)), cp->name))
+            continue;
+        snprintf(k, sizeof(k), "/barrier/%" PRIu64 ".%d/%s", epoch, stage, id);
+        if (json_object_get(cp->records, k) == NULL)
+            return false;
+    }
+    return true;
+}
+
+/* Bring <p>'s migration in line with etcd: its stage, who copies, the
+ * barrier. */
+static void
+mig_reconcile(struct pool *p, struct cpool *cp)
+{
+    int stage;
+    bool waiting;
+    uint64_t e, epoch = migration_etcd_epoch(p, &stage, &waiting);
+    json_t *desc, *lock, *lk;
+    const char *holder = NULL;
+    uint64_t now = clock_ms();
+    char key[512], value[200];
+
+    if (epoch == 0 || (desc = desc_of(cp, &e)) == NULL)
+        return;
+    if (e == epoch && json_integer_value(json_object_get(desc, "stage")) == 2 &&
+        stage == 1) {
+        migration_etcd_stage(p, 2);
+        epoch = migration_etcd_epoch(p, &stage, &waiting);
+    }
+    json_decref(desc);
+    if (e != epoch)
+        return;
+    lk = json_object_get(cp->records, "/copier");
+    lock = lk ? json_loads(json_string_value(json_array_get(lk, 1)), 0, NULL)
+              : NULL;
+    holder = json_string_value(json_object_get(lock, "instance"));
+    migration_etcd_copier(p, holder && strcmp(holder, cfg.instance) == 0,
+                          holder);
+    json_decref(lock);
+    if (lk == NULL && now - cp->lock_ms >= LOCK_AGAIN_MS) {
+        cp->lock_ms = now;
+        pool_key(key, sizeof(key), p->name, "copier");
+        snprintf(value, sizeof(value),
+                 "{\"instance\":\"%s\",\"epoch\":%" PRIu64 "}", cfg.instance,
+                 epoch);
+        mig_txn(p->name,
+                json_pack("[{s:o,s:s,s:s,s:s}]", "key", jb64(key), "target",
+                          "CREATE", "result", "EQUAL", "create_revision", "0"),
+                json_pack("[o]", put_op(key, value)), true, lock_written, NULL);
+    }
+    if (!waiting)
+        return;
+    if (barrier_passed(cp, epoch, stage)) {
+        migration_etcd_pass(p);
+        return;
+    }
+    snprintf(key, sizeof(key), "/barrier/%" PRIu64 ".%d/%s", epoch, stage,
+             cfg.instance);
+    if (json_object_get(cp->records, key) == NULL &&
+        now - cp->ack_ms >= ACK_AGAIN_MS)
+        mig_drained(p, epoch, stage);
+}
+
+/* Every copy pool's migration, again (instances came or went, a retry). */
+static void
+mig_reconcile_all(void)
+{
+    for (size_t i = 0; i < C.npools; i++) {
+        struct pool *p = pool_find(C.pools[i].name);
+        if (p != NULL && etcd_pool(p) && pool_copies_keys(p))
+            mig_reconcile(p, &C.pools[i]);
+    }
+}
+
+static void
+warm_published(struct pool *p, const struct pool_change *chg, void *arg)
+{
+    (void)arg;
+    if (chg != NULL)
+        migration_start(p);
+}
+
+/*
+ * Apply <recs> to pool <p> in one snapshot, with its migration: a copy
+ * pool's as etcd describes it (mig_before), a warm-up pool's (memcache)
+ * on this instance alone -- a cache's warm-up needs no agreement: each
+ * instance reads a key's old member on a miss for the window. Returns
+ * whether the members changed.
+ */
+static bool
+pool_apply(struct pool *p, struct cpool *cp, json_t *recs, uint64_t rev)
+{
+    json_t *later = NULL;
+    uint64_t later_epoch = 0;
+    bool changed, warm = false;
+    char err[300], change[64];
+
+    pool_batch(p, true);
+    if (pool_copies_keys(p) && mig_before(p, cp, &later, &later_epoch) != 0) {
+        pool_batch(p, false);
+        return false; /* said; the members are kept */
+    }
+    if (p->cfg.migration == CONF_MIGRATION_WARMUP &&
+        atomic_load(&p->snap) != NULL) {
+        snprintf(change, sizeof(change), "etcd revision %" PRIu64, rev);
+        warm =
+            migration_prepare(p, change, NULL, 0, 0, 0, err, sizeof(err)) == 0;
+    }
+    changed = pool_sync(p, cp, recs, rev);
+    if (warm && !changed)
+        migration_cancel(p);
+    else if (warm && pool_on_published(p, warm_published, NULL) != 0)
+        migration_start(p);
+    if (later != NULL) {
+        if (migration_etcd_begin(p, later, later_epoch, err, sizeof(err)) !=
+            0) {
+            cp->failed_epoch = later_epoch;
+            log_error("etcd: pool %s: the migration of revision %" PRIu64
+                      " cannot run: %s",
+                      p->name, later_epoch, err);
+        }
+        json_decref(later);
+    }
+    pool_batch(p, false);
+    return changed;
+}
+
+static void
 on_pools(struct emsg *m)
 {
     const char *name;
@@ -1552,11 +2081,13 @@ on_pools(struct emsg *m)
         /* the revision of this pool's change: of its last event, or in
          * a list of its newest record */
         rev = m->revs ? (uint64_t)jint(json_object_get(m->revs, name)) : 0;
-        if (pool_sync(p, cp, recs, rev ? rev : m->rev) &&
+        if (pool_apply(p, cp, recs, rev ? rev : m->rev) &&
             pool_on_published(p, pool_published, NULL) == 0)
             waits++;
         cp->checksum = pool_checksum(p);
     }
+    mig_reconcile_all();
+    listen_check();
     if (m->list)
         C.lists++;
     if (waits == 0 && C.pending_pubs == 0) {
@@ -1589,7 +2120,7 @@ on_status(struct emsg *m)
 static void
 on_written(struct ewrite *w)
 {
-    if (w->status != 0) {
+    if (w->status != 0 || w->raw) {
         write_answer(w, w->status, 0, w->msg);
         return;
     }
@@ -1608,6 +2139,10 @@ writes_tick(uint64_t now_ms, void *arg)
     struct ewrite **pp = &C.waiting;
 
     (void)arg;
+    if (now_ms >= C.reconcile_ms) {
+        C.reconcile_ms = now_ms + 200; /* retries of the migration writes */
+        mig_reconcile_all();
+    }
     while (*pp != NULL) {
         struct ewrite *w = *pp;
         char msg[320];
@@ -1653,6 +2188,8 @@ drain_cb(struct control_watch *watch, uint32_t events)
         case EMSG_INSTANCES:
             json_decref(C.instances);
             C.instances = json_incref(m->data);
+            mig_reconcile_all(); /* a barrier may pass without them */
+            listen_check();
             break;
         case EMSG_STATUS:
             on_status(m);
@@ -1787,6 +2324,7 @@ etcd_start(const struct conf *conf, char *err, size_t errlen)
         return -1;
     }
     snprintf(C.state, sizeof(C.state), "starting");
+    migration_etcd_set(&mig_ops);
     seeds_set(conf);
     E.running = true;
     if (pthread_create(&E.watcher, NULL, watcher_main, NULL) != 0 ||
@@ -1994,7 +2532,7 @@ write_op(struct cpool *cp, const char *pool, const struct etcd_op *o,
 
 void
 etcd_member_write(struct pool *p, const struct etcd_op *ops, size_t n,
-                  etcd_done_fn *done, void *arg)
+                  const json_t *migration, etcd_done_fn *done, void *arg)
 {
     struct cpool *cp = cpool_find(p->name);
     json_t *cmps, *jops;
@@ -2038,18 +2576,22 @@ etcd_member_write(struct pool *p, const struct etcd_op *ops, size_t n,
         done(503, 0, "out of memory", arg);
         return;
     }
+    if (migration != NULL) {
+        char key[512], *text = json_dumps(migration, JSON_COMPACT);
+
+        pool_key(key, sizeof(key), p->name, "migration");
+        json_array_append_new(cmps,
+                              json_pack("{s:o,s:s,s:s,s:s}", "key", jb64(key),
+                                        "target", "CREATE", "result", "EQUAL",
+                                        "create_revision", "0"));
+        json_array_append_new(jops, put_op(key, text ? text : "{}"));
+        free(text);
+    }
     w->txn = json_pack("{s:o,s:o}", "compare", cmps, "success", jops);
-    w->answer.type = EMSG_WRITTEN;
-    w->answer.w = w;
     snprintf(w->pool, sizeof(w->pool), "%s", p->name);
     w->done = done;
     w->arg = arg;
-    pthread_mutex_lock(&E.mu);
-    w->next = NULL;
-    *E.wtail = w;
-    E.wtail = &w->next;
-    pthread_cond_signal(&E.cond);
-    pthread_mutex_unlock(&E.mu);
+    write_queue(w);
 }
 
 /* ---- /api/cluster, metrics ---------------------------------------------- */

@@ -30,6 +30,14 @@ void etcd_stop(void);
  * daemon) is refused: -1 with <err>. */
 int etcd_reload_check(const struct conf *conf, char *err, size_t errlen);
 
+/* A pool that copies keys (migration: copy) and takes its members from
+ * etcd listens only once etcd's members are applied and this instance is
+ * registered (doc/etcd.md): etcd then calls <fn>(p). */
+typedef void etcd_listen_fn(struct pool *p);
+bool etcd_defers_listen(const struct pool *p);
+/* Whether etcd started <p>'s listeners already (or need not). */
+bool etcd_listening(const struct pool *p);
+void etcd_set_listen(etcd_listen_fn *fn);
 /* Does <p> take its members from etcd (and etcd runs)? */
 bool etcd_pool(const struct pool *p);
 
@@ -52,7 +60,9 @@ void etcd_metrics(FILE *f);
  * not apply it in 10 s (its watch is down: <msg> says so); 400 a bad name
  * or too many operations; 404 no such record; 409 a record changed
  * meanwhile (or exists); 503 etcd cannot be reached. Nothing changes
- * unless status is 0.
+ * unless status is 0. <migration>, when not NULL, is the descriptor of
+ * the migration the change starts (migration.h), created in the same
+ * transaction, which fails (409) while another migration runs.
  */
 #define ETCD_WRITTEN_NOT_APPLIED 202
 struct etcd_op {
@@ -64,6 +74,6 @@ struct etcd_op {
 };
 typedef void etcd_done_fn(int status, uint64_t rev, const char *msg, void *arg);
 void etcd_member_write(struct pool *p, const struct etcd_op *ops, size_t n,
-                       etcd_done_fn *done, void *arg);
+                       const json_t *migration, etcd_done_fn *done, void *arg);
 
 #endif /* CHASHD_ETCD_H */

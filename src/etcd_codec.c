@@ -128,6 +128,23 @@ etcd_address_ok(const char *a)
     return inet_pton(AF_INET, host, buf) == 1;
 }
 
+/* "barrier/<epoch>.<stage>/<id>": digits, a dot, a digit, a name. */
+static bool
+barrier_key(const char *s)
+{
+    size_t d = 0;
+
+    if (strncmp(s, "barrier/", 8) != 0)
+        return false;
+    s += 8;
+    while (s[d] >= '0' && s[d] <= '9')
+        d++;
+    if (d == 0 || d > 20 || s[d] != '.' || s[d + 1] < '0' || s[d + 1] > '9' ||
+        s[d + 2] != '/')
+        return false;
+    return etcd_name_ok(s + d + 3);
+}
+
 int
 etcd_key_split(char *rel, char **pool, char **member)
 {
@@ -136,7 +153,15 @@ etcd_key_split(char *rel, char **pool, char **member)
     if (strncmp(rel, "pools/", 6) == 0) {
         *pool = rel + 6;
         slash = strchr(*pool, '/');
-        if (slash == NULL || strncmp(slash, "/members/", 9) != 0)
+        if (slash == NULL || slash == *pool)
+            return ETCD_KEY_OTHER;
+        if (strcmp(slash, "/migration") == 0 || strcmp(slash, "/copier") == 0 ||
+            barrier_key(slash + 1)) {
+            *slash = '\0';
+            *member = slash + 1;
+            return ETCD_KEY_MIGRATION;
+        }
+        if (strncmp(slash, "/members/", 9) != 0)
             return ETCD_KEY_OTHER;
         *slash = '\0';
         *member = slash + 9;

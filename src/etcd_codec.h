@@ -30,9 +30,18 @@ bool etcd_address_ok(const char *a);
  * A key below "<prefix>/", given without it: "pools/<pool>/members/<m>"
  * cuts <rel> and points *<pool> and *<member> into it, returning
  * ETCD_KEY_MEMBER; "instances/<id>" points *<member> at the id,
- * returning ETCD_KEY_INSTANCE; anything else is ETCD_KEY_OTHER (ignored).
+ * returning ETCD_KEY_INSTANCE; a pool's migration keys (doc/etcd.md)
+ * "pools/<pool>/migration", "pools/<pool>/copier" and
+ * "pools/<pool>/barrier/<epoch>.<stage>/<id>" point *<member> at what
+ * follows "<pool>/" and return ETCD_KEY_MIGRATION; anything else is
+ * ETCD_KEY_OTHER (ignored).
  */
-enum etcd_key { ETCD_KEY_OTHER, ETCD_KEY_MEMBER, ETCD_KEY_INSTANCE };
+enum etcd_key {
+    ETCD_KEY_OTHER,
+    ETCD_KEY_MEMBER,
+    ETCD_KEY_INSTANCE,
+    ETCD_KEY_MIGRATION
+};
 int etcd_key_split(char *rel, char **pool, char **member);
 
 /* A member record: {"address": ..., "weight": 1, "state": "up",

@@ -233,6 +233,14 @@ listen_when_published(struct pool *p, const struct pool_change *chg, void *arg)
         pool_listen_start(p, p->lfds);
 }
 
+/* etcd's: a copy pool's members are etcd's now (etcd_defers_listen). */
+static void
+listen_now(struct pool *p)
+{
+    if (!p->removed)
+        pool_listen_start(p, p->lfds);
+}
+
 static void
 pool_listen_stop(struct pool *p)
 {
@@ -434,6 +442,12 @@ reload_apply(struct conf *nc, char *err)
                 if (pool_on_published(p, reload_migration_live, NULL) != 0)
                     migration_start(p);
             }
+        }
+        if (fds[i] != NULL && etcd_defers_listen(p) && !etcd_listening(p)) {
+            /* etcd starts it (etcd_set_listen) */
+            memcpy(p->lfds, fds[i], nw * sizeof(*fds[i]));
+            free(fds[i]);
+            fds[i] = NULL;
         }
         if (fds[i] != NULL) {
             pool_listen_start(p, fds[i]);
@@ -1077,9 +1091,13 @@ main(int argc, char **argv)
     /* A resumed migration's view is in the snapshot being built: no
      * request may be served before it is live (it would skip the gate of a
      * key still on its old owner). */
-    for (size_t i = 0; i < pool_count(); i++)
+    etcd_set_listen(listen_now);
+    for (size_t i = 0; i < pool_count(); i++) {
+        if (etcd_defers_listen(pool_at(i)))
+            continue; /* etcd starts it once it is applied */
         if (pool_on_published(pool_at(i), listen_when_published, NULL) < 0)
             pool_listen_start(pool_at(i), pool_at(i)->lfds);
+    }
     /* Pools with `members_from: etcd` list, watch and publish from here
      * on; until etcd answers they serve the config's servers. */
     if (etcd_start(conf, err, sizeof(err)) < 0) {

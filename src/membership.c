@@ -1361,15 +1361,26 @@ etcd_written(int status, uint64_t rev, const char *msg, void *arg)
     struct pending *pc = arg;
 
     etcd_result(&pc->res, pc->p->name, status, rev, msg);
+    if (status == 0 && pc->migrate && pc->p->mig_view != NULL &&
+        pc->res.report != NULL)
+        json_object_set_new(
+            pc->res.report, "migration",
+            json_pack("{s:I,s:I}", "epoch", (json_int_t)pc->p->mig_view->epoch,
+                      "keys_predicted", (json_int_t)pc->keys_predicted));
     pending_finish(pc);
 }
 
-/* Write <pc>'s checked change to etcd instead of applying it here. */
+/* Write <pc>'s checked change to etcd instead of applying it here; with
+ * the migration it starts when keys move (migration: copy): every
+ * instance runs it from etcd. */
 static void
 etcd_submit(struct pending *pc)
 {
     struct server *s = pool_server_find(pc->p, pc->name);
     struct etcd_op op = {.name = pc->name};
+    json_t *desc = NULL;
+    bool copy = pc->migrate && pool_copies(pc->p);
+    bool leave = copy && pc->rq.op == MEMBERSHIP_REMOVE;
 
     switch (pc->rq.op) {
     case MEMBERSHIP_ADD:
@@ -1379,6 +1390,11 @@ etcd_submit(struct pending *pc)
         break;
     case MEMBERSHIP_REMOVE:
         op.op = 'r';
+        if (leave) {
+            /* out of the ring now; its record goes once its keys moved */
+            op.op = 'u';
+            op.state = "drain";
+        }
         break;
     case MEMBERSHIP_UPDATE:
         op.op = 'u';
@@ -1394,7 +1410,20 @@ etcd_submit(struct pending *pc)
                      pc);
         return;
     }
-    etcd_member_write(pc->p, &op, 1, etcd_written, pc);
+    if (copy) {
+        char change[300];
+        const char *leaving[] = {pc->name};
+
+        snprintf(change, sizeof(change), "%s %s", pc->op, pc->name);
+        desc = migration_etcd_descriptor(pc->p, change, leaving, leave ? 1 : 0,
+                                         pc->keys_predicted, pc->keys_total);
+        if (desc == NULL) {
+            etcd_written(503, 0, "out of memory", pc);
+            return;
+        }
+    }
+    etcd_member_write(pc->p, &op, 1, desc, etcd_written, pc);
+    json_decref(desc);
 }
 
 /* The report is computed (builder thread): check the world did not change
@@ -2205,7 +2234,7 @@ batch_reported(struct report_job *rj)
         eo[i].weight = o->has_weight ? o->weight : o->op == MEMBERSHIP_ADD;
         eo[i].state = o->has_admin ? state_admin_name(o->admin) : NULL;
     }
-    etcd_member_write(bt->p, eo, bt->n, batch_written, bt);
+    etcd_member_write(bt->p, eo, bt->n, NULL, batch_written, bt);
     free(eo);
 }
 
@@ -2337,6 +2366,15 @@ membership_batch(struct pool *p, const struct membership_batch_op *ops,
                "pool %s: a batch of changes is one etcd transaction: it is "
                "for pools with members_from: etcd (change this pool one "
                "member at a time)",
+               p->name);
+        batch_finish(bt);
+        return;
+    }
+    if (p->cfg.migration == CONF_MIGRATION_COPY && !dry_run) {
+        refuse(&bt->res, MEMBERSHIP_ECONFLICT,
+               "pool %s copies its keys on a change (migration: copy): "
+               "change it one member at a time, each change its own "
+               "migration",
                p->name);
         batch_finish(bt);
         return;

@@ -117,6 +117,13 @@ struct migration {
     bool detached;          /* chashd stopped while it was finishing */
     bool warmup;            /* migration: warmup (memcache) */
     uint64_t warm_until_ms; /* its window's end */
+    /* run with other instances through etcd (migration.h) */
+    bool etcd;
+    bool holder;        /* this instance holds the copier lock */
+    bool barrier_wait;  /* drained here; the others are awaited */
+    char holder_of[64]; /* who holds it, as etcd says ("": nobody) */
+    uint64_t copied_ms; /* the end of a stage went to etcd then */
+    int copied_stage;
 };
 
 /* The last finished migration of each pool, for the API. */
@@ -133,6 +140,9 @@ static struct migration **running; /* the pools' */
 static size_t nrunning, caprunning;
 static uint64_t next_epoch;
 static migration_barrier_fn *barrier;
+static const struct migration_etcd_ops *etcd_ops;
+/* A copier's end of a stage that etcd did not apply is sent again. */
+#define COPIED_AGAIN_MS 2000
 
 void
 migration_set_barrier(migration_barrier_fn *fn)
@@ -749,7 +759,7 @@ copy_step(struct msource *ms, struct rconn *c, char *err, size_t errlen)
         n = pool_snapshot_owner(now, k->s, k->len);
         if (o != ms->srv || n == NULL || n == ms->srv)
             continue; /* stays, or not ours to move */
-        if (stage == 1 && o->id > n->id)
+        if (stage == 1 && migration_deferred(o->name, n->name))
             continue; /* the second stage's */
         mv[nmv].key = k->s;
         mv[nmv].len = k->len;
@@ -1058,6 +1068,16 @@ migration_to_json(struct migration *m)
     json_object_set_new(j, "change", json_string(m->change));
     json_object_set_new(j, "leaving", leaving_json(m));
     json_object_set_new(j, "started", json_string(when));
+    if (m->etcd) {
+        /* run by every instance: who copies, whether this one waits */
+        json_object_set_new(j, "etcd", json_true());
+        json_object_set_new(j, "copier",
+                            m->holder_of[0] ? json_string(m->holder_of)
+                                            : json_null());
+        json_object_set_new(j, "copying_here", json_boolean(m->holder));
+        json_object_set_new(j, "waiting_for_instances",
+                            json_boolean(m->barrier_wait));
+    }
     json_object_set_new(j, "elapsed_s", json_real(elapsed));
     json_object_set_new(j, "keys_predicted",
                         json_integer((json_int_t)m->keys_predicted));
@@ -1205,7 +1225,11 @@ saved_json(struct migration *m)
 static void
 save(struct migration *m)
 {
-    json_t *j = saved_json(m);
+    json_t *j;
+
+    if (m->etcd)
+        return; /* etcd holds it (the descriptor), not the state file */
+    j = saved_json(m);
 
     membership_migration_save(m->pool->name, j);
     json_decref(j);
@@ -1364,7 +1388,7 @@ migration_cancel(struct pool *p)
     p->mig_view = NULL;
     running_del(m);
     migration_view_unref(m->view);
-    if (!m->warmup)
+    if (!m->warmup && !m->etcd)
         membership_migration_save(p->name, NULL);
     migration_free(m);
 }
@@ -1620,7 +1644,7 @@ finished(struct pool *p, const struct pool_change *chg, void *arg)
         pool_snapshot_unpin(m->new_snap);
     m->new_snap = NULL;
     running_del(m);
-    if (!m->warmup)
+    if (!m->warmup && !m->etcd)
         membership_migration_save(p->name, NULL);
     migration_free(m);
 }
@@ -1644,7 +1668,8 @@ finish(struct migration *m)
         migration_view_unref(m->view);
         m->view = NULL;
     }
-    for (size_t i = 0; i < m->nleaving; i++)
+    /* (in etcd, the transaction that ended it removed them) */
+    for (size_t i = 0; !m->etcd && i < m->nleaving; i++)
         membership_migration_leave(p, m->leaving[i]);
     pool_schedule(p);
     if (pool_on_published(p, finished, m) != 0)
@@ -1693,6 +1718,19 @@ migration_tick(uint64_t now_ms, void *arg)
         }
 
         if (m->phase == MIG_DRAINING && m->drain != NULL &&
+            atomic_load(&m->drain->done) >= m->drain->workers && m->etcd) {
+            /* drained here: the gates open once every instance is */
+            migration_drain_unref(m->drain);
+            m->drain = NULL;
+            m->barrier_wait = true;
+            log_info("pool %s: migration %" PRIu64 ": drained here; waiting "
+                     "for the other instances",
+                     m->pool->name, m->epoch);
+            if (etcd_ops != NULL)
+                etcd_ops->drained(m->pool, m->epoch,
+                                  atomic_load(&m->view->stage));
+        }
+        if (m->phase == MIG_DRAINING && m->drain != NULL &&
             atomic_load(&m->drain->done) >= m->drain->workers) {
             atomic_store(&m->pool->mig_drained,
                          migration_gen(m->epoch, atomic_load(&m->view->stage)));
@@ -1710,6 +1748,8 @@ migration_tick(uint64_t now_ms, void *arg)
         }
         if (m->phase != MIG_COPYING && m->phase != MIG_VERIFYING)
             continue;
+        if (m->etcd && !m->holder)
+            continue; /* another instance copies */
         pthread_mutex_lock(&m->lock);
         for (size_t k = 0; k < m->nsrc; k++) {
             all = all && m->src[k].phase == MIG_DONE;
@@ -1734,6 +1774,19 @@ migration_tick(uint64_t now_ms, void *arg)
         }
         pthread_mutex_unlock(&m->lock);
         m->phase = verifying ? MIG_VERIFYING : MIG_COPYING;
+        if (all && m->etcd) {
+            /* the next stage, or the end, is etcd's to say */
+            int stage = atomic_load(&m->view->stage);
+
+            if (etcd_ops != NULL &&
+                (m->copied_stage != stage + 1 ||
+                 now_ms - m->copied_ms >= COPIED_AGAIN_MS)) {
+                m->copied_stage = stage + 1;
+                m->copied_ms = now_ms;
+                etcd_ops->copied(m->pool, m->epoch, stage);
+            }
+            continue;
+        }
         if (all && atomic_load(&m->view->stage) == 1) {
             stage_two(m);
             continue;
@@ -1812,8 +1865,12 @@ resumed(struct pool *p, const struct pool_change *chg, void *arg)
         migration_start(p);
 }
 
-int
-migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
+/* The migration <saved> describes (a state file's, or an etcd
+ * descriptor; <where> says which), numbered <epoch>: its old placement,
+ * what it moved, its stage. NULL with <err>. */
+static struct migration *
+saved_load(struct pool *p, const json_t *saved, uint64_t epoch,
+           const char *where, char *err, size_t errlen)
 {
     json_t *old = json_object_get(saved, "old"), *srcs, *v;
     json_t *jl = json_object_get(saved, "leaving");
@@ -1823,20 +1880,18 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
     size_t n = json_array_size(old);
     const char *leaving[64];
     size_t nleaving = 0;
-    uint64_t epoch =
-        (uint64_t)json_integer_value(json_object_get(saved, "epoch"));
 
     if (!json_is_array(old) || n == 0 || epoch == 0) {
         snprintf(err, errlen,
-                 "the state file's migration of pool %s is "
-                 "malformed (no \"old\" members or epoch)",
-                 p->name);
-        return -1;
+                 "%s migration of pool %s is malformed (no \"old\" members "
+                 "or epoch)",
+                 where, p->name);
+        return NULL;
     }
     mem = calloc(n, sizeof(*mem));
     if (mem == NULL) {
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return NULL;
     }
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_array_get(old, i);
@@ -1845,19 +1900,19 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
         mem[i].weight =
             (uint32_t)json_integer_value(json_object_get(e, "weight"));
         mem[i].ramp = 1.0;
-        if (mem[i].name == NULL) {
+        if (mem[i].name == NULL || mem[i].weight == 0) {
             free(mem);
             snprintf(err, errlen,
-                     "the state file's migration of pool %s "
-                     "names a member without a name",
-                     p->name);
-            return -1;
+                     "%s migration of pool %s names a member without a "
+                     "name or weight",
+                     where, p->name);
+            return NULL;
         }
     }
     snap = pool_snapshot_of(p, mem, n, err, errlen);
     free(mem);
     if (snap == NULL)
-        return -1;
+        return NULL;
     for (size_t i = 0; i < json_array_size(jl) && nleaving < 64; i++)
         if (json_is_string(json_array_get(jl, i)))
             leaving[nleaving++] = json_string_value(json_array_get(jl, i));
@@ -1874,7 +1929,7 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
             pool_snapshot_unpin(snap); /* frees it */
         }
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return NULL;
     }
     if (epoch > next_epoch)
         next_epoch = epoch;
@@ -1924,6 +1979,19 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
     if (json_is_integer(v) && json_integer_value(v) >= 0 &&
         json_integer_value(v) <= 2)
         atomic_store(&m->view->stage, (int)json_integer_value(v));
+    return m;
+}
+
+int
+migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
+{
+    uint64_t epoch =
+        (uint64_t)json_integer_value(json_object_get(saved, "epoch"));
+    struct migration *m =
+        saved_load(p, saved, epoch, "the state file's", err, errlen);
+
+    if (m == NULL)
+        return -1;
     p->migration = m;
     p->mig_view = m->view;
     log_info("pool %s: resuming migration %" PRIu64 " (%s) from the state "
@@ -2256,6 +2324,15 @@ migration_skip(struct pool *p, const char *member, char *err, size_t errlen)
                  p->name);
         return -1;
     }
+    if (m->etcd) {
+        snprintf(err, errlen,
+                 "pool %s takes its members from etcd: giving up a source "
+                 "is not supported there yet (every instance would have "
+                 "to agree); bring the member back, or remove it with "
+                 "\"now\"",
+                 p->name);
+        return -1;
+    }
     for (size_t i = 0; i < m->nsrc; i++)
         if (strcmp(m->src[i].srv->name, member) == 0)
             ms = &m->src[i];
@@ -2285,4 +2362,160 @@ migration_skip(struct pool *p, const char *member, char *err, size_t errlen)
              p->name, m->epoch, member);
     save(m);
     return 0;
+}
+
+/* ---- one migration, several instances (etcd pools) ----------------------
+ */
+
+void
+migration_etcd_set(const struct migration_etcd_ops *ops)
+{
+    etcd_ops = ops;
+}
+
+json_t *
+migration_etcd_descriptor(const struct pool *p, const char *change,
+                          const char *const *leaving, size_t nleaving,
+                          uint64_t keys_predicted, uint64_t keys_total)
+{
+    const struct pool_snapshot *cur = atomic_load(&p->snap);
+    json_t *j = json_object(), *o = json_array(), *l = json_array();
+
+    for (size_t i = 0; cur != NULL && i < cur->n; i++)
+        json_array_append_new(o, json_pack("{s:s,s:I}", "name",
+                                           cur->members[i].name, "weight",
+                                           (json_int_t)cur->members[i].weight));
+    for (size_t i = 0; i < nleaving; i++)
+        json_array_append_new(l, json_string(leaving[i]));
+    json_object_set_new(j, "change", json_string(change));
+    json_object_set_new(j, "old", o);
+    json_object_set_new(j, "leaving", l);
+    json_object_set_new(j, "keys_predicted",
+                        json_integer((json_int_t)keys_predicted));
+    json_object_set_new(j, "keys_total", json_integer((json_int_t)keys_total));
+    json_object_set_new(j, "started_unix",
+                        json_integer((json_int_t)time(NULL)));
+    json_object_set_new(j, "stage", json_integer(0));
+    if (json_array_size(o) == 0) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+int
+migration_etcd_begin(struct pool *p, const json_t *desc, uint64_t epoch,
+                     char *err, size_t errlen)
+{
+    struct migration *m;
+
+    if (p->migration != NULL) {
+        migration_busy(p, err, errlen);
+        return -1;
+    }
+    if ((m = saved_load(p, desc, epoch, "etcd's", err, errlen)) == NULL)
+        return -1;
+    m->etcd = true;
+    p->migration = m;
+    p->mig_view = m->view;
+    log_info("pool %s: migration %" PRIu64 " (%s) from etcd: every instance "
+             "gates its moving keys; one copies",
+             p->name, epoch, m->change);
+    pool_schedule(p);
+    if (pool_on_published(p, resumed, NULL) != 0)
+        migration_start(p);
+    return 0;
+}
+
+uint64_t
+migration_etcd_epoch(const struct pool *p, int *stage, bool *waiting)
+{
+    const struct migration *m = p->migration;
+
+    if (m == NULL || !m->etcd)
+        return 0;
+    *stage = atomic_load(&m->view->stage);
+    *waiting = m->barrier_wait;
+    return m->epoch;
+}
+
+void
+migration_etcd_pass(struct pool *p)
+{
+    struct migration *m = p->migration;
+
+    if (m == NULL || !m->etcd || !m->barrier_wait)
+        return;
+    m->barrier_wait = false;
+    atomic_store(&p->mig_drained,
+                 migration_gen(m->epoch, atomic_load(&m->view->stage)));
+    m->phase = MIG_COPYING;
+    log_info("pool %s: migration %" PRIu64 ": every instance drained; %s",
+             p->name, m->epoch,
+             m->holder ? "copying" : "another instance copies");
+    if (m->holder)
+        copiers_start(m);
+}
+
+void
+migration_etcd_stage(struct pool *p, int stage)
+{
+    struct migration *m = p->migration;
+
+    if (m == NULL || !m->etcd || stage != 2 ||
+        atomic_load(&m->view->stage) != 1 || m->new_snap == NULL)
+        return;
+    m->barrier_wait = false;
+    stage_two(m);
+}
+
+void
+migration_etcd_copier(struct pool *p, bool hold, const char *holder)
+{
+    struct migration *m = p->migration;
+
+    if (m == NULL || !m->etcd)
+        return;
+    snprintf(m->holder_of, sizeof(m->holder_of), "%s", holder ? holder : "");
+    if (hold == m->holder)
+        return;
+    m->holder = hold;
+    if (!hold) {
+        /* the lock went (our lease): another instance copies on */
+        log_warn("pool %s: migration %" PRIu64 ": this instance no longer "
+                 "holds the copier lock; its copiers stop",
+                 p->name, m->epoch);
+        copiers_stop(m);
+        atomic_store(&m->stop, false);
+        return;
+    }
+    log_info("pool %s: migration %" PRIu64 ": this instance holds the "
+             "copier lock",
+             p->name, m->epoch);
+    m->copied_stage = 0;
+    if ((m->phase == MIG_COPYING || m->phase == MIG_VERIFYING) &&
+        !m->barrier_wait)
+        copiers_start(m);
+}
+
+void
+migration_etcd_end(struct pool *p)
+{
+    struct migration *m = p->migration;
+
+    if (m == NULL || !m->etcd)
+        return;
+    if (m->drain != NULL) {
+        migration_drain_unref(m->drain);
+        m->drain = NULL;
+    }
+    m->barrier_wait = false;
+    if (m->new_snap == NULL) {
+        /* never started here (its publication is awaited): the callback
+         * finds no migration and does nothing */
+        migration_cancel(p);
+        pool_schedule(p);
+        return;
+    }
+    finish(m);
 }

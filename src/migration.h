@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include <stdio.h>
+#include <string.h>
 
 #include <jansson.h>
 
@@ -48,12 +49,23 @@ struct migration_view {
     /*
      * (atomic) Two members that both give and take keys would deadlock
      * each other's MIGRATEs (each blocks until the other answers): such a
-     * migration runs in two stages. 1: only keys moving to a member of a
-     * higher id move; the others stay where they were, requests go there.
-     * 2: the rest. 0: one stage, every key moves.
+     * migration runs in two stages. 1: only keys moving to a member whose
+     * name sorts after their old member's move (migration_deferred); the others
+     * stay where they were, requests go there. 2: the rest. 0: one stage, every
+     * key moves.
      */
     _Atomic int stage;
 };
+
+/* In the first stage of a two-stage migration, the keys moving from
+ * member <o> to member <n> wait for the second when <n>'s name sorts
+ * before <o>'s: an order every instance and every restart agree on
+ * (member ids differ between instances). */
+static inline bool
+migration_deferred(const char *o, const char *n)
+{
+    return strcmp(o, n) > 0;
+}
 
 /* The drain generation gates of <epoch> wait for in <stage>: the pool's
  * mig_drained reaches it once the barrier of that stage passed. */
@@ -183,5 +195,49 @@ int migration_host_port(const struct conf_addr *a, char *host, size_t hostcap,
 /* What a MIGRATE reply (<buf>, <len> bytes, "+OK\r\n" ...) says: enum
  * request_gate_result (any thread). */
 int migration_migrate_result(const char *buf, size_t len);
+
+/*
+ * ---- one migration run by several chashd instances (etcd pools) ----
+ *
+ * In a pool that takes its members from etcd, a migration is described
+ * in etcd (etcd.c, doc/etcd.md): its descriptor, created in the same
+ * transaction as the change, gives the old placement, so every instance
+ * -- a late one too -- runs the same migration, numbered by the revision
+ * of the change (<epoch>). Each instance gates its own requests and
+ * drains its own connections; a stage's gates open only once every
+ * instance has drained (a barrier in etcd); only the instance that holds
+ * the pool's copier lock runs copiers, and it ends the stage (or the
+ * migration) in etcd, which every instance then applies.
+ */
+struct migration_etcd_ops {
+    /* This instance drained stage <stage> of <epoch>: say so in etcd. */
+    void (*drained)(struct pool *p, uint64_t epoch, int stage);
+    /* The copiers (this instance holds the lock) are done with <stage>:
+     * the next stage (1), or the end (0, 2), goes to etcd. */
+    void (*copied)(struct pool *p, uint64_t epoch, int stage);
+};
+void migration_etcd_set(const struct migration_etcd_ops *ops);
+
+/* A descriptor for the change about to be written to etcd: <p>'s current
+ * placement is the old one. NULL: out of memory. */
+json_t *migration_etcd_descriptor(const struct pool *p, const char *change,
+                                  const char *const *leaving, size_t nleaving,
+                                  uint64_t keys_predicted, uint64_t keys_total);
+/* Begin the migration of descriptor <desc> created at revision <epoch>
+ * (the pool has just taken the change from etcd): 0, or -1 with <err>. */
+int migration_etcd_begin(struct pool *p, const json_t *desc, uint64_t epoch,
+                         char *err, size_t errlen);
+/* The etcd migration of <p> (0: none) and whether its local drain of the
+ * running stage is done and waits for the other instances (*<stage>). */
+uint64_t migration_etcd_epoch(const struct pool *p, int *stage, bool *waiting);
+/* Every instance drained the running stage: its gates open; the copiers
+ * start here if this instance holds the lock. */
+void migration_etcd_pass(struct pool *p);
+/* The descriptor says stage 2 runs now. */
+void migration_etcd_stage(struct pool *p, int stage);
+/* This instance holds the copier lock (<hold>), or <holder> does. */
+void migration_etcd_copier(struct pool *p, bool hold, const char *holder);
+/* The descriptor is gone from etcd: the migration is over here too. */
+void migration_etcd_end(struct pool *p);
 
 #endif /* CHASHD_MIGRATION_H */

@@ -120,8 +120,13 @@ struct rgate {
     bool cache;  /* its answer may go in the moved cache (a copy: a key
                     gone from its old owner stays gone) */
     int command; /* the mode's index of what it sent (its reply's parse) */
+    uint64_t held_ms;   /* when it began to wait for the drain, 0: never */
     struct rgate *next; /* the fragment's, then the worker's wait list */
 };
+
+/* A gate waits so long for its migration's drain barrier (with several
+ * chashd instances, for every one of them) before its request fails. */
+#define GATE_HOLD_MS 10000
 
 /* A drain barrier in one worker (request_drain). */
 struct rdrain {
@@ -536,13 +541,13 @@ old_owner(const struct pool_snapshot *snap, const char *key, size_t len)
 }
 
 /* In the first stage of a two-stage migration, a key moving to a member
- * of a lower id has not started to move: it stays on <o>. */
+ * whose name sorts first has not started to move: it stays on <o>. */
 static bool
 deferred(const struct pool_snapshot *snap, const struct server *o,
          const struct server *n)
 {
     return atomic_load_explicit(&snap->mig->stage, memory_order_acquire) == 1 &&
-           o->id > n->id;
+           migration_deferred(o->name, n->name);
 }
 
 /*
@@ -2201,6 +2206,20 @@ gate_go(struct rgate *g)
     if (atomic_load(&g->pool->mig_drained) >= g->epoch ||
         g->frag.req->client == NULL) {
         gate_send(g);
+        return;
+    }
+    if (g->held_ms == 0)
+        g->held_ms = g->w->now_ms ? g->w->now_ms : 1;
+    else if (g->w->now_ms - g->held_ms >= GATE_HOLD_MS) {
+        /* the barrier does not pass (an instance that does not answer):
+         * the request fails, moving nothing, running nowhere */
+        static const char held[] =
+            "-ERR migration: the drain barrier did not pass in 10 s "
+            "(another chashd instance does not answer); try again\r\n";
+
+        g->frag.error = true;
+        rbuf_append(&g->frag.reply, held, sizeof(held) - 1);
+        gate_done(g);
         return;
     }
     rw = g->w->requests;

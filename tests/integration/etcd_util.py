@@ -445,10 +445,11 @@ def etcd_global(admin_port, etcd, prefix, instance, lease_ttl="2s",
 
 
 def servers_yaml(name, port, servers, **opts):
-    """A tcp pool with `members_from: etcd`; <servers> [(name, address,
-    weight)] seed an empty etcd."""
-    lines = ["%s:" % name, "  listen: 127.0.0.1:%d" % port, "  mode: tcp",
-             "  members_from: etcd"]
+    """A pool (tcp unless opts has `mode`) with `members_from: etcd`;
+    <servers> [(name, address, weight)] seed an empty etcd."""
+    opts = dict(opts)
+    lines = ["%s:" % name, "  listen: 127.0.0.1:%d" % port,
+             "  mode: %s" % opts.pop("mode", "tcp"), "  members_from: etcd"]
     for k, v in opts.items():
         lines.append("  %s: %s" % (k, v))
     lines.append("  servers:")

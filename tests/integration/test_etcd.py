@@ -538,7 +538,7 @@ def test_check_wants_global_etcd(tmp_path):
     line = [ln for ln in p.stdout.splitlines() if ln.startswith("pool web")]
     assert len(line) == 1 and re.search(r"\betcd\b", line[0]), p.stdout
 
-    # moving keys needs one copier among the instances: not built, refused
+    # a redis pool copies its keys with etcd too (test_etcd_migration.py)
     conf = tmp_path / "migration.yml"
     conf.write_text("global:\n  admin: off\n  etcd:\n    endpoints: "
                     "[http://127.0.0.1:1]\n    prefix: /chash\n"
@@ -548,8 +548,10 @@ def test_check_wants_global_etcd(tmp_path):
                     "    - 127.0.0.1:9001:1 r1\n" % free_port())
     p = subprocess.run([CHASHD, "-t", "-c", str(conf)], capture_output=True,
                        text=True, timeout=10)
-    assert p.returncode != 0, p.stdout + p.stderr
-    assert "members_from" in p.stderr and "migration" in p.stderr, p.stderr
+    assert p.returncode == 0, p.stdout + p.stderr
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("pool store")]
+    assert len(line) == 1 and "etcd" in line[0] and "copy" in line[0], \
+        p.stdout
 
 
 def test_slow_start_ramps_alike_from_the_record_time(procs, tmp_path, etcd,

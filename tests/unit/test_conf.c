@@ -983,12 +983,6 @@ test_etcd(void **state)
                  "  listen: 127.0.0.1:8080\n  mode: tcp\n"
                  "  members_from: etcd\n  servers: ['127.0.0.1:9001:1 w#1']\n",
                  3, "member name 'w#1' cannot be an etcd key part");
-    expect_error("global:\n  etcd: { endpoints: [http://a:1] }\nkv:\n"
-                 "  listen: 127.0.0.1:6380\n  mode: redis\n"
-                 "  members_from: etcd\n  servers: [127.0.0.1:7001:1]\n",
-                 3,
-                 "'migration: copy' with 'members_from: etcd' is not "
-                 "supported yet");
 }
 
 static void

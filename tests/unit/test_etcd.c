@@ -117,6 +117,33 @@ test_key_split(void **state)
 }
 
 static void
+test_key_split_migration(void **state)
+{
+    char k1[] = "pools/store/migration", k2[] = "pools/store/copier",
+         k3[] = "pools/store/barrier/42.1/lb-2",
+         k4[] = "pools/store/barrier/42/lb-2",
+         k5[] = "pools/store/barrier/x.1/lb-2",
+         k6[] = "pools/store/barrier/4.1/a/b", k7[] = "pools//migration",
+         k8[] = "pools/store/migration/x";
+    char *pool = NULL, *member = NULL;
+
+    (void)state;
+    assert_int_equal(etcd_key_split(k1, &pool, &member), ETCD_KEY_MIGRATION);
+    assert_string_equal(pool, "store");
+    assert_string_equal(member, "migration");
+    assert_int_equal(etcd_key_split(k2, &pool, &member), ETCD_KEY_MIGRATION);
+    assert_string_equal(member, "copier");
+    assert_int_equal(etcd_key_split(k3, &pool, &member), ETCD_KEY_MIGRATION);
+    assert_string_equal(pool, "store");
+    assert_string_equal(member, "barrier/42.1/lb-2");
+    assert_int_equal(etcd_key_split(k4, &pool, &member), ETCD_KEY_OTHER);
+    assert_int_equal(etcd_key_split(k5, &pool, &member), ETCD_KEY_OTHER);
+    assert_int_equal(etcd_key_split(k6, &pool, &member), ETCD_KEY_OTHER);
+    assert_int_equal(etcd_key_split(k7, &pool, &member), ETCD_KEY_OTHER);
+    assert_int_equal(etcd_key_split(k8, &pool, &member), ETCD_KEY_OTHER);
+}
+
+static void
 test_names_and_addresses(void **state)
 {
     (void)state;
@@ -209,6 +236,7 @@ main(void)
         cmocka_unit_test(test_b64_refused),
         cmocka_unit_test(test_b64_binary),
         cmocka_unit_test(test_key_split),
+        cmocka_unit_test(test_key_split_migration),
         cmocka_unit_test(test_names_and_addresses),
         cmocka_unit_test(test_records),
     };

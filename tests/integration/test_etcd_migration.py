@@ -1,0 +1,319 @@
+# test_etcd_migration.py -- a redis pool with `migration: copy` that takes
+# its members from etcd, run by several chashd instances (doc/etcd.md,
+# "Migration"): a change made on one instance starts one migration that
+# every instance runs, numbered by etcd's revision; every instance gates
+# its moving keys; exactly one copies (the lock); the end removes the
+# leaving member from etcd. Checked with real redis-servers and a real
+# etcd, under a write load spread over every instance: no counter loses
+# or gains an increment, every key ends on exactly one redis-server and
+# reads back right through every instance. Also: the copier killed
+# mid-copy (another instance takes the lock and finishes), and an
+# instance started while a migration runs (it gates too).
+# SPDX-License-Identifier: BSD-2-Clause
+import threading
+import time
+
+import pytest
+
+from conftest import wait_for
+from etcd_util import Instance, Tree, etcd, unique_prefix  # noqa: F401
+from redis_util import RedisServer, Resp, Simple, need_chashd_redis
+
+POOL = "store"
+OPTS = {"mode": "redis", "migration": "copy", "hash": "md5",
+        "distribution": "ketama", "hash_tag": '"{}"', "timeout": 10000,
+        "auto_eject_hosts": "false"}
+
+
+@pytest.fixture(autouse=True)
+def _redis():
+    need_chashd_redis()
+
+
+def start(procs, tmp_path, etcd, prefix, names, servers, **opts):
+    pool_opts = dict(OPTS)
+    pool_opts.update(opts)
+    seeds = [(n, servers[n].addr, 1) for n in ("r1", "r2", "r3")]
+    return [Instance(procs, tmp_path, etcd, prefix, n, {POOL: seeds},
+                     pool_opts=pool_opts) for n in names]
+
+
+def redis_servers(procs, names):
+    return {n: RedisServer(procs) for n in names}
+
+
+def migration(inst):
+    return inst.api.ok("GET", "/api/pools/%s/migration" % POOL)
+
+
+def wait_ended(insts, epoch, timeout=40.0):
+    """Every instance reports migration <epoch> over."""
+    def over():
+        for i in insts:
+            j = migration(i)
+            last = j.get("last") or {}
+            if j.get("active") or last.get("epoch") != epoch:
+                return None
+        return True
+    try:
+        wait_for(over, timeout=timeout, interval=0.1,
+                 what="migration %d to end everywhere" % epoch)
+    except AssertionError as e:
+        raise AssertionError("%s: %s; logs: %s" % (
+            e, [migration(i) for i in insts],
+            [i.log()[-2500:] for i in insts]))
+
+
+def wait_listening(insts):
+    """Each instance serves the pool (a copy pool listens once etcd's
+    members are applied and it is registered)."""
+    for i in insts:
+        def up():
+            try:
+                c = Resp(i.port, timeout=2.0)
+                return c.call("PING") == Simple("PONG")
+            except OSError:
+                return False
+        wait_for(up, timeout=15.0, what="%s to serve" % i.name)
+
+
+class Load:
+    """INCR of <n> counters through every instance in turn, from one
+    thread per instance; counts what each was told (an error reply ran
+    nothing: a gate refuses before anything runs)."""
+
+    def __init__(self, insts, n=60):
+        self.insts = insts
+        self.n = n
+        self.acked = [0] * n
+        self.unknown = [0] * n  # sent when its instance was killed
+        self.killed = set()     # instances killed on purpose
+        self.errors = []
+        self.lock = threading.Lock()
+        self.stop_ev = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(k,),
+                                         daemon=True)
+                        for k in range(len(insts))]
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def stop(self):
+        self.stop_ev.set()
+        for t in self.threads:
+            t.join(timeout=30)
+
+    def _run(self, k):
+        c = None
+        i = k
+        deadline = time.monotonic() + 120
+        while not self.stop_ev.is_set() and time.monotonic() < deadline:
+            inst = self.insts[k]
+            if c is None:
+                try:
+                    c = Resp(inst.port, timeout=15.0)
+                except OSError as e:
+                    with self.lock:
+                        self.errors.append("connect %s: %r" % (inst.name, e))
+                    time.sleep(0.05)
+                    continue
+            key = "c{%d}" % (i % self.n)
+            try:
+                r = c.call("INCR", key)
+            except Exception as e:      # unknown outcome: connection lost
+                with self.lock:
+                    if inst.name in self.killed:
+                        self.unknown[i % self.n] += 1
+                    else:
+                        self.errors.append("%s INCR %s: %r"
+                                           % (inst.name, key, e))
+                return
+            with self.lock:
+                if isinstance(r, int):
+                    self.acked[i % self.n] += 1
+                else:
+                    self.errors.append("%s INCR %s: %r" % (inst.name, key, r))
+            i += 7
+
+
+def holders(servers, key):
+    return [n for n, s in servers.items() if s.call("EXISTS", key) == 1]
+
+
+def check_data(insts, servers, keys, load):
+    """Every key on exactly one redis-server, and right through every
+    instance; every counter equal to the increments acknowledged."""
+    bad = []
+    clients = [Resp(i.port, timeout=10.0) for i in insts]
+    for k, v in keys.items():
+        h = holders(servers, k)
+        if len(h) != 1:
+            bad.append("%s on %s" % (k, h))
+        for i, c in zip(insts, clients):
+            got = c.call("GET", k)
+            if got != v.encode():
+                bad.append("%s via %s: %r, not %r" % (k, i.name, got, v))
+    for n in range(load.n if load else 0):
+        k = "c{%d}" % n
+        h = holders(servers, k)
+        if len(h) != 1:
+            bad.append("%s on %s" % (k, h))
+        for i, c in zip(insts, clients):
+            got = int(c.call("GET", k) or 0)
+            lo, hi = load.acked[n], load.acked[n] + load.unknown[n]
+            if not lo <= got <= hi:
+                bad.append("%s via %s: %r, not %d..%d (acknowledged)"
+                           % (k, i.name, got, lo, hi))
+    assert not bad, "%d wrong: %s" % (len(bad), bad[:12])
+
+
+def fill(inst, n):
+    c = Resp(inst.port, timeout=10.0)
+    keys = {"k%d" % i: "v%d" % i for i in range(n)}
+    items = list(keys.items())
+    for at in range(0, n, 200):
+        cmd = ["MSET"]
+        for k, v in items[at:at + 200]:
+            cmd += [k, v]
+        assert c.call(*cmd) == Simple("OK")
+    return keys
+
+
+def test_one_migration_on_every_instance_one_copier(procs, tmp_path, etcd):
+    """Scale-out then scale-in with three instances under load: one
+    migration each (the same epoch everywhere), one copier, no lost or
+    doubled increment, every key on exactly one member."""
+    prefix = unique_prefix()
+    servers = redis_servers(procs, ["r1", "r2", "r3", "s1"])
+    insts = start(procs, tmp_path, etcd, prefix, ["lb-1", "lb-2", "lb-3"],
+                  servers, migration_rate=4000)
+    wait_listening(insts)
+    keys = fill(insts[0], 6000)
+    load = Load(insts)
+    load.start()
+    try:
+        time.sleep(0.3)
+        # scale-out through lb-2: one etcd transaction, one migration
+        st, rep, _ = insts[1].api.call(
+            "POST", "/api/pools/%s/members" % POOL,
+            {"name": "s1", "address": servers["s1"].addr})
+        assert st == 201, (st, rep)
+        epoch = rep["migration"]["epoch"]
+        assert rep["etcd_revision"] == epoch, rep
+        # every instance runs it, under the same number
+        for i in insts:
+            wait_for(lambda: (migration(i).get("epoch") == epoch or
+                              (migration(i).get("last") or {}).get("epoch")
+                              == epoch),
+                     timeout=10.0, what="%s to run migration %d"
+                     % (i.name, epoch))
+        wait_ended(insts, epoch)
+        lasts = [migration(i)["last"] for i in insts]
+        copied = [x["keys_moved"] for x in lasts]
+        assert sum(1 for c in copied if c > 0) == 1, lasts
+        assert servers["s1"].dbsize() > 0
+        # the migration's keys are gone from etcd
+        tree = Tree(etcd, prefix)
+        left = [k for k in etcd.range("%s/pools/%s/" % (prefix, POOL))[1]
+                if "/members/" not in k]
+        assert left == [], left
+        # scale-in through lb-3: r1 leaves once its keys moved
+        st, rep, _ = insts[2].api.call(
+            "DELETE", "/api/pools/%s/members/r1" % POOL)
+        assert st == 200, (st, rep)
+        epoch2 = rep["migration"]["epoch"]
+        assert epoch2 > epoch
+        wait_ended(insts, epoch2)
+        wait_for(lambda: "r1" not in tree.members(POOL), timeout=10.0,
+                 what="r1's record to go")
+        for i in insts:
+            wait_for(lambda: "r1" not in i.members(POOL), timeout=10.0,
+                     what="r1 to leave %s" % i.name)
+        time.sleep(0.3)
+    finally:
+        load.stop()
+    assert not load.errors, load.errors[:10]
+    assert sum(load.acked) > 100, load.acked
+    assert servers["r1"].dbsize() == 0
+    check_data(insts, servers, keys, load)
+
+
+def copying(inst, epoch):
+    """<inst>'s view of migration <epoch> while it runs, or None."""
+    j = migration(inst)
+    return j if j.get("active") and j.get("epoch") == epoch else None
+
+
+def test_copier_killed_another_instance_finishes(procs, tmp_path, etcd):
+    """kill -9 the instance that copies, mid-copy: its lock goes with its
+    lease, another instance takes it and finishes; nothing acknowledged
+    is lost."""
+    prefix = unique_prefix()
+    servers = redis_servers(procs, ["r1", "r2", "r3", "s1"])
+    insts = start(procs, tmp_path, etcd, prefix, ["lb-1", "lb-2", "lb-3"],
+                  servers, migration_rate=300)
+    wait_listening(insts)
+    keys = fill(insts[0], 4000)
+    load = Load(insts)
+    load.start()
+    try:
+        st, rep, _ = insts[0].api.call(
+            "POST", "/api/pools/%s/members" % POOL,
+            {"name": "s1", "address": servers["s1"].addr})
+        assert st == 201, (st, rep)
+        epoch = rep["migration"]["epoch"]
+        holder = wait_for(lambda: (copying(insts[0], epoch) or {}).get(
+            "copier"), timeout=10.0, what="a copier")
+        victim = [i for i in insts if i.name == holder][0]
+        wait_for(lambda: (copying(victim, epoch) or {}).get("keys_moved", 0)
+                 > 100, timeout=10.0, what="%s to copy" % holder)
+        load.killed.add(victim.name)
+        victim.kill()
+        rest = [i for i in insts if i is not victim]
+        # another instance takes the lock once the lease (2 s) runs out
+        wait_for(lambda: (copying(rest[0], epoch) or {}).get("copier")
+                 not in (None, holder), timeout=15.0,
+                 what="another instance to take the copier lock")
+        wait_ended(rest, epoch)
+        lasts = [migration(i)["last"] for i in rest]
+        assert sum(x["keys_moved"] for x in lasts) > 0, lasts
+        time.sleep(0.3)
+    finally:
+        load.stop()
+    assert not load.errors, load.errors[:10]
+    check_data(rest, servers, keys, load)
+
+
+def test_instance_started_mid_migration_gates_too(procs, tmp_path, etcd):
+    """An instance that starts while a migration runs takes it from etcd
+    (the same epoch) and serves right at once: what it reads and writes
+    mid-migration is what the others see after."""
+    prefix = unique_prefix()
+    servers = redis_servers(procs, ["r1", "r2", "r3", "s1"])
+    insts = start(procs, tmp_path, etcd, prefix, ["lb-1", "lb-2"], servers,
+                  migration_rate=300)
+    wait_listening(insts)
+    keys = fill(insts[0], 4000)
+    st, rep, _ = insts[1].api.call(
+        "POST", "/api/pools/%s/members" % POOL,
+        {"name": "s1", "address": servers["s1"].addr})
+    assert st == 201, (st, rep)
+    epoch = rep["migration"]["epoch"]
+    wait_for(lambda: any((copying(i, epoch) or {}).get("keys_moved", 0) > 50
+                         for i in insts), timeout=10.0, what="copying")
+    late = start(procs, tmp_path, etcd, prefix, ["lb-3"], servers,
+                 migration_rate=300)[0]
+    wait_listening([late])
+    j = copying(late, epoch)
+    assert j is not None, migration(late)   # still running, here too
+    c = Resp(late.port, timeout=10.0)
+    wrong = [k for k, v in keys.items() if c.call("GET", k) != v.encode()]
+    assert wrong == [], wrong[:10]
+    for n in range(300):
+        keys["n{%d}" % n] = "late%d" % n
+        assert c.call("SET", "n{%d}" % n, "late%d" % n) == Simple("OK")
+    assert copying(insts[0], epoch) is not None, \
+        "the migration ended before the late instance was checked"
+    wait_ended(insts + [late], epoch)
+    check_data(insts + [late], servers, keys, None)
