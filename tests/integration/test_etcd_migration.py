@@ -7,8 +7,10 @@
 # etcd, under a write load spread over every instance: no counter loses
 # or gains an increment, every key ends on exactly one redis-server and
 # reads back right through every instance. Also: the copier killed
-# mid-copy (another instance takes the lock and finishes), and an
-# instance started while a migration runs (it gates too).
+# mid-copy (another instance takes the lock and finishes), an instance
+# started while a migration runs (it gates too), a two-stage change (the
+# second stage begins on every instance), and a frozen instance (the
+# barrier waits for it until its lease ends).
 # SPDX-License-Identifier: BSD-2-Clause
 import threading
 import time
@@ -317,3 +319,87 @@ def test_instance_started_mid_migration_gates_too(procs, tmp_path, etcd):
         "the migration ended before the late instance was checked"
     wait_ended(insts + [late], epoch)
     check_data(insts + [late], servers, keys, None)
+
+
+def test_two_stages_on_every_instance(procs, tmp_path, etcd):
+    """r1's weight 1 -> 3 (ketama/md5): members both give and take keys,
+    so the migration runs in two stages; the second begins on every
+    instance (the copier writes it into etcd) and every key ends on one
+    member with its value, the counters right."""
+    prefix = unique_prefix()
+    servers = redis_servers(procs, ["r1", "r2", "r3"])
+    insts = start(procs, tmp_path, etcd, prefix, ["lb-1", "lb-2"], servers,
+                  migration_rate=1500, migration_batch=20)
+    wait_listening(insts)
+    keys = fill(insts[0], 4000)
+    load = Load(insts)
+    load.start()
+    seen = {i.name: [] for i in insts}
+    try:
+        st, rep, _ = insts[1].api.call(
+            "PATCH", "/api/pools/%s/members/r1" % POOL, {"weight": 3})
+        assert st == 200, (st, rep)
+        epoch = rep["migration"]["epoch"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            active = False
+            for i in insts:
+                j = migration(i)
+                if j.get("active") and j.get("epoch") == epoch:
+                    active = True
+                    s = j.get("stage")
+                    if s and (not seen[i.name] or seen[i.name][-1] != s):
+                        seen[i.name].append(s)
+            if not active:
+                break
+            time.sleep(0.02)
+        wait_ended(insts, epoch)
+        time.sleep(0.3)
+    finally:
+        load.stop()
+    for i in insts:
+        assert seen[i.name] == [1, 2], seen
+    assert not load.errors, load.errors[:10]
+    check_data(insts, servers, keys, load)
+
+
+def test_a_stopped_instance_holds_the_barrier_until_its_lease_ends(
+        procs, tmp_path, etcd):
+    """An instance frozen (SIGSTOP) when a change comes cannot drain: the
+    others hold their moving keys (the barrier waits for its key) until its
+    lease runs out and its record goes; then the migration runs and ends
+    without it, and nothing acknowledged is lost."""
+    import signal
+    prefix = unique_prefix()
+    servers = redis_servers(procs, ["r1", "r2", "r3", "s1"])
+    insts = start(procs, tmp_path, etcd, prefix, ["lb-1", "lb-2", "lb-3"],
+                  servers)
+    wait_listening(insts)
+    keys = fill(insts[0], 3000)
+    frozen = insts[2]
+    frozen.proc.send_signal(signal.SIGSTOP)
+    live = insts[:2]
+    load = Load(live)
+    load.start()
+    waited = False
+    try:
+        t0 = time.monotonic()
+        st, rep, _ = live[0].api.call(
+            "POST", "/api/pools/%s/members" % POOL,
+            {"name": "s1", "address": servers["s1"].addr})
+        assert st == 201, (st, rep)
+        epoch = rep["migration"]["epoch"]
+        while time.monotonic() - t0 < 1.0:
+            waited |= bool(migration(live[0]).get("waiting_for_instances"))
+            time.sleep(0.05)
+        wait_ended(live, epoch, timeout=30.0)
+        took = time.monotonic() - t0
+        time.sleep(0.3)
+    finally:
+        load.stop()
+        frozen.kill()    # never resumed: it would still route the old way
+    assert waited, "lb-1 never waited for the frozen instance"
+    assert took >= 1.5, "ended in %.1f s: before lb-3's lease (2 s) ran " \
+        "out" % took
+    assert not load.errors, load.errors[:10]
+    check_data(live, servers, keys, load)
