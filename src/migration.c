@@ -1982,6 +1982,18 @@ saved_load(struct pool *p, const json_t *saved, uint64_t epoch,
     return m;
 }
 
+/* <m> (saved_load's) runs in <p> from the snapshot built now on: its
+ * drain begins once that snapshot is live. */
+static void
+adopt(struct pool *p, struct migration *m)
+{
+    p->migration = m;
+    p->mig_view = m->view;
+    pool_schedule(p);
+    if (pool_on_published(p, resumed, NULL) != 0)
+        migration_start(p);
+}
+
 int
 migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
 {
@@ -1992,14 +2004,10 @@ migration_resume(struct pool *p, json_t *saved, char *err, size_t errlen)
 
     if (m == NULL)
         return -1;
-    p->migration = m;
-    p->mig_view = m->view;
     log_info("pool %s: resuming migration %" PRIu64 " (%s) from the state "
              "file",
              p->name, epoch, m->change);
-    pool_schedule(p);
-    if (pool_on_published(p, resumed, NULL) != 0)
-        migration_start(p);
+    adopt(p, m);
     return 0;
 }
 
@@ -2416,14 +2424,10 @@ migration_etcd_begin(struct pool *p, const json_t *desc, uint64_t epoch,
     if ((m = saved_load(p, desc, epoch, "etcd's", err, errlen)) == NULL)
         return -1;
     m->etcd = true;
-    p->migration = m;
-    p->mig_view = m->view;
     log_info("pool %s: migration %" PRIu64 " (%s) from etcd: every instance "
              "gates its moving keys; one copies",
              p->name, epoch, m->change);
-    pool_schedule(p);
-    if (pool_on_published(p, resumed, NULL) != 0)
-        migration_start(p);
+    adopt(p, m);
     return 0;
 }
 

@@ -170,6 +170,15 @@ def check_data(insts, servers, keys, load):
     assert not bad, "%d wrong: %s" % (len(bad), bad[:12])
 
 
+def add(inst, servers, name):
+    """Add member <name> through <inst>: (the migration's epoch, the
+    answer)."""
+    st, rep, _ = inst.api.call("POST", "/api/pools/%s/members" % POOL,
+                               {"name": name, "address": servers[name].addr})
+    assert st == 201, (st, rep)
+    return rep["migration"]["epoch"], rep
+
+
 def fill(inst, n):
     c = Resp(inst.port, timeout=10.0)
     keys = {"k%d" % i: "v%d" % i for i in range(n)}
@@ -197,11 +206,7 @@ def test_one_migration_on_every_instance_one_copier(procs, tmp_path, etcd):
     try:
         time.sleep(0.3)
         # scale-out through lb-2: one etcd transaction, one migration
-        st, rep, _ = insts[1].api.call(
-            "POST", "/api/pools/%s/members" % POOL,
-            {"name": "s1", "address": servers["s1"].addr})
-        assert st == 201, (st, rep)
-        epoch = rep["migration"]["epoch"]
+        epoch, rep = add(insts[1], servers, "s1")
         assert rep["etcd_revision"] == epoch, rep
         # every instance runs it, under the same number
         for i in insts:
@@ -260,11 +265,7 @@ def test_copier_killed_another_instance_finishes(procs, tmp_path, etcd):
     load = Load(insts)
     load.start()
     try:
-        st, rep, _ = insts[0].api.call(
-            "POST", "/api/pools/%s/members" % POOL,
-            {"name": "s1", "address": servers["s1"].addr})
-        assert st == 201, (st, rep)
-        epoch = rep["migration"]["epoch"]
+        epoch, _ = add(insts[0], servers, "s1")
         holder = wait_for(lambda: (copying(insts[0], epoch) or {}).get(
             "copier"), timeout=10.0, what="a copier")
         victim = [i for i in insts if i.name == holder][0]
@@ -297,11 +298,7 @@ def test_instance_started_mid_migration_gates_too(procs, tmp_path, etcd):
                   migration_rate=300)
     wait_listening(insts)
     keys = fill(insts[0], 4000)
-    st, rep, _ = insts[1].api.call(
-        "POST", "/api/pools/%s/members" % POOL,
-        {"name": "s1", "address": servers["s1"].addr})
-    assert st == 201, (st, rep)
-    epoch = rep["migration"]["epoch"]
+    epoch, _ = add(insts[1], servers, "s1")
     wait_for(lambda: any((copying(i, epoch) or {}).get("keys_moved", 0) > 50
                          for i in insts), timeout=10.0, what="copying")
     late = start(procs, tmp_path, etcd, prefix, ["lb-3"], servers,
@@ -384,11 +381,7 @@ def test_a_stopped_instance_holds_the_barrier_until_its_lease_ends(
     waited = False
     try:
         t0 = time.monotonic()
-        st, rep, _ = live[0].api.call(
-            "POST", "/api/pools/%s/members" % POOL,
-            {"name": "s1", "address": servers["s1"].addr})
-        assert st == 201, (st, rep)
-        epoch = rep["migration"]["epoch"]
+        epoch, _ = add(live[0], servers, "s1")
         while time.monotonic() - t0 < 1.0:
             waited |= bool(migration(live[0]).get("waiting_for_instances"))
             time.sleep(0.05)
