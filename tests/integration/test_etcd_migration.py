@@ -295,14 +295,14 @@ def test_instance_started_mid_migration_gates_too(procs, tmp_path, etcd):
     prefix = unique_prefix()
     servers = redis_servers(procs, ["r1", "r2", "r3", "s1"])
     insts = start(procs, tmp_path, etcd, prefix, ["lb-1", "lb-2"], servers,
-                  migration_rate=300)
+                  migration_rate=100)
     wait_listening(insts)
     keys = fill(insts[0], 4000)
     epoch, _ = add(insts[1], servers, "s1")
     wait_for(lambda: any((copying(i, epoch) or {}).get("keys_moved", 0) > 50
                          for i in insts), timeout=10.0, what="copying")
     late = start(procs, tmp_path, etcd, prefix, ["lb-3"], servers,
-                 migration_rate=300)[0]
+                 migration_rate=100)[0]
     wait_listening([late])
     j = copying(late, epoch)
     assert j is not None, migration(late)   # still running, here too
