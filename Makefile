@@ -96,6 +96,7 @@ UT_MODS_test_http      := proto/http proto/tcp
 UT_MODS_test_proxy     := proto/proxy
 UT_MODS_test_access_log := access_log log invariant text
 UT_MODS_test_etcd      := etcd_codec
+UT_MODS_test_hot       :=
 UT_MODS_test_health    := $(UT_MODS_test_pool)
 UT_SRC    := $(wildcard tests/unit/test_*.c)
 UT_OBJ    := $(UT_SRC:%.c=$(B)/%.o)

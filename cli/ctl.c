@@ -68,6 +68,10 @@ static const char usage_text[] =
     "                                        {\"op\": \"remove\", \"name\"},\n"
     "                                        {\"op\": \"update\", \"name\",\n"
     "                                        \"weight\", \"state\"}]}\n"
+    "  hot POOL                              the pool's hottest keys\n"
+    "                                        (requests/s, the member of\n"
+    "                                        each) and each member's rate\n"
+    "                                        against its share of the ring\n"
     "  cluster                               the chashd instances sharing\n"
     "                                        pools through etcd: whether\n"
     "                                        their rings agree, and how long\n"
@@ -749,6 +753,42 @@ print_pools(json_t *j)
                str(p, "mode"), str(p, "listen"), str(p, "algorithm"),
                str(p, "hash"), json_array_size(json_object_get(p, "members")),
                num(p, "active"), str(p, "checksum"));
+    }
+}
+
+/* `chash ctl hot POOL`: the hottest keys, then every member's rate
+ * against its share. */
+static void
+print_hot(json_t *j)
+{
+    json_t *k, *m;
+    size_t i;
+
+    printf("pool %s: %.0f keys/s routed (hot_keys: %s, windows of %.0f s)\n",
+           str(j, "pool"), json_number_value(json_object_get(j, "keys_per_s")),
+           str(j, "hot_keys"),
+           json_number_value(json_object_get(j, "window_s")));
+    if (json_array_size(json_object_get(j, "keys")) == 0)
+        printf("no key stands out\n");
+    else
+        printf("%-40s %12s %8s  %s\n", "KEY", "REQUESTS/S", "SHARE", "MEMBER");
+    json_array_foreach(json_object_get(j, "keys"), i, k) printf(
+        "%-40s %12.1f %7.1f%%  %s\n", str(k, "key"),
+        json_number_value(json_object_get(k, "rate")),
+        100.0 * json_number_value(json_object_get(k, "fraction")),
+        json_is_string(json_object_get(k, "member")) ? str(k, "member") : "-");
+    printf("\n%-24s %12s %8s %10s\n", "MEMBER", "REQUESTS/S", "SHARE",
+           "LOAD RATIO");
+    json_array_foreach(json_object_get(j, "members"), i, m)
+    {
+        json_t *r = json_object_get(m, "load_ratio");
+        char ratio[32] = "-";
+
+        if (json_is_number(r))
+            snprintf(ratio, sizeof(ratio), "%.2f", json_number_value(r));
+        printf("%-24s %12.1f %7.1f%% %10s\n", str(m, "name"),
+               json_number_value(json_object_get(m, "requests_per_s")),
+               100.0 * json_number_value(json_object_get(m, "share")), ratio);
     }
 }
 
@@ -1669,7 +1709,8 @@ cmd_ctl(int argc, char **argv)
     if (c.dry_run &&
         (strcmp(verb, "pools") == 0 || strcmp(verb, "show") == 0 ||
          strcmp(verb, "cluster") == 0 || strcmp(verb, "lookup") == 0 ||
-         strcmp(verb, "migration") == 0 || strcmp(verb, "replication") == 0 ||
+         strcmp(verb, "hot") == 0 || strcmp(verb, "migration") == 0 ||
+         strcmp(verb, "replication") == 0 ||
          (strcmp(verb, "state") == 0 && !c.reset)))
         return cli_usage_error(CMD, usage_text, "--dry-run goes with a change");
     for (int i = 0; i < nargs; i++)
@@ -1696,6 +1737,16 @@ cmd_ctl(int argc, char **argv)
         j = call(&c, "GET", "/api/cluster", NULL, &ex);
         if (j != NULL && !c.json)
             print_cluster(j);
+        json_decref(j);
+        return ex;
+    }
+    if (strcmp(verb, "hot") == 0) {
+        if ((rc = need(nargs, 1, verb)) != 0)
+            return rc;
+        snprintf(path, sizeof(path), "/api/pools/%s/hot", pool);
+        j = call(&c, "GET", path, NULL, &ex);
+        if (j != NULL && !c.json)
+            print_hot(j);
         json_decref(j);
         return ex;
     }

@@ -32,6 +32,7 @@
 #include "control.h"
 #include "dashboard.h"
 #include "etcd.h"
+#include "hot.h"
 #include "log.h"
 #include "membership.h"
 #include "migration.h"
@@ -1078,6 +1079,9 @@ route(struct MHD_Connection *c, const char *url, const char *method,
         return get ? pool_ring(c, p) : respond_405(c, method, url, "GET");
     if (n == 4 && is(seg[3], "migration"))
         return get ? respond_json(c, MHD_HTTP_OK, migration_json(p))
+                   : respond_405(c, method, url, "GET");
+    if (n == 4 && is(seg[3], "hot"))
+        return get ? respond_json(c, MHD_HTTP_OK, hot_json(p))
                    : respond_405(c, method, url, "GET");
     if (n == 4 && is(seg[3], "replication")) {
         json_t *rep = replica_json(p);

@@ -322,6 +322,7 @@ static const char *const log_format_names[] = {"text", "json", NULL};
 static const char *const on_failure_names[] = {"failover", "remap", "error",
                                                NULL};
 static const char *const migration_names[] = {"off", "copy", "warmup", NULL};
+static const char *const hot_keys_names[] = {"off", "track", NULL};
 static const char *const read_policy_names[] = {"primary", "any", "quorum",
                                                 NULL};
 static const char *const health_type_names[] = {"tcp", "redis", "memcache",
@@ -423,6 +424,12 @@ conf_pool_hashing_differs(const struct conf_pool *a, const struct conf_pool *b)
            a->ring.table_size != b->ring.table_size ||
            a->distribution != b->distribution ||
            strcmp(a->hash_tag, b->hash_tag) != 0 || a->redis_db != b->redis_db;
+}
+
+const char *
+conf_hot_keys_name(int hot_keys)
+{
+    return enum_name(hot_keys_names, ARRAY_SIZE(hot_keys_names), hot_keys);
 }
 
 const char *
@@ -1919,6 +1926,7 @@ enum pool_key {
     PK_READ_POLICY,
     PK_READ_QUORUM,
     PK_REPAIR_LOG,
+    PK_HOT_KEYS,
     PK_ACCEPT_PROXY,
     PK_SEND_PROXY,
     PK_MEMBERS_FROM,
@@ -2052,6 +2060,9 @@ static const struct conf_key pool_keys[] = {
                         REPLICAS_MAX, NULL, M_STORE, false},
     [PK_REPAIR_LOG] = {"repair_log", set_u32, POOL(repair_log), 0, 100000000,
                        NULL, M_STORE, false},
+    /* the hottest keys (doc/hot.md) */
+    [PK_HOT_KEYS] = {"hot_keys", set_enum, POOL(hot_keys), 0, 0, hot_keys_names,
+                     M_STORE | M_HTTP, false},
     /* PROXY protocol, access log (tcp and http) */
     [PK_ACCEPT_PROXY] = {"accept_proxy", set_bool, POOL(accept_proxy), 0, 0,
                          NULL, M_CONN, false},
@@ -2409,6 +2420,7 @@ pool_init(struct conf_pool *pool)
     pool->migration_warmup_ms = 10 * 60 * 1000;
     pool->replicas = 1;
     pool->read_policy = CONF_READ_PRIMARY;
+    pool->hot_keys = CONF_HOT_TRACK;
     pool->repair_log = 100000;
     pool->nhash_chain = 1; /* source_ip */
     pool->forward_headers =

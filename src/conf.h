@@ -31,6 +31,11 @@ enum conf_read_policy {
     CONF_READ_ANY,     /* any readable member, spread by client */
     CONF_READ_QUORUM   /* every readable member; read_quorum must agree */
 };
+/* Whether a pool counts its hottest keys (doc/hot.md). */
+enum conf_hot_keys {
+    CONF_HOT_OFF,  /* not counted */
+    CONF_HOT_TRACK /* a top-K summary per worker, merged each second */
+};
 /* Where a pool's mode came from, so `chashd -t` and the start-up log can
  * say why a pool without `mode:` is memcache (twemproxy's rule). */
 enum conf_mode_source {
@@ -200,6 +205,7 @@ struct conf_pool {
     uint32_t write_quorum; /* acknowledgements a write needs (resolved:
                               default replicas/2+1) */
     int read_policy;       /* enum conf_read_policy */
+    int hot_keys;          /* enum conf_hot_keys */
     uint32_t read_quorum;  /* equal replies a quorum read needs */
     uint32_t repair_log;   /* keys remembered per member for its repair */
     bool auto_eject_hosts;
@@ -396,6 +402,7 @@ const char *conf_migration_name(int migration);
 bool conf_pool_hashing_differs(const struct conf_pool *a,
                                const struct conf_pool *b);
 const char *conf_read_policy_name(int read_policy);
+const char *conf_hot_keys_name(int hot_keys);
 const char *conf_dist_name(int distribution);
 const char *conf_log_level_name(int log_level);
 

@@ -28,6 +28,7 @@
 #include "conf.h"
 #include "engine.h"
 #include "health.h"
+#include "hot.h"
 #include "invariant.h"
 #include "io.h"
 #include "log.h"
@@ -776,6 +777,9 @@ request_start(struct worker *w, struct hclient *c, struct http_request *rq)
         http_request_key(buf, rq, set->hash_chain, set->nhash_chain, c->ip,
                          c->ipport, keybuf, sizeof(keybuf), &key, &klen);
     c->hash = snap->ring != NULL ? chash_ring_hash(snap->ring, key, klen) : 0;
+    if (set->hot && c->pool->hot != NULL)
+        hot_note(&c->pool->hot[w->id], w->now_ms, key, klen,
+                 hot_hash(key, klen));
     c->in.off += rq->head;
     if (rq->body == HTTP_BODY_LENGTH && rq->length > c->max_body) {
         respond(w, c, 413, "the body is larger than client_max_request", true,

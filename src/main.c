@@ -26,6 +26,7 @@
 #include "control.h"
 #include "etcd.h"
 #include "health.h"
+#include "hot.h"
 #include "log.h"
 #include "membership.h"
 #include "migration.h"
@@ -1017,7 +1018,7 @@ main(int argc, char **argv)
 
     if (control_init() < 0 || pool_global_init(conf->workers) < 0 ||
         health_init() < 0 || membership_init() < 0 || migration_init() < 0 ||
-        replica_init() < 0 || builder_init() < 0) {
+        hot_init() < 0 || replica_init() < 0 || builder_init() < 0) {
         log_error("cannot start: %s", strerror(errno));
         goto out;
     }
@@ -1129,6 +1130,7 @@ main(int argc, char **argv)
 out:
     /* Copiers first: where they are is saved for the next start. */
     migration_deinit();
+    hot_deinit();
     etcd_stop();
     replica_deinit();
     /* Jobs first: a membership change waiting for one answers its

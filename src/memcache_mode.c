@@ -272,13 +272,14 @@ warm_key(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
  * it decodes to; one that does not decode by its text (the member then
  * says "CLIENT_ERROR error decoding key", as it would directly). */
 static struct server *
-member_of(const struct pool_snapshot *snap, const char *buf,
+member_of(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
           const struct proto_request *rq, uint64_t *hash, const char **why)
 {
     unsigned char raw[MC_KEY_MAX];
     size_t len;
     const char *key = raw_key(buf, rq, 0, raw, &len);
 
+    request_hot_note(r, snap, key, len);
     return request_key_member(snap, key, len, hash, why);
 }
 
@@ -293,7 +294,7 @@ one_key(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
 {
     const char *why;
     uint64_t hash = 0;
-    struct server *s = member_of(snap, buf, rq, &hash, &why);
+    struct server *s = member_of(r, snap, buf, rq, &hash, &why);
     struct rbuf b = {0}, keys = {0};
 
     if (s == NULL) {

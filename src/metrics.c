@@ -14,6 +14,7 @@
 #include "chash/chash.h"
 #include "membership.h"
 #include "etcd.h"
+#include "hot.h"
 #include "migration.h"
 #include "pool.h"
 #include "replica.h"
@@ -595,6 +596,7 @@ metrics_render(size_t *len)
     member_latency_family(f);
     pool_requests_family(f);
     migration_metrics(f);
+    hot_metrics(f);
     replica_metrics(f);
     etcd_metrics(f);
 

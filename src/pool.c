@@ -16,6 +16,7 @@
 #include "builder.h"
 #include "clock.h"
 #include "health.h"
+#include "hot.h"
 #include "invariant.h"
 #include "log.h"
 #include "migration.h"
@@ -231,6 +232,7 @@ pool_unref(struct pool *p)
     free(p->servers);
     free(p->lfds);
     free(p->stats);
+    free(p->hot);
     free(p->name);
     access_log_unref(p->access_log);
     conf_pool_deinit(&p->cfg);
@@ -398,6 +400,7 @@ settings_from_conf(struct pool_settings *set, const struct conf_pool *cp,
     memset(set, 0, sizeof(*set));
     set->mode = cp->mode;
     set->hash_key = cp->hash_key;
+    set->hot = cp->hot_keys == CONF_HOT_TRACK && cp->mode != CONF_MODE_TCP;
     set->on_failure = cp->on_failure;
     /* Spilling to a member that does not own the key is what `error`
      * exists to prevent: bounded loads are off in that policy. */
@@ -956,6 +959,11 @@ pool_create(const struct conf_pool *cp, bool boot, struct pool **out, char *err,
     p->stats = slots_alloc(sizeof(struct stats_pool));
     p->lfds = malloc(sizeof(int) * (nworkers ? nworkers : 1));
     if (p->stats == NULL || p->lfds == NULL)
+        goto fail;
+    /* keyed modes count their hottest keys (a reload cannot change the
+     * mode); tcp has no key */
+    if (cp->mode != CONF_MODE_TCP &&
+        (p->hot = slots_alloc(sizeof(struct hot))) == NULL)
         goto fail;
     for (unsigned i = 0; i < nworkers; i++)
         p->lfds[i] = -1;

@@ -122,6 +122,7 @@ struct pool_settings {
     uint32_t client_connections; /* 0 = unlimited */
     bool tcpkeepalive;
     bool auto_eject;        /* auto_eject_hosts */
+    bool hot;               /* hot_keys: track (doc/hot.md) */
     uint32_t failure_limit; /* server_failure_limit */
     const struct proto *proto;
     /* store modes */
@@ -209,6 +210,7 @@ struct pool {
                                              the bounded-load total */
     _Atomic int refs;                     /* (atomic) registry + connections */
     struct stats_pool *stats;             /* [workers] slots, stats.h */
+    struct hot *hot; /* [workers] hot key summaries (hot.h); NULL: tcp */
     _Atomic uint64_t mig_drained; /* (atomic) the last migration epoch whose
                                      drain barrier passed: its requests
                                      may move keys (request_gate) */

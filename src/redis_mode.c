@@ -313,6 +313,7 @@ same_member(struct rreq *r, const struct pool_snapshot *snap,
         struct server *s =
             request_key_member(snap, k, rq->keys[i].len, &h, &why);
 
+        request_hot_note(r, snap, k, rq->keys[i].len);
         if (s == NULL) {
             request_error(r, PROTO_ERR_NO_MEMBER, why);
             return NULL;

@@ -25,6 +25,7 @@
 #include "conf.h"
 #include "engine.h"
 #include "health.h"
+#include "hot.h"
 #include "invariant.h"
 #include "log.h"
 #include "pool.h"
@@ -496,6 +497,7 @@ request_route(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
 
         rt->owner[i] = request_key_member(snap, buf + keys[i].off, keys[i].len,
                                           &rt->hash[i], &why);
+        request_hot_note(r, snap, buf + keys[i].off, keys[i].len);
         if (rt->owner[i] == NULL) {
             request_error(r, PROTO_ERR_NO_MEMBER, why);
             return 0;
@@ -559,6 +561,17 @@ deferred(const struct pool_snapshot *snap, const struct server *o,
  * send its keys to another member while it is out, as twemproxy's
  * auto_eject_hosts does).
  */
+void
+request_hot_note(const struct rreq *r, const struct pool_snapshot *snap,
+                 const char *key, size_t len)
+{
+    const struct rclient *c = r->client;
+
+    if (snap->set.hot && c != NULL && c->pool->hot != NULL)
+        hot_note(&c->pool->hot[c->w->id], c->w->now_ms, key, len,
+                 hot_hash(key, len));
+}
+
 struct server *
 request_key_member(const struct pool_snapshot *snap, const char *key,
                    size_t len, uint64_t *hash, const char **why)

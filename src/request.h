@@ -296,6 +296,11 @@ int rbuf_printf(struct rbuf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void rbuf_free(struct rbuf *b);
 
+/* <r> routes <key> (<len> bytes): counted in its worker's hot key
+ * summary of the pool (hot.h) when the pool tracks them. */
+void request_hot_note(const struct rreq *r, const struct pool_snapshot *snap,
+                      const char *key, size_t len);
+
 /*
  * The member that serves <key> (<len> bytes) in <snap>: the ring's owner
  * of its hash tag's part (*<hash>), or, when that member is not up and

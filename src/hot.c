@@ -1,0 +1,384 @@
+/* hot.c -- the control thread's side of the hot key summaries (hot.h):
+ * once a second, each keyed pool's worker summaries are merged into its
+ * hottest keys, and each member's request rate is set against its share
+ * of the ring (a member that gets twice the requests its share predicts
+ * has a load ratio of 2). GET /api/pools/{pool}/hot, the chashd_hot_* and
+ * chashd_member_load_* families. doc/hot.md.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "hot.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chash/chash.h"
+#include "clock.h"
+#include "conf.h"
+#include "control.h"
+#include "metrics.h"
+#include "pool.h"
+#include "stats.h"
+
+#define HOT_TICK_MS 1000
+#define HOT_TOP 20    /* keys shown per pool */
+#define HOT_METRIC 10 /* of which in the metrics */
+
+struct hkey {
+    uint64_t hash;
+    uint32_t len;
+    char key[HOT_KEY_MAX];
+    double rate, rate_min; /* per second */
+};
+
+struct hmember {
+    char *name;
+    uint64_t requests; /* at the last tick */
+    double rate;       /* per second, over the last tick */
+    bool seen;
+};
+
+/* One keyed pool's view. */
+struct hview {
+    char *pool;
+    uint64_t at_ms;   /* merged then */
+    double keys_rate; /* keys routed per second (all of them) */
+    double window_s;
+    struct hkey keys[HOT_TOP];
+    size_t nkeys;
+    struct hmember *mem;
+    size_t nmem;
+    uint64_t mem_ms; /* members sampled then */
+    struct hview *next;
+};
+
+static struct hview *views;
+
+static struct hview *
+view_get(const char *pool, bool make)
+{
+    struct hview *v;
+
+    for (v = views; v != NULL; v = v->next)
+        if (strcmp(v->pool, pool) == 0)
+            return v;
+    if (!make || (v = calloc(1, sizeof(*v))) == NULL)
+        return NULL;
+    if ((v->pool = strdup(pool)) == NULL) {
+        free(v);
+        return NULL;
+    }
+    v->next = views;
+    views = v;
+    return v;
+}
+
+static void
+view_free(struct hview *v)
+{
+    for (size_t i = 0; i < v->nmem; i++)
+        free(v->mem[i].name);
+    free(v->mem);
+    free(v->pool);
+    free(v);
+}
+
+static int
+by_rate(const void *a, const void *b)
+{
+    double x = ((const struct hkey *)a)->rate_min,
+           y = ((const struct hkey *)b)->rate_min;
+
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Merge the workers' last windows of <p> into <v>'s hottest keys. */
+static void
+merge(struct pool *p, struct hview *v, uint64_t now_ms)
+{
+    unsigned nw = pool_workers();
+    struct hkey *all = calloc((size_t)nw * HOT_K + 1, sizeof(*all));
+    struct hot_entry e[HOT_K];
+    size_t n = 0;
+    double rate = 0, window = 0;
+
+    if (all == NULL)
+        return;
+    for (unsigned w = 0; w < nw; w++) {
+        uint64_t total, ms;
+        uint64_t since = now_ms > 2 * HOT_WINDOW_MS + HOT_TICK_MS
+                             ? now_ms - 2 * HOT_WINDOW_MS - HOT_TICK_MS
+                             : 0;
+        int k = hot_read(&p->hot[w], since, e, &total, &ms);
+        double secs;
+
+        if (k < 0 || ms == 0)
+            continue;
+        secs = (double)ms / 1000.0;
+        rate += (double)total / secs;
+        if (secs > window)
+            window = secs;
+        for (int i = 0; i < k; i++) {
+            size_t j;
+
+            for (j = 0; j < n && all[j].hash != e[i].hash; j++)
+                ;
+            if (j == n) {
+                all[n].hash = e[i].hash;
+                all[n].len = e[i].len;
+                memcpy(all[n].key, e[i].key, HOT_KEY_MAX);
+                n++;
+            }
+            all[j].rate += (double)e[i].count / secs;
+            all[j].rate_min += (double)(e[i].count - e[i].err) / secs;
+        }
+    }
+    /* by the count each key is sure to have had; keys whose sure count
+     * is under 1/(4K) of the window's are not shown: a summary of K
+     * counters cannot tell them from the churn of cold keys (their counts
+     * are mostly inherited) */
+    qsort(all, n, sizeof(*all), by_rate);
+    while (n > 0 && all[n - 1].rate_min * 4 * HOT_K < rate)
+        n--;
+    v->nkeys = n < HOT_TOP ? n : HOT_TOP;
+    memcpy(v->keys, all, v->nkeys * sizeof(*all));
+    v->keys_rate = rate;
+    v->window_s = window;
+    v->at_ms = now_ms;
+    free(all);
+}
+
+static struct hmember *
+member_get(struct hview *v, const char *name)
+{
+    struct hmember *m;
+
+    for (size_t i = 0; i < v->nmem; i++)
+        if (strcmp(v->mem[i].name, name) == 0)
+            return &v->mem[i];
+    m = realloc(v->mem, (v->nmem + 1) * sizeof(*m));
+    if (m == NULL)
+        return NULL;
+    v->mem = m;
+    m = &v->mem[v->nmem];
+    memset(m, 0, sizeof(*m));
+    if ((m->name = strdup(name)) == NULL)
+        return NULL;
+    v->nmem++;
+    return m;
+}
+
+/* Each member's requests per second since the last tick. */
+static void
+sample_members(struct pool *p, struct hview *v, uint64_t now_ms)
+{
+    double dt = v->mem_ms ? (double)(now_ms - v->mem_ms) / 1000.0 : 0;
+
+    for (size_t i = 0; i < v->nmem; i++)
+        v->mem[i].seen = false;
+    for (size_t i = 0; i < p->nservers; i++) {
+        struct server *s = p->servers[i];
+        struct stats_server_sum sum;
+        struct hmember *m = member_get(v, s->name);
+        bool fresh;
+
+        if (m == NULL)
+            continue;
+        stats_server_sum(s->stats, pool_workers(), &sum);
+        fresh = m->requests == 0 && m->rate == 0;
+        m->rate = dt > 0 && !fresh && sum.requests >= m->requests
+                      ? (double)(sum.requests - m->requests) / dt
+                      : 0;
+        m->requests = sum.requests ? sum.requests : 1; /* 0: not sampled */
+        m->seen = true;
+    }
+    for (size_t i = 0; i < v->nmem;) { /* members gone */
+        if (v->mem[i].seen) {
+            i++;
+            continue;
+        }
+        free(v->mem[i].name);
+        v->mem[i] = v->mem[--v->nmem];
+    }
+    v->mem_ms = now_ms;
+}
+
+static void
+hot_tick(uint64_t now_ms, void *arg)
+{
+    static uint64_t next;
+    struct hview **pp;
+
+    (void)arg;
+    if (now_ms < next)
+        return;
+    next = now_ms + HOT_TICK_MS;
+    for (size_t i = 0; i < pool_count(); i++) {
+        struct pool *p = pool_at(i);
+        struct hview *v;
+
+        if (p->hot == NULL || p->removed)
+            continue;
+        if ((v = view_get(p->name, true)) == NULL)
+            continue;
+        merge(p, v, now_ms);
+        sample_members(p, v, now_ms);
+    }
+    for (pp = &views; *pp != NULL;) { /* pools gone */
+        struct pool *p = pool_find((*pp)->pool);
+        if (p == NULL || p->hot == NULL) {
+            struct hview *v = *pp;
+            *pp = v->next;
+            view_free(v);
+            continue;
+        }
+        pp = &(*pp)->next;
+    }
+}
+
+int
+hot_init(void)
+{
+    return control_tick_add(hot_tick, NULL);
+}
+
+void
+hot_deinit(void)
+{
+    while (views != NULL) {
+        struct hview *v = views;
+        views = v->next;
+        view_free(v);
+    }
+}
+
+/* The share of member <name> in <snap>'s ring (0: not in it). */
+static double
+share_of(const struct pool_snapshot *snap, const char *name)
+{
+    for (size_t i = 0; snap != NULL && snap->ring != NULL && i < snap->n; i++)
+        if (strcmp(snap->members[i].name, name) == 0)
+            return chash_ring_share(snap->ring, i);
+    return 0;
+}
+
+static double
+members_rate(const struct hview *v)
+{
+    double t = 0;
+
+    for (size_t i = 0; i < v->nmem; i++)
+        t += v->mem[i].rate;
+    return t;
+}
+
+json_t *
+hot_json(struct pool *p)
+{
+    json_t *j = json_object(), *keys = json_array(), *mems = json_array();
+    const struct hview *v = view_get(p->name, false);
+    const struct pool_snapshot *snap = atomic_load(&p->snap);
+    double total = v ? members_rate(v) : 0;
+
+    json_object_set_new(j, "pool", json_string(p->name));
+    json_object_set_new(j, "hot_keys",
+                        json_string(p->hot == NULL
+                                        ? "off (tcp: no key)"
+                                        : conf_hot_keys_name(p->cfg.hot_keys)));
+    json_object_set_new(j, "window_s", json_real(v ? v->window_s : 0));
+    json_object_set_new(j, "keys_per_s", json_real(v ? v->keys_rate : 0));
+    for (size_t i = 0; v != NULL && i < v->nkeys; i++) {
+        const struct hkey *k = &v->keys[i];
+        size_t kept = k->len < HOT_KEY_MAX ? k->len : HOT_KEY_MAX;
+        char text[HOT_KEY_MAX * 4 + 8];
+        const struct server *owner =
+            k->len <= HOT_KEY_MAX && snap != NULL
+                ? pool_snapshot_owner(snap, k->key, k->len)
+                : NULL;
+
+        hot_key_text(k->key, kept, k->len, text, sizeof(text));
+        json_array_append_new(
+            keys,
+            json_pack("{s:s,s:b,s:I,s:f,s:f,s:f,s:o}", "key", text, "truncated",
+                      k->len > HOT_KEY_MAX, "bytes", (json_int_t)k->len, "rate",
+                      k->rate, "rate_min", k->rate_min, "fraction",
+                      v->keys_rate > 0 ? k->rate / v->keys_rate : 0.0, "member",
+                      owner ? json_string(owner->name) : json_null()));
+    }
+    for (size_t i = 0; v != NULL && i < v->nmem; i++) {
+        const struct hmember *m = &v->mem[i];
+        double share = share_of(snap, m->name);
+        double ratio = share > 0 && total > 0 ? (m->rate / total) / share : 0.0;
+
+        json_array_append_new(
+            mems,
+            json_pack("{s:s,s:f,s:f,s:o}", "name", m->name, "requests_per_s",
+                      m->rate, "share", share, "load_ratio",
+                      share > 0 && total > 0 ? json_real(ratio) : json_null()));
+    }
+    json_object_set_new(j, "keys", keys);
+    json_object_set_new(j, "members", mems);
+    return j;
+}
+
+void
+hot_metrics(FILE *f)
+{
+    bool any = false;
+
+    for (const struct hview *v = views; v != NULL; v = v->next)
+        any |= v->nkeys > 0 || v->nmem > 0;
+    if (!any)
+        return;
+    fputs("# HELP chashd_hot_key_requests_per_second The hottest keys of a "
+          "pool: requests per second routing each (hot_keys: track; the "
+          "first 10)\n# TYPE chashd_hot_key_requests_per_second gauge\n",
+          f);
+    for (const struct hview *v = views; v != NULL; v = v->next)
+        for (size_t i = 0; i < v->nkeys && i < HOT_METRIC; i++) {
+            const struct hkey *k = &v->keys[i];
+            char text[HOT_KEY_MAX * 4 + 8];
+
+            hot_key_text(k->key, k->len < HOT_KEY_MAX ? k->len : HOT_KEY_MAX,
+                         k->len, text, sizeof(text));
+            fputs("chashd_hot_key_requests_per_second{pool=\"", f);
+            metrics_label_escape(f, v->pool);
+            fputs("\",key=\"", f);
+            metrics_label_escape(f, text);
+            fprintf(f, "\"} %.3f\n", k->rate);
+        }
+    fputs("# HELP chashd_member_requests_per_second Requests sent to a "
+          "member per second, over the last second\n# TYPE "
+          "chashd_member_requests_per_second gauge\n",
+          f);
+    for (const struct hview *v = views; v != NULL; v = v->next)
+        for (size_t i = 0; i < v->nmem; i++) {
+            fputs("chashd_member_requests_per_second{pool=\"", f);
+            metrics_label_escape(f, v->pool);
+            fputs("\",member=\"", f);
+            metrics_label_escape(f, v->mem[i].name);
+            fprintf(f, "\"} %.3f\n", v->mem[i].rate);
+        }
+    fputs("# HELP chashd_member_load_ratio A member's part of the pool's "
+          "requests over its share of the ring (1: as its share predicts)\n"
+          "# TYPE chashd_member_load_ratio gauge\n",
+          f);
+    for (const struct hview *v = views; v != NULL; v = v->next) {
+        struct pool *p = pool_find(v->pool);
+        const struct pool_snapshot *snap = p ? atomic_load(&p->snap) : NULL;
+        double total = members_rate(v);
+
+        for (size_t i = 0; total > 0 && i < v->nmem; i++) {
+            double share = share_of(snap, v->mem[i].name);
+
+            if (share <= 0)
+                continue;
+            fputs("chashd_member_load_ratio{pool=\"", f);
+            metrics_label_escape(f, v->pool);
+            fputs("\",member=\"", f);
+            metrics_label_escape(f, v->mem[i].name);
+            fprintf(f, "\"} %.3f\n", (v->mem[i].rate / total) / share);
+        }
+    }
+}
