@@ -1,0 +1,134 @@
+# test_hot.py -- the hottest keys of a pool (doc/hot.md): real
+# redis-servers and memcached behind chashd, a load where one key takes
+# about a third of the requests among thousands of keys seen once; the
+# admin API (/api/pools/{pool}/hot), `chash ctl hot` and /metrics must
+# name that key, and only keys that stand out, with the member that holds
+# it (checked on the members themselves) and that member's load ratio
+# above its share; a pool with `hot_keys: off` shows none. Every load
+# loop and wait is bounded.
+# SPDX-License-Identifier: BSD-2-Clause
+import subprocess
+import time
+
+from admin_util import CHASH, Api
+from conftest import free_port
+from mc_util import MemcachedServer, chashd_memcache, mc_pool  # noqa: F401
+from redis_util import (RedisServer, Simple, chashd_redis,  # noqa: F401
+                        pool_yaml)
+
+
+def redis_conf(aport, port, servers, **opts):
+    return ("global:\n  admin: 127.0.0.1:%d\n  workers: 2\n" % aport +
+            pool_yaml("store", port, servers, True, ["  mode: redis"],
+                      **opts))
+
+
+def hot_of(api, pool):
+    return api.ok("GET", "/api/pools/%s/hot" % pool)
+
+
+def load_until(send, api, pool, want, seconds=12.0):
+    """Run <send>(i) in a loop until GET hot satisfies <want> (bounded);
+    returns the last answer."""
+    deadline = time.monotonic() + seconds
+    i = 0
+    last = None
+    while time.monotonic() < deadline:
+        for _ in range(200):
+            send(i)
+            i += 1
+        last = hot_of(api, pool)
+        if want(last):
+            return last
+    raise AssertionError("the hot key never showed: %s" % last)
+
+
+def test_redis_hot_key_named_with_its_member_and_load(procs, chashd_redis):
+    servers = [RedisServer(procs) for _ in range(3)]
+    aport, port = free_port(), free_port()
+    d = chashd_redis(redis_conf(aport, port, servers))
+    api = Api(aport)
+    c = d.client()
+    assert c.call("SET", "hot:1", "x") == Simple("OK")
+    holder = [i for i, s in enumerate(servers)
+              if s.call("EXISTS", "hot:1") == 1]
+    assert len(holder) == 1
+    holder = "store-%d" % (holder[0] + 1)
+
+    def send(i):
+        # one request in three is the hot key; the others each once
+        if i % 3 == 0:
+            c.call("GET", "hot:1")
+        else:
+            c.call("GET", "cold:%d" % i)
+
+    j = load_until(send, api, "store",
+                   lambda j: j["keys"] and j["keys_per_s"] > 0)
+    top = j["keys"][0]
+    assert top["key"] == "hot:1", j
+    assert top["member"] == holder, (top, holder)
+    assert 0.2 < top["fraction"] < 0.5, top
+    assert top["rate_min"] > 0 and top["rate"] >= top["rate_min"], top
+    # cold keys (each seen once) do not stand out
+    assert [k["key"] for k in j["keys"]] == ["hot:1"], j["keys"]
+    # the holder gets about 1/3 + 2/3 * its share: above its share
+    j = load_until(send, api, "store",
+                   lambda j: all(m["requests_per_s"] > 0
+                                 for m in j["members"]))
+    mem = {m["name"]: m for m in j["members"]}
+    assert set(mem) == {"store-1", "store-2", "store-3"}, mem
+    assert mem[holder]["load_ratio"] > 1.3, mem
+    assert all(m["load_ratio"] < 1.0 for n, m in mem.items()
+               if n != holder), mem
+    assert abs(sum(m["share"] for m in mem.values()) - 1.0) < 1e-6
+    # the CLI's table and the metrics say the same
+    out = subprocess.run([CHASH, "ctl", "--admin", "127.0.0.1:%d" % aport,
+                          "hot", "store"], capture_output=True, text=True,
+                         timeout=10)
+    assert out.returncode == 0, out.stderr
+    assert any(line.split()[:1] == ["hot:1"] and line.split()[-1] == holder
+               for line in out.stdout.splitlines()), out.stdout
+    st, text, _ = api.call("GET", "/metrics")
+    assert st == 200
+    assert 'chashd_hot_key_requests_per_second{pool="store",key="hot:1"}' \
+        in text, text[-2000:]
+    assert 'chashd_member_load_ratio{pool="store",member="%s"}' % holder \
+        in text
+
+
+def test_memcache_hot_key_and_binary_keys_shown_escaped(procs,
+                                                         chashd_memcache):
+    servers = [MemcachedServer(procs) for _ in range(2)]
+    aport, port = free_port(), free_port()
+    d = chashd_memcache("global:\n  admin: 127.0.0.1:%d\n  workers: 1\n"
+                        % aport + mc_pool("cache", port, servers))
+    api = Api(aport)
+    c = d.client()
+    assert c.call(b"set hot\xe9k 0 0 1\r\nx\r\n") == b"STORED\r\n"
+
+    def send(i):
+        c.send(b"get hot\xe9k\r\n" if i % 2 == 0 else b"get cold%d\r\n" % i)
+        c.get_reply()
+
+    j = load_until(send, api, "cache", lambda j: j["keys"])
+    assert j["keys"][0]["key"] == "hot\\xe9k", j
+    assert j["keys"][0]["bytes"] == 5
+    assert 0.35 < j["keys"][0]["fraction"] < 0.65, j
+
+
+def test_hot_keys_off_counts_nothing(procs, chashd_redis):
+    servers = [RedisServer(procs) for _ in range(2)]
+    aport, port = free_port(), free_port()
+    d = chashd_redis(redis_conf(aport, port, servers, hot_keys="off"))
+    api = Api(aport)
+    c = d.client()
+    deadline = time.monotonic() + 3.5   # more than a window
+    while time.monotonic() < deadline:
+        c.call("GET", "hot:1")
+    j = hot_of(api, "store")
+    assert j["hot_keys"] == "off" and j["keys"] == [], j
+    # members are still measured
+    j = load_until(lambda i: c.call("GET", "hot:1"), api, "store",
+                   lambda j: any(m["requests_per_s"] > 0
+                                 for m in j["members"]))
+    assert j["keys"] == [], j
