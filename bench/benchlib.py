@@ -223,6 +223,19 @@ class Bench:
         return out
 
 
+def start_chashd(bench, chashd, name, workers, cpus, pool):
+    """One more chashd target <name> (<workers> on <cpus>) with pool(port)'s
+    pool: {"port", "pid"}."""
+    port = free_port()
+    conf = bench.path(name + ".yml")
+    with open(conf, "w") as f:
+        f.write("global:\n  admin: off\n  workers: %d\n"
+                "  log_level: warn\n" % workers + pool(port))
+    p = bench.start(pinned(cpus, [chashd, "-c", conf]), name + ".log")
+    bench.wait_port(port, p, name)
+    return {"port": port, "pid": p.pid}
+
+
 def pool_text(port, members, kind, redis=False):
     """The pool both proxies run: fnv1a_64 + ketama, server_connections 1,
     preconnect, no auto-eject; <members> ports named <kind>-1, -2, ..."""

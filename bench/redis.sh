@@ -88,9 +88,16 @@ targets = {"direct": {"port": servers[0][0], "pid": servers[0][1].pid}}
 nc_port, p = bench.nutcracker(pool_text)
 targets["nutcracker"] = {"port": nc_port, "pid": p.pid}
 targets.update(bench.chashds(CHASHD, pool_text))
+# the cost of counting hot keys (hot_keys: track, the default): the same
+# chashd, 1 worker, with hot_keys: off
+NOHOT = benchlib.start_chashd(bench, CHASHD, "chashd-1w-nohot", 1, "0",
+                              lambda port: pool_text(port) +
+                              "  hot_keys: off\n")
+targets["chashd-1w-nohot"] = NOHOT
 
-ORDER = benchlib.ORDER
-LABEL = dict(benchlib.LABEL, direct="direct redis")
+ORDER = benchlib.ORDER + ["chashd-1w-nohot"]
+LABEL = dict(benchlib.LABEL, direct="direct redis",
+             **{"chashd-1w-nohot": "chashd 1 worker, hot_keys off"})
 
 
 # ---- the cases -------------------------------------------------------------
@@ -167,4 +174,21 @@ print("CPU us/req: the target process's own CPU time per request -- the "
 print()
 benchlib.print_table(results, cases, ORDER, LABEL)
 benchlib.print_ratios(results, cases)
+# the hot key summary's cost: chashd 1 worker with it (the default) over
+# the same without; target: at least 0.97 (at most 3% of req/s)
+print("| test | -P | -c | -d | hot_keys track / off req/s (1 worker) |")
+print("|---|---:|---:|---:|---|")
+met = n = 0
+for case in cases:
+    a, b = results.med(case, "chashd-1w"), results.med(case, "chashd-1w-nohot")
+    if a is None or b is None or not b[0]:
+        print("| %s | %d | %d | %d | n/a |" % case)
+        continue
+    x = a[0] / b[0]
+    n += 1
+    met += x >= 0.97
+    print("| %s | %d | %d | %d | x%.3f %s |"
+          % (case + (x, "MET" if x >= 0.97 else "MISSED")))
+print()
+print("hot key cost target (>= x0.97 req/s): met in %d of %d cases" % (met, n))
 EOF
