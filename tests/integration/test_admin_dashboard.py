@@ -35,7 +35,8 @@ def test_the_served_page_is_the_embedded_source(cluster):
     assert b"<link" not in body and b"@import" not in body
     assert b"url(" not in body
     assert re.findall(rb'api\("([^"]*)', body) == \
-        [b"/api/pools", b"/api/pools/", b"/api/pools/", b"/api/changes"]
+        [b"/api/pools", b"/api/pools/", b"/api/pools/", b"/api/pools/",
+         b"/api/changes"]
     with open(os.path.join(REPO, "src", "dashboard.c")) as f:
         assert f.read() == dashboard_c(html), \
             "src/dashboard.c is stale: run admin_util.py --regen-dashboard"
@@ -243,3 +244,40 @@ def test_request_pool_rate_follows_live_traffic(procs, backends):
              what="the benchmark's requests to be answered")
     rows = cache_rows(dump_dom("http://127.0.0.1:%d/" % env.admin_port))
     assert all(float(r["data-rps"]) == 0 for r in rows.values()), rows
+
+
+def test_hot_keys_show_in_a_keyed_pool_card(procs, backends):
+    """Under a load where one key takes half the requests, the redis
+    pool's card names that key with its member (the API's answer), and the
+    tcp pool's card has no hot key box."""
+    import threading
+    import time
+    env = RedisDashboard(procs, backends)
+    stop = threading.Event()
+
+    def load():
+        with env.d.client() as c:
+            deadline = time.monotonic() + 60
+            i = 0
+            while not stop.is_set() and time.monotonic() < deadline:
+                c.call("GET", "hot:1" if i % 2 == 0 else "cold:%d" % i)
+                i += 1
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    try:
+        hot = wait_for(lambda: (lambda j: j if j["keys"] else None)(
+            env.api.ok("GET", "/api/pools/cache/hot")), timeout=15,
+            what="the API to name a hot key")
+        assert hot["keys"][0]["key"] == "hot:1", hot
+        dom = dump_dom("http://127.0.0.1:%d/" % env.admin_port)
+    finally:
+        stop.set()
+        t.join(10)
+    card = re.search(r'<section class="pool" data-pool="cache">.*?</section>',
+                     dom, re.S).group(0)
+    keys = dom_elements(card, "div", "hot-key")
+    assert [k["data-key"] for k in keys] == ["hot:1"], card[-1500:]
+    assert "on %s" % hot["keys"][0]["member"] in card
+    web = re.search(r'<section class="pool" data-pool="web">.*?</section>',
+                    dom, re.S).group(0)
+    assert 'class="hot"' not in web
