@@ -322,7 +322,7 @@ static const char *const log_format_names[] = {"text", "json", NULL};
 static const char *const on_failure_names[] = {"failover", "remap", "error",
                                                NULL};
 static const char *const migration_names[] = {"off", "copy", "warmup", NULL};
-static const char *const hot_keys_names[] = {"off", "track", NULL};
+static const char *const hot_keys_names[] = {"off", "track", "spread", NULL};
 static const char *const read_policy_names[] = {"primary", "any", "quorum",
                                                 NULL};
 static const char *const health_type_names[] = {"tcp", "redis", "memcache",
@@ -1927,6 +1927,7 @@ enum pool_key {
     PK_READ_QUORUM,
     PK_REPAIR_LOG,
     PK_HOT_KEYS,
+    PK_HOT_KEY_THRESHOLD,
     PK_ACCEPT_PROXY,
     PK_SEND_PROXY,
     PK_MEMBERS_FROM,
@@ -2063,6 +2064,9 @@ static const struct conf_key pool_keys[] = {
     /* the hottest keys (doc/hot.md) */
     [PK_HOT_KEYS] = {"hot_keys", set_enum, POOL(hot_keys), 0, 0, hot_keys_names,
                      M_STORE | M_HTTP, false},
+    [PK_HOT_KEY_THRESHOLD] = {"hot_key_threshold", set_u32,
+                              POOL(hot_key_threshold), 1, 1000000000, NULL,
+                              M_STORE, false},
     /* PROXY protocol, access log (tcp and http) */
     [PK_ACCEPT_PROXY] = {"accept_proxy", set_bool, POOL(accept_proxy), 0, 0,
                          NULL, M_CONN, false},
@@ -2421,6 +2425,7 @@ pool_init(struct conf_pool *pool)
     pool->replicas = 1;
     pool->read_policy = CONF_READ_PRIMARY;
     pool->hot_keys = CONF_HOT_TRACK;
+    pool->hot_key_threshold = 1000;
     pool->repair_log = 100000;
     pool->nhash_chain = 1; /* source_ip */
     pool->forward_headers =
@@ -2732,6 +2737,12 @@ check_replication(struct load *ld, struct conf_pool *pool, const int *lines)
                        "'read_quorum: %u' in pool '%s' is more than its "
                        "%u replicas",
                        pool->read_quorum, pool->name, n);
+    if (n == 1 && pool->hot_keys == CONF_HOT_SPREAD)
+        return fail_at(ld, lines[PK_HOT_KEYS],
+                       "'hot_keys: spread' in pool '%s' needs replicas > 1 "
+                       "(a hot key's reads go to any member of its replica "
+                       "set); use hot_keys: track",
+                       pool->name);
     if (n == 1) {
         int given = lines[PK_WRITE_QUORUM]  ? lines[PK_WRITE_QUORUM]
                     : lines[PK_READ_QUORUM] ? lines[PK_READ_QUORUM]

@@ -33,8 +33,9 @@ enum conf_read_policy {
 };
 /* Whether a pool counts its hottest keys (doc/hot.md). */
 enum conf_hot_keys {
-    CONF_HOT_OFF,  /* not counted */
-    CONF_HOT_TRACK /* a top-K summary per worker, merged each second */
+    CONF_HOT_OFF,   /* not counted */
+    CONF_HOT_TRACK, /* a top-K summary per worker, merged each second */
+    CONF_HOT_SPREAD /* and reads of the hottest go to any replica */
 };
 /* Where a pool's mode came from, so `chashd -t` and the start-up log can
  * say why a pool without `mode:` is memcache (twemproxy's rule). */
@@ -201,13 +202,14 @@ struct conf_pool {
     uint64_t migration_big_key;    /* bytes: moved alone, listed */
     uint32_t migration_warmup_ms;  /* memcache: how long a warm-up lasts */
     /* replication (doc/replication.md) */
-    uint32_t replicas;     /* members per key, default 1 */
-    uint32_t write_quorum; /* acknowledgements a write needs (resolved:
-                              default replicas/2+1) */
-    int read_policy;       /* enum conf_read_policy */
-    int hot_keys;          /* enum conf_hot_keys */
-    uint32_t read_quorum;  /* equal replies a quorum read needs */
-    uint32_t repair_log;   /* keys remembered per member for its repair */
+    uint32_t replicas;          /* members per key, default 1 */
+    uint32_t write_quorum;      /* acknowledgements a write needs (resolved:
+                                   default replicas/2+1) */
+    int read_policy;            /* enum conf_read_policy */
+    int hot_keys;               /* enum conf_hot_keys */
+    uint32_t hot_key_threshold; /* requests/s above which reads spread */
+    uint32_t read_quorum;       /* equal replies a quorum read needs */
+    uint32_t repair_log;        /* keys remembered per member for its repair */
     bool auto_eject_hosts;
     uint32_t server_failure_limit;    /* default 2, as twemproxy */
     uint32_t server_retry_timeout_ms; /* default 30000, as twemproxy */

@@ -30,6 +30,7 @@ struct hkey {
     uint32_t len;
     char key[HOT_KEY_MAX];
     double rate, rate_min; /* per second */
+    bool spread;           /* its reads go to any replica */
 };
 
 struct hmember {
@@ -149,6 +150,35 @@ merge(struct pool *p, struct hview *v, uint64_t now_ms)
     free(all);
 }
 
+/* hot_keys: spread: the keys whose sure rate reaches the threshold, by
+ * their ring hash, for the workers (request.c spread_key). A key cut at
+ * HOT_KEY_MAX bytes cannot be hashed: it is not spread. */
+static void
+spread_set(struct pool *p, struct hview *v)
+{
+    const struct pool_snapshot *snap = atomic_load(&p->snap);
+    unsigned n = 0;
+
+    for (size_t i = 0; i < v->nkeys; i++) {
+        struct hkey *k = &v->keys[i];
+        size_t off, len;
+
+        k->spread = false;
+        if (p->cfg.hot_keys != CONF_HOT_SPREAD || snap == NULL ||
+            snap->ring == NULL || !snap->set.hot_spread ||
+            k->len > HOT_KEY_MAX || k->rate_min < p->cfg.hot_key_threshold ||
+            n == POOL_HOT_SPREAD)
+            continue;
+        len = chash_key_tag(k->key, k->len, snap->set.hash_tag, &off);
+        atomic_store_explicit(&p->hot_spread[n++],
+                              chash_ring_hash(snap->ring, k->key + off, len),
+                              memory_order_relaxed);
+        k->spread = true;
+    }
+    for (unsigned i = n; i < POOL_HOT_SPREAD; i++)
+        atomic_store_explicit(&p->hot_spread[i], 0, memory_order_relaxed);
+}
+
 static struct hmember *
 member_get(struct hview *v, const char *name)
 {
@@ -223,6 +253,7 @@ hot_tick(uint64_t now_ms, void *arg)
         if ((v = view_get(p->name, true)) == NULL)
             continue;
         merge(p, v, now_ms);
+        spread_set(p, v);
         sample_members(p, v, now_ms);
     }
     for (pp = &views; *pp != NULL;) { /* pools gone */
@@ -287,6 +318,9 @@ hot_json(struct pool *p)
                                         ? "off (tcp: no key)"
                                         : conf_hot_keys_name(p->cfg.hot_keys)));
     json_object_set_new(j, "window_s", json_real(v ? v->window_s : 0));
+    if (p->cfg.hot_keys == CONF_HOT_SPREAD)
+        json_object_set_new(j, "threshold",
+                            json_integer(p->cfg.hot_key_threshold));
     json_object_set_new(j, "keys_per_s", json_real(v ? v->keys_rate : 0));
     for (size_t i = 0; v != NULL && i < v->nkeys; i++) {
         const struct hkey *k = &v->keys[i];
@@ -300,11 +334,13 @@ hot_json(struct pool *p)
         hot_key_text(k->key, kept, k->len, text, sizeof(text));
         json_array_append_new(
             keys,
-            json_pack("{s:s,s:b,s:I,s:f,s:f,s:f,s:o}", "key", text, "truncated",
-                      k->len > HOT_KEY_MAX, "bytes", (json_int_t)k->len, "rate",
-                      k->rate, "rate_min", k->rate_min, "fraction",
+            json_pack("{s:s,s:b,s:I,s:f,s:f,s:f,s:o,s:b}", "key", text,
+                      "truncated", k->len > HOT_KEY_MAX, "bytes",
+                      (json_int_t)k->len, "rate", k->rate, "rate_min",
+                      k->rate_min, "fraction",
                       v->keys_rate > 0 ? k->rate / v->keys_rate : 0.0, "member",
-                      owner ? json_string(owner->name) : json_null()));
+                      owner ? json_string(owner->name) : json_null(), "spread",
+                      k->spread));
     }
     for (size_t i = 0; v != NULL && i < v->nmem; i++) {
         const struct hmember *m = &v->mem[i];

@@ -400,7 +400,8 @@ settings_from_conf(struct pool_settings *set, const struct conf_pool *cp,
     memset(set, 0, sizeof(*set));
     set->mode = cp->mode;
     set->hash_key = cp->hash_key;
-    set->hot = cp->hot_keys == CONF_HOT_TRACK && cp->mode != CONF_MODE_TCP;
+    set->hot = cp->hot_keys != CONF_HOT_OFF && cp->mode != CONF_MODE_TCP;
+    set->hot_spread = cp->hot_keys == CONF_HOT_SPREAD && cp->replicas > 1;
     set->on_failure = cp->on_failure;
     /* Spilling to a member that does not own the key is what `error`
      * exists to prevent: bounded loads are off in that policy. */

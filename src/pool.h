@@ -122,7 +122,8 @@ struct pool_settings {
     uint32_t client_connections; /* 0 = unlimited */
     bool tcpkeepalive;
     bool auto_eject;        /* auto_eject_hosts */
-    bool hot;               /* hot_keys: track (doc/hot.md) */
+    bool hot;               /* hot_keys: track or spread (doc/hot.md) */
+    bool hot_spread;        /* hot_keys: spread */
     uint32_t failure_limit; /* server_failure_limit */
     const struct proto *proto;
     /* store modes */
@@ -202,6 +203,8 @@ struct pool_snapshot {
     struct pool_snapshot *next_retired;
 };
 
+#define POOL_HOT_SPREAD 16 /* keys spread at once, per pool */
+
 struct pool {
     char *name;
     _Atomic(struct pool_snapshot *) snap; /* (atomic) the current view */
@@ -211,6 +214,10 @@ struct pool {
     _Atomic int refs;                     /* (atomic) registry + connections */
     struct stats_pool *stats;             /* [workers] slots, stats.h */
     struct hot *hot; /* [workers] hot key summaries (hot.h); NULL: tcp */
+    /* hot_keys: spread: the ring hashes of the keys whose reads go to any
+     * member of their replica set (0: an empty slot). Written by the
+     * control thread each second, read by the workers (relaxed). */
+    _Atomic uint64_t hot_spread[POOL_HOT_SPREAD];
     _Atomic uint64_t mig_drained; /* (atomic) the last migration epoch whose
                                      drain barrier passed: its requests
                                      may move keys (request_gate) */

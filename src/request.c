@@ -161,6 +161,7 @@ struct rworker {
     struct rdrain *drains;
     struct rgate *gwait, *gwait_tail;
     struct timer mig_timer;
+    uint64_t spread;     /* hot keys' reads, in turn over their sets */
     struct moved *moved; /* [MOVED_SLOTS], made on first use */
     bool closing;        /* the worker exits: no new member connection */
 };
@@ -1949,6 +1950,22 @@ rep_send(struct rrep *rep, unsigned i)
     /* (a copy that failed at once has reported already) */
 }
 
+/* Whether reads of the key of ring hash <hash> spread over its replica
+ * set (hot_keys: spread; hot.c names them). */
+static bool
+spread_key(const struct pool *p, uint64_t hash)
+{
+    for (unsigned i = 0; i < POOL_HOT_SPREAD; i++) {
+        uint64_t h =
+            atomic_load_explicit(&p->hot_spread[i], memory_order_relaxed);
+        if (h == 0)
+            return false;
+        if (h == hash)
+            return true;
+    }
+    return false;
+}
+
 void
 request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
                    struct rfrag *f, struct server *s, uint64_t hash,
@@ -2003,11 +2020,17 @@ request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
         rep->need = set->write_quorum < n ? set->write_quorum : n;
         rep->wait_primary = set->read_policy == CONF_READ_PRIMARY;
     } else if (r->rep_one || set->read_policy != CONF_READ_QUORUM) {
+        bool hot =
+            set->hot_spread && !r->rep_one && spread_key(rep->pool, hash);
+
         rep->policy = REP_READ_ONE;
         rep->need = 1;
-        if (set->read_policy == CONF_READ_ANY && !r->rep_one) {
-            /* spread by client: a rotation of the preference order */
-            unsigned k = (unsigned)(r->client->id % n);
+        if ((set->read_policy == CONF_READ_ANY && !r->rep_one) || hot) {
+            /* spread by client: a rotation of the preference order; a
+             * hot key's reads (hot_keys: spread), request by request */
+            struct rworker *rw = r->client->w->requests;
+            unsigned k = hot ? (unsigned)(rw->spread++ % n)
+                             : (unsigned)(r->client->id % n);
             struct server *rot[REPLICAS_MAX];
             bool fil[REPLICAS_MAX];
 

@@ -132,3 +132,72 @@ def test_hot_keys_off_counts_nothing(procs, chashd_redis):
                    lambda j: any(m["requests_per_s"] > 0
                                  for m in j["members"]))
     assert j["keys"] == [], j
+
+
+def gets_per_server(servers):
+    """cmdstat_get calls of each redis-server since its last RESETSTAT."""
+    out = []
+    for s in servers:
+        info = s.call("INFO", "commandstats").decode()
+        calls = 0
+        for line in info.splitlines():
+            if line.startswith("cmdstat_get:"):
+                calls = int(line.split("calls=")[1].split(",")[0])
+        out.append(calls)
+    return out
+
+
+def spread_run(procs, chashd_redis, mode):
+    """3 members, replicas 3, write_quorum 3, read_policy primary and
+    hot_keys <mode>: 3000 GETs of one hot key once the pool has seen it
+    hot; the GETs each member served, and what every GET read after a
+    second write."""
+    servers = [RedisServer(procs) for _ in range(3)]
+    aport, port = free_port(), free_port()
+    d = chashd_redis(redis_conf(aport, port, servers, replicas=3,
+                                write_quorum=3, read_policy="primary",
+                                hot_keys=mode, hot_key_threshold=50))
+    api = Api(aport)
+    c = d.client()
+    assert c.call("SET", "hot:1", "v1") == Simple("OK")
+    assert [s.call("GET", "hot:1") for s in servers] == [b"v1"] * 3
+    j = load_until(lambda i: c.call("GET", "hot:1"), api, "store",
+                   lambda j: j["keys"] and j["keys"][0]["key"] == "hot:1" and
+                   (mode != "spread" or j["keys"][0]["spread"]))
+    assert j["keys"][0]["spread"] == (mode == "spread"), j
+    for s in servers:
+        assert s.call("CONFIG", "RESETSTAT") == Simple("OK")
+    got = [c.call("GET", "hot:1") for _ in range(3000)]
+    assert got == [b"v1"] * 3000
+    served = gets_per_server(servers)
+    # reads stay right: a write acknowledged by all three is what every
+    # later read returns, whichever member answers it
+    assert c.call("SET", "hot:1", "v2") == Simple("OK")
+    after = {c.call("GET", "hot:1") for _ in range(300)}
+    return served, after
+
+
+def test_spread_sends_a_hot_keys_reads_to_every_replica(procs, chashd_redis):
+    served, after = spread_run(procs, chashd_redis, "spread")
+    assert sum(served) == 3000, served
+    assert all(n >= 600 for n in served), served   # about 1000 each
+    assert after == {b"v2"}, after
+
+
+def test_track_alone_reads_a_hot_key_from_its_primary(procs, chashd_redis):
+    served, after = spread_run(procs, chashd_redis, "track")
+    assert sorted(served) == [0, 0, 3000], served
+    assert after == {b"v2"}, after
+
+
+def test_spread_needs_replicas(tmp_path):
+    from conftest import CHASHD
+    conf = tmp_path / "c.yml"
+    conf.write_text("store:\n  listen: 127.0.0.1:%d\n  mode: redis\n"
+                    "  hot_keys: spread\n  servers: [127.0.0.1:7001:1]\n"
+                    % free_port())
+    r = subprocess.run([CHASHD, "-t", "-c", str(conf)], capture_output=True,
+                       text=True, timeout=10)
+    assert r.returncode != 0
+    assert "'hot_keys: spread'" in r.stderr and "replicas" in r.stderr, \
+        r.stderr
