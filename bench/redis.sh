@@ -175,20 +175,27 @@ print()
 benchlib.print_table(results, cases, ORDER, LABEL)
 benchlib.print_ratios(results, cases)
 # the hot key summary's cost: chashd 1 worker with it (the default) over
-# the same without; target: at least 0.97 (at most 3% of req/s)
-print("| test | -P | -c | -d | hot_keys track / off req/s (1 worker) |")
-print("|---|---:|---:|---:|---|")
-met = n = 0
+# the same without, per case; one case swings by +-20% between rounds on
+# 2 cores, far more than the cost, so the target is judged on the median
+# over every case: req/s at least x0.97 (at most 3% lost) and CPU per
+# request at most x1.03
+import statistics
+print("| test | -P | -c | -d | hot_keys track / off: req/s | CPU us/req |")
+print("|---|---:|---:|---:|---:|---:|")
+rps, cpu = [], []
 for case in cases:
     a, b = results.med(case, "chashd-1w"), results.med(case, "chashd-1w-nohot")
-    if a is None or b is None or not b[0]:
-        print("| %s | %d | %d | %d | n/a |" % case)
+    if a is None or b is None or not b[0] or not b[3]:
+        print("| %s | %d | %d | %d | n/a | n/a |" % case)
         continue
-    x = a[0] / b[0]
-    n += 1
-    met += x >= 0.97
-    print("| %s | %d | %d | %d | x%.3f %s |"
-          % (case + (x, "MET" if x >= 0.97 else "MISSED")))
+    rps.append(a[0] / b[0])
+    cpu.append(a[3] / b[3])
+    print("| %s | %d | %d | %d | x%.3f | x%.3f |" % (case + (rps[-1], cpu[-1])))
 print()
-print("hot key cost target (>= x0.97 req/s): met in %d of %d cases" % (met, n))
+if rps:
+    mr, mc = statistics.median(rps), statistics.median(cpu)
+    print("hot key cost, median over %d cases: req/s x%.3f (target >= x0.97: "
+          "%s), CPU per request x%.3f (target <= x1.03: %s)"
+          % (len(rps), mr, "MET" if mr >= 0.97 else "MISSED", mc,
+             "MET" if mc <= 1.03 else "MISSED"))
 EOF
