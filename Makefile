@@ -85,7 +85,7 @@ UT_MODS_test_pool      := pool conf log health control invariant builder \
                           proto/redis proto/memcache proto/error proto/http \
                           migration \
                           stats metrics rconn replica access_log etcd \
-                          etcd_codec
+                          etcd_codec hot
 UT_MODS_test_state     := state conf etcd_codec
 UT_MODS_test_migration := $(UT_MODS_test_pool)
 UT_MODS_test_tcp       := proto/proto proto/tcp proto/redis proto/memcache \

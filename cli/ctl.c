@@ -68,6 +68,15 @@ static const char usage_text[] =
     "                                        {\"op\": \"remove\", \"name\"},\n"
     "                                        {\"op\": \"update\", \"name\",\n"
     "                                        \"weight\", \"state\"}]}\n"
+    "  rebalance POOL [--target R] [--dry-run]\n"
+    "                                        weights that bring every\n"
+    "                                        member's measured load within\n"
+    "                                        R (default 1.2) of its share,\n"
+    "                                        with the migration report of\n"
+    "                                        them all; without --dry-run\n"
+    "                                        applied one member at a time\n"
+    "                                        (each change through slow\n"
+    "                                        start or its migration)\n"
     "  hot POOL                              the pool's hottest keys\n"
     "                                        (requests/s, the member of\n"
     "                                        each) and each member's rate\n"
@@ -100,9 +109,10 @@ struct ctl {
     bool have_replicas;
     uint32_t replicas;
     bool reset;
-    bool force; /* add: "force": true, flush a joining member that holds
-                   keys */
-    bool now;   /* remove: ?now=true, leave at once, nothing moved */
+    bool force;         /* add: "force": true, flush a joining member that holds
+                           keys */
+    bool now;           /* remove: ?now=true, leave at once, nothing moved */
+    const char *target; /* rebalance: the load ratio to stay under */
     const char *give_up; /* migration: the old owner to give up (ref in
                             argv), or NULL */
 };
@@ -1543,6 +1553,97 @@ change(const struct ctl *c, const char *method, const char *path, json_t *body,
     return CLI_EXIT_OK;
 }
 
+/* `chash ctl rebalance`: the measured load, the proposal, its report. */
+static void
+print_rebalance(json_t *j)
+{
+    json_t *m, *r = json_object_get(j, "report");
+    size_t i;
+
+    printf("pool %s: the most loaded member gets x%.2f its capacity (target "
+           "x%.2f)\n",
+           str(j, "pool"), json_number_value(json_object_get(j, "worst_ratio")),
+           json_number_value(json_object_get(j, "target")));
+    printf("%-24s %10s %12s\n", "MEMBER", "WEIGHT", "PROPOSED");
+    json_array_foreach(json_object_get(j, "members"), i, m)
+        printf("%-24s %10lld %12lld\n", str(m, "name"), num(m, "weight"),
+               num(m, "new_weight"));
+    if (json_is_number(json_object_get(j, "predicted_worst_ratio")))
+        printf("predicted: the most loaded member at x%.2f its capacity "
+               "(%s)\n",
+               json_number_value(json_object_get(j, "predicted_worst_ratio")),
+               json_is_true(json_object_get(j, "meets_target"))
+                   ? "meets the target"
+                   : "MISSES the target");
+    printf("%s\n", str(j, "note"));
+    if (json_is_object(r)) {
+        printf("\n");
+        print_report(r, "the proposal, all of it at once:", str(j, "pool"));
+    }
+}
+
+/* Apply a rebalance proposal: one weight change per member, in turn;
+ * in a pool that moves data, each waits for the migration the last one
+ * started (bounded: an hour each). */
+static int
+rebalance_apply(const struct ctl *c, const char *pool, const char *label,
+                json_t *j)
+{
+    json_t *m;
+    size_t i;
+    int ex = CLI_EXIT_OK;
+
+    json_array_foreach(json_object_get(j, "members"), i, m)
+    {
+        char name[800], path[2600], what[1024];
+        long long w = num(m, "new_weight");
+        json_t *r;
+
+        if (w == num(m, "weight"))
+            continue;
+        url_escape(str(m, "name"), name, sizeof(name));
+        snprintf(path, sizeof(path), "/api/pools/%s/members/%s", pool, name);
+        snprintf(what, sizeof(what), "pool %s: weight of %s -> %lld", label,
+                 str(m, "name"), w);
+        r = call(c, "PATCH", path, json_pack("{s:I}", "weight", (json_int_t)w),
+                 &ex);
+        if (r == NULL)
+            return ex;
+        if (!c->json)
+            print_report(r, what, label);
+        if (json_is_object(json_object_get(r, "migration"))) {
+            char mpath[2600];
+            int waited = 0;
+
+            snprintf(mpath, sizeof(mpath), "/api/pools/%s/migration", pool);
+            for (;;) {
+                json_t *mg = call(c, "GET", mpath, NULL, &ex);
+                bool active = json_is_true(json_object_get(mg, "active"));
+
+                json_decref(mg);
+                if (mg == NULL) {
+                    json_decref(r);
+                    return ex;
+                }
+                if (!active)
+                    break;
+                if (++waited > 7200) {
+                    fprintf(stderr,
+                            "chash ctl: the migration of %s did not end in "
+                            "an hour: the rest of the proposal is not "
+                            "applied\n",
+                            str(m, "name"));
+                    json_decref(r);
+                    return CLI_EXIT_FAIL;
+                }
+                usleep(500000);
+            }
+        }
+        json_decref(r);
+    }
+    return ex;
+}
+
 /*
  * `state`: the runtime overrides; `state --reset POOL [NAME]`: drop those
  * of a pool (it returns to its config's membership) or of one member,
@@ -1607,6 +1708,7 @@ cmd_ctl(int argc, char **argv)
         {"force", no_argument, NULL, 'f'},
         {"now", no_argument, NULL, 'N'},
         {"give-up", required_argument, NULL, 'G'},
+        {"target", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1623,7 +1725,7 @@ cmd_ctl(int argc, char **argv)
         c.token = NULL;
     opterr = 0;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, ":a:t:jw:nr:RfNG:h", opts, NULL)) !=
+    while ((opt = getopt_long(argc, argv, ":a:t:jw:nr:RfNG:T:h", opts, NULL)) !=
            -1) {
         switch (opt) {
         case 'a':
@@ -1662,6 +1764,18 @@ cmd_ctl(int argc, char **argv)
         case 'G':
             c.give_up = optarg;
             break;
+        case 'T': {
+            char *end;
+            double t = strtod(optarg, &end);
+
+            if (*end != '\0' || end == optarg || !(t >= 1.0) || t > 100)
+                return cli_usage_error(CMD, usage_text,
+                                       "--target takes a load ratio from 1 "
+                                       "to 100, not '%s'",
+                                       optarg);
+            c.target = optarg;
+            break;
+        }
         case 'h':
             fputs(usage_text, stdout);
             return CLI_EXIT_OK;
@@ -1706,6 +1820,9 @@ cmd_ctl(int argc, char **argv)
         return cli_usage_error(CMD, usage_text,
                                "--now goes with 'remove' (it removes a "
                                "member without moving its keys)");
+    if (c.target != NULL && strcmp(verb, "rebalance") != 0)
+        return cli_usage_error(CMD, usage_text,
+                               "--target goes with 'rebalance'");
     if (c.dry_run &&
         (strcmp(verb, "pools") == 0 || strcmp(verb, "show") == 0 ||
          strcmp(verb, "cluster") == 0 || strcmp(verb, "lookup") == 0 ||
@@ -1737,6 +1854,19 @@ cmd_ctl(int argc, char **argv)
         j = call(&c, "GET", "/api/cluster", NULL, &ex);
         if (j != NULL && !c.json)
             print_cluster(j);
+        json_decref(j);
+        return ex;
+    }
+    if (strcmp(verb, "rebalance") == 0) {
+        if ((rc = need(nargs, 1, verb)) != 0)
+            return rc;
+        snprintf(path, sizeof(path), "/api/pools/%s/rebalance?target=%s", pool,
+                 c.target ? c.target : "1.2");
+        j = call(&c, "GET", path, NULL, &ex);
+        if (j != NULL && !c.json)
+            print_rebalance(j);
+        if (j != NULL && !c.dry_run)
+            ex = rebalance_apply(&c, pool, args[0], j);
         json_decref(j);
         return ex;
     }

@@ -81,6 +81,7 @@ struct admin_request {
     unsigned status;
     char *text; /* the answer (JSON), owned */
     size_t textlen;
+    json_t *wrap; /* a rebalance's proposal: the report goes in it */
 };
 
 /*
@@ -428,12 +429,19 @@ change_done(struct membership_result *res, void *arg)
         text_utf8_scrub(res->message);
         rq->text =
             json_text(json_pack("{s:s}", "error", res->message), &rq->textlen);
+    } else if (rq->wrap != NULL) {
+        json_object_set(rq->wrap, "report", res->report);
+        rq->status = MHD_HTTP_OK;
+        rq->text = json_text(rq->wrap, &rq->textlen);
+        rq->wrap = NULL;
     } else {
         rq->status = json_is_true(json_object_get(res->report, "applied"))
                          ? rq->ok_status
                          : MHD_HTTP_OK;
         rq->text = json_text(json_incref(res->report), &rq->textlen);
     }
+    json_decref(rq->wrap);
+    rq->wrap = NULL;
     rq->ready = true;
     if (rq->suspended) {
         rq->suspended = false;
@@ -697,6 +705,56 @@ pool_changes(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
 out:
     json_decref(j);
     return ret;
+}
+
+/* GET /api/pools/{pool}/rebalance?target=R: weights that bring every
+ * member's measured load within R of its share, with the exact migration
+ * report of applying them all (a dry-run batch); nothing is changed. */
+static enum MHD_Result
+pool_rebalance(struct MHD_Connection *c, struct pool *p,
+               struct admin_request *rq)
+{
+    const char *t =
+        MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "target");
+    struct membership_batch_op ops[BATCH_MAX];
+    double target = 1.2;
+    json_t *proposal = NULL;
+    char *end;
+    int n;
+
+    if (t != NULL) {
+        errno = 0;
+        target = strtod(t, &end);
+        if (errno != 0 || *end != '\0' || end == t || !(target >= 1.0) ||
+            target > 100)
+            return respond_error(c, MHD_HTTP_BAD_REQUEST,
+                                 "\"target\" must be a number from 1 to 100 "
+                                 "(the load ratio to stay under; 1.2: 20%% "
+                                 "over the member's share)");
+    }
+    if (p->hot == NULL)
+        return respond_error(c, MHD_HTTP_CONFLICT,
+                             "pool \"%s\" is a tcp pool: its load per member "
+                             "is not measured by request",
+                             p->name);
+    n = hot_rebalance(p, target, ops, BATCH_MAX, &proposal);
+    if (n < 0)
+        return respond_error(c, MHD_HTTP_CONFLICT,
+                             "pool \"%s\": no request measured yet (member "
+                             "rates are sampled every second): try again "
+                             "under load",
+                             p->name);
+    if (n == 0)
+        return respond_json(c, MHD_HTTP_OK, proposal);
+    rq->conn = c;
+    rq->ok_status = MHD_HTTP_OK;
+    rq->wrap = proposal;
+    membership_batch(p, ops, (size_t)n, true, change_done, rq);
+    if (rq->ready)
+        return respond_ready(c, rq);
+    rq->suspended = true;
+    MHD_suspend_connection(c);
+    return MHD_YES;
 }
 
 static enum MHD_Result
@@ -1079,6 +1137,9 @@ route(struct MHD_Connection *c, const char *url, const char *method,
         return get ? pool_ring(c, p) : respond_405(c, method, url, "GET");
     if (n == 4 && is(seg[3], "migration"))
         return get ? respond_json(c, MHD_HTTP_OK, migration_json(p))
+                   : respond_405(c, method, url, "GET");
+    if (n == 4 && is(seg[3], "rebalance"))
+        return get ? pool_rebalance(c, p, rq)
                    : respond_405(c, method, url, "GET");
     if (n == 4 && is(seg[3], "hot"))
         return get ? respond_json(c, MHD_HTTP_OK, hot_json(p))
@@ -1470,6 +1531,7 @@ on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (rq != NULL) {
         free(rq->body);
         free(rq->text);
+        json_decref(rq->wrap);
         free(rq);
         *con_cls = NULL;
     }

@@ -17,6 +17,7 @@
 #include "clock.h"
 #include "conf.h"
 #include "control.h"
+#include "membership.h"
 #include "metrics.h"
 #include "pool.h"
 #include "stats.h"
@@ -417,4 +418,206 @@ hot_metrics(FILE *f)
             fprintf(f, "\"} %.3f\n", (v->mem[i].rate / total) / share);
         }
     }
+}
+
+/* ---- rebalance ----------------------------------------------------------- */
+
+#define REBALANCE_STEPS 64 /* rings tried at most */
+
+/* Member <name>'s requests per second in <v> (0: not measured). */
+static double
+rate_of(const struct hview *v, const char *name)
+{
+    for (size_t k = 0; k < v->nmem; k++)
+        if (strcmp(v->mem[k].name, name) == 0)
+            return v->mem[k].rate;
+    return 0;
+}
+
+/*
+ * The load model of a proposal: the hot keys are point masses (their
+ * measured rates, on the member the ring puts them on); the rest of the
+ * load spreads over the key space (a member takes its share of it). Each
+ * member's predicted load ratio: its part of the load over its capacity,
+ * the part of the weights the operator gave it (the weights before).
+ */
+struct model {
+    size_t n;
+    struct chash_member *m; /* the weights tried (names: the snapshot's) */
+    const double *cap;      /* [n] capacity fractions */
+    const struct hkey *hot;
+    size_t nhot;
+    double rest, total; /* requests/s off the hot keys, all of them */
+    const struct pool_snapshot *snap;
+    const struct chash_config *cfg;
+    double *ratio; /* [n] out */
+};
+
+/* Predict <md>'s ratios for its weights; the worst, or -1 (no ring). */
+static double
+model_run(struct model *md)
+{
+    struct chash_ring *r = NULL;
+    double worst = 0;
+
+    if (chash_ring_create(md->cfg, md->m, md->n, &r) != 0)
+        return -1;
+    for (size_t i = 0; i < md->n; i++)
+        md->ratio[i] = md->rest * chash_ring_share(r, i);
+    for (size_t k = 0; k < md->nhot; k++) {
+        size_t off, len = chash_key_tag(md->hot[k].key, md->hot[k].len,
+                                        md->snap->set.hash_tag, &off);
+        size_t at =
+            chash_ring_lookup(r, chash_ring_hash(r, md->hot[k].key + off, len));
+
+        if (at < md->n)
+            md->ratio[at] += md->hot[k].rate_min;
+    }
+    for (size_t i = 0; i < md->n; i++) {
+        md->ratio[i] = md->cap[i] > 0 && md->total > 0
+                           ? (md->ratio[i] / md->total) / md->cap[i]
+                           : 0;
+        if (md->ratio[i] > worst)
+            worst = md->ratio[i];
+    }
+    chash_ring_destroy(r);
+    return worst;
+}
+
+int
+hot_rebalance(struct pool *p, double target, struct membership_batch_op *ops,
+              size_t cap, json_t **proposal)
+{
+    const struct hview *v = view_get(p->name, false);
+    const struct pool_snapshot *snap = atomic_load(&p->snap);
+    double total = v ? members_rate(v) : 0, hot = 0, wsum = 0;
+    double worst, best, scale = 10;
+    size_t n = snap ? snap->n : 0, nops = 0, nhot = 0;
+    struct model md = {0};
+    uint32_t *bestw = NULL;
+    double *capf = NULL, *ratio = NULL, *now = NULL;
+    json_t *j, *arr;
+    int steps = 0;
+
+    *proposal = NULL;
+    if (v == NULL || total <= 0 || n == 0 || snap->ring == NULL)
+        return -1;
+    md.m = calloc(n, sizeof(*md.m));
+    bestw = calloc(n, sizeof(*bestw));
+    capf = calloc(n, sizeof(*capf));
+    ratio = calloc(n, sizeof(*ratio));
+    now = calloc(n, sizeof(*now));
+    if (md.m == NULL || bestw == NULL || capf == NULL || ratio == NULL ||
+        now == NULL)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        wsum += snap->members[i].weight;
+        if (snap->members[i].weight >= 10)
+            scale = 1; /* small weights get room to move: x10 */
+    }
+    /* what was measured: each member's part of the load over its
+     * capacity (with weights that place by share, its load ratio) */
+    worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        capf[i] = snap->members[i].weight / wsum;
+        now[i] = (rate_of(v, snap->members[i].name) / total) / capf[i];
+        if (now[i] > worst)
+            worst = now[i];
+        md.m[i] = snap->members[i];
+        md.m[i].ramp = 1.0;
+        md.m[i].weight = (uint32_t)(snap->members[i].weight * scale);
+        bestw[i] = md.m[i].weight;
+    }
+    for (size_t k = 0; k < v->nkeys; k++)
+        if (v->keys[k].len <= HOT_KEY_MAX) {
+            hot += v->keys[k].rate_min;
+            nhot = k + 1;
+        }
+    md.n = n;
+    md.cap = capf;
+    md.hot = v->keys;
+    md.nhot = nhot;
+    md.total = total;
+    md.rest = total > hot ? total - hot : 0;
+    md.snap = snap;
+    md.cfg = &p->cfg.ring;
+    md.ratio = ratio;
+    best = worst;
+    /* the worst member gives 10% of its weight at a time, while that
+     * makes the worst better (bounded: REBALANCE_STEPS rings) */
+    if (worst > target) {
+        best = model_run(&md);
+        for (steps = 1; steps < REBALANCE_STEPS && best > target; steps++) {
+            size_t w = 0;
+            double got;
+
+            for (size_t i = 1; i < n; i++)
+                if (ratio[i] > ratio[w])
+                    w = i;
+            if (md.m[w].weight <= 1)
+                break;
+            md.m[w].weight -= md.m[w].weight / 10 ? md.m[w].weight / 10 : 1;
+            got = model_run(&md);
+            if (got < 0)
+                break;
+            if (got < best) {
+                best = got;
+                for (size_t i = 0; i < n; i++)
+                    bestw[i] = md.m[i].weight;
+            }
+        }
+    }
+    j = json_object();
+    arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        uint32_t nw =
+            worst > target && best < worst ? bestw[i] : snap->members[i].weight;
+
+        json_array_append_new(
+            arr, json_pack("{s:s,s:I,s:I,s:f}", "name", snap->members[i].name,
+                           "weight", (json_int_t)snap->members[i].weight,
+                           "new_weight", (json_int_t)nw, "load_ratio", now[i]));
+        if (nw != snap->members[i].weight && nops < cap) {
+            memset(&ops[nops], 0, sizeof(ops[nops]));
+            ops[nops].op = MEMBERSHIP_UPDATE;
+            ops[nops].name = snap->members[i].name;
+            ops[nops].has_weight = true;
+            ops[nops].weight = nw;
+            nops++;
+        }
+    }
+    json_object_set_new(j, "pool", json_string(p->name));
+    json_object_set_new(j, "target", json_real(target));
+    json_object_set_new(j, "worst_ratio", json_real(worst));
+    json_object_set_new(j, "predicted_worst_ratio",
+                        json_real(nops > 0 ? best : worst));
+    json_object_set_new(j, "meets_target",
+                        json_boolean((nops > 0 ? best : worst) <= target));
+    json_object_set_new(j, "rings_tried", json_integer(steps));
+    json_object_set_new(j, "members", arr);
+    json_object_set_new(
+        j, "note",
+        json_string(worst <= target
+                        ? "every member's load is within the target of "
+                          "its capacity: nothing to change"
+                    : nops == 0 ? "no weight change makes the most loaded "
+                                  "member better (a single key may carry its "
+                                  "load: hot_keys: spread spreads its reads)"
+                                : "the model: the hot keys where the new ring "
+                                  "puts them, the rest of the load by share; "
+                                  "capacity: the weights before"));
+    *proposal = j;
+    free(md.m);
+    free(bestw);
+    free(capf);
+    free(ratio);
+    free(now);
+    return (int)nops;
+fail:
+    free(md.m);
+    free(bestw);
+    free(capf);
+    free(ratio);
+    free(now);
+    return -1;
 }

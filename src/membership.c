@@ -2361,11 +2361,11 @@ membership_batch(struct pool *p, const struct membership_batch_op *ops,
             return;
         }
     }
-    if (!etcd_pool(p)) {
+    if (!etcd_pool(p) && !dry_run) {
         refuse(&bt->res, MEMBERSHIP_EINVAL,
                "pool %s: a batch of changes is one etcd transaction: it is "
                "for pools with members_from: etcd (change this pool one "
-               "member at a time)",
+               "member at a time; a dry run reports any pool)",
                p->name);
         batch_finish(bt);
         return;

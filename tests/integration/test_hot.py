@@ -201,3 +201,76 @@ def test_spread_needs_replicas(tmp_path):
     assert r.returncode != 0
     assert "'hot_keys: spread'" in r.stderr and "replicas" in r.stderr, \
         r.stderr
+
+
+def rebalance(api, target=None):
+    q = "" if target is None else "?target=%s" % target
+    return api.call("GET", "/api/pools/store/rebalance" + q)
+
+
+def test_rebalance_proposes_weights_off_the_hot_member_and_applies_them(
+        procs, chashd_redis):
+    """A hot key (a third of the load) on one member: the proposal takes
+    weight off that member, predicts a lower worst load ratio, carries the
+    exact migration report, and changes nothing; `chash ctl rebalance`
+    without --dry-run applies exactly the proposed weights."""
+    servers = [RedisServer(procs) for _ in range(3)]
+    aport, port = free_port(), free_port()
+    d = chashd_redis(redis_conf(aport, port, servers))
+    api = Api(aport)
+    c = d.client()
+    assert c.call("SET", "hot:1", "x") == Simple("OK")
+    holder = "store-%d" % (1 + [s.call("EXISTS", "hot:1")
+                                for s in servers].index(1))
+
+    def send(i):
+        c.call("GET", "hot:1" if i % 3 == 0 else "cold:%d" % i)
+
+    # measured first: a proposal needs the members' rates
+    load_until(send, api, "store", lambda j: j["keys"] and all(
+        m["requests_per_s"] > 0 for m in j["members"]))
+    st, j, _ = rebalance(api, 1.2)
+    assert st == 200, j
+    assert j["worst_ratio"] > 1.3, j
+    mem = {m["name"]: m for m in j["members"]}
+    assert max(mem, key=lambda n: mem[n]["load_ratio"]) == holder, j
+    # weights x10 (room to move), the holder's reduced
+    assert mem[holder]["new_weight"] < 10, j
+    assert j["predicted_worst_ratio"] < j["worst_ratio"], j
+    rep = j["report"]
+    assert rep["dry_run"] is True and rep["applied"] is False, rep
+    assert rep["moved"] > 0 and rep["flows"], rep
+    assert any(f["from"] == holder for f in rep["flows"]), rep
+    assert {n: m["weight"] for n, m in api.members("store").items()} == \
+        {"store-1": 1, "store-2": 1, "store-3": 1}
+    # applied by the CLI, member by member
+    want = {n: m["new_weight"] for n, m in mem.items()}
+    for i in range(600):
+        send(i)
+    out = subprocess.run([CHASH, "ctl", "--admin", "127.0.0.1:%d" % aport,
+                          "rebalance", "store", "--target", "1.2"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = {n: m["weight"] for n, m in api.members("store").items()}
+    assert got[holder] < 10 and got != {"store-1": 1, "store-2": 1,
+                                        "store-3": 1}, (got, want, out.stdout)
+
+
+def test_rebalance_with_an_even_load_changes_nothing(procs, chashd_redis):
+    servers = [RedisServer(procs) for _ in range(3)]
+    aport, port = free_port(), free_port()
+    d = chashd_redis(redis_conf(aport, port, servers))
+    api = Api(aport)
+    c = d.client()
+    st, j, _ = rebalance(api)
+    assert st == 409 and "no request measured" in j["error"], j
+    load_until(lambda i: c.call("GET", "k:%d" % i), api, "store",
+               lambda j: all(m["requests_per_s"] > 0 for m in j["members"]))
+    st, j, _ = rebalance(api, 1.5)
+    assert st == 200, j
+    assert j["worst_ratio"] < 1.5 and j["meets_target"] is True, j
+    assert all(m["new_weight"] == m["weight"] for m in j["members"]), j
+    assert "report" not in j
+    for bad in ("0.5", "x", "1000"):
+        st, e, _ = rebalance(api, bad)
+        assert st == 400 and "target" in e["error"], (bad, e)
