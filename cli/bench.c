@@ -21,18 +21,23 @@
 
 static const char usage_text[] =
     "usage: chash bench [--algo A|all] [--members N] [--points P] [--keys K]\n"
-    "                   [--table-size M] [--rounds R] [--latency] [--json]\n"
+    "                   [--table-size M] [--rounds R] [--latency] [--zones Z]\n"
+    "                   [--json]\n"
     "  --algo A|all   one algorithm or all of them (default all)\n"
     "  --members N    members node-0 .. node-N-1 (default: one table each\n"
     "                 for N = 10, 100, 1000, 10000)\n"
     "  --points P     points per weight (default 160)\n"
-    "  --keys K       random 64-bit hashes per lookup round (default 1000000);\n"
+    "  --keys K       random 64-bit hashes per lookup round (default "
+    "1000000);\n"
     "                 lookups take them as they are, so no key hash is timed\n"
     "  --table-size M maglev table (default: smallest prime >= max(65537,\n"
     "                 100 x N))\n"
     "  --rounds R     timing rounds; medians are reported (default 5)\n"
     "  --latency      also time dependent lookups (each hash perturbed by\n"
-    "                 the previous answer, so lookups cannot overlap)\n";
+    "                 the previous answer, so lookups cannot overlap)\n"
+    "  --zones Z      also time the zoned lookup (zone, then member: the\n"
+    "                 members spread over Z zones) against the flat one;\n"
+    "                 target: within 2x\n";
 
 /* O(n)-per-lookup algorithms get at most this many member-lookups per
  * round, so rendezvous at 10000 members takes seconds, not minutes. */
@@ -41,37 +46,40 @@ static const char usage_text[] =
 #define BENCH_DIFF_BUDGET_S 5.0
 
 struct bench_opts {
-    int algo;           /* -1 = all */
+    int algo; /* -1 = all */
     uint32_t points;
     uint32_t table_size;
     uint64_t keys;
     uint32_t rounds;
     bool latency;
     bool json;
+    uint32_t zones; /* 0: no zoned lookup */
 };
 
 /* Movement on one membership change, measured and exact. */
 struct movement {
-    double measured;    /* fraction of the keys whose owner's name changed */
-    double exact;       /* chash_ring_diff; NAN when skipped */
+    double measured; /* fraction of the keys whose owner's name changed */
+    double exact;    /* chash_ring_diff; NAN when skipped */
     bool exact_is_exact;
-    double optimal;     /* the added member's / removed member's share */
+    double optimal; /* the added member's / removed member's share */
 };
 
 struct result {
     int algo;
     size_t members;
     uint32_t table_size;
-    uint64_t keys;      /* after any reduction */
+    uint64_t keys; /* after any reduction */
     bool reduced;
     double ns_lookup;
-    double ns_batch;    /* chash_ring_lookup_batch, per key */
-    double ns_dependent; /* --latency: each lookup waits for the last; 0 = not run */
+    double ns_batch;     /* chash_ring_lookup_batch, per key */
+    double ns_dependent; /* --latency: each lookup waits for the last; 0 = not
+                            run */
+    double ns_zoned;     /* --zones: chash_zring_lookup; 0 = not run */
     double build_ms;
     size_t memory;
     size_t points;
-    double peak_keys;   /* peak/mean of key counts */
-    double peak_exact;  /* peak/mean of chash_ring_share */
+    double peak_keys;  /* peak/mean of key counts */
+    double peak_exact; /* peak/mean of chash_ring_share */
     double cv;
     struct movement add, remove;
 };
@@ -128,6 +136,70 @@ make_members(struct cli_members *ms, size_t n)
 }
 
 static volatile size_t bench_sink;
+
+static double
+time_zoned(const struct chash_zring *z, const uint64_t *h, uint64_t n)
+{
+    size_t acc = 0;
+    double t0 = cli_now();
+
+    for (uint64_t i = 0; i < n; i++)
+        acc += chash_zring_lookup(z, h[i]);
+    bench_sink = acc;
+    return (cli_now() - t0) * 1e9 / (double)n;
+}
+
+/* --zones: the zoned lookup of <algo> at <n> members over o->zones zones
+ * (member i in zone i mod Z) beside the flat one, medians of the rounds;
+ * printed as a line (text) or returned in *<ns> (0: not built). */
+static void
+zoned_one(const struct bench_opts *o, int algo, size_t n, const uint64_t *h,
+          uint64_t keys, double flat_ns, double *ns)
+{
+    struct chash_config cfg = {.algo = algo, .points_per_weight = o->points};
+    struct chash_zmember *m = calloc(n, sizeof(*m));
+    char(*names)[32] = calloc(n, sizeof(*names));
+    char(*zn)[16] = calloc(o->zones, sizeof(*zn));
+    double *t = calloc(o->rounds, sizeof(*t));
+    struct chash_zring *z = NULL;
+    int rc;
+
+    *ns = 0;
+    if (m == NULL || names == NULL || zn == NULL || t == NULL)
+        goto out;
+    if (algo == CHASH_ALGO_MAGLEV)
+        cfg.table_size = o->table_size ? o->table_size : maglev_size(n + 1);
+    for (uint32_t i = 0; i < o->zones; i++)
+        snprintf(zn[i], sizeof(zn[i]), "zone-%u", i);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(names[i], sizeof(names[i]), "node-%zu", i);
+        m[i].name = names[i];
+        m[i].zone = zn[i % o->zones];
+        m[i].weight = 1;
+        m[i].ramp = 1.0;
+    }
+    if ((rc = chash_zring_create(&cfg, m, n, NULL, 0, &z)) != 0) {
+        if (!o->json)
+            printf("  zoned %-10s %6zu members: %s\n", chash_algo_name(algo), n,
+                   chash_strerror(rc));
+        goto out;
+    }
+    for (uint32_t k = 0; k < o->rounds; k++)
+        t[k] = time_zoned(z, h, keys);
+    *ns = median(t, o->rounds);
+    if (!o->json)
+        printf("  zoned %-10s %6zu members in %u zones: %7.1f ns/lookup, "
+               "flat %7.1f: x%.2f (target <= x2: %s)\n",
+               chash_algo_name(algo), n, o->zones, *ns, flat_ns,
+               flat_ns > 0 ? *ns / flat_ns : 0,
+               flat_ns > 0 && *ns <= 2 * flat_ns ? "MET" : "MISSED");
+out:
+    chash_zring_destroy(z);
+    free(m);
+    free(names);
+    free(zn);
+    free(t);
+}
 
 static double
 time_lookups(const struct chash_ring *ring, const uint64_t *h, uint64_t n)
@@ -352,17 +424,16 @@ text_table(const struct bench_opts *o, const struct result *r, size_t nr)
         printf("%-11s %9" PRIu64 " %9.1f %9.1f %11.2f %9.3f %12zu %10zu %8.2f",
                chash_algo_name(r[i].algo), r[i].keys, r[i].ns_lookup,
                r[i].ns_batch, 1e3 / r[i].ns_lookup, r[i].build_ms, r[i].memory,
-               r[i].points,
-               (double)r[i].memory / (double)r[i].points);
+               r[i].points, (double)r[i].memory / (double)r[i].points);
         if (o->latency)
             printf(" %14.1f", r[i].ns_dependent);
         putchar('\n');
     }
-    printf("%-11s %10s %10s %6s | %-31s | %s\n", "", "peak/mean",
-           "peak/mean", "", "add one member: moved", "remove one: moved");
-    printf("%-11s %10s %10s %6s | %9s %9s %5s %5s | %9s %9s %5s %5s\n",
-           "algo", "(keys)", "(exact)", "cv", "keys", "exact", "k/opt",
-           "e/opt", "keys", "exact", "k/opt", "e/opt");
+    printf("%-11s %10s %10s %6s | %-31s | %s\n", "", "peak/mean", "peak/mean",
+           "", "add one member: moved", "remove one: moved");
+    printf("%-11s %10s %10s %6s | %9s %9s %5s %5s | %9s %9s %5s %5s\n", "algo",
+           "(keys)", "(exact)", "cv", "keys", "exact", "k/opt", "e/opt", "keys",
+           "exact", "k/opt", "e/opt");
     for (size_t i = 0; i < nr; i++) {
         char am[16], ae[16], ar1[16], ar2[16];
         char rm[16], re[16], rr1[16], rr2[16];
@@ -372,8 +443,7 @@ text_table(const struct bench_opts *o, const struct result *r, size_t nr)
         fmt_ratio(ar2, sizeof(ar2), r[i].add.exact, r[i].add.optimal);
         fmt_pct(rm, sizeof(rm), r[i].remove.measured);
         fmt_pct(re, sizeof(re), r[i].remove.exact);
-        fmt_ratio(rr1, sizeof(rr1), r[i].remove.measured,
-                  r[i].remove.optimal);
+        fmt_ratio(rr1, sizeof(rr1), r[i].remove.measured, r[i].remove.optimal);
         fmt_ratio(rr2, sizeof(rr2), r[i].remove.exact, r[i].remove.optimal);
         printf("%-11s %10.3f %10.3f %6.3f | %9s %9s %5s %5s | %9s %9s %5s "
                "%5s\n",
@@ -393,8 +463,7 @@ text_table(const struct bench_opts *o, const struct result *r, size_t nr)
         if (!r[i].add.exact_is_exact)
             printf("note: %s's exact column is chash_ring_diff sampled at "
                    "2^20 hashes%s\n",
-                   a, isnan(r[i].add.exact) ? " (skipped: too slow here)"
-                                            : "");
+                   a, isnan(r[i].add.exact) ? " (skipped: too slow here)" : "");
     }
 }
 
@@ -431,14 +500,15 @@ json_result(const struct result *r, bool first)
            "\"peak_to_mean_exact\":%.6g,\"cv\":%.6g,",
            first ? "" : ",", chash_algo_name(r->algo), r->members, r->keys,
            r->reduced ? "true" : "false", r->ns_lookup, r->ns_batch,
-           1e9 / r->ns_lookup,
-           r->build_ms, r->memory, r->points,
-           (double)r->memory / (double)r->points, r->peak_keys,
-           r->peak_exact, r->cv);
+           1e9 / r->ns_lookup, r->build_ms, r->memory, r->points,
+           (double)r->memory / (double)r->points, r->peak_keys, r->peak_exact,
+           r->cv);
     if (r->algo == CHASH_ALGO_MAGLEV)
         printf("\"table_size\":%" PRIu32 ",", r->table_size);
     if (r->ns_dependent > 0)
         printf("\"ns_per_lookup_dependent\":%.4g,", r->ns_dependent);
+    if (r->ns_zoned > 0)
+        printf("\"ns_per_lookup_zoned\":%.4g,", r->ns_zoned);
     json_movement("add", &r->add);
     putchar(',');
     json_movement("remove", &r->remove);
@@ -468,8 +538,7 @@ run(const struct bench_opts *o, const size_t *sizes, size_t nsizes)
     if (o->json)
         printf("{\"points\":%" PRIu32 ",\"keys\":%" PRIu64
                ",\"rounds\":%" PRIu32 ",\"cpus\":%ld,\"results\":[",
-               o->points, o->keys, o->rounds,
-               sysconf(_SC_NPROCESSORS_ONLN));
+               o->points, o->keys, o->rounds, sysconf(_SC_NPROCESSORS_ONLN));
     else
         printf("chash bench: %ld online CPUs; other processes may share "
                "them, so compare ratios within one run\n",
@@ -488,6 +557,9 @@ run(const struct bench_opts *o, const size_t *sizes, size_t nsizes)
                     goto out;
                 continue;
             }
+            if (o->zones > 0 && a != CHASH_ALGO_JUMP)
+                zoned_one(o, a, sizes[s], keys, res[nr].keys, res[nr].ns_lookup,
+                          &res[nr].ns_zoned);
             if (o->json) {
                 json_result(&res[nr], first);
                 first = false;
@@ -518,13 +590,16 @@ cmd_bench(int argc, char **argv)
         {"table-size", required_argument, NULL, 't'},
         {"rounds", required_argument, NULL, 'r'},
         {"latency", no_argument, NULL, 'L'},
+        {"zones", required_argument, NULL, 'z'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     static const size_t default_sizes[] = {10, 100, 1000, 10000};
-    struct bench_opts o = {.algo = -1, .points = CHASH_DEFAULT_POINTS,
-                           .keys = 1000000, .rounds = 5};
+    struct bench_opts o = {.algo = -1,
+                           .points = CHASH_DEFAULT_POINTS,
+                           .keys = 1000000,
+                           .rounds = 5};
     uint64_t members = 0;
     int c;
 
@@ -539,8 +614,8 @@ cmd_bench(int argc, char **argv)
                 goto usage;
             break;
         case 'm':
-            if (cli_parse_u64(CMD, "--members", optarg, 1, 1000000,
-                              &members) != 0)
+            if (cli_parse_u64(CMD, "--members", optarg, 1, 1000000, &members) !=
+                0)
                 goto usage;
             break;
         case 'p':
@@ -549,8 +624,8 @@ cmd_bench(int argc, char **argv)
                 goto usage;
             break;
         case 'k':
-            if (cli_parse_u64(CMD, "--keys", optarg, 1, 100000000,
-                              &o.keys) != 0)
+            if (cli_parse_u64(CMD, "--keys", optarg, 1, 100000000, &o.keys) !=
+                0)
                 goto usage;
             break;
         case 't':
@@ -559,8 +634,7 @@ cmd_bench(int argc, char **argv)
                 goto usage;
             break;
         case 'r':
-            if (cli_parse_u32(CMD, "--rounds", optarg, 1, 1000,
-                              &o.rounds) != 0)
+            if (cli_parse_u32(CMD, "--rounds", optarg, 1, 1000, &o.rounds) != 0)
                 goto usage;
             break;
         case 'j':
@@ -568,6 +642,10 @@ cmd_bench(int argc, char **argv)
             break;
         case 'L':
             o.latency = true;
+            break;
+        case 'z':
+            if (cli_parse_u32(CMD, "--zones", optarg, 1, 1000, &o.zones) != 0)
+                goto usage;
             break;
         case 'h':
             fputs(usage_text, stdout);

@@ -707,7 +707,8 @@ def test_man_page_documents_every_ctl_command():
                           .split("options:", 1)[0], re.M)
     assert {"pools", "show", "add", "remove", "weight", "reweight", "drain",
             "up", "maint", "lookup", "state", "migration",
-            "replication", "batch", "cluster"} == set(commands)
+            "replication", "batch", "cluster", "hot",
+            "rebalance"} == set(commands)
     man = man_source()
     ctl = man.split(".SS chash ctl", 1)[1].split(".SH ", 1)[0]
     for c in commands:

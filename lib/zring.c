@@ -1,0 +1,651 @@
+/* zring.c -- zone-then-member placement (chash.h, "Zones";
+ * doc/internals/placement.md): a ring over the zones, and in each zone a
+ * ring over its members, both ordinary rings of one config built from
+ * names alone. A key's hash picks its zone on the first and its member on
+ * the zone's ring; replicas walk the zones first, so N replicas land in N
+ * distinct zones when there are N. Shares and diffs are exact for the
+ * continuum algorithms (ring, ketama, nginx): every point of every ring is
+ * a place where the owner may change, and the owner is constant between
+ * two consecutive ones; the others are measured on 2^20 hashes.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct zone {
+    char *name;
+    struct chash_ring *ring; /* its members; NULL when none owns anything */
+    size_t *global;          /* ring index -> index in the caller's array */
+    size_t n;
+};
+
+struct chash_zring {
+    struct chash_config cfg;
+    struct chash_ring *zones_ring; /* ring member i = zones[i] */
+    struct zone *zones;            /* sorted by name */
+    size_t nzones;
+    size_t nmembers;
+    char **names;    /* the members' names (copies), caller's order */
+    size_t *zone_of; /* member -> zone */
+    size_t *local;   /* member -> index in its zone's ring */
+    double *share;   /* per member */
+    double *zshare;  /* per zone */
+    size_t nowners;  /* members owning something */
+    /* continuum algorithms: both levels flattened into one continuum (a
+     * point at every position where an owner may change, owned by the
+     * member the two levels give there): one lookup instead of two */
+    struct chash__continuum flat;
+    unsigned shift;
+    bool exact;
+    uint64_t checksum;
+};
+
+static int
+cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void
+chash_zring_destroy(struct chash_zring *z)
+{
+    if (z == NULL)
+        return;
+    for (size_t i = 0; i < z->nzones; i++) {
+        free(z->zones[i].name);
+        chash_ring_destroy(z->zones[i].ring);
+        free(z->zones[i].global);
+    }
+    free(z->zones);
+    chash_ring_destroy(z->zones_ring);
+    for (size_t i = 0; i < z->nmembers; i++)
+        free(z->names != NULL ? z->names[i] : NULL);
+    free(z->names);
+    free(z->zone_of);
+    free(z->local);
+    free(z->share);
+    free(z->zshare);
+    chash__continuum_deinit(&z->flat);
+    free(z);
+}
+
+static size_t
+zone_find(const struct chash_zring *z, const char *name)
+{
+    size_t lo = 0, hi = z->nzones;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(z->zones[mid].name, name);
+
+        if (c == 0)
+            return mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return z->nzones;
+}
+
+/* The zone names of <m>, sorted and unique, into z->zones. */
+static int
+zones_collect(struct chash_zring *z, const struct chash_zmember *m, size_t n)
+{
+    char **v = malloc((n ? n : 1) * sizeof(*v));
+    size_t k = 0;
+
+    if (v == NULL)
+        return -CHASH_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        v[i] = (char *)m[i].zone;
+    qsort(v, n, sizeof(*v), cmp_str);
+    z->zones = calloc(n ? n : 1, sizeof(*z->zones));
+    if (z->zones == NULL) {
+        free(v);
+        return -CHASH_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (k > 0 && strcmp(z->zones[k - 1].name, v[i]) == 0)
+            continue;
+        if ((z->zones[k].name = strdup(v[i])) == NULL) {
+            z->nzones = k;
+            free(v);
+            return -CHASH_ENOMEM;
+        }
+        k++;
+    }
+    z->nzones = k;
+    free(v);
+    return 0;
+}
+
+static int
+cmp_u64(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+    return (a > b) - (a < b);
+}
+
+/* Every position where an owner may change, in position space, sorted
+ * and unique: the points of the zone ring and of every zone's ring, of
+ * each zring of <zs>. NULL when a ring is not a continuum (or out of
+ * memory: *<oom> says which). */
+static uint64_t *
+breakpoints(const struct chash_zring *const *zs, size_t nz, size_t *count,
+            bool *oom)
+{
+    size_t total = 0, k = 0, u = 0;
+    uint64_t *v;
+
+    *oom = false;
+    for (size_t a = 0; a < nz; a++) {
+        const struct chash_zring *z = zs[a];
+
+        if (z->zones_ring->cont.npoints == 0)
+            return NULL;
+        total += z->zones_ring->cont.npoints;
+        for (size_t i = 0; i < z->nzones; i++)
+            if (z->zones[i].ring != NULL)
+                total += z->zones[i].ring->cont.npoints;
+    }
+    if ((v = malloc((total ? total : 1) * sizeof(*v))) == NULL) {
+        *oom = true;
+        return NULL;
+    }
+    for (size_t a = 0; a < nz; a++) {
+        const struct chash_zring *z = zs[a];
+        const struct chash__continuum *c = &z->zones_ring->cont;
+
+        memcpy(v + k, c->pos, c->npoints * sizeof(*v));
+        k += c->npoints;
+        for (size_t i = 0; i < z->nzones; i++) {
+            if (z->zones[i].ring == NULL)
+                continue;
+            c = &z->zones[i].ring->cont;
+            memcpy(v + k, c->pos, c->npoints * sizeof(*v));
+            k += c->npoints;
+        }
+    }
+    qsort(v, k, sizeof(*v), cmp_u64);
+    for (size_t i = 0; i < k; i++)
+        if (u == 0 || v[u - 1] != v[i])
+            v[u++] = v[i];
+    *count = u;
+    return v;
+}
+
+/* The member owning position <pos> (a breakpoint: the hash whose
+ * position it is). */
+static size_t lookup2(const struct chash_zring *z, uint64_t hash);
+
+static size_t
+owner_at(const struct chash_zring *z, uint64_t pos)
+{
+    return lookup2(z, pos >> z->zones_ring->pos_shift);
+}
+
+/* The callback of a segment walk: <fraction> of the hash space is owned
+ * by member <from> of the first zring and <to> of the second. */
+typedef void (*seg_fn)(void *ctx, size_t from, size_t to, double fraction);
+
+/* Walk the hash space of <a> and <b> (may be the same) in segments on
+ * which both owners are constant: exact for continuum rings, else 2^20
+ * evenly spaced hashes. -CHASH_ENOMEM or 0. */
+static int
+walk(const struct chash_zring *a, const struct chash_zring *b, seg_fn fn,
+     void *ctx)
+{
+    const struct chash_zring *zs[2] = {a, b};
+    size_t n = 0;
+    bool oom;
+    uint64_t *v = breakpoints(zs, a == b ? 1 : 2, &n, &oom);
+    const double full = 18446744073709551616.0; /* 2^64 */
+
+    if (v == NULL && oom)
+        return -CHASH_ENOMEM;
+    if (v == NULL) {
+        const size_t samples = (size_t)1 << 20;
+        const uint64_t step = (uint64_t)1 << 44;
+
+        for (size_t s = 0; s < samples; s++) {
+            uint64_t h = (uint64_t)s * step + step / 2;
+            fn(ctx, lookup2(a, h), lookup2(b, h), 1.0 / (double)samples);
+        }
+        return 0;
+    }
+    /* (v[i-1], v[i]] is owned by the owner of v[i]; the wrap segment
+     * (v[n-1], 2^64) and [0, v[0]] by the owner of v[0] */
+    for (size_t i = 1; i < n; i++)
+        fn(ctx, owner_at(a, v[i]), owner_at(b, v[i]),
+           (double)(v[i] - v[i - 1]) / full);
+    if (n > 0)
+        fn(ctx, owner_at(a, v[0]), owner_at(b, v[0]),
+           ((double)(UINT64_MAX - v[n - 1]) + 1.0 + (double)v[0]) / full);
+    free(v);
+    return 0;
+}
+
+/* Flatten both levels into z->flat (continuum algorithms). 0, or
+ * -CHASH_ENOMEM; nothing for the others. */
+static int
+flatten(struct chash_zring *z)
+{
+    const struct chash_zring *zs[1] = {z};
+    struct chash__point *pts;
+    size_t n = 0;
+    bool oom;
+    uint64_t *v = breakpoints(zs, 1, &n, &oom);
+    int rc;
+
+    if (v == NULL)
+        return oom ? -CHASH_ENOMEM : 0;
+    if ((pts = malloc((n ? n : 1) * sizeof(*pts))) == NULL) {
+        free(v);
+        return -CHASH_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pts[i].pos = v[i];
+        pts[i].tie = i;
+        pts[i].owner = (uint32_t)owner_at(z, v[i]);
+    }
+    rc = chash__continuum_build(&z->flat, pts, n, false);
+    z->shift = z->zones_ring->pos_shift;
+    free(pts);
+    free(v);
+    return rc;
+}
+
+static void
+share_seg(void *ctx, size_t from, size_t to, double fraction)
+{
+    struct chash_zring *z = ctx;
+
+    (void)to;
+    z->share[from] += fraction;
+}
+
+int
+chash_zring_create(const struct chash_config *cfg,
+                   const struct chash_zmember *members, size_t n,
+                   const struct chash_zone_weight *weights, size_t nweights,
+                   struct chash_zring **out)
+{
+    struct chash_zring *z;
+    struct chash_member *zm = NULL, *mm = NULL;
+    int rc;
+
+    if (out == NULL || (members == NULL && n > 0) ||
+        (weights == NULL && nweights > 0))
+        return -CHASH_EINVAL;
+    *out = NULL;
+    if (n == 0)
+        return -CHASH_EEMPTY;
+    if (cfg != NULL && cfg->algo == CHASH_ALGO_JUMP)
+        return -CHASH_ENOTSUP; /* zone weights are sums: jump takes 0/1 */
+    for (size_t i = 0; i < n; i++) {
+        if (members[i].name == NULL || members[i].name[0] == '\0')
+            return -CHASH_ENONAME;
+        if (members[i].zone == NULL || members[i].zone[0] == '\0')
+            return -CHASH_EINVAL;
+    }
+    for (size_t i = 0; i < nweights; i++)
+        if (weights[i].zone == NULL || weights[i].zone[0] == '\0')
+            return -CHASH_EINVAL;
+    if ((z = calloc(1, sizeof(*z))) == NULL)
+        return -CHASH_ENOMEM;
+    z->nmembers = n;
+    z->names = calloc(n, sizeof(*z->names));
+    z->zone_of = calloc(n, sizeof(*z->zone_of));
+    z->local = calloc(n, sizeof(*z->local));
+    z->share = calloc(n, sizeof(*z->share));
+    mm = calloc(n, sizeof(*mm));
+    if (z->names == NULL || z->zone_of == NULL || z->local == NULL ||
+        z->share == NULL || mm == NULL) {
+        rc = -CHASH_ENOMEM;
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++)
+        if ((z->names[i] = strdup(members[i].name)) == NULL) {
+            rc = -CHASH_ENOMEM;
+            goto fail;
+        }
+    if ((rc = zones_collect(z, members, n)) != 0)
+        goto fail;
+    z->zshare = calloc(z->nzones, sizeof(*z->zshare));
+    zm = calloc(z->nzones, sizeof(*zm));
+    if (z->zshare == NULL || zm == NULL) {
+        rc = -CHASH_ENOMEM;
+        goto fail;
+    }
+    /* the members of each zone, in the caller's order */
+    for (size_t i = 0; i < n; i++) {
+        size_t zi = zone_find(z, members[i].zone);
+        z->zone_of[i] = zi;
+        z->zones[zi].n++;
+    }
+    for (size_t zi = 0; zi < z->nzones; zi++) {
+        struct zone *zn = &z->zones[zi];
+        double wsum = 0, rsum = 0;
+        size_t k = 0;
+
+        if ((zn->global = calloc(zn->n, sizeof(*zn->global))) == NULL) {
+            rc = -CHASH_ENOMEM;
+            goto fail;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (z->zone_of[i] != zi)
+                continue;
+            zn->global[k] = i;
+            z->local[i] = k;
+            mm[k].name = members[i].name;
+            mm[k].weight = members[i].weight;
+            mm[k].ramp = members[i].ramp;
+            if (!(members[i].ramp >= 0.0 && members[i].ramp <= 1.0)) {
+                rc = -CHASH_ERAMP;
+                goto fail;
+            }
+            wsum += members[i].weight;
+            rsum += members[i].weight * members[i].ramp;
+            k++;
+        }
+        /* the zone: its members' weights summed (or the one given), its
+         * ramp theirs, weighted */
+        zm[zi].name = zn->name;
+        zm[zi].weight = wsum > UINT32_MAX ? UINT32_MAX : (uint32_t)wsum;
+        zm[zi].ramp = wsum > 0 ? rsum / wsum : 1.0;
+        for (size_t w = 0; w < nweights; w++)
+            if (strcmp(weights[w].zone, zn->name) == 0)
+                zm[zi].weight = weights[w].weight;
+        if (wsum > 0 && rsum > 0) {
+            rc = chash_ring_create(cfg, mm, zn->n, &zn->ring);
+            if (rc != 0)
+                goto fail;
+        } else {
+            zm[zi].weight = 0; /* no member owns anything: neither does it */
+        }
+    }
+    for (size_t w = 0; w < nweights; w++)
+        if (zone_find(z, weights[w].zone) == z->nzones) {
+            rc = -CHASH_EINVAL; /* a weight for a zone without members */
+            goto fail;
+        }
+    if ((rc = chash_ring_create(cfg, zm, z->nzones, &z->zones_ring)) != 0)
+        goto fail;
+    chash_ring_config(z->zones_ring, &z->cfg);
+    z->exact = z->zones_ring->cont.npoints > 0;
+    /* member names are unique across zones */
+    {
+        char **v = malloc(n * sizeof(*v));
+
+        if (v == NULL) {
+            rc = -CHASH_ENOMEM;
+            goto fail;
+        }
+        memcpy(v, z->names, n * sizeof(*v));
+        qsort(v, n, sizeof(*v), cmp_str);
+        for (size_t i = 1; i < n; i++)
+            if (strcmp(v[i - 1], v[i]) == 0) {
+                free(v);
+                rc = -CHASH_EDUPNAME;
+                goto fail;
+            }
+        free(v);
+    }
+    if ((rc = walk(z, z, share_seg, z)) != 0 || (rc = flatten(z)) != 0)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        z->zshare[z->zone_of[i]] += z->share[i];
+        z->nowners += z->share[i] > 0;
+    }
+    /* the checksum: the zones' placement, then each zone's, by name */
+    z->checksum = chash_ring_checksum(z->zones_ring);
+    for (size_t zi = 0; zi < z->nzones; zi++) {
+        uint64_t c =
+            z->zones[zi].ring ? chash_ring_checksum(z->zones[zi].ring) : 0;
+        z->checksum = (z->checksum ^ c) * 0x100000001b3ULL;
+    }
+    free(zm);
+    free(mm);
+    *out = z;
+    return 0;
+fail:
+    free(zm);
+    free(mm);
+    chash_zring_destroy(z);
+    return rc;
+}
+
+uint64_t
+chash_zring_hash(const struct chash_zring *z, const void *key, size_t len)
+{
+    return chash_ring_hash(z->zones_ring, key, len);
+}
+
+size_t
+chash_zring_lookup_zone(const struct chash_zring *z, uint64_t hash)
+{
+    return chash_ring_lookup(z->zones_ring, hash);
+}
+
+/* The two levels, one after the other. */
+static size_t
+lookup2(const struct chash_zring *z, uint64_t hash)
+{
+    const struct zone *zn = &z->zones[chash_ring_lookup(z->zones_ring, hash)];
+
+    return zn->global[chash_ring_lookup(zn->ring, hash)];
+}
+
+size_t
+chash_zring_lookup(const struct chash_zring *z, uint64_t hash)
+{
+    if (z->flat.npoints > 0)
+        return z->flat.owner[chash__continuum_find(&z->flat, hash << z->shift)];
+    return lookup2(z, hash);
+}
+
+size_t
+chash_zring_lookup_n(const struct chash_zring *z, uint64_t hash, size_t *out,
+                     size_t n)
+{
+    size_t zo[64], got = 0, nz;
+
+    if (out == NULL || n == 0)
+        return 0;
+    if (n > z->nowners)
+        n = z->nowners;
+    /* the zones in the key's order (the first 64) */
+    nz = chash_ring_lookup_n(z->zones_ring, hash, zo, 64);
+    /* round r takes each zone's r-th member in the key's order there:
+     * round 0 puts one replica in each of n zones when there are n */
+    for (size_t r = 0; got < n && r < z->nmembers; r++) {
+        bool any = false;
+
+        for (size_t k = 0; k < nz && got < n; k++) {
+            const struct zone *zn = &z->zones[zo[k]];
+            size_t loc[64];
+            size_t m;
+
+            if (zn->ring == NULL || r >= 64)
+                continue;
+            m = chash_ring_lookup_n(zn->ring, hash, loc, r + 1);
+            if (m <= r)
+                continue;
+            out[got++] = zn->global[loc[r]];
+            any = true;
+        }
+        if (!any)
+            break;
+    }
+    return got;
+}
+
+double
+chash_zring_share(const struct chash_zring *z, size_t member)
+{
+    return member < z->nmembers ? z->share[member] : 0.0;
+}
+
+size_t
+chash_zring_zones(const struct chash_zring *z)
+{
+    return z->nzones;
+}
+
+const char *
+chash_zring_zone_name(const struct chash_zring *z, size_t zone)
+{
+    return zone < z->nzones ? z->zones[zone].name : NULL;
+}
+
+size_t
+chash_zring_zone_of(const struct chash_zring *z, size_t member)
+{
+    return member < z->nmembers ? z->zone_of[member] : z->nzones;
+}
+
+double
+chash_zring_zone_share(const struct chash_zring *z, size_t zone)
+{
+    return zone < z->nzones ? z->zshare[zone] : 0.0;
+}
+
+size_t
+chash_zring_members(const struct chash_zring *z)
+{
+    return z->nmembers;
+}
+
+const char *
+chash_zring_member_name(const struct chash_zring *z, size_t member)
+{
+    return member < z->nmembers ? z->names[member] : NULL;
+}
+
+uint64_t
+chash_zring_checksum(const struct chash_zring *z)
+{
+    return z->checksum;
+}
+
+int
+chash_zring_diff_exact(const struct chash_zring *z)
+{
+    return z->exact;
+}
+
+/* ---- diffs ---------------------------------------------------------------
+ */
+
+struct zdiff {
+    const struct chash_zring *a, *b;
+    double moved;
+    struct chash_flow *flows;
+    size_t nflows, cap;
+    bool oom, want;
+};
+
+static void
+diff_seg(void *ctx, size_t from, size_t to, double fraction)
+{
+    struct zdiff *d = ctx;
+
+    if (strcmp(d->a->names[from], d->b->names[to]) == 0)
+        return;
+    d->moved += fraction;
+    if (!d->want || d->oom)
+        return;
+    for (size_t k = 0; k < d->nflows; k++)
+        if (d->flows[k].from == from && d->flows[k].to == to) {
+            d->flows[k].fraction += fraction;
+            return;
+        }
+    if (d->nflows == d->cap) {
+        size_t cap = d->cap ? 2 * d->cap : 16;
+        struct chash_flow *f = realloc(d->flows, cap * sizeof(*f));
+
+        if (f == NULL) {
+            d->oom = true;
+            return;
+        }
+        d->flows = f;
+        d->cap = cap;
+    }
+    d->flows[d->nflows++] = (struct chash_flow){from, to, fraction};
+}
+
+static int
+zrun(const struct chash_zring *a, const struct chash_zring *b, struct zdiff *d,
+     bool want)
+{
+    int rc;
+
+    if (a == NULL || b == NULL)
+        return -CHASH_EINVAL;
+    if (a->cfg.algo != b->cfg.algo || a->cfg.hash != b->cfg.hash)
+        return -CHASH_EMISMATCH;
+    memset(d, 0, sizeof(*d));
+    d->a = a;
+    d->b = b;
+    d->want = want;
+    if ((rc = walk(a, b, diff_seg, d)) != 0)
+        return rc;
+    if (d->moved > 1.0)
+        d->moved = 1.0;
+    return 0;
+}
+
+int
+chash_zring_diff(const struct chash_zring *from, const struct chash_zring *to,
+                 double *moved)
+{
+    struct zdiff d;
+    int rc;
+
+    if (moved == NULL)
+        return -CHASH_EINVAL;
+    if ((rc = zrun(from, to, &d, false)) == 0)
+        *moved = d.moved;
+    return rc;
+}
+
+static int
+cmp_zflow(const void *x, const void *y)
+{
+    const struct chash_flow *a = x, *b = y;
+
+    if (a->fraction != b->fraction)
+        return a->fraction < b->fraction ? 1 : -1;
+    if (a->from != b->from)
+        return a->from < b->from ? -1 : 1;
+    return (a->to > b->to) - (a->to < b->to);
+}
+
+int
+chash_zring_flows(const struct chash_zring *from, const struct chash_zring *to,
+                  struct chash_flow *out, size_t cap, size_t *nflows)
+{
+    struct zdiff d;
+    int rc;
+
+    if (nflows == NULL || (out == NULL && cap > 0))
+        return -CHASH_EINVAL;
+    if ((rc = zrun(from, to, &d, true)) != 0)
+        return rc;
+    if (d.oom) {
+        free(d.flows);
+        return -CHASH_ENOMEM;
+    }
+    qsort(d.flows, d.nflows, sizeof(*d.flows), cmp_zflow);
+    memcpy(out, d.flows, (d.nflows < cap ? d.nflows : cap) * sizeof(*out));
+    *nflows = d.nflows;
+    free(d.flows);
+    return 0;
+}
