@@ -529,9 +529,9 @@ diff_segment(void *ctx, size_t from, size_t to, double fraction)
 
 /* Sampled diff for algorithms without an exact one: 2^20 hashes evenly
  * spaced over the 64-bit space, each standing for 2^-20 of it. */
-static void
-sampled_diff(const struct chash_ring *a, const struct chash_ring *b,
-             chash__segment_fn fn, void *ctx)
+void
+chash__sampled_diff(const struct chash_ring *a, const struct chash_ring *b,
+                    chash__segment_fn fn, void *ctx)
 {
     const size_t samples = (size_t)1 << 20;
     const uint64_t step = (uint64_t)1 << 44;
@@ -555,10 +555,18 @@ run_diff(const struct chash_ring *a, const struct chash_ring *b,
     d->a = a;
     d->b = b;
     d->oom = !want_flows;
-    if (a->ops->diff != NULL)
+    if (a->ops != b->ops) {
+        /* a zoned ring against a flat one (or the other way): merge
+         * continua when both have one, else sample */
+        if (a->cont.npoints > 0 && b->cont.npoints > 0)
+            chash__continuum_diff(&a->cont, &b->cont, diff_segment, d);
+        else
+            chash__sampled_diff(a, b, diff_segment, d);
+    } else if (a->ops->diff != NULL) {
         a->ops->diff(a, b, diff_segment, d);
-    else
-        sampled_diff(a, b, diff_segment, d);
+    } else {
+        chash__sampled_diff(a, b, diff_segment, d);
+    }
     if (d->moved > 1.0)
         d->moved = 1.0;
     return 0;

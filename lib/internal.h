@@ -160,6 +160,12 @@ extern const struct chash__ops chash__rendezvous_ops CHASH__HIDDEN;
 extern const struct chash__ops chash__jump_ops CHASH__HIDDEN;
 extern const struct chash__ops chash__ketama_ops CHASH__HIDDEN;
 extern const struct chash__ops chash__nginx_ops CHASH__HIDDEN;
+extern const struct chash__ops chash__zoned_ops CHASH__HIDDEN;
+extern const struct chash__ops chash__zoned_sampled_ops CHASH__HIDDEN;
+/* The sampled diff (2^20 hashes) of chash.c, for rings without an exact
+ * one. */
+void chash__sampled_diff(const struct chash_ring *a, const struct chash_ring *b,
+                         chash__segment_fn fn, void *ctx) CHASH__HIDDEN;
 
 /* Ready-made operations for continuum algorithms (chash.c): lookup,
  * lookup_n (walk clockwise collecting distinct owners), shares and diff. */

@@ -649,3 +649,133 @@ chash_zring_flows(const struct chash_zring *from, const struct chash_zring *to,
     free(d.flows);
     return 0;
 }
+
+/* ---- a zoned placement as a ring (chash_ring_create_zoned) --------------
+ * Every function of the ring API works on it: lookups use the flattened
+ * continuum (the ring's own, so the fast path of chash_ring_lookup takes
+ * it), lookup_n is zone-aware, shares and the checksum are the zring's,
+ * diffs merge continua (exact) or sample. The zring lives in r->algo. */
+
+static void
+zoned_deinit(struct chash_ring *r)
+{
+    chash_zring_destroy(r->algo);
+    r->algo = NULL;
+}
+
+static size_t
+zoned_lookup(const struct chash_ring *r, uint64_t h)
+{
+    return lookup2(r->algo, h);
+}
+
+static size_t
+zoned_lookup_n(const struct chash_ring *r, uint64_t h, size_t *out, size_t n)
+{
+    return chash_zring_lookup_n(r->algo, h, out, n);
+}
+
+static uint64_t
+zoned_key_hash(const struct chash_ring *r, const void *key, size_t len)
+{
+    return chash_zring_hash(r->algo, key, len);
+}
+
+static void
+zoned_shares(struct chash_ring *r)
+{
+    (void)r; /* copied from the zring at create */
+}
+
+const struct chash__ops chash__zoned_ops = {
+    .build = NULL,
+    .deinit = zoned_deinit,
+    .lookup = zoned_lookup,
+    .lookup_n = zoned_lookup_n,
+    .shares = zoned_shares,
+    .diff = chash__continuum_ring_diff,
+    .key_hash = zoned_key_hash,
+    .exact_diff = true,
+};
+
+const struct chash__ops chash__zoned_sampled_ops = {
+    .build = NULL,
+    .deinit = zoned_deinit,
+    .lookup = zoned_lookup,
+    .lookup_n = zoned_lookup_n,
+    .shares = zoned_shares,
+    .diff = NULL,
+    .key_hash = zoned_key_hash,
+    .exact_diff = false,
+};
+
+static int
+name_order(const struct chash__member *a, const struct chash__member *b)
+{
+    return strcmp(a->name, b->name);
+}
+
+int
+chash_ring_create_zoned(const struct chash_config *cfg,
+                        const struct chash_zmember *members, size_t n,
+                        const struct chash_zone_weight *weights,
+                        size_t nweights, struct chash_ring **out)
+{
+    struct chash_zring *z = NULL;
+    struct chash_ring *r;
+    int rc;
+
+    if (out == NULL)
+        return -CHASH_EINVAL;
+    *out = NULL;
+    if ((rc = chash_zring_create(cfg, members, n, weights, nweights, &z)) != 0)
+        return rc;
+    if ((r = calloc(1, sizeof(*r))) == NULL) {
+        chash_zring_destroy(z);
+        return -CHASH_ENOMEM;
+    }
+    r->cfg = z->cfg;
+    r->ops =
+        z->flat.npoints > 0 ? &chash__zoned_ops : &chash__zoned_sampled_ops;
+    r->algo = z;
+    r->members = calloc(n, sizeof(*r->members));
+    r->by_name = malloc(n * sizeof(*r->by_name));
+    r->share = calloc(n, sizeof(*r->share));
+    if (r->members == NULL || r->by_name == NULL || r->share == NULL) {
+        chash_ring_destroy(r);
+        return -CHASH_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((r->members[i].name = strdup(members[i].name)) == NULL) {
+            chash_ring_destroy(r);
+            return -CHASH_ENOMEM;
+        }
+        r->nmembers = i + 1;
+        r->members[i].namelen = strlen(members[i].name);
+        r->members[i].weight = members[i].weight;
+        r->members[i].ramp = members[i].ramp;
+        /* effective weight for bounded loads: proportional to the share */
+        r->members[i].points = (size_t)(z->share[i] * 1048576.0 + 0.5);
+        r->share[i] = z->share[i];
+        r->total_points += r->members[i].points;
+        r->nowners += z->share[i] > 0;
+        r->by_name[i] = (uint32_t)i;
+    }
+    {
+        uint32_t *tmp = malloc(n * sizeof(*tmp));
+
+        if (tmp == NULL) {
+            chash_ring_destroy(r);
+            return -CHASH_ENOMEM;
+        }
+        chash__sort_members(r, r->by_name, tmp, n, name_order);
+        free(tmp);
+    }
+    /* the flattened continuum becomes the ring's */
+    r->cont = z->flat;
+    memset(&z->flat, 0, sizeof(z->flat));
+    r->pos_shift = z->shift;
+    r->checksum = z->checksum;
+    *out = r;
+    return 0;
+}

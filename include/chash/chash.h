@@ -331,6 +331,18 @@ CHASH_EXTERN const char *chash_zring_member_name(const struct chash_zring *z,
                                                  size_t member);
 CHASH_EXTERN uint64_t chash_zring_checksum(const struct chash_zring *z);
 CHASH_EXTERN int chash_zring_diff_exact(const struct chash_zring *z);
+/*
+ * The same zoned placement as an ordinary ring: every chash_ring_* function
+ * works on it (lookups at the flat ring's speed, lookup_n zone-aware,
+ * share, diff and flows -- also against a flat ring of the same algorithm
+ * and hash --, checksum, introspection), so code written for rings takes
+ * zones unchanged. Same arguments and refusals as chash_zring_create.
+ */
+CHASH_EXTERN int
+chash_ring_create_zoned(const struct chash_config *cfg,
+                        const struct chash_zmember *members, size_t n,
+                        const struct chash_zone_weight *weights,
+                        size_t nweights, struct chash_ring **out);
 /* As chash_ring_diff and chash_ring_flows, between two zrings (owners
  * compared by name). */
 CHASH_EXTERN int chash_zring_diff(const struct chash_zring *from,

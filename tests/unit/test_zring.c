@@ -313,6 +313,90 @@ test_golden(void **state)
     chash_zring_destroy(z);
 }
 
+/* The zoned placement as a ring: every ring function agrees with the
+ * zring's, for a continuum algorithm (flattened) and a sampled one; a
+ * diff against a flat ring of the same algorithm and hash matches the
+ * keys counted. */
+static void
+test_as_a_ring(void **state)
+{
+    int algos[] = {CHASH_ALGO_RING, CHASH_ALGO_MAGLEV};
+
+    (void)state;
+    fill();
+    for (size_t a = 0; a < 2; a++) {
+        struct chash_config cfg = {.algo = algos[a]};
+        struct chash_zring *z = make(algos[a], base, 12, NULL, 0);
+        struct chash_ring *r = NULL, *r2 = NULL, *flat = NULL;
+        struct chash_member fm[12];
+        struct chash_zmember rest[11];
+        double moved_r, moved_z, moved_flat, counted = 0;
+        uint64_t hs[256];
+        size_t outs[256];
+        size_t k = 0;
+
+        assert_int_equal(chash_ring_create_zoned(&cfg, base, 12, NULL, 0, &r),
+                         0);
+        assert_true(chash_ring_checksum(r) == chash_zring_checksum(z));
+        assert_int_equal(chash_ring_members(r), 12);
+        assert_int_equal(chash_ring_diff_exact(r), algos[a] == CHASH_ALGO_RING);
+        assert_true(chash_ring_hash(r, "k", 1) == chash_zring_hash(z, "k", 1));
+        for (size_t i = 0; i < 12; i++) {
+            assert_string_equal(chash_ring_member_name(r, i), names[i]);
+            assert_true(chash_ring_share(r, i) == chash_zring_share(z, i));
+        }
+        for (int i = 0; i < 20000; i++) {
+            uint64_t h = next();
+            size_t x[4], y[4];
+
+            assert_int_equal(chash_ring_lookup(r, h), chash_zring_lookup(z, h));
+            assert_int_equal(chash_ring_lookup_n(r, h, x, 4), 4);
+            assert_int_equal(chash_zring_lookup_n(z, h, y, 4), 4);
+            assert_memory_equal(x, y, sizeof(x));
+        }
+        for (int i = 0; i < 256; i++)
+            hs[i] = next();
+        chash_ring_lookup_batch(r, hs, outs, 256);
+        for (int i = 0; i < 256; i++)
+            assert_int_equal(outs[i], chash_ring_lookup(r, hs[i]));
+        /* a member leaves: the ring diff is the zring diff */
+        for (size_t i = 0; i < 12; i++)
+            if (i != 3)
+                rest[k++] = base[i];
+        assert_int_equal(chash_ring_create_zoned(&cfg, rest, 11, NULL, 0, &r2),
+                         0);
+        {
+            struct chash_zring *z2 = make(algos[a], rest, 11, NULL, 0);
+            assert_int_equal(chash_ring_diff(r, r2, &moved_r), 0);
+            assert_int_equal(chash_zring_diff(z, z2, &moved_z), 0);
+            assert_true(fabs(moved_r - moved_z) < 1e-9);
+            chash_zring_destroy(z2);
+        }
+        /* against a flat ring of the same members */
+        for (size_t i = 0; i < 12; i++) {
+            fm[i].name = base[i].name;
+            fm[i].weight = base[i].weight;
+            fm[i].ramp = 1.0;
+        }
+        if (algos[a] == CHASH_ALGO_MAGLEV)
+            cfg.table_size = 0;
+        assert_int_equal(chash_ring_create(&cfg, fm, 12, &flat), 0);
+        assert_int_equal(chash_ring_diff(flat, r, &moved_flat), 0);
+        for (int i = 0; i < KEYS; i++) {
+            uint64_t h = next();
+            counted +=
+                strcmp(chash_ring_member_name(flat, chash_ring_lookup(flat, h)),
+                       chash_ring_member_name(r, chash_ring_lookup(r, h))) != 0;
+        }
+        assert_true(fabs(counted / KEYS - moved_flat) <
+                    5 * sqrt(moved_flat / KEYS) + 0.002);
+        chash_ring_destroy(flat);
+        chash_ring_destroy(r);
+        chash_ring_destroy(r2);
+        chash_zring_destroy(z);
+    }
+}
+
 static void
 test_refusals(void **state)
 {
@@ -348,6 +432,7 @@ main(void)
         cmocka_unit_test(test_zone_loss),
         cmocka_unit_test(test_more_replicas_than_zones),
         cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_as_a_ring),
         cmocka_unit_test(test_refusals),
     };
 
