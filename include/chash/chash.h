@@ -270,9 +270,10 @@ chash_ring_points_needed(const struct chash_config *cfg,
  * change at one level moves only the keys it must at that level (a member
  * change moves keys within its zone, plus, when the zone's weight is the
  * sum of its members' and so changes too, the keys the zone ring moves).
- * Replicas (chash_zring_lookup_n) go to distinct zones first. Shares and
- * diffs are exact for ring, ketama and nginx, measured on 2^20 hashes for
- * maglev and rendezvous (chash_zring_diff_exact); jump is refused
+ * Replicas (chash_zring_lookup_n) go to distinct zones first. Shares (and
+ * the diffs of chash_ring_create_zoned's rings) are exact for ring, ketama
+ * and nginx, measured on 2^20 hashes for maglev and rendezvous
+ * (chash_zring_diff_exact); jump is refused
  * (-CHASH_ENOTSUP: a zone's weight is a sum, jump takes 0 or 1).
  * The flat API above is unchanged: a pool without zones places as before.
  */
@@ -343,14 +344,6 @@ chash_ring_create_zoned(const struct chash_config *cfg,
                         const struct chash_zmember *members, size_t n,
                         const struct chash_zone_weight *weights,
                         size_t nweights, struct chash_ring **out);
-/* As chash_ring_diff and chash_ring_flows, between two zrings (owners
- * compared by name). */
-CHASH_EXTERN int chash_zring_diff(const struct chash_zring *from,
-                                  const struct chash_zring *to, double *moved);
-CHASH_EXTERN int chash_zring_flows(const struct chash_zring *from,
-                                   const struct chash_zring *to,
-                                   struct chash_flow *out, size_t cap,
-                                   size_t *nflows);
 
 /* Hash functions by id: chash_hash() returns 0 for an unknown id. */
 CHASH_EXTERN uint64_t chash_hash(int hash, const void *key, size_t len);
