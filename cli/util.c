@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "../src/conf.h"
+#include "../src/ring.h"
 
 int
 cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
@@ -135,8 +136,8 @@ cli_parse_hash(const char *cmd, const char *s)
 
     if (id >= 0)
         return id;
-    fprintf(stderr, "chash %s: unknown hash function '%s'; valid names are:",
-            cmd, s);
+    fprintf(stderr,
+            "chash %s: unknown hash function '%s'; valid names are:", cmd, s);
     for (int h = 0; h < CHASH_HASH_COUNT; h++)
         fprintf(stderr, "%s %s", h ? "," : "", chash_hash_name(h));
     fputc('\n', stderr);
@@ -157,14 +158,20 @@ cli_members_add(struct cli_members *ms, const char *name, uint32_t weight)
     if (ms->n == ms->cap) {
         size_t cap = ms->cap ? 2 * ms->cap : 8;
         struct chash_member *m = realloc(ms->m, cap * sizeof(*m));
+        char **z;
+
         if (m == NULL)
             return -1;
         ms->m = m;
+        if ((z = realloc(ms->zones, cap * sizeof(*z))) == NULL)
+            return -1;
+        ms->zones = z;
         ms->cap = cap;
     }
     copy = strdup(name);
     if (copy == NULL)
         return -1;
+    ms->zones[ms->n] = NULL;
     ms->m[ms->n].name = copy;
     ms->m[ms->n].weight = weight;
     ms->m[ms->n].ramp = 1.0;
@@ -185,8 +192,10 @@ void
 cli_members_remove(struct cli_members *ms, size_t idx)
 {
     free((char *)ms->m[idx].name);
-    memmove(&ms->m[idx], &ms->m[idx + 1],
-            (ms->n - idx - 1) * sizeof(*ms->m));
+    free(ms->zones[idx]);
+    memmove(&ms->m[idx], &ms->m[idx + 1], (ms->n - idx - 1) * sizeof(*ms->m));
+    memmove(&ms->zones[idx], &ms->zones[idx + 1],
+            (ms->n - idx - 1) * sizeof(*ms->zones));
     ms->n--;
 }
 
@@ -195,20 +204,26 @@ cli_members_copy(struct cli_members *dst, const struct cli_members *src)
 {
     memset(dst, 0, sizeof(*dst));
     for (size_t i = 0; i < src->n; i++) {
-        if (cli_members_add(dst, src->m[i].name, src->m[i].weight) != 0) {
+        if (cli_members_add(dst, src->m[i].name, src->m[i].weight) != 0 ||
+            (src->zones[i] != NULL &&
+             (dst->zones[i] = strdup(src->zones[i])) == NULL)) {
             cli_members_free(dst);
             return -1;
         }
     }
+    dst->zoned = src->zoned;
     return 0;
 }
 
 void
 cli_members_free(struct cli_members *ms)
 {
-    for (size_t i = 0; i < ms->n; i++)
+    for (size_t i = 0; i < ms->n; i++) {
         free((char *)ms->m[i].name);
+        free(ms->zones[i]);
+    }
     free(ms->m);
+    free(ms->zones);
     memset(ms, 0, sizeof(*ms));
 }
 
@@ -384,11 +399,14 @@ ring_from_config(const char *cmd, struct cli_ring *r)
     r->cfg = pool->ring;
     for (size_t i = 0; i < pool->nservers; i++) {
         if (cli_members_add(&r->ms, pool->servers[i].name,
-                            pool->servers[i].weight) != 0) {
+                            pool->servers[i].weight) != 0 ||
+            (pool->servers[i].zone != NULL &&
+             (r->ms.zones[i] = strdup(pool->servers[i].zone)) == NULL)) {
             cli_error(cmd, "out of memory");
             goto out;
         }
     }
+    r->ms.zoned = pool->zone_policy == CONF_ZONE_HIERARCHICAL;
     /* twemproxy hashes only the tagged part of a key in its key-value
      * modes; a tcp or http pool's key is the client address (or a header)
      * and has no tag. */
@@ -473,10 +491,19 @@ int
 cli_ring_create(const char *cmd, const struct chash_config *cfg,
                 const struct cli_members *ms, struct chash_ring **out)
 {
-    int rc = chash_ring_create(cfg, ms->m, ms->n, out);
-
+    int rc;
     const char *algo = chash_algo_name(cfg->algo);
 
+    for (size_t i = 0; ms->zoned && i < ms->n; i++)
+        if (ms->zones[i] == NULL) {
+            cli_error(cmd,
+                      "member %s has no zone: the pool places a zone, then "
+                      "a member (zone_policy: hierarchical)",
+                      ms->m[i].name);
+            return -CHASH_EINVAL;
+        }
+    rc = ring_create(cfg, ms->zoned, ms->m, (const char *const *)ms->zones,
+                     ms->n, out);
     if (rc == 0)
         return 0;
     /* The library's sentences are generic; say what it means here. */

@@ -33,10 +33,10 @@ int cli_bad_option(const char *cmd, const char *usage, char **argv, int c);
 
 /* Parse an unsigned decimal <s> into [min, max]; on failure print what is
  * wrong, naming <opt>, and return -1. */
-int cli_parse_u64(const char *cmd, const char *opt, const char *s,
-                  uint64_t min, uint64_t max, uint64_t *out);
-int cli_parse_u32(const char *cmd, const char *opt, const char *s,
-                  uint32_t min, uint32_t max, uint32_t *out);
+int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t min,
+                  uint64_t max, uint64_t *out);
+int cli_parse_u32(const char *cmd, const char *opt, const char *s, uint32_t min,
+                  uint32_t max, uint32_t *out);
 /* A finite double in [min, max]. */
 int cli_parse_double(const char *cmd, const char *opt, const char *s,
                      double min, double max, double *out);
@@ -57,8 +57,10 @@ int cli_hash_space_bits(int algo);
  */
 struct cli_members {
     struct chash_member *m;
+    char **zones; /* [cap] each member's zone (zoned), or NULL */
     size_t n;
     size_t cap;
+    bool zoned; /* a pool with zone_policy: hierarchical (--config) */
 };
 
 /* Parse <list> into <ms> (zero-initialised or emptied). 0, or -1 after

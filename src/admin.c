@@ -237,6 +237,8 @@ member_json(const struct pool_snapshot *snap, const struct server *s)
         "connect_timeouts", (json_int_t)sum.connect_timeouts, "share",
         pool_snapshot_share(snap, s));
     json_object_set_new(j, "ejections", json_integer((json_int_t)s->ejections));
+    if (s->zone != NULL)
+        json_object_set_new(j, "zone", json_string(s->zone));
     if (s->pool != NULL && s->pool->cfg.migration == CONF_MIGRATION_COPY)
         json_object_set_new(
             j, "leaving", json_boolean(migration_is_leaving(s->pool, s->name)));
@@ -506,8 +508,8 @@ weight_arg(struct MHD_Connection *c, const json_t *v,
 static enum MHD_Result
 member_add(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
 {
-    static const char *const allowed[] = {"name", "address", "weight", "force",
-                                          NULL};
+    static const char *const allowed[] = {"name",  "address", "weight",
+                                          "force", "zone",    NULL};
     struct membership_request mr = {.op = MEMBERSHIP_ADD};
     enum MHD_Result ret = MHD_NO;
     json_t *j, *jname, *jaddr;
@@ -519,7 +521,8 @@ member_add(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
     if ((bad = unknown_key(j, allowed)) != NULL) {
         ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
                             "unknown field \"%s\" (a member is {\"name\", "
-                            "\"address\", \"weight\", \"force\"})",
+                            "\"address\", \"weight\", \"zone\", "
+                            "\"force\"})",
                             bad);
         goto out;
     }
@@ -553,6 +556,17 @@ member_add(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
     }
     if (!weight_arg(c, json_object_get(j, "weight"), &mr, &ret))
         goto out;
+    if (json_object_get(j, "zone") != NULL) {
+        json_t *jz = json_object_get(j, "zone");
+
+        if (!json_is_string(jz) ||
+            strlen(json_string_value(jz)) != json_string_length(jz)) {
+            ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
+                                "\"zone\" must be a string");
+            goto out;
+        }
+        mr.zone = json_string_value(jz);
+    }
     mr.name = jname ? json_string_value(jname) : NULL;
     mr.address = json_string_value(jaddr);
     ret = respond_change(c, p, &mr, query_flag(c, "dry_run") == 1,

@@ -5,6 +5,7 @@
  */
 #include "conf.h"
 #include "etcd_codec.h"
+#include "ring.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -182,6 +183,7 @@ struct server_spec {
     char *address;
     uint32_t weight;
     char *name;
+    char *zone;
 };
 
 /* ------------------------------------------------------------------ */
@@ -323,6 +325,7 @@ static const char *const on_failure_names[] = {"failover", "remap", "error",
                                                NULL};
 static const char *const migration_names[] = {"off", "copy", "warmup", NULL};
 static const char *const hot_keys_names[] = {"off", "track", "spread", NULL};
+static const char *const zone_policy_names[] = {"flat", "hierarchical", NULL};
 static const char *const read_policy_names[] = {"primary", "any", "quorum",
                                                 NULL};
 static const char *const health_type_names[] = {"tcp", "redis", "memcache",
@@ -424,6 +427,13 @@ conf_pool_hashing_differs(const struct conf_pool *a, const struct conf_pool *b)
            a->ring.table_size != b->ring.table_size ||
            a->distribution != b->distribution ||
            strcmp(a->hash_tag, b->hash_tag) != 0 || a->redis_db != b->redis_db;
+}
+
+const char *
+conf_zone_policy_name(int zone_policy)
+{
+    return enum_name(zone_policy_names, ARRAY_SIZE(zone_policy_names),
+                     zone_policy);
 }
 
 const char *
@@ -967,6 +977,7 @@ conf_server_deinit(struct conf_server *server)
     if (server == NULL)
         return;
     free(server->name);
+    free(server->zone);
     conf_addr_deinit(&server->addr);
     memset(server, 0, sizeof(*server));
 }
@@ -1047,7 +1058,8 @@ int
 conf_parse_server(const char *s, struct conf_server *server, char *err,
                   size_t errlen)
 {
-    char *buf, *addr, *name = NULL, *weight_text = NULL, *p, msg[400];
+    char *buf, *addr, *name = NULL, *zone = NULL, *weight_text = NULL, *p,
+                      msg[400];
     uint32_t weight = 1;
     int rc = -1;
 
@@ -1068,11 +1080,19 @@ conf_parse_server(const char *s, struct conf_server *server, char *err,
         if (*name == '\0') {
             name = NULL;
         } else if (has_space(name)) {
-            snprintf(err, errlen,
-                     "bad server '%s': expected "
-                     "host:port:weight [name], with a one-word name",
-                     s);
-            goto out;
+            /* "name zone": a second word is the server's zone */
+            zone = name + strcspn(name, " \t");
+            *zone++ = '\0';
+            zone += strspn(zone, " \t");
+            if (has_space(zone) || !etcd_name_ok(zone)) {
+                snprintf(err, errlen,
+                         "bad server '%s': expected "
+                         "host:port:weight [name [zone]], one word each "
+                         "(a zone: 1 to 63 letters, digits, '.', '_', ':' "
+                         "or '-')",
+                         s);
+                goto out;
+            }
         }
     }
     if (*addr == '\0') {
@@ -1121,6 +1141,11 @@ conf_parse_server(const char *s, struct conf_server *server, char *err,
         parse_weight(weight_text, &weight, s, err, errlen) != 0)
         goto out;
     rc = server_init(server, addr, weight, name, msg, sizeof(msg));
+    if (rc == 0 && zone != NULL && (server->zone = strdup(zone)) == NULL) {
+        conf_server_deinit(server);
+        snprintf(msg, sizeof(msg), "out of memory");
+        rc = -1;
+    }
     if (rc != 0)
         snprintf(err, errlen, "bad server '%s': %s", s, msg);
 out:
@@ -1562,12 +1587,14 @@ static const struct conf_key server_keys[] = {
      NULL, 0, false},
     {"name", set_string, offsetof(struct server_spec, name), 0, 0, NULL, 0,
      false},
+    {"zone", set_string, offsetof(struct server_spec, zone), 0, 0, NULL, 0,
+     false},
 };
 
 static int
 server_from_map(struct load *ld, yaml_node_t *node, struct conf_server *server)
 {
-    struct server_spec spec = {NULL, 1, NULL};
+    struct server_spec spec = {NULL, 1, NULL, NULL};
     int lines[ARRAY_SIZE(server_keys)] = {0};
     char msg[512];
     int rc = -1;
@@ -1578,7 +1605,7 @@ server_from_map(struct load *ld, yaml_node_t *node, struct conf_server *server)
     if (spec.address == NULL) {
         fail(ld, node,
              "server has no 'address' (valid keys: address, "
-             "weight, name)");
+             "weight, name, zone)");
         goto out;
     }
     if (server_init(server, spec.address, spec.weight, spec.name, msg,
@@ -1586,10 +1613,22 @@ server_from_map(struct load *ld, yaml_node_t *node, struct conf_server *server)
         fail(ld, node, "bad server: %s", msg);
         goto out;
     }
+    if (spec.zone != NULL) {
+        if (!etcd_name_ok(spec.zone)) {
+            fail(ld, node,
+                 "bad server zone '%s': use 1 to 63 letters, digits, '.', "
+                 "'_', ':' or '-'",
+                 spec.zone);
+            goto out;
+        }
+        server->zone = spec.zone;
+        spec.zone = NULL;
+    }
     rc = 0;
 out:
     free(spec.address);
     free(spec.name);
+    free(spec.zone);
     return rc;
 }
 
@@ -1928,6 +1967,7 @@ enum pool_key {
     PK_REPAIR_LOG,
     PK_HOT_KEYS,
     PK_HOT_KEY_THRESHOLD,
+    PK_ZONE_POLICY,
     PK_ACCEPT_PROXY,
     PK_SEND_PROXY,
     PK_MEMBERS_FROM,
@@ -2064,6 +2104,8 @@ static const struct conf_key pool_keys[] = {
     /* the hottest keys (doc/hot.md) */
     [PK_HOT_KEYS] = {"hot_keys", set_enum, POOL(hot_keys), 0, 0, hot_keys_names,
                      M_STORE | M_HTTP, false},
+    [PK_ZONE_POLICY] = {"zone_policy", set_enum, POOL(zone_policy), 0, 0,
+                        zone_policy_names, M_ALL, false},
     [PK_HOT_KEY_THRESHOLD] = {"hot_key_threshold", set_u32,
                               POOL(hot_key_threshold), 1, 1000000000, NULL,
                               M_STORE, false},
@@ -2392,6 +2434,7 @@ conf_pool_copy(struct conf_pool *dst, const struct conf_pool *src)
 
             *d = src->servers[i];
             d->name = dup_or_null(src->servers[i].name, &ok);
+            d->zone = dup_or_null(src->servers[i].zone, &ok);
             d->addr.text = dup_or_null(src->servers[i].addr.text, &ok);
             dst->nservers = i + 1;
         }
@@ -2575,6 +2618,53 @@ check_points(struct load *ld, const struct conf_pool *pool,
     }
 }
 
+/* zone_policy: hierarchical places a zone, then a member: every server
+ * names its zone; jump cannot weigh zones; etcd records carry no zone
+ * yet. Zones with flat placement have no effect (a warning). */
+static int
+check_zones(struct load *ld, struct conf_pool *pool, const int *lines)
+{
+    bool any = false;
+
+    for (size_t i = 0; i < pool->nservers; i++)
+        any |= pool->servers[i].zone != NULL;
+    if (pool->zone_policy == CONF_ZONE_FLAT) {
+        if (any && warn_at(ld, pool->line,
+                           "pool '%s': server zones have no effect with "
+                           "zone_policy: flat (set zone_policy: "
+                           "hierarchical to place a zone, then a member)",
+                           pool->name) != 0)
+            return -1;
+        return 0;
+    }
+    for (size_t i = 0; i < pool->nservers; i++)
+        if (pool->servers[i].zone == NULL)
+            return fail_at(ld, pool->servers[i].line,
+                           "server '%s' of pool '%s' has no zone: "
+                           "zone_policy: hierarchical needs one on every "
+                           "server ('host:port:weight name zone', or "
+                           "zone: in the map form)",
+                           pool->servers[i].name, pool->name);
+    if (pool->distribution == CHASH_ALGO_JUMP)
+        return fail_at(ld, lines[PK_ZONE_POLICY],
+                       "pool '%s': zone_policy: hierarchical cannot use "
+                       "distribution jump (a zone's weight is its "
+                       "members' sum; jump takes weights of 0 or 1)",
+                       pool->name);
+    if (pool->distribution >= CHASH_ALGO_COUNT)
+        return fail_at(ld, lines[PK_ZONE_POLICY],
+                       "pool '%s': zone_policy: hierarchical needs a "
+                       "consistent-hashing distribution, not %s",
+                       pool->name, conf_dist_name(pool->distribution));
+    if (pool->members_from == CONF_MEMBERS_ETCD)
+        return fail_at(ld, lines[PK_ZONE_POLICY],
+                       "pool '%s': zone_policy: hierarchical with "
+                       "members_from: etcd is not supported yet (member "
+                       "records carry no zone)",
+                       pool->name);
+    return 0;
+}
+
 /* Build the pool's ring once so every limit of the algorithm (maglev table
  * size, jump weights, points per member, nothing owned) is a config error
  * with a line, not a daemon that fails later. Its size is checked first,
@@ -2604,7 +2694,16 @@ check_ring(struct load *ld, struct conf_pool *pool, yaml_node_t *name_node,
         return -1;
     }
     if (rc == 0 && pool->distribution < CHASH_ALGO_COUNT) {
-        rc = chash_ring_create(&pool->ring, members, pool->nservers, &ring);
+        const char **zones = calloc(pool->nservers, sizeof(*zones));
+
+        for (size_t i = 0; zones != NULL && i < pool->nservers; i++)
+            zones[i] = pool->servers[i].zone;
+        rc = zones == NULL
+                 ? -CHASH_ENOMEM
+                 : ring_create(&pool->ring,
+                               pool->zone_policy == CONF_ZONE_HIERARCHICAL,
+                               members, zones, pool->nservers, &ring);
+        free(zones);
         chash_ring_destroy(ring);
     }
     free(members);
@@ -2888,7 +2987,8 @@ parse_pool(struct load *ld, yaml_node_t *name_node, yaml_node_t *node,
                        pool->name, (unsigned long long)pool->client_max_uri,
                        (unsigned long long)pool->client_max_header);
     if (check_migration(ld, pool, lines) != 0 ||
-        check_replication(ld, pool, lines) != 0)
+        check_replication(ld, pool, lines) != 0 ||
+        check_zones(ld, pool, lines) != 0)
         return -1;
     if (lines[PK_LISTEN] == 0)
         return fail(ld, name_node, "pool '%s' has no 'listen' address",

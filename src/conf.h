@@ -72,6 +72,12 @@ struct conf_key_source {
 enum conf_send_proxy { CONF_PROXY_OFF, CONF_PROXY_V1, CONF_PROXY_V2 };
 /* `access_log_format`. */
 enum conf_log_format { CONF_LOG_FORMAT_TEXT, CONF_LOG_FORMAT_JSON };
+/* How a pool places keys over zones (`zone_policy`, doc/internals/
+ * placement.md "Zones"). */
+enum conf_zone_policy {
+    CONF_ZONE_FLAT,        /* one ring over the members; zones unused */
+    CONF_ZONE_HIERARCHICAL /* a zone, then a member in it */
+};
 /* Where a pool's members come from (`members_from`). */
 enum conf_members_from { CONF_MEMBERS_CONFIG, CONF_MEMBERS_ETCD };
 /* Headers an http pool adds to each request (`forward_headers`, bits). */
@@ -118,6 +124,7 @@ struct conf_server {
                    11211, else host:port) */
     struct conf_addr addr;
     uint32_t weight; /* default 1 */
+    char *zone;      /* its zone (zone_policy: hierarchical), or NULL */
     int line;        /* where it was written */
     /* a reload of a migration: copy pool asks each server its key count
      * (off the control thread): <keys> when <probed>, -1 unreachable */
@@ -156,6 +163,7 @@ struct conf_pool {
     bool accept_proxy;     /* the listener takes a PROXY v1/v2 header */
     int send_proxy;        /* enum conf_send_proxy */
     int members_from;      /* enum conf_members_from */
+    int zone_policy;       /* enum conf_zone_policy */
     char *access_log;      /* NULL: off; "syslog"; else a file path */
     int access_log_format; /* enum conf_log_format */
     /* http */
@@ -405,6 +413,8 @@ bool conf_pool_hashing_differs(const struct conf_pool *a,
                                const struct conf_pool *b);
 const char *conf_read_policy_name(int read_policy);
 const char *conf_hot_keys_name(int hot_keys);
+const char *conf_zone_policy_name(int zone_policy);
+
 const char *conf_dist_name(int distribution);
 const char *conf_log_level_name(int log_level);
 

@@ -23,6 +23,7 @@
 #include "migration.h"
 #include "pool.h"
 #include "etcd.h"
+#include "etcd_codec.h"
 #include "report.h"
 #include "state.h"
 #include "text.h"
@@ -511,6 +512,10 @@ struct report_job {
     struct chash_config cfg;
     struct chash_member *before, *after;
     size_t nb, na;
+    /* zone_policy: hierarchical: every member's zone by name (a copy of
+     * the pool's, and a joining member's); nz 0: flat */
+    char **znames, **zzones;
+    size_t nz;
     char *changed;  /* the member the report is about, or NULL */
     json_t *report; /* the result, or NULL with <err> */
     char err[256];
@@ -570,19 +575,54 @@ report_job_free(struct report_job *rj)
     probe_free(rj);
     members_free(rj->before, rj->nb);
     members_free(rj->after, rj->na);
+    for (size_t i = 0; i < rj->nz; i++) {
+        free(rj->znames[i]);
+        free(rj->zzones[i]);
+    }
+    free(rj->znames);
+    free(rj->zzones);
     free(rj->changed);
     json_decref(rj->report);
     free(rj);
+}
+
+/* The zones of <m>[0..<n>) from <rj>'s table, or NULL (flat, or a name
+ * without a zone: <rj>->err says so). */
+static const char **
+zones_of(struct report_job *rj, const struct chash_member *m, size_t n)
+{
+    const char **z = calloc(n ? n : 1, sizeof(*z));
+
+    for (size_t i = 0; z != NULL && i < n; i++) {
+        for (size_t k = 0; k < rj->nz && z[i] == NULL; k++)
+            if (strcmp(rj->znames[k], m[i].name) == 0)
+                z[i] = rj->zzones[k];
+        if (z[i] == NULL) {
+            snprintf(rj->err, sizeof(rj->err), "member %s has no zone",
+                     m[i].name);
+            free(z);
+            return NULL;
+        }
+    }
+    return z;
 }
 
 static void
 report_work(struct builder_job *job)
 {
     struct report_job *rj = (struct report_job *)job;
+    const char **bz = NULL, **az = NULL;
 
+    if (rj->nz > 0 && ((bz = zones_of(rj, rj->before, rj->nb)) == NULL ||
+                       (az = zones_of(rj, rj->after, rj->na)) == NULL)) {
+        free(bz);
+        return; /* rj->report NULL: refused with rj->err */
+    }
     rj->report =
-        report_migration(&rj->cfg, rj->before, rj->nb, rj->after, rj->na,
-                         rj->changed, rj->err, sizeof(rj->err));
+        report_migration_zoned(&rj->cfg, rj->before, bz, rj->nb, rj->after, az,
+                               rj->na, rj->changed, rj->err, sizeof(rj->err));
+    free(bz);
+    free(az);
     if (rj->report != NULL && rj->probe.n > 0)
         migration_probe(&rj->probe);
 }
@@ -599,14 +639,43 @@ report_done(struct builder_job *job)
 
 /* Fill <rj>'s inputs: <cfg>, copies of both models, <changed>. 0 or -1
  * (out of memory). */
+/*
+ * A report of <p> from members <b> to <a>. In a pool with zones, the
+ * zones of its servers go with it (and <jname> in zone <jzone>: a member
+ * joining). 0 or -1 (out of memory).
+ */
 static int
-report_job_init(struct report_job *rj, const struct chash_config *cfg,
+report_job_init(struct report_job *rj, const struct pool *p,
                 const struct chash_member *b, size_t nb,
-                const struct chash_member *a, size_t na, const char *changed)
+                const struct chash_member *a, size_t na, const char *changed,
+                const char *jname, const char *jzone)
 {
     rj->job.work = report_work;
     rj->job.done = report_done;
-    rj->cfg = *cfg;
+    rj->cfg = p->cfg.ring;
+    if (p->cfg.zone_policy == CONF_ZONE_HIERARCHICAL) {
+        size_t cap = p->nservers + 1;
+
+        rj->znames = calloc(cap, sizeof(*rj->znames));
+        rj->zzones = calloc(cap, sizeof(*rj->zzones));
+        if (rj->znames == NULL || rj->zzones == NULL)
+            return -1;
+        for (size_t i = 0; i <= p->nservers; i++) {
+            const char *n = i < p->nservers ? p->servers[i]->name : jname;
+            const char *z = i < p->nservers ? p->servers[i]->zone : jzone;
+
+            if (n == NULL || z == NULL)
+                continue;
+            rj->znames[rj->nz] = strdup(n);
+            rj->zzones[rj->nz] = strdup(z);
+            if (rj->znames[rj->nz] == NULL || rj->zzones[rj->nz] == NULL) {
+                free(rj->znames[rj->nz]);
+                free(rj->zzones[rj->nz]);
+                return -1;
+            }
+            rj->nz++;
+        }
+    }
     rj->nb = nb;
     rj->na = na;
     rj->before = members_copy(b, nb);
@@ -738,7 +807,7 @@ model_compare(struct pool *p, const struct saved_model *sm, const char *op,
              "%s: %zu members (+%zu -%zu, %zu reweighted)", verb, md.n, added,
              removed, reweighted);
     rr->rj.then = reload_reported;
-    if (report_job_init(&rr->rj, &p->cfg.ring, sm->m, sm->n, md.m, md.n,
+    if (report_job_init(&rr->rj, p, sm->m, sm->n, md.m, md.n, NULL, NULL,
                         NULL) != 0 ||
         !pool_comparable(p) ||
         memcmp(&sm->cfg, &p->cfg.ring, sizeof(sm->cfg)) != 0) {
@@ -1044,6 +1113,7 @@ state_persist(struct pool *p, char *warn, size_t warnlen)
         sm[n].address = s->addr.text;
         sm[n].weight = s->weight;
         sm[n].admin = s->admin;
+        sm[n].zone = s->zone;
         n++;
     }
     if (state_record(state, p->name, sm, n) != 0) {
@@ -1159,7 +1229,7 @@ struct pending {
     struct pool *p;               /* (ref held) */
     struct membership_request rq; /* strings point into <name_arg> and
                                      <address_arg> */
-    char *name_arg, *address_arg;
+    char *name_arg, *address_arg, *zone_arg;
     int source;
     bool dry;
     membership_done_fn *done;
@@ -1196,6 +1266,7 @@ pending_finish(struct pending *pc)
     membership_result_deinit(&pc->res);
     free(pc->name_arg);
     free(pc->address_arg);
+    free(pc->zone_arg);
     if (pc->have_cs)
         conf_server_deinit(&pc->cs);
     json_decref(pc->overrides);
@@ -1652,8 +1723,9 @@ pending_submit(struct pending *pc, const struct model *b, const struct model *a)
         pending_reported(rj);
         return;
     }
-    if (report_job_init(rj, &p->cfg.ring, b->m, b->n, a->m, a->n, pc->name) !=
-        0) {
+    if (report_job_init(rj, p, b->m, b->n, a->m, a->n, pc->name,
+                        pc->have_cs ? pc->cs.name : NULL,
+                        pc->have_cs ? pc->cs.zone : NULL) != 0) {
         refuse(&pc->res, MEMBERSHIP_ENOMEM, "out of memory");
         pending_finish(pc);
         return;
@@ -1719,6 +1791,19 @@ check_add(struct pending *pc, struct model *b, struct model *a)
         return refuse(res, MEMBERSHIP_EINVAL, "bad \"address\" \"%s\": %s",
                       rq->address, err);
     pc->have_cs = true;
+    if (rq->zone != NULL && !etcd_name_ok(rq->zone))
+        return refuse(res, MEMBERSHIP_EINVAL,
+                      "bad \"zone\" \"%s\": use 1 to 63 letters, digits, "
+                      "'.', '_', ':' or '-'",
+                      rq->zone);
+    if (rq->zone == NULL && p->cfg.zone_policy == CONF_ZONE_HIERARCHICAL)
+        return refuse(res, MEMBERSHIP_EINVAL,
+                      "pool %s places a zone, then a member "
+                      "(zone_policy: hierarchical): give the new member's "
+                      "\"zone\"",
+                      p->name);
+    if (rq->zone != NULL && (pc->cs.zone = strdup(rq->zone)) == NULL)
+        return refuse(res, MEMBERSHIP_ENOMEM, "out of memory");
     if (!text_name_ok(pc->cs.name))
         return refuse(res, MEMBERSHIP_EINVAL,
                       "member name \"%s\" is not valid here: give a "
@@ -2138,13 +2223,16 @@ membership_change(struct pool *p, const struct membership_request *rq,
     pc->rq = *rq;
     pc->name_arg = rq->name ? strdup(rq->name) : NULL;
     pc->address_arg = rq->address ? strdup(rq->address) : NULL;
+    pc->zone_arg = rq->zone ? strdup(rq->zone) : NULL;
     pc->rq.name = pc->name_arg;
     pc->rq.address = pc->address_arg;
+    pc->rq.zone = pc->zone_arg;
     pc->source = source;
     pc->dry = dry_run;
     pc->done = done;
     pc->arg = arg;
-    if ((rq->name && !pc->name_arg) || (rq->address && !pc->address_arg)) {
+    if ((rq->name && !pc->name_arg) || (rq->address && !pc->address_arg) ||
+        (rq->zone && !pc->zone_arg)) {
         refuse(&pc->res, MEMBERSHIP_ENOMEM, "out of memory");
         pending_finish(pc);
         return;
@@ -2403,7 +2491,8 @@ membership_batch(struct pool *p, const struct membership_batch_op *ops,
                "pool %s: the batch leaves no member in the ring", p->name);
         goto fail;
     }
-    if (report_job_init(&bt->rj, &p->cfg.ring, b.m, b.n, a.m, a.n, NULL) != 0) {
+    if (report_job_init(&bt->rj, p, b.m, b.n, a.m, a.n, NULL, NULL, NULL) !=
+        0) {
         refuse(&bt->res, MEMBERSHIP_ENOMEM, "out of memory");
         goto fail;
     }

@@ -56,8 +56,9 @@ struct membership_request {
     bool has_admin;
     int admin; /* enum state_admin */
     /* migration: copy pools */
-    bool force; /* ADD: empty a joining member that holds keys */
-    bool now;   /* REMOVE: at once, its keys not moved (lost) */
+    const char *zone; /* ADD: its zone (zone_policy: hierarchical) */
+    bool force;       /* ADD: empty a joining member that holds keys */
+    bool now;         /* REMOVE: at once, its keys not moved (lost) */
 };
 
 /* Why a change was refused: the admin API maps these to 400, 404, 409,

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "migration.h"
 #include "proto/proto.h"
+#include "ring.h"
 #include "state.h"
 
 #define EPOCH_QUIESCENT UINT64_MAX
@@ -201,6 +202,7 @@ server_unref(struct server *s)
     if (was != 1)
         return;
     free(s->name);
+    free(s->zone);
     conf_addr_deinit(&s->addr);
     free(s->stats);
     replica_log_deinit(&s->rlog);
@@ -310,10 +312,12 @@ server_create(struct pool *p, const struct conf_server *cs, bool ramp)
     if (s == NULL)
         return NULL;
     s->name = strdup(cs->name);
+    s->zone = cs->zone ? strdup(cs->zone) : NULL;
     s->stats = slots_alloc(sizeof(struct stats_server));
-    if (s->name == NULL || s->stats == NULL ||
+    if (s->name == NULL || s->stats == NULL || (cs->zone && !s->zone) ||
         addr_copy(&s->addr, &cs->addr) < 0) {
         free(s->name);
+        free(s->zone);
         free(s->stats);
         free(s);
         return NULL;
@@ -402,6 +406,7 @@ settings_from_conf(struct pool_settings *set, const struct conf_pool *cp,
     set->hash_key = cp->hash_key;
     set->hot = cp->hot_keys != CONF_HOT_OFF && cp->mode != CONF_MODE_TCP;
     set->hot_spread = cp->hot_keys == CONF_HOT_SPREAD && cp->replicas > 1;
+    set->zoned = cp->zone_policy == CONF_ZONE_HIERARCHICAL;
     set->on_failure = cp->on_failure;
     /* Spilling to a member that does not own the key is what `error`
      * exists to prevent: bounded loads are off in that policy. */
@@ -542,13 +547,24 @@ snapshot_finish(struct pool_snapshot *snap, const struct chash_config *cfg,
     size_t up = 0;
     int rc;
 
-    rc = snap->n > 0
-             ? chash_ring_create(cfg, snap->members, snap->n, &snap->ring)
-             : -CHASH_EEMPTY;
+    const char **zones = NULL;
+
+    if (snap->set.zoned && snap->n > 0) {
+        /* zone_policy: hierarchical: each member's zone, from its server */
+        if ((zones = calloc(snap->n, sizeof(*zones))) == NULL)
+            return -CHASH_ENOMEM;
+        for (size_t i = 0; i < snap->n; i++)
+            zones[i] = snap->servers[i]->zone;
+    }
+    rc = snap->n > 0 ? ring_create(cfg, snap->set.zoned, snap->members, zones,
+                                   snap->n, &snap->ring)
+                     : -CHASH_EEMPTY;
     if (rc == -CHASH_EEMPTY)
         snap->ring = NULL; /* nobody owns anything: new clients refused */
-    else if (rc < 0)
+    else if (rc < 0) {
+        free(zones);
         return rc;
+    }
     for (size_t i = 0; i < snap->n; i++) {
         if (snap->states[i] != SERVER_UP)
             continue;
@@ -561,20 +577,32 @@ snapshot_finish(struct pool_snapshot *snap, const struct chash_config *cfg,
      * them). Reports and the dashboard read it; workers never do. */
     snap->routes = snap->ring != NULL && up > 0;
     if (snap->routes && up < snap->n) {
+        const char **uz = calloc(up, sizeof(*uz));
+
         m = calloc(up, sizeof(*m));
-        if (m == NULL)
+        if (m == NULL || uz == NULL) {
+            free(m);
+            free(uz);
+            free(zones);
             return -CHASH_ENOMEM;
+        }
         up = 0;
         for (size_t i = 0; i < snap->n; i++)
-            if (snap->states[i] == SERVER_UP)
+            if (snap->states[i] == SERVER_UP) {
+                uz[up] = zones ? zones[i] : NULL;
                 m[up++] = snap->members[i];
-        rc = chash_ring_create(cfg, m, up, &snap->routing);
+            }
+        rc = ring_create(cfg, snap->set.zoned, m, uz, up, &snap->routing);
         free(m);
+        free(uz);
         if (rc == -CHASH_EEMPTY)
             snap->routes = false; /* the up members own nothing yet */
-        else if (rc < 0)
+        else if (rc < 0) {
+            free(zones);
             return rc;
+        }
     }
+    free(zones);
     snap->fill_same = replica_fill_same(snap);
     was = prev != NULL ? pool_snapshot_routing(prev) : NULL;
     now = pool_snapshot_routing(snap);

@@ -77,6 +77,7 @@ enum server_health { HEALTH_UP = 0, HEALTH_DOWN, HEALTH_EJECTED };
 struct server {
     uint64_t id;                /* unique for the life of the process */
     char *name;                 /* ring identity */
+    char *zone;                 /* its zone (zone_policy), or NULL */
     struct conf_addr addr;      /* own copy; numeric */
     struct pool *pool;          /* borrowed: the pool whose list holds
                                    the member; NULL once removed */
@@ -124,6 +125,7 @@ struct pool_settings {
     bool auto_eject;        /* auto_eject_hosts */
     bool hot;               /* hot_keys: track or spread (doc/hot.md) */
     bool hot_spread;        /* hot_keys: spread */
+    bool zoned;             /* zone_policy: hierarchical */
     uint32_t failure_limit; /* server_failure_limit */
     const struct proto *proto;
     /* store modes */

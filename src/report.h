@@ -43,6 +43,15 @@ json_t *report_migration(const struct chash_config *cfg,
                          const struct chash_member *before, size_t nb,
                          const struct chash_member *after, size_t na,
                          const char *changed, char *err, size_t errlen);
+/* The same for a pool with zones (zone_policy: hierarchical): member i of
+ * <before> in zone <bzones>[i], of <after> in <azones>[i]; NULL zones: a
+ * flat ring. */
+json_t *report_migration_zoned(const struct chash_config *cfg,
+                               const struct chash_member *before,
+                               const char *const *bzones, size_t nb,
+                               const struct chash_member *after,
+                               const char *const *azones, size_t na,
+                               const char *changed, char *err, size_t errlen);
 
 /*
  * <ring>'s owners sampled at <segments> evenly spaced positions of the

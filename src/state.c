@@ -37,6 +37,7 @@ struct state_entry {
     uint32_t weight;
     bool has_weight; /* false: the config's weight */
     int admin;       /* enum state_admin */
+    char *zone;      /* an added member's zone, or NULL */
 };
 
 /* A server as the config file wrote it. */
@@ -89,7 +90,8 @@ entry_deinit(struct state_entry *e)
 {
     free(e->name);
     free(e->address);
-    e->name = e->address = NULL;
+    free(e->zone);
+    e->name = e->address = e->zone = NULL;
 }
 
 /* Free a pool's delta (not its base or name). */
@@ -205,6 +207,7 @@ entry_push(struct state_entry **arr, size_t *n, const char *name,
     e->weight = weight;
     e->has_weight = has_weight;
     e->admin = admin;
+    e->zone = NULL;
     if (e->name == NULL || (address != NULL && e->address == NULL)) {
         entry_deinit(e);
         return -1;
@@ -296,6 +299,8 @@ parse_entry(json_t *j, bool full, struct state_entry *e, const char *where,
     e->name = strdup(json_string_value(name));
     if (address != NULL)
         e->address = strdup(json_string_value(address));
+    if (json_is_string(json_object_get(j, "zone")))
+        e->zone = strdup(json_string_value(json_object_get(j, "zone")));
     if (e->name == NULL || (address != NULL && e->address == NULL)) {
         entry_deinit(e);
         seterr(err, errlen, "out of memory");
@@ -607,6 +612,10 @@ server_replace(struct conf_pool *cp, size_t idx, struct conf_server *ns)
 {
     int line = cp->servers[idx].line;
 
+    if (ns->zone == NULL) { /* a member keeps its zone */
+        ns->zone = cp->servers[idx].zone;
+        cp->servers[idx].zone = NULL;
+    }
     conf_server_deinit(&cp->servers[idx]);
     cp->servers[idx] = *ns;
     cp->servers[idx].line = line;
@@ -706,6 +715,19 @@ pool_apply(struct state_pool *p, const struct conf *conf, struct conf_pool *cp,
                     e->name, msg);
             continue;
         }
+        if (e->zone != NULL && (ns.zone = strdup(e->zone)) == NULL) {
+            conf_server_deinit(&ns);
+            errno = ENOMEM;
+            return -1;
+        }
+        if (ns.zone == NULL && cp->zone_policy == CONF_ZONE_HIERARCHICAL) {
+            addwarn(warn, warnlen,
+                    "pool %s: added member %s has no zone (the pool places "
+                    "a zone, then a member): not added",
+                    cp->name, e->name);
+            conf_server_deinit(&ns);
+            continue;
+        }
         if (address_taken(cp, &ns.addr, -1)) {
             addwarn(warn, warnlen,
                     "pool %s: added member %s: address %s is "
@@ -765,8 +787,10 @@ servers_copy(const struct conf_pool *cp, struct conf_server **out)
     for (size_t i = 0; i < cp->nservers; i++) {
         c[i] = cp->servers[i];
         c[i].name = strdup(cp->servers[i].name);
+        c[i].zone = cp->servers[i].zone ? strdup(cp->servers[i].zone) : NULL;
         c[i].addr.text = strdup(cp->servers[i].addr.text);
-        if (c[i].name == NULL || c[i].addr.text == NULL) {
+        if (c[i].name == NULL || c[i].addr.text == NULL ||
+            (cp->servers[i].zone != NULL && c[i].zone == NULL)) {
             for (size_t k = 0; k <= i; k++)
                 conf_server_deinit(&c[k]);
             free(c);
@@ -962,11 +986,14 @@ state_record(struct state *st, const char *pool,
         for (size_t k = 0; k < p->nbase; k++)
             if (strcmp(p->base[k].name, m->name) == 0)
                 b = &p->base[k];
-        if (b == NULL)
+        if (b == NULL) {
             rc = entry_push(&nd.added, &nd.nadded, m->name, m->address,
                             m->weight, true, m->admin);
-        else if (b->weight != m->weight || m->admin != STATE_ADMIN_UP ||
-                 strcmp(b->address, m->address) != 0)
+            if (rc == 0 && m->zone != NULL &&
+                (nd.added[nd.nadded - 1].zone = strdup(m->zone)) == NULL)
+                rc = -1;
+        } else if (b->weight != m->weight || m->admin != STATE_ADMIN_UP ||
+                   strcmp(b->address, m->address) != 0)
             rc = entry_push(&nd.changed, &nd.nchanged, m->name,
                             strcmp(b->address, m->address) != 0 ? m->address
                                                                 : NULL,
@@ -1207,6 +1234,8 @@ entry_json(const struct state_entry *e, bool full)
     if (full || e->has_weight)
         json_object_set_new(j, "weight", json_integer(e->weight));
     json_object_set_new(j, "state", json_string(state_admin_name(e->admin)));
+    if (e->zone != NULL)
+        json_object_set_new(j, "zone", json_string(e->zone));
     return j;
 }
 

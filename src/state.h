@@ -26,7 +26,8 @@ struct state_member {
     const char *name;
     const char *address; /* as written ("127.0.0.1:9001") */
     uint32_t weight;
-    int admin; /* enum state_admin */
+    int admin;        /* enum state_admin */
+    const char *zone; /* its zone, or NULL (kept for added members) */
 };
 
 /*

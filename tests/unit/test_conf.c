@@ -601,7 +601,8 @@ test_server_forms(void **state)
         {"::1:9001:1", "[::1]:port:weight"},
         {"127.0.0.1:0:1", "port '0'"},
         {"127.0.0.1:65536:1", "port '65536'"},
-        {"127.0.0.1:9001:1 a b", "one-word name"},
+        {"127.0.0.1:9001:1 a b c", "[name [zone]], one word each"},
+        {"127.0.0.1:9001:1 a b#", "[name [zone]], one word each"},
         {"[::1:9001:1", "missing ']'"},
         {"[127.0.0.1]:9001:1", "not an IPv6 address"},
         {"", "expected host:port:weight"},
@@ -620,8 +621,17 @@ test_server_forms(void **state)
         assert_int_equal(s.weight, good[i].weight);
         assert_int_equal(s.addr.family, good[i].family);
         assert_int_equal(s.addr.port, good[i].port);
+        assert_null(s.zone);
         conf_server_deinit(&s);
     }
+    /* a second word is the server's zone */
+    assert_int_equal(
+        conf_parse_server("127.0.0.1:9001:2 web-1 rack-a", &s, msg, sizeof(msg)),
+        0);
+    assert_string_equal(s.name, "web-1");
+    assert_string_equal(s.zone, "rack-a");
+    assert_int_equal(s.weight, 2);
+    conf_server_deinit(&s);
     for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
         msg[0] = '\0';
         if (conf_parse_server(bad[i].text, &s, msg, sizeof(msg)) == 0) {
