@@ -1597,7 +1597,7 @@ rebalance_apply(const struct ctl *c, const char *pool, const char *label,
     {
         char name[800], path[2600], what[1024];
         long long w = num(m, "new_weight");
-        json_t *r;
+        json_t *r, *body;
 
         if (w == num(m, "weight"))
             continue;
@@ -1605,8 +1605,9 @@ rebalance_apply(const struct ctl *c, const char *pool, const char *label,
         snprintf(path, sizeof(path), "/api/pools/%s/members/%s", pool, name);
         snprintf(what, sizeof(what), "pool %s: weight of %s -> %lld", label,
                  str(m, "name"), w);
-        r = call(c, "PATCH", path, json_pack("{s:I}", "weight", (json_int_t)w),
-                 &ex);
+        body = json_pack("{s:I}", "weight", (json_int_t)w);
+        r = call(c, "PATCH", path, body, &ex);
+        json_decref(body);
         if (r == NULL)
             return ex;
         if (!c->json)
