@@ -35,7 +35,7 @@ static const char usage_text[] =
     "  --loads adds a bar chart of key counts per member for K keys\n"
     "  <prefix>0 .. <prefix>K-1 (default 10000, data_key_).\n";
 
-#define LEGEND_MAX 64          /* members listed by name; then "+N more" */
+#define LEGEND_MAX 64 /* members listed by name; then "+N more" */
 #define RING_CX 300.0
 #define RING_CY 320.0
 #define RING_R 230.0
@@ -49,6 +49,8 @@ struct plot {
     uint64_t nkeys;
     const char *prefix;
     FILE *f;
+    const char **zones; /* the zones met, in order (zoned pools) */
+    size_t nzones;
 };
 
 /* Twelve colours that stay apart from each other; beyond them, hues by
@@ -72,12 +74,30 @@ member_colour(size_t i, char *buf, size_t len)
     double x = ch * (1 - fabs(fmod(h, 2.0) - 1)), m = l - ch / 2;
     double r = 0, g = 0, b = 0;
     switch ((int)h) {
-    case 0: r = ch; g = x; break;
-    case 1: r = x; g = ch; break;
-    case 2: g = ch; b = x; break;
-    case 3: g = x; b = ch; break;
-    case 4: r = x; b = ch; break;
-    default: r = ch; b = x; break;
+    case 0:
+        r = ch;
+        g = x;
+        break;
+    case 1:
+        r = x;
+        g = ch;
+        break;
+    case 2:
+        g = ch;
+        b = x;
+        break;
+    case 3:
+        g = x;
+        b = ch;
+        break;
+    case 4:
+        r = x;
+        b = ch;
+        break;
+    default:
+        r = ch;
+        b = x;
+        break;
     }
     snprintf(buf, len, "#%02x%02x%02x", (unsigned)lround((r + m) * 255),
              (unsigned)lround((g + m) * 255), (unsigned)lround((b + m) * 255));
@@ -88,12 +108,23 @@ xml_text(FILE *f, const char *s)
 {
     for (; *s; s++) {
         switch (*s) {
-        case '&': fputs("&amp;", f); break;
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '"': fputs("&quot;", f); break;
-        case '\'': fputs("&apos;", f); break;
-        default: fputc(*s, f);
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
+        case '\'':
+            fputs("&apos;", f);
+            break;
+        default:
+            fputc(*s, f);
         }
     }
 }
@@ -106,23 +137,36 @@ point_at(double frac, double radius, double *x, double *y)
     *y = RING_CY + radius * sin(a);
 }
 
+/* The inner ring of zones (zone_policy: hierarchical): its radii. */
+#define ZONE_R (RING_R - RING_W / 2 - 22.0)
+#define ZONE_W 24.0
+
 /* One arc from <from> to <to> (fractions of the circle, to > from, at
  * most one half so the SVG arc flags stay unambiguous), drawn as a
- * filled annular sector: strokes of tiny arcs render as artefacts. */
+ * filled annular sector: strokes of tiny arcs render as artefacts.
+ * Member <m>'s on the ring, or with <zone>, zone <m>'s on the inner ring
+ * of zones. */
 static void
-arc(struct plot *p, size_t m, double from, double to)
+arc(struct plot *p, size_t m, bool zone, double from, double to)
 {
-    const double ro = RING_R + RING_W / 2, ri = RING_R - RING_W / 2;
+    const double ro = zone ? ZONE_R + ZONE_W / 2 : RING_R + RING_W / 2,
+                 ri = zone ? ZONE_R - ZONE_W / 2 : RING_R - RING_W / 2;
     char colour[16];
     double x0, y0, x1, y1, x2, y2, x3, y3;
 
-    member_colour(m, colour, sizeof(colour));
+    /* zones take the colours after the members' */
+    member_colour(zone ? p->r.ms.n + m : m, colour, sizeof(colour));
     point_at(from, ro, &x0, &y0);
     point_at(to, ro, &x1, &y1);
     point_at(to, ri, &x2, &y2);
     point_at(from, ri, &x3, &y3);
-    fprintf(p->f, "<path class=\"arc\" data-member=\"");
-    xml_text(p->f, p->r.ms.m[m].name);
+    if (zone) {
+        fprintf(p->f, "<path class=\"zone-arc\" data-zone=\"");
+        xml_text(p->f, p->zones[m]);
+    } else {
+        fprintf(p->f, "<path class=\"arc\" data-member=\"");
+        xml_text(p->f, p->r.ms.m[m].name);
+    }
     fprintf(p->f,
             "\" fill=\"%s\" d=\"M %.2f %.2f A %.0f %.0f 0 0 1 %.2f %.2f "
             "L %.2f %.2f A %.0f %.0f 0 0 0 %.2f %.2f Z\"/>\n",
@@ -130,15 +174,28 @@ arc(struct plot *p, size_t m, double from, double to)
 }
 
 static void
-draw_run(struct plot *p, size_t m, uint32_t start, uint32_t end)
+draw_run(struct plot *p, size_t m, bool zone, uint32_t start, uint32_t end)
 {
     double s = (double)start / p->samples, e = (double)end / p->samples;
 
     while (e - s > 0.5) {
-        arc(p, m, s, s + 0.5);
+        arc(p, m, zone, s, s + 0.5);
         s += 0.5;
     }
-    arc(p, m, s, e);
+    arc(p, m, zone, s, e);
+}
+
+/* The index of member <m>'s zone in p->zones (made on first use). */
+static size_t
+zone_index(struct plot *p, size_t m)
+{
+    const char *z = p->r.ms.zones[m] ? p->r.ms.zones[m] : "-";
+
+    for (size_t i = 0; i < p->nzones; i++)
+        if (strcmp(p->zones[i], z) == 0)
+            return i;
+    p->zones[p->nzones] = z;
+    return p->nzones++;
 }
 
 /* Sample the circle and draw each run of one owner as an arc. */
@@ -149,22 +206,30 @@ draw_ring(struct plot *p)
     /* positions are j * step + step / 2 over [0, 2^bits) */
     long double space = bits == 64 ? 18446744073709551616.0L : 4294967296.0L;
     long double step = space / p->samples;
-    uint32_t start = 0;
-    size_t owner = 0;
+    uint32_t start = 0, zstart = 0;
+    size_t owner = 0, zone = 0;
+    bool zoned = p->r.ms.zoned && p->zones != NULL;
 
     for (uint32_t j = 0; j <= p->samples; j++) {
-        size_t o = owner;
-        if (j < p->samples)
-            o = chash_ring_lookup(p->ring,
-                                  (uint64_t)(step * j + step / 2));
+        size_t o = owner, z = zone;
+        if (j < p->samples) {
+            o = chash_ring_lookup(p->ring, (uint64_t)(step * j + step / 2));
+            z = zoned ? zone_index(p, o) : 0;
+        }
         if (j == 0) {
             owner = o;
+            zone = z;
             continue;
         }
         if (j == p->samples || o != owner) {
-            draw_run(p, owner, start, j);
+            draw_run(p, owner, false, start, j);
             start = j;
             owner = o;
+        }
+        if (zoned && (j == p->samples || z != zone)) {
+            draw_run(p, zone, true, zstart, j);
+            zstart = j;
+            zone = z;
         }
     }
 }
@@ -176,8 +241,9 @@ draw_legend(struct plot *p, double x, double y)
     size_t shown = p->r.ms.n < LEGEND_MAX ? p->r.ms.n : LEGEND_MAX;
     double rest = 0;
 
-    fprintf(p->f, "<text x=\"%.0f\" y=\"%.0f\" font-weight=\"bold\">member"
-                  "  weight  exact share</text>\n",
+    fprintf(p->f,
+            "<text x=\"%.0f\" y=\"%.0f\" font-weight=\"bold\">member"
+            "  weight  exact share</text>\n",
             x, y);
     for (size_t i = 0; i < p->r.ms.n; i++) {
         double share = chash_ring_share(p->ring, i);
@@ -195,8 +261,13 @@ draw_legend(struct plot *p, double x, double y)
                 "fill=\"%s\"/><text x=\"%.0f\" y=\"%.0f\">",
                 p->r.ms.m[i].weight, share, x, ly - 12, colour, x + 20, ly);
         xml_text(p->f, p->r.ms.m[i].name);
-        fprintf(p->f, "  w=%" PRIu32 "  %.3f%%</text></g>\n",
-                p->r.ms.m[i].weight, 100.0 * share);
+        fprintf(p->f, "  w=%" PRIu32 "  %.3f%%", p->r.ms.m[i].weight,
+                100.0 * share);
+        if (p->r.ms.zoned && p->r.ms.zones[i] != NULL) {
+            fputs("  zone ", p->f);
+            xml_text(p->f, p->r.ms.zones[i]);
+        }
+        fputs("</text></g>\n", p->f);
     }
     if (shown < p->r.ms.n)
         fprintf(p->f,
@@ -204,6 +275,21 @@ draw_legend(struct plot *p, double x, double y)
                 "%.3f%%</text>\n",
                 x, y + 22.0 * (double)(shown + 1), p->r.ms.n - shown,
                 100.0 * rest);
+    /* the inner ring: the zones, in the colours after the members' */
+    for (size_t k = 0; k < p->nzones && k < LEGEND_MAX; k++) {
+        double ly = y + 22.0 * (double)(shown + 2 + k);
+
+        member_colour(p->r.ms.n + k, colour, sizeof(colour));
+        fprintf(p->f, "<g class=\"legend-zone\" data-zone=\"");
+        xml_text(p->f, p->zones[k]);
+        fprintf(p->f,
+                "\"><rect x=\"%.0f\" y=\"%.0f\" width=\"14\" "
+                "height=\"14\" fill=\"%s\"/><text x=\"%.0f\" y=\"%.0f\">"
+                "zone ",
+                x, ly - 12, colour, x + 20, ly);
+        xml_text(p->f, p->zones[k]);
+        fputs(" (inner ring)</text></g>\n", p->f);
+    }
 }
 
 /* Key counts per member as bars, with the fair count (by weight) as a
@@ -236,9 +322,10 @@ draw_loads(struct plot *p, double top, double width)
             max = count[i];
     }
     double bw = (width - left - 20) / (double)p->r.ms.n;
-    fprintf(p->f, "<g class=\"loads\"><text x=\"%.0f\" y=\"%.0f\" "
-                  "font-weight=\"bold\">keys per member (%" PRIu64
-                  " keys; tick = fair share by weight)</text>\n",
+    fprintf(p->f,
+            "<g class=\"loads\"><text x=\"%.0f\" y=\"%.0f\" "
+            "font-weight=\"bold\">keys per member (%" PRIu64
+            " keys; tick = fair share by weight)</text>\n",
             left, top, p->nkeys);
     for (size_t i = 0; i < p->r.ms.n; i++) {
         double h = chart_h * (double)count[i] / (double)max;
@@ -371,8 +458,8 @@ cmd_plot(int argc, char **argv)
             p.loads = true;
             break;
         case 'k':
-            if (cli_parse_u64(CMD, "--keys", optarg, 1, 100000000,
-                              &p.nkeys) != 0)
+            if (cli_parse_u64(CMD, "--keys", optarg, 1, 100000000, &p.nkeys) !=
+                0)
                 goto usage;
             keys_given = true;
             break;
@@ -407,6 +494,11 @@ cmd_plot(int argc, char **argv)
     rc = CLI_EXIT_FAIL;
     if (cli_ring_create(CMD, &p.r.cfg, &p.r.ms, &p.ring) != 0)
         goto out;
+    if (p.r.ms.zoned &&
+        (p.zones = calloc(p.r.ms.n ? p.r.ms.n : 1, sizeof(*p.zones))) == NULL) {
+        cli_error(CMD, "out of memory");
+        goto out;
+    }
     /* Render into memory first so a failure leaves no half-written file. */
     p.f = open_memstream(&buf, &buflen);
     if (p.f == NULL || render(&p) != 0) {
@@ -431,6 +523,7 @@ usage:
     fputs(usage_text, stderr);
     rc = CLI_EXIT_USAGE;
 out:
+    free(p.zones);
     if (p.f != NULL)
         fclose(p.f);
     free(buf);

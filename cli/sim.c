@@ -50,10 +50,10 @@ static const char usage_text[] =
 enum op_kind { OP_INIT, OP_ADD, OP_REMOVE, OP_REWEIGHT };
 
 struct sim_op {
-    int kind;          /* enum op_kind */
-    char *name;        /* the member the op is about (NULL for init) */
-    uint32_t weight;   /* add, reweight */
-    char *text;        /* as written, for the report */
+    int kind;        /* enum op_kind */
+    char *name;      /* the member the op is about (NULL for init) */
+    uint32_t weight; /* add, reweight */
+    char *text;      /* as written, for the report */
 };
 
 struct sim {
@@ -68,8 +68,8 @@ struct sim {
     double factor;
     bool clients;
     bool json;
-    FILE *out;          /* stdout, or the JSON buffer */
-    uint64_t *hash;     /* key hashes, computed once with the init ring */
+    FILE *out;      /* stdout, or the JSON buffer */
+    uint64_t *hash; /* key hashes, computed once with the init ring */
     /* Every name ever seen gets a global id, so that owners of different
      * steps (different member arrays) compare by name in O(1). */
     char **names;
@@ -155,12 +155,13 @@ parse_op(const char *item, size_t len, struct cli_members *ms,
     eq = strrchr(name, '=');
     if (eq != NULL && op->kind != OP_REMOVE) {
         *eq = '\0';
-        if (cli_parse_u32(CMD, "weight", eq + 1, 0, UINT32_MAX,
-                          &op->weight) != 0)
+        if (cli_parse_u32(CMD, "weight", eq + 1, 0, UINT32_MAX, &op->weight) !=
+            0)
             goto bad;
     } else if (op->kind == OP_REWEIGHT) {
-        cli_error(CMD, "op '%s': write +NAME to add, -NAME to remove, "
-                       "NAME=W to reweight",
+        cli_error(CMD,
+                  "op '%s': write +NAME to add, -NAME to remove, "
+                  "NAME=W to reweight",
                   op->text);
         goto bad;
     }
@@ -244,9 +245,9 @@ parse_ops(struct sim *s, const char *list)
 struct step {
     struct cli_members ms;
     struct chash_ring *ring;
-    uint32_t *gid;      /* global name id per array index */
-    uint32_t *owner;    /* global name id of each key's owner */
-    uint64_t *count;    /* keys per array index */
+    uint32_t *gid;   /* global name id per array index */
+    uint32_t *owner; /* global name id of each key's owner */
+    uint64_t *count; /* keys per array index */
 };
 
 static void
@@ -333,13 +334,13 @@ balance(const struct sim *s, const struct step *st, double *peak, double *cv)
 
 /* What moved between <prev> and <cur> because of <op>. */
 struct migration {
-    uint64_t moved;           /* keys whose owner changed, by name */
-    uint64_t between;         /* of those, keys between two members neither
-                                 of which is the op's member */
-    double exact;             /* chash_ring_diff */
-    bool exact_is_exact;      /* chash_ring_diff_exact */
-    double optimal;           /* from the exact shares */
-    double by_weight;         /* from the weights alone */
+    uint64_t moved;      /* keys whose owner changed, by name */
+    uint64_t between;    /* of those, keys between two members neither
+                            of which is the op's member */
+    double exact;        /* chash_ring_diff */
+    bool exact_is_exact; /* chash_ring_diff_exact */
+    double optimal;      /* from the exact shares */
+    double by_weight;    /* from the weights alone */
 };
 
 static double
@@ -409,27 +410,30 @@ text_step(const struct sim *s, const struct step *st, const char *title,
     double peak, cv;
 
     fprintf(f, "== %s: %zu members\n", title, st->ms.n);
-    fprintf(f, "  %-*s %6s %10s %8s %8s\n", w, "member", "weight", "keys",
-            "keys%", "share");
+    fprintf(f, "  %-*s %6s %10s %8s %8s%s\n", w, "member", "weight", "keys",
+            "keys%", "share", st->ms.zoned ? "  zone" : "");
     for (size_t i = 0; i < st->ms.n; i++) {
         double share = chash_ring_share(st->ring, i);
-        fprintf(f, "  %-*s %6" PRIu32 " %10" PRIu64 " %7.2f%% %7.3f%%\n", w,
+        fprintf(f, "  %-*s %6" PRIu32 " %10" PRIu64 " %7.2f%% %7.3f%%", w,
                 st->ms.m[i].name, st->ms.m[i].weight, st->count[i],
-                100.0 * (double)st->count[i] / (double)s->nkeys,
-                100.0 * share);
+                100.0 * (double)st->count[i] / (double)s->nkeys, 100.0 * share);
+        if (st->ms.zoned)
+            fprintf(f, "  %s", st->ms.zones[i] ? st->ms.zones[i] : "-");
+        fputc('\n', f);
     }
     balance(s, st, &peak, &cv);
-    fprintf(f, "  load: peak/mean %.3f, coefficient of variation %.3f "
-               "(keys against weights)\n",
+    fprintf(f,
+            "  load: peak/mean %.3f, coefficient of variation %.3f "
+            "(keys against weights)\n",
             peak, cv);
     if (mg == NULL) {
         fputc('\n', f);
         return;
     }
     double measured = (double)mg->moved / (double)s->nkeys;
-    fprintf(f, "  moved (key by key):   %" PRIu64 " of %" PRIu64
-               " keys = %.2f%%\n",
-            mg->moved, s->nkeys, 100.0 * measured);
+    fprintf(
+        f, "  moved (key by key):   %" PRIu64 " of %" PRIu64 " keys = %.2f%%\n",
+        mg->moved, s->nkeys, 100.0 * measured);
     fprintf(f, "  moved (exact):        %.3f%% of the hash space%s\n",
             100.0 * mg->exact,
             mg->exact_is_exact ? "" : " (sampled at 2^20 points)");
@@ -438,14 +442,14 @@ text_step(const struct sim *s, const struct step *st, const char *title,
             : title[0] == '-' ? "the removed member's share"
                               : "the change of the member's share");
     fprintf(f, "  optimum (by weight):  %.3f%%%s\n", 100.0 * mg->by_weight,
-            title[0] == '+' ? " = w/W after the add (1/(N+1) when equal)"
+            title[0] == '+'   ? " = w/W after the add (1/(N+1) when equal)"
             : title[0] == '-' ? " = w/W before the remove (1/N when equal)"
                               : " = |w'/W' - w/W|");
     if (mg->optimal > 0)
         fprintf(f, "  moved / optimum:      %.3f key by key, %.3f exact\n",
                 measured / mg->optimal, mg->exact / mg->optimal);
-    fprintf(f, "  moved between members other than %s: %" PRIu64 " keys\n",
-            who, mg->between);
+    fprintf(f, "  moved between members other than %s: %" PRIu64 " keys\n", who,
+            mg->between);
     if (s->r.cfg.algo == CHASH_ALGO_JUMP && title[0] == '-' && mg->between > 0)
         fprintf(f, "  (jump takes array order as identity: removing a member "
                    "that is not the last renumbers the ones after it)\n");
@@ -466,19 +470,16 @@ json_step(const struct sim *s, const struct step *st, const char *op,
     for (size_t i = 0; i < st->ms.n; i++) {
         fprintf(f, "%s{\"name\":", i ? "," : "");
         cli_json_string(f, st->ms.m[i].name);
-        fprintf(f,
-                ",\"weight\":%" PRIu32 ",\"keys\":%" PRIu64
-                ",\"share\":%.12g}",
-                st->ms.m[i].weight, st->count[i],
-                chash_ring_share(st->ring, i));
+        fprintf(
+            f, ",\"weight\":%" PRIu32 ",\"keys\":%" PRIu64 ",\"share\":%.12g}",
+            st->ms.m[i].weight, st->count[i], chash_ring_share(st->ring, i));
     }
     fprintf(f,
             "],\"moved_keys\":%" PRIu64 ",\"moved_fraction\":%.9g,"
             "\"exact_moved\":%.9g,\"exact_is_exact\":%s,\"optimal\":%.9g,"
             "\"optimal_by_weight\":%.9g,\"moved_between_survivors\":%" PRIu64
             ",\"peak_to_mean\":%.6g,\"cv\":%.6g",
-            mg ? mg->moved : 0,
-            mg ? (double)mg->moved / (double)s->nkeys : 0.0,
+            mg ? mg->moved : 0, mg ? (double)mg->moved / (double)s->nkeys : 0.0,
             mg ? mg->exact : 0.0,
             mg == NULL || mg->exact_is_exact ? "true" : "false",
             mg ? mg->optimal : 0.0, mg ? mg->by_weight : 0.0,
@@ -658,14 +659,15 @@ fail_view(struct sim *s, const struct step *init)
                      init->count[i], plain[i] - init->count[i], plain[i]);
             snprintf(b, sizeof(b), "%" PRIu64 " +%" PRIu64 " -> %" PRIu64,
                      bbefore[i], bounded[j] - bbefore[i], bounded[j]);
-            fprintf(o, "  %-*s | %-26s | %-26s | %7.0f\n", w,
-                    surv.ms.m[j].name, a, b, cap);
+            fprintf(o, "  %-*s | %-26s | %-26s | %7.0f\n", w, surv.ms.m[j].name,
+                    a, b, cap);
         }
         j++;
     }
     if (s->json) {
-        fprintf(o, "],\"peak_to_mean_plain\":%.6g,"
-                   "\"peak_to_mean_bounded\":%.6g}",
+        fprintf(o,
+                "],\"peak_to_mean_plain\":%.6g,"
+                "\"peak_to_mean_bounded\":%.6g}",
                 peak_plain, peak_bounded);
     } else {
         fprintf(o,
@@ -759,8 +761,8 @@ run(struct sim *s)
             cli_error(CMD, "out of memory");
             goto out;
         }
-        if (step_build(s, &cur) != 0 || migrate(s, &prev, &cur, &s->ops[i],
-                                                &mg) != 0)
+        if (step_build(s, &cur) != 0 ||
+            migrate(s, &prev, &cur, &s->ops[i], &mg) != 0)
             goto out;
         if (s->json)
             json_step(s, &cur, s->ops[i].text, &mg, false);
@@ -836,8 +838,8 @@ cmd_sim(int argc, char **argv)
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'k':
-            if (cli_parse_u64(CMD, "--keys", optarg, 1, 50000000,
-                              &s.nkeys) != 0)
+            if (cli_parse_u64(CMD, "--keys", optarg, 1, 50000000, &s.nkeys) !=
+                0)
                 goto usage;
             keys_given = true;
             break;
@@ -846,8 +848,8 @@ cmd_sim(int argc, char **argv)
             prefix_given = true;
             break;
         case 's':
-            if (cli_parse_u64(CMD, "--seed", optarg, 0, UINT64_MAX,
-                              &s.seed) != 0)
+            if (cli_parse_u64(CMD, "--seed", optarg, 0, UINT64_MAX, &s.seed) !=
+                0)
                 goto usage;
             s.seeded = true;
             break;

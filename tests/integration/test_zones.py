@@ -104,3 +104,34 @@ def test_a_hierarchical_pool_needs_zones(procs, chashd_redis, tmp_path):
     # a second zone of equal weight takes about half the keys
     assert 0.3 < j["moved"] < 0.7, j
     assert api.members("store")["r3"]["zone"] == "b"
+
+
+def test_sim_and_plot_show_zones(tmp_path):
+    conf = tmp_path / "z.yml"
+    lines = ["store:", "  listen: 127.0.0.1:%d" % free_port(),
+             "  mode: redis", "  zone_policy: hierarchical", "  hash: murmur",
+             "  servers:"]
+    for i, (name, zone) in enumerate(sorted(ZONES.items())):
+        lines.append("    - 127.0.0.1:%d:1 %s %s" % (7301 + i, name, zone))
+    conf.write_text("\n".join(lines) + "\n")
+    sim = subprocess.run([CHASH, "sim", "--config", str(conf), "--pool",
+                          "store", "--keys", "20000"], capture_output=True,
+                         text=True, timeout=60)
+    assert sim.returncode == 0, sim.stderr
+    rows = {}
+    for line in sim.stdout.split("== init")[1].splitlines()[1:8]:
+        f = line.split()
+        if f and f[0] in ZONES:
+            rows[f[0]] = f[-1]
+    assert rows == ZONES, sim.stdout[:800]
+    svg = tmp_path / "z.svg"
+    plot = subprocess.run([CHASH, "plot", "--config", str(conf), "--pool",
+                           "store", "--out", str(svg)], capture_output=True,
+                          text=True, timeout=60)
+    assert plot.returncode == 0, plot.stderr
+    text = svg.read_text()
+    import re
+    zones = set(re.findall(r'class="zone-arc" data-zone="([^"]+)"', text))
+    assert zones == {"a", "b", "c"}, zones
+    assert set(re.findall(r'class="legend-zone" data-zone="([^"]+)"',
+                          text)) == {"a", "b", "c"}
