@@ -212,6 +212,8 @@ cli_members_copy(struct cli_members *dst, const struct cli_members *src)
         }
     }
     dst->zoned = src->zoned;
+    memcpy(dst->zw, src->zw, sizeof(dst->zw));
+    dst->nzw = src->nzw;
     return 0;
 }
 
@@ -407,6 +409,8 @@ ring_from_config(const char *cmd, struct cli_ring *r)
         }
     }
     r->ms.zoned = pool->zone_policy == CONF_ZONE_HIERARCHICAL;
+    memcpy(r->ms.zw, pool->zone_weights, sizeof(r->ms.zw));
+    r->ms.nzw = pool->nzone_weights;
     /* twemproxy hashes only the tagged part of a key in its key-value
      * modes; a tcp or http pool's key is the client address (or a header)
      * and has no tag. */
@@ -503,7 +507,7 @@ cli_ring_create(const char *cmd, const struct chash_config *cfg,
             return -CHASH_EINVAL;
         }
     rc = ring_create(cfg, ms->zoned, ms->m, (const char *const *)ms->zones,
-                     ms->n, out);
+                     ms->n, ms->zw, ms->nzw, out);
     if (rc == 0)
         return 0;
     /* The library's sentences are generic; say what it means here. */

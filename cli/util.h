@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "chash/chash.h"
+#include "../src/ring.h"
 
 /* Exit statuses shared by every subcommand (see cli.h). */
 #define CLI_EXIT_OK 0
@@ -61,6 +62,8 @@ struct cli_members {
     size_t n;
     size_t cap;
     bool zoned; /* a pool with zone_policy: hierarchical (--config) */
+    struct ring_zone_weight zw[RING_ZONE_WEIGHTS_MAX]; /* its zone_weights */
+    size_t nzw;
 };
 
 /* Parse <list> into <ms> (zero-initialised or emptied). 0, or -1 after

@@ -1813,6 +1813,55 @@ set_hash_key(struct load *ld, const struct conf_key *key, yaml_node_t *node,
 
 /* `forward_headers: [x-forwarded-for, x-forwarded-proto, forwarded]`, or
  * `off` / `[]` for none. */
+/* zone_weights: { zone: weight, ... } (zone_policy: hierarchical). */
+static int
+set_zone_weights(struct load *ld, const struct conf_key *key, yaml_node_t *node,
+                 void *base)
+{
+    struct conf_pool *pool = base;
+    yaml_node_pair_t *pair;
+
+    (void)key;
+    if (node->type != YAML_MAPPING_NODE)
+        return fail(ld, node,
+                    "'zone_weights' must be a map of zone: weight, not %s",
+                    node_kind(node));
+    for (pair = node->data.mapping.pairs.start;
+         pair < node->data.mapping.pairs.top; pair++) {
+        yaml_node_t *k = yaml_document_get_node(ld->doc, pair->key);
+        yaml_node_t *v = yaml_document_get_node(ld->doc, pair->value);
+        const char *zone = k && k->type == YAML_SCALAR_NODE
+                               ? (const char *)k->data.scalar.value
+                               : NULL;
+        uint64_t w;
+
+        if (zone == NULL || !etcd_name_ok(zone))
+            return fail(ld, k ? k : node,
+                        "'zone_weights': a zone is 1 to 63 letters, digits, "
+                        "'.', '_', ':' or '-'");
+        if (v == NULL || v->type != YAML_SCALAR_NODE ||
+            parse_u64((const char *)v->data.scalar.value, &w) != 0 || w < 1 ||
+            w > 1000000)
+            return fail(ld, v ? v : node,
+                        "'zone_weights': the weight of zone '%s' must be an "
+                        "integer from 1 to 1000000",
+                        zone);
+        for (size_t i = 0; i < pool->nzone_weights; i++)
+            if (strcmp(pool->zone_weights[i].zone, zone) == 0)
+                return fail(ld, k, "'zone_weights': zone '%s' is given twice",
+                            zone);
+        if (pool->nzone_weights == RING_ZONE_WEIGHTS_MAX)
+            return fail(ld, k,
+                        "'zone_weights': at most %d zones (the others weigh "
+                        "their servers' sum)",
+                        RING_ZONE_WEIGHTS_MAX);
+        snprintf(pool->zone_weights[pool->nzone_weights].zone,
+                 sizeof(pool->zone_weights[0].zone), "%s", zone);
+        pool->zone_weights[pool->nzone_weights++].weight = (uint32_t)w;
+    }
+    return 0;
+}
+
 static int
 set_forward_headers(struct load *ld, const struct conf_key *key,
                     yaml_node_t *node, void *base)
@@ -1968,6 +2017,7 @@ enum pool_key {
     PK_HOT_KEYS,
     PK_HOT_KEY_THRESHOLD,
     PK_ZONE_POLICY,
+    PK_ZONE_WEIGHTS,
     PK_ACCEPT_PROXY,
     PK_SEND_PROXY,
     PK_MEMBERS_FROM,
@@ -2106,6 +2156,8 @@ static const struct conf_key pool_keys[] = {
                      M_STORE | M_HTTP, false},
     [PK_ZONE_POLICY] = {"zone_policy", set_enum, POOL(zone_policy), 0, 0,
                         zone_policy_names, M_ALL, false},
+    [PK_ZONE_WEIGHTS] = {"zone_weights", set_zone_weights, 0, 0, 0, NULL, M_ALL,
+                         false},
     [PK_HOT_KEY_THRESHOLD] = {"hot_key_threshold", set_u32,
                               POOL(hot_key_threshold), 1, 1000000000, NULL,
                               M_STORE, false},
@@ -2628,6 +2680,24 @@ check_zones(struct load *ld, struct conf_pool *pool, const int *lines)
 
     for (size_t i = 0; i < pool->nservers; i++)
         any |= pool->servers[i].zone != NULL;
+    for (size_t k = 0; k < pool->nzone_weights; k++) {
+        bool found = false;
+
+        if (pool->zone_policy != CONF_ZONE_HIERARCHICAL)
+            return fail_at(ld, lines[PK_ZONE_WEIGHTS],
+                           "pool '%s': zone_weights need zone_policy: "
+                           "hierarchical",
+                           pool->name);
+        for (size_t i = 0; i < pool->nservers && !found; i++)
+            found =
+                pool->servers[i].zone != NULL &&
+                strcmp(pool->servers[i].zone, pool->zone_weights[k].zone) == 0;
+        if (!found)
+            return fail_at(ld, lines[PK_ZONE_WEIGHTS],
+                           "pool '%s': zone_weights names zone '%s', which "
+                           "no server is in",
+                           pool->name, pool->zone_weights[k].zone);
+    }
     if (pool->zone_policy == CONF_ZONE_FLAT) {
         if (any && warn_at(ld, pool->line,
                            "pool '%s': server zones have no effect with "
@@ -2702,7 +2772,8 @@ check_ring(struct load *ld, struct conf_pool *pool, yaml_node_t *name_node,
                  ? -CHASH_ENOMEM
                  : ring_create(&pool->ring,
                                pool->zone_policy == CONF_ZONE_HIERARCHICAL,
-                               members, zones, pool->nservers, &ring);
+                               members, zones, pool->nservers,
+                               pool->zone_weights, pool->nzone_weights, &ring);
         free(zones);
         chash_ring_destroy(ring);
     }

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "chash/chash.h"
+#include "ring.h"
 
 enum conf_mode {
     CONF_MODE_TCP,
@@ -160,10 +161,13 @@ struct conf_pool {
     struct conf_key_source hash_chain[CONF_HASH_CHAIN_MAX]; /* http: tried in
                                  order until one is present */
     uint32_t nhash_chain;                                   /* >= 1 */
-    bool accept_proxy;     /* the listener takes a PROXY v1/v2 header */
-    int send_proxy;        /* enum conf_send_proxy */
-    int members_from;      /* enum conf_members_from */
-    int zone_policy;       /* enum conf_zone_policy */
+    bool accept_proxy; /* the listener takes a PROXY v1/v2 header */
+    int send_proxy;    /* enum conf_send_proxy */
+    int members_from;  /* enum conf_members_from */
+    int zone_policy;   /* enum conf_zone_policy */
+    /* zone_weights: zones that do not weigh their members' sum */
+    struct ring_zone_weight zone_weights[RING_ZONE_WEIGHTS_MAX];
+    size_t nzone_weights;
     char *access_log;      /* NULL: off; "syslog"; else a file path */
     int access_log_format; /* enum conf_log_format */
     /* http */

@@ -516,6 +516,8 @@ struct report_job {
      * the pool's, and a joining member's); nz 0: flat */
     char **znames, **zzones;
     size_t nz;
+    struct ring_zone_weight zw[RING_ZONE_WEIGHTS_MAX];
+    size_t nzw;
     char *changed;  /* the member the report is about, or NULL */
     json_t *report; /* the result, or NULL with <err> */
     char err[256];
@@ -618,9 +620,13 @@ report_work(struct builder_job *job)
         free(bz);
         return; /* rj->report NULL: refused with rj->err */
     }
-    rj->report =
-        report_migration_zoned(&rj->cfg, rj->before, bz, rj->nb, rj->after, az,
-                               rj->na, rj->changed, rj->err, sizeof(rj->err));
+    {
+        struct report_zones z = {bz, az, rj->zw, rj->nzw};
+
+        rj->report = report_migration_zoned(
+            &rj->cfg, rj->before, rj->nb, rj->after, rj->na,
+            rj->nz > 0 ? &z : NULL, rj->changed, rj->err, sizeof(rj->err));
+    }
     free(bz);
     free(az);
     if (rj->report != NULL && rj->probe.n > 0)
@@ -655,6 +661,9 @@ report_job_init(struct report_job *rj, const struct pool *p,
     rj->cfg = p->cfg.ring;
     if (p->cfg.zone_policy == CONF_ZONE_HIERARCHICAL) {
         size_t cap = p->nservers + 1;
+
+        memcpy(rj->zw, p->cfg.zone_weights, sizeof(rj->zw));
+        rj->nzw = p->cfg.nzone_weights;
 
         rj->znames = calloc(cap, sizeof(*rj->znames));
         rj->zzones = calloc(cap, sizeof(*rj->zzones));

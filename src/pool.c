@@ -407,6 +407,8 @@ settings_from_conf(struct pool_settings *set, const struct conf_pool *cp,
     set->hot = cp->hot_keys != CONF_HOT_OFF && cp->mode != CONF_MODE_TCP;
     set->hot_spread = cp->hot_keys == CONF_HOT_SPREAD && cp->replicas > 1;
     set->zoned = cp->zone_policy == CONF_ZONE_HIERARCHICAL;
+    memcpy(set->zw, cp->zone_weights, sizeof(set->zw));
+    set->nzw = cp->nzone_weights;
     set->on_failure = cp->on_failure;
     /* Spilling to a member that does not own the key is what `error`
      * exists to prevent: bounded loads are off in that policy. */
@@ -556,9 +558,10 @@ snapshot_finish(struct pool_snapshot *snap, const struct chash_config *cfg,
         for (size_t i = 0; i < snap->n; i++)
             zones[i] = snap->servers[i]->zone;
     }
-    rc = snap->n > 0 ? ring_create(cfg, snap->set.zoned, snap->members, zones,
-                                   snap->n, &snap->ring)
-                     : -CHASH_EEMPTY;
+    rc = snap->n > 0
+             ? ring_create(cfg, snap->set.zoned, snap->members, zones, snap->n,
+                           snap->set.zw, snap->set.nzw, &snap->ring)
+             : -CHASH_EEMPTY;
     if (rc == -CHASH_EEMPTY)
         snap->ring = NULL; /* nobody owns anything: new clients refused */
     else if (rc < 0) {
@@ -592,7 +595,8 @@ snapshot_finish(struct pool_snapshot *snap, const struct chash_config *cfg,
                 uz[up] = zones ? zones[i] : NULL;
                 m[up++] = snap->members[i];
             }
-        rc = ring_create(cfg, snap->set.zoned, m, uz, up, &snap->routing);
+        rc = ring_create(cfg, snap->set.zoned, m, uz, up, snap->set.zw,
+                         snap->set.nzw, &snap->routing);
         free(m);
         free(uz);
         if (rc == -CHASH_EEMPTY)

@@ -122,10 +122,12 @@ struct pool_settings {
     uint32_t idle_timeout_ms;
     uint32_t client_connections; /* 0 = unlimited */
     bool tcpkeepalive;
-    bool auto_eject;        /* auto_eject_hosts */
-    bool hot;               /* hot_keys: track or spread (doc/hot.md) */
-    bool hot_spread;        /* hot_keys: spread */
-    bool zoned;             /* zone_policy: hierarchical */
+    bool auto_eject; /* auto_eject_hosts */
+    bool hot;        /* hot_keys: track or spread (doc/hot.md) */
+    bool hot_spread; /* hot_keys: spread */
+    bool zoned;      /* zone_policy: hierarchical */
+    struct ring_zone_weight zw[RING_ZONE_WEIGHTS_MAX]; /* zone_weights */
+    size_t nzw;
     uint32_t failure_limit; /* server_failure_limit */
     const struct proto *proto;
     /* store modes */

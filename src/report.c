@@ -19,17 +19,20 @@ report_hash_bits(int algo)
     return algo == CHASH_ALGO_KETAMA || algo == CHASH_ALGO_NGINX ? 32 : 64;
 }
 
-/* Build a ring from <m>[0..<n>) (zoned when <zones>), every ramp forced to
- * 1 when <full>. */
+/* Build a ring from <m>[0..<n>) (zoned when <zones>, weighing <z>'s zone
+ * weights), every ramp forced to 1 when <full>. */
 static int
 build(const struct chash_config *cfg, const struct chash_member *m,
-      const char *const *zones, size_t n, bool full, struct chash_ring **out)
+      const char *const *zones, const struct report_zones *z, size_t n,
+      bool full, struct chash_ring **out)
 {
     struct chash_member *copy;
+    const struct ring_zone_weight *zw = z ? z->zw : NULL;
+    size_t nzw = z ? z->nzw : 0;
     int rc;
 
     if (!full)
-        return ring_create(cfg, zones != NULL, m, zones, n, out);
+        return ring_create(cfg, zones != NULL, m, zones, n, zw, nzw, out);
     copy = calloc(n ? n : 1, sizeof(*copy));
     if (copy == NULL)
         return -CHASH_ENOMEM;
@@ -37,7 +40,7 @@ build(const struct chash_config *cfg, const struct chash_member *m,
         copy[i] = m[i];
         copy[i].ramp = 1.0;
     }
-    rc = ring_create(cfg, zones != NULL, copy, zones, n, out);
+    rc = ring_create(cfg, zones != NULL, copy, zones, n, zw, nzw, out);
     free(copy);
     return rc;
 }
@@ -98,18 +101,20 @@ report_migration(const struct chash_config *cfg,
                  const struct chash_member *after, size_t na,
                  const char *changed, char *err, size_t errlen)
 {
-    return report_migration_zoned(cfg, before, NULL, nb, after, NULL, na,
-                                  changed, err, errlen);
+    return report_migration_zoned(cfg, before, nb, after, na, NULL, changed,
+                                  err, errlen);
 }
 
 json_t *
 report_migration_zoned(const struct chash_config *cfg,
-                       const struct chash_member *before,
-                       const char *const *bzones, size_t nb,
-                       const struct chash_member *after,
-                       const char *const *azones, size_t na,
-                       const char *changed, char *err, size_t errlen)
+                       const struct chash_member *before, size_t nb,
+                       const struct chash_member *after, size_t na,
+                       const struct report_zones *z, const char *changed,
+                       char *err, size_t errlen)
 {
+    const char *const *bzones = z ? z->before : NULL;
+    const char *const *azones = z ? z->after : NULL;
+
     struct chash_ring *rb = NULL, *ra = NULL, *ib = NULL, *ia = NULL;
     struct chash_flow *flows = NULL;
     size_t nflows = 0;
@@ -117,13 +122,13 @@ report_migration_zoned(const struct chash_config *cfg,
     json_t *rep = NULL, *jf;
     int rc;
 
-    rc = build(cfg, before, bzones, nb, true, &rb);
+    rc = build(cfg, before, bzones, z, nb, true, &rb);
     if (rc != 0) {
         snprintf(err, errlen, "the current membership gives no ring: %s",
                  chash_strerror(rc));
         goto out;
     }
-    rc = build(cfg, after, azones, na, true, &ra);
+    rc = build(cfg, after, azones, z, na, true, &ra);
     if (rc != 0) {
         snprintf(err, errlen, "the new membership gives no ring: %s",
                  chash_strerror(rc));
@@ -167,8 +172,8 @@ report_migration_zoned(const struct chash_config *cfg,
     /* The immediate step: the rings as the snapshots will hold them, slow
      * start ramps included. Either side may own nothing (every member
      * still ramping from 0): then there is no immediate figure. */
-    if (build(cfg, before, bzones, nb, false, &ib) == 0 &&
-        build(cfg, after, azones, na, false, &ia) == 0 &&
+    if (build(cfg, before, bzones, z, nb, false, &ib) == 0 &&
+        build(cfg, after, azones, z, na, false, &ia) == 0 &&
         chash_ring_diff(ib, ia, &immediate) == 0)
         json_object_set_new(rep, "immediate", json_real(tidy(immediate)));
     else

@@ -10,6 +10,8 @@
 
 #include <jansson.h>
 
+#include "ring.h"
+
 #include "chash/chash.h"
 
 /*
@@ -44,13 +46,17 @@ json_t *report_migration(const struct chash_config *cfg,
                          const struct chash_member *after, size_t na,
                          const char *changed, char *err, size_t errlen);
 /* The same for a pool with zones (zone_policy: hierarchical): member i of
- * <before> in zone <bzones>[i], of <after> in <azones>[i]; NULL zones: a
- * flat ring. */
+ * <before> in zone z->before[i], of <after> in z->after[i], the zones of
+ * z->zw weighing what they say; <z> NULL: flat rings. */
+struct report_zones {
+    const char *const *before, *const *after;
+    const struct ring_zone_weight *zw;
+    size_t nzw;
+};
 json_t *report_migration_zoned(const struct chash_config *cfg,
-                               const struct chash_member *before,
-                               const char *const *bzones, size_t nb,
-                               const struct chash_member *after,
-                               const char *const *azones, size_t na,
+                               const struct chash_member *before, size_t nb,
+                               const struct chash_member *after, size_t na,
+                               const struct report_zones *z,
                                const char *changed, char *err, size_t errlen);
 
 /*

@@ -135,3 +135,31 @@ def test_sim_and_plot_show_zones(tmp_path):
     assert zones == {"a", "b", "c"}, zones
     assert set(re.findall(r'class="legend-zone" data-zone="([^"]+)"',
                           text)) == {"a", "b", "c"}
+
+
+def test_zone_weights(procs, chashd_redis, tmp_path):
+    """zone_weights: zone a weighs 6 against b and c at their members' sum
+    (2 each): a takes about 60% of the key space, as the API's exact
+    shares say; a zone no server is in is refused."""
+    servers = {n: RedisServer(procs) for n in ZONES}
+    aport, port = free_port(), free_port()
+    d = chashd_redis(conf_text(aport, port, servers, zone_weights="{a: 6}"))
+    mem = Api(aport).members("store")
+    share = {z: sum(m["share"] for n, m in mem.items() if ZONES[n] == z)
+             for z in "abc"}
+    assert abs(share["a"] - 0.6) < 0.05, share
+    assert abs(share["b"] - 0.2) < 0.05 and abs(share["c"] - 0.2) < 0.05
+    # the CLI builds the same ring from the same file
+    keys = ["k%d" % i for i in range(200)]
+    sets = replica_sets(d.conf, keys)
+    c = d.client()
+    for k in keys[:50]:
+        assert c.call("SET", k, "x") == Simple("OK")
+        on = sorted(n for n, s in servers.items() if s.call("EXISTS", k) == 1)
+        assert on == sorted(sets[k]), (k, on, sets[k])
+    bad = tmp_path / "bad.yml"
+    bad.write_text(conf_text(free_port(), free_port(), servers,
+                             zone_weights="{z: 3}"))
+    r = subprocess.run([CHASHD, "-t", "-c", str(bad)], capture_output=True,
+                       text=True, timeout=10)
+    assert r.returncode != 0 and "zone 'z'" in r.stderr, r.stderr
