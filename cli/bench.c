@@ -137,17 +137,8 @@ make_members(struct cli_members *ms, size_t n)
 
 static volatile size_t bench_sink;
 
-static double
-time_zoned(const struct chash_zring *z, const uint64_t *h, uint64_t n)
-{
-    size_t acc = 0;
-    double t0 = cli_now();
-
-    for (uint64_t i = 0; i < n; i++)
-        acc += chash_zring_lookup(z, h[i]);
-    bench_sink = acc;
-    return (cli_now() - t0) * 1e9 / (double)n;
-}
+static double time_lookups(const struct chash_ring *ring, const uint64_t *h,
+                           uint64_t n);
 
 /* --zones: the zoned lookup of <algo> at <n> members over o->zones zones
  * (member i in zone i mod Z) beside the flat one, medians of the rounds;
@@ -161,7 +152,7 @@ zoned_one(const struct bench_opts *o, int algo, size_t n, const uint64_t *h,
     char(*names)[32] = calloc(n, sizeof(*names));
     char(*zn)[16] = calloc(o->zones, sizeof(*zn));
     double *t = calloc(o->rounds, sizeof(*t));
-    struct chash_zring *z = NULL;
+    struct chash_ring *z = NULL; /* chash_ring_create_zoned's */
     int rc;
 
     *ns = 0;
@@ -178,14 +169,14 @@ zoned_one(const struct bench_opts *o, int algo, size_t n, const uint64_t *h,
         m[i].weight = 1;
         m[i].ramp = 1.0;
     }
-    if ((rc = chash_zring_create(&cfg, m, n, NULL, 0, &z)) != 0) {
+    if ((rc = chash_ring_create_zoned(&cfg, m, n, NULL, 0, &z)) != 0) {
         if (!o->json)
             printf("  zoned %-10s %6zu members: %s\n", chash_algo_name(algo), n,
                    chash_strerror(rc));
         goto out;
     }
     for (uint32_t k = 0; k < o->rounds; k++)
-        t[k] = time_zoned(z, h, keys);
+        t[k] = time_lookups(z, h, keys);
     *ns = median(t, o->rounds);
     if (!o->json)
         printf("  zoned %-10s %6zu members in %u zones: %7.1f ns/lookup, "
@@ -194,7 +185,7 @@ zoned_one(const struct bench_opts *o, int algo, size_t n, const uint64_t *h,
                flat_ns > 0 ? *ns / flat_ns : 0,
                flat_ns > 0 && *ns <= 2 * flat_ns ? "MET" : "MISSED");
 out:
-    chash_zring_destroy(z);
+    chash_ring_destroy(z);
     free(m);
     free(names);
     free(zn);

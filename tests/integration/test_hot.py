@@ -23,6 +23,15 @@ def redis_conf(aport, port, servers, **opts):
                       **opts))
 
 
+def redis_store(procs, chashd_redis, n=3, **opts):
+    """<n> redis-servers in pool `store` of a chashd with the admin API:
+    (servers, admin port, chashd, Api, client)."""
+    servers = [RedisServer(procs) for _ in range(n)]
+    aport, port = free_port(), free_port()
+    d = chashd_redis(redis_conf(aport, port, servers, **opts))
+    return servers, aport, d, Api(aport), d.client()
+
+
 def hot_of(api, pool):
     return api.ok("GET", "/api/pools/%s/hot" % pool)
 
@@ -44,11 +53,7 @@ def load_until(send, api, pool, want, seconds=12.0):
 
 
 def test_redis_hot_key_named_with_its_member_and_load(procs, chashd_redis):
-    servers = [RedisServer(procs) for _ in range(3)]
-    aport, port = free_port(), free_port()
-    d = chashd_redis(redis_conf(aport, port, servers))
-    api = Api(aport)
-    c = d.client()
+    servers, aport, d, api, c = redis_store(procs, chashd_redis)
     assert c.call("SET", "hot:1", "x") == Simple("OK")
     holder = [i for i, s in enumerate(servers)
               if s.call("EXISTS", "hot:1") == 1]
@@ -117,11 +122,8 @@ def test_memcache_hot_key_and_binary_keys_shown_escaped(procs,
 
 
 def test_hot_keys_off_counts_nothing(procs, chashd_redis):
-    servers = [RedisServer(procs) for _ in range(2)]
-    aport, port = free_port(), free_port()
-    d = chashd_redis(redis_conf(aport, port, servers, hot_keys="off"))
-    api = Api(aport)
-    c = d.client()
+    servers, aport, d, api, c = redis_store(procs, chashd_redis, n=2,
+                                            hot_keys="off")
     deadline = time.monotonic() + 3.5   # more than a window
     while time.monotonic() < deadline:
         c.call("GET", "hot:1")
@@ -214,11 +216,7 @@ def test_rebalance_proposes_weights_off_the_hot_member_and_applies_them(
     weight off that member, predicts a lower worst load ratio, carries the
     exact migration report, and changes nothing; `chash ctl rebalance`
     without --dry-run applies exactly the proposed weights."""
-    servers = [RedisServer(procs) for _ in range(3)]
-    aport, port = free_port(), free_port()
-    d = chashd_redis(redis_conf(aport, port, servers))
-    api = Api(aport)
-    c = d.client()
+    servers, aport, d, api, c = redis_store(procs, chashd_redis)
     assert c.call("SET", "hot:1", "x") == Simple("OK")
     holder = "store-%d" % (1 + [s.call("EXISTS", "hot:1")
                                 for s in servers].index(1))
@@ -257,11 +255,7 @@ def test_rebalance_proposes_weights_off_the_hot_member_and_applies_them(
 
 
 def test_rebalance_with_an_even_load_changes_nothing(procs, chashd_redis):
-    servers = [RedisServer(procs) for _ in range(3)]
-    aport, port = free_port(), free_port()
-    d = chashd_redis(redis_conf(aport, port, servers))
-    api = Api(aport)
-    c = d.client()
+    servers, aport, d, api, c = redis_store(procs, chashd_redis)
     st, j, _ = rebalance(api)
     assert st == 409 and "no request measured" in j["error"], j
     load_until(lambda i: c.call("GET", "k:%d" % i), api, "store",
