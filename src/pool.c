@@ -1170,7 +1170,11 @@ pool_reconfigure(struct pool *p, const struct conf_pool *cp, char *err,
         for (size_t j = 0; j < cp->nservers; j++)
             if (strcmp(cp->servers[j].name, s->name) == 0)
                 cs = &cp->servers[j];
-        if (cs == NULL || !addr_equal(&cs->addr, &s->addr)) {
+        /* (a member moved to another zone is re-created too: its zone
+         * is fixed for its life, snapshots read it without a lock) */
+        if (cs == NULL || !addr_equal(&cs->addr, &s->addr) ||
+            (cs->zone == NULL) != (s->zone == NULL) ||
+            (cs->zone != NULL && strcmp(cs->zone, s->zone) != 0)) {
             log_info("pool %s: member %s (%s) removed by reload", p->name,
                      s->name, s->addr.text);
             pool_list_remove(p, i);
