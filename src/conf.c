@@ -422,11 +422,25 @@ conf_migration_name(int migration)
 bool
 conf_pool_hashing_differs(const struct conf_pool *a, const struct conf_pool *b)
 {
-    return a->ring.algo != b->ring.algo || a->ring.hash != b->ring.hash ||
-           a->ring.points_per_weight != b->ring.points_per_weight ||
-           a->ring.table_size != b->ring.table_size ||
-           a->distribution != b->distribution ||
-           strcmp(a->hash_tag, b->hash_tag) != 0 || a->redis_db != b->redis_db;
+    if (a->ring.algo != b->ring.algo || a->ring.hash != b->ring.hash ||
+        a->ring.points_per_weight != b->ring.points_per_weight ||
+        a->ring.table_size != b->ring.table_size ||
+        a->distribution != b->distribution ||
+        strcmp(a->hash_tag, b->hash_tag) != 0 || a->redis_db != b->redis_db ||
+        a->zone_policy != b->zone_policy ||
+        a->nzone_weights != b->nzone_weights ||
+        memcmp(a->zone_weights, b->zone_weights,
+               a->nzone_weights * sizeof(a->zone_weights[0])) != 0)
+        return true;
+    /* a server that moves to another zone moves its zone's keys */
+    for (size_t i = 0;
+         a->zone_policy == CONF_ZONE_HIERARCHICAL && i < a->nservers; i++)
+        for (size_t k = 0; k < b->nservers; k++)
+            if (strcmp(a->servers[i].name, b->servers[k].name) == 0 &&
+                a->servers[i].zone != NULL && b->servers[k].zone != NULL &&
+                strcmp(a->servers[i].zone, b->servers[k].zone) != 0)
+                return true;
+    return false;
 }
 
 const char *

@@ -2094,9 +2094,10 @@ migration_reload_plan(const struct pool *p, const struct conf_pool *cp,
     if (conf_pool_hashing_differs(was, cp)) {
         snprintf(err, errlen,
                  "pool %s: a reload may not change its hash, distribution, "
-                 "points, hash_tag or redis_db: with migration: copy that "
-                 "would move nearly every key (set migration: off first, "
-                 "or start a new pool)",
+                 "points, hash_tag, redis_db or zones: with migration: copy "
+                 "that would move keys it cannot copy (set migration: off "
+                 "first, or start a new pool; a member changes zone by a "
+                 "remove and an add)",
                  p->name);
         return -1;
     }

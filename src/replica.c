@@ -1469,8 +1469,9 @@ replica_reload_check(const struct pool *p, const struct conf_pool *cp,
     if (conf_pool_hashing_differs(was, cp)) {
         snprintf(err, errlen,
                  "pool %s: a reload may not change its hash, distribution, "
-                 "points, hash_tag or redis_db: with replicas that would "
-                 "move nearly every copy (start a new pool)",
+                 "points, hash_tag, redis_db or zones: with replicas that "
+                 "would move copies (start a new pool; a member changes "
+                 "zone by a remove and an add)",
                  p->name);
         return -1;
     }
