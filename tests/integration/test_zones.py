@@ -157,6 +157,19 @@ def test_zone_weights(procs, chashd_redis, tmp_path):
         assert c.call("SET", k, "x") == Simple("OK")
         on = sorted(n for n, s in servers.items() if s.call("EXISTS", k) == 1)
         assert on == sorted(sets[k]), (k, on, sets[k])
+    # a reload may not move a member to another zone (replicas: it would
+    # move copies): refused, said in the log, the placement kept
+    import signal
+    from conftest import wait_for
+    with open(d.conf) as f:
+        text = f.read()
+    with open(d.conf, "w") as f:
+        f.write(text.replace("%s:1 r1 a" % servers["r1"].addr,
+                             "%s:1 r1 b" % servers["r1"].addr))
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "zones" in d.log() and "may not change" in d.log(),
+             timeout=10, what="the reload to be refused")
+    assert Api(aport).members("store")["r1"]["zone"] == "a"
     bad = tmp_path / "bad.yml"
     bad.write_text(conf_text(free_port(), free_port(), servers,
                              zone_weights="{z: 3}"))
