@@ -254,10 +254,10 @@ test_record_is_a_pure_delta(void **unused)
     struct state *st = state_create();
     char warn[256];
     struct state_member m[4] = {
-        {"web-1", "127.0.0.1:9001", 1, STATE_ADMIN_UP},
-        {"web-2", "127.0.0.1:9002", 3, STATE_ADMIN_UP},
-        {"web-3", "127.0.0.1:9003", 1, STATE_ADMIN_MAINT},
-        {"web-4", "127.0.0.1:9004", 1, STATE_ADMIN_UP},
+        {"web-1", "127.0.0.1:9001", 1, STATE_ADMIN_UP, NULL},
+        {"web-2", "127.0.0.1:9002", 3, STATE_ADMIN_UP, NULL},
+        {"web-3", "127.0.0.1:9003", 1, STATE_ADMIN_MAINT, NULL},
+        {"web-4", "127.0.0.1:9004", 1, STATE_ADMIN_UP, NULL},
     };
     json_t *j;
     char *text;
@@ -298,9 +298,9 @@ test_save_and_load_round_trip(void **unused)
     struct conf *c = load_conf(yaml), *c2 = load_conf(yaml);
     struct state *st = state_create(), *st2 = state_create();
     struct state_member m[3] = {
-        {"web-1", "127.0.0.1:9001", 4, STATE_ADMIN_DRAIN},
-        {"web-2", "127.0.0.1:9002", 1, STATE_ADMIN_UP},
-        {"web-5", "[::1]:9005", 2, STATE_ADMIN_UP},
+        {"web-1", "127.0.0.1:9001", 4, STATE_ADMIN_DRAIN, NULL},
+        {"web-2", "127.0.0.1:9002", 1, STATE_ADMIN_UP, NULL},
+        {"web-5", "[::1]:9005", 2, STATE_ADMIN_UP, NULL},
     };
 
     (void)unused;
@@ -353,8 +353,8 @@ test_heavy_config_member_round_trips(void **unused)
     struct conf *c = load_conf(heavy), *c2 = load_conf(heavy);
     struct state *st = state_create(), *st2 = state_create();
     struct state_member m[2] = {
-        {"web-1", "127.0.0.1:9001", 2000000, STATE_ADMIN_DRAIN},
-        {"web-2", "127.0.0.1:9002", 1, STATE_ADMIN_UP},
+        {"web-1", "127.0.0.1:9001", 2000000, STATE_ADMIN_DRAIN, NULL},
+        {"web-2", "127.0.0.1:9002", 1, STATE_ADMIN_UP, NULL},
     };
 
     (void)unused;
@@ -501,8 +501,8 @@ test_save_never_follows_a_planted_link(void **unused)
     struct conf *c = load_conf(yaml);
     struct state *st = state_create(), *st2 = state_create();
     struct state_member m[2] = {
-        {"web-1", "127.0.0.1:9001", 4, STATE_ADMIN_DRAIN},
-        {"web-2", "127.0.0.1:9002", 1, STATE_ADMIN_UP},
+        {"web-1", "127.0.0.1:9001", 4, STATE_ADMIN_DRAIN, NULL},
+        {"web-2", "127.0.0.1:9002", 1, STATE_ADMIN_UP, NULL},
     };
     struct stat sb;
     ssize_t got;
