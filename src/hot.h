@@ -21,6 +21,8 @@
 
 #include <jansson.h>
 
+#include "chash/chash.h"
+
 #define HOT_K 32           /* keys counted per worker and pool */
 #define HOT_KEY_MAX 64     /* bytes of a key kept to show it */
 #define HOT_WINDOW_MS 2000 /* a summary covers this long */
@@ -50,18 +52,12 @@ struct hot {
     uint64_t pub_total, pub_end_ms, pub_ms;
 } __attribute__((aligned(64)));
 
-/* A key's identity in the summaries: FNV-1a 64 of its bytes (the whole
- * key, whatever the pool's hash or hash tag). */
+/* A key's identity in the summaries: the library's XXH3-64 of its bytes
+ * (the whole key, whatever the pool's hash or hash tag). */
 static inline uint64_t
 hot_hash(const char *key, size_t len)
 {
-    uint64_t h = 14695981039346656037ULL;
-
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)key[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
+    return chash_hash(CHASH_HASH_XXH3, key, len);
 }
 
 /* The worker publishes the window that ends at <now_ms>. */
