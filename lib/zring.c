@@ -134,44 +134,33 @@ cmp_u64(const void *x, const void *y)
 }
 
 /* Every position where an owner may change, in position space, sorted
- * and unique: the points of the zone ring and of every zone's ring, of
- * each zring of <zs>. NULL when a ring is not a continuum (or out of
- * memory: *<oom> says which). */
+ * and unique: the points of the zone ring and of every zone's ring. NULL
+ * when the rings are not continua (or out of memory: *<oom> says which). */
 static uint64_t *
-breakpoints(const struct chash_zring *const *zs, size_t nz, size_t *count,
-            bool *oom)
+breakpoints(const struct chash_zring *z, size_t *count, bool *oom)
 {
     size_t total = 0, k = 0, u = 0;
     uint64_t *v;
 
     *oom = false;
-    for (size_t a = 0; a < nz; a++) {
-        const struct chash_zring *z = zs[a];
-
-        if (z->zones_ring->cont.npoints == 0)
-            return NULL;
-        total += z->zones_ring->cont.npoints;
-        for (size_t i = 0; i < z->nzones; i++)
-            if (z->zones[i].ring != NULL)
-                total += z->zones[i].ring->cont.npoints;
-    }
+    if (z->zones_ring->cont.npoints == 0)
+        return NULL;
+    total = z->zones_ring->cont.npoints;
+    for (size_t i = 0; i < z->nzones; i++)
+        if (z->zones[i].ring != NULL)
+            total += z->zones[i].ring->cont.npoints;
     if ((v = malloc((total ? total : 1) * sizeof(*v))) == NULL) {
         *oom = true;
         return NULL;
     }
-    for (size_t a = 0; a < nz; a++) {
-        const struct chash_zring *z = zs[a];
-        const struct chash__continuum *c = &z->zones_ring->cont;
+    for (size_t i = 0; i <= z->nzones; i++) {
+        const struct chash_ring *r =
+            i == 0 ? z->zones_ring : z->zones[i - 1].ring;
 
-        memcpy(v + k, c->pos, c->npoints * sizeof(*v));
-        k += c->npoints;
-        for (size_t i = 0; i < z->nzones; i++) {
-            if (z->zones[i].ring == NULL)
-                continue;
-            c = &z->zones[i].ring->cont;
-            memcpy(v + k, c->pos, c->npoints * sizeof(*v));
-            k += c->npoints;
-        }
+        if (r == NULL)
+            continue;
+        memcpy(v + k, r->cont.pos, r->cont.npoints * sizeof(*v));
+        k += r->cont.npoints;
     }
     qsort(v, k, sizeof(*v), cmp_u64);
     for (size_t i = 0; i < k; i++)
@@ -181,32 +170,23 @@ breakpoints(const struct chash_zring *const *zs, size_t nz, size_t *count,
     return v;
 }
 
-/* The member owning position <pos> (a breakpoint: the hash whose
- * position it is). */
 static size_t lookup2(const struct chash_zring *z, uint64_t hash);
 
-static size_t
-owner_at(const struct chash_zring *z, uint64_t pos)
-{
-    return lookup2(z, pos >> z->zones_ring->pos_shift);
-}
-
-/* The callback of a segment walk: <fraction> of the hash space is owned
- * by member <from> of the first zring and <to> of the second. */
-typedef void (*seg_fn)(void *ctx, size_t from, size_t to, double fraction);
-
-/* Walk the hash space of <a> and <b> (may be the same) in segments on
- * which both owners are constant: exact for continuum rings, else 2^20
- * evenly spaced hashes. -CHASH_ENOMEM or 0. */
+/*
+ * Flatten both levels into z->flat (continuum algorithms): a point at
+ * every breakpoint, owned by the member the two levels give there (the
+ * owner of a breakpoint owns the segment that ends at it). Then the
+ * shares: the flat continuum's arcs, exact; without one (maglev,
+ * rendezvous), 2^20 evenly spaced hashes. 0, or -CHASH_ENOMEM.
+ */
 static int
-walk(const struct chash_zring *a, const struct chash_zring *b, seg_fn fn,
-     void *ctx)
+flatten(struct chash_zring *z)
 {
-    const struct chash_zring *zs[2] = {a, b};
+    struct chash__point *pts;
     size_t n = 0;
     bool oom;
-    uint64_t *v = breakpoints(zs, a == b ? 1 : 2, &n, &oom);
-    const double full = 18446744073709551616.0; /* 2^64 */
+    uint64_t *v = breakpoints(z, &n, &oom);
+    int rc;
 
     if (v == NULL && oom)
         return -CHASH_ENOMEM;
@@ -214,61 +194,27 @@ walk(const struct chash_zring *a, const struct chash_zring *b, seg_fn fn,
         const size_t samples = (size_t)1 << 20;
         const uint64_t step = (uint64_t)1 << 44;
 
-        for (size_t s = 0; s < samples; s++) {
-            uint64_t h = (uint64_t)s * step + step / 2;
-            fn(ctx, lookup2(a, h), lookup2(b, h), 1.0 / (double)samples);
-        }
+        for (size_t s = 0; s < samples; s++)
+            z->share[lookup2(z, (uint64_t)s * step + step / 2)] +=
+                1.0 / (double)samples;
         return 0;
     }
-    /* (v[i-1], v[i]] is owned by the owner of v[i]; the wrap segment
-     * (v[n-1], 2^64) and [0, v[0]] by the owner of v[0] */
-    for (size_t i = 1; i < n; i++)
-        fn(ctx, owner_at(a, v[i]), owner_at(b, v[i]),
-           (double)(v[i] - v[i - 1]) / full);
-    if (n > 0)
-        fn(ctx, owner_at(a, v[0]), owner_at(b, v[0]),
-           ((double)(UINT64_MAX - v[n - 1]) + 1.0 + (double)v[0]) / full);
-    free(v);
-    return 0;
-}
-
-/* Flatten both levels into z->flat (continuum algorithms). 0, or
- * -CHASH_ENOMEM; nothing for the others. */
-static int
-flatten(struct chash_zring *z)
-{
-    const struct chash_zring *zs[1] = {z};
-    struct chash__point *pts;
-    size_t n = 0;
-    bool oom;
-    uint64_t *v = breakpoints(zs, 1, &n, &oom);
-    int rc;
-
-    if (v == NULL)
-        return oom ? -CHASH_ENOMEM : 0;
     if ((pts = malloc((n ? n : 1) * sizeof(*pts))) == NULL) {
         free(v);
         return -CHASH_ENOMEM;
     }
+    z->shift = z->zones_ring->pos_shift;
     for (size_t i = 0; i < n; i++) {
         pts[i].pos = v[i];
         pts[i].tie = i;
-        pts[i].owner = (uint32_t)owner_at(z, v[i]);
+        pts[i].owner = (uint32_t)lookup2(z, v[i] >> z->shift);
     }
     rc = chash__continuum_build(&z->flat, pts, n, false);
-    z->shift = z->zones_ring->pos_shift;
+    if (rc == 0)
+        chash__continuum_shares(&z->flat, z->share, z->nmembers);
     free(pts);
     free(v);
     return rc;
-}
-
-static void
-share_seg(void *ctx, size_t from, size_t to, double fraction)
-{
-    struct chash_zring *z = ctx;
-
-    (void)to;
-    z->share[from] += fraction;
 }
 
 int
@@ -398,7 +344,7 @@ chash_zring_create(const struct chash_config *cfg,
             }
         free(v);
     }
-    if ((rc = walk(z, z, share_seg, z)) != 0 || (rc = flatten(z)) != 0)
+    if ((rc = flatten(z)) != 0)
         goto fail;
     for (size_t i = 0; i < n; i++) {
         z->zshare[z->zone_of[i]] += z->share[i];
