@@ -40,6 +40,17 @@ def start(procs, tmp_path, etcd, prefix, names, servers, **opts):
                      pool_opts=pool_opts) for n in names]
 
 
+def cluster(procs, tmp_path, etcd, prefix, lbs, nkeys, spare=True, **opts):
+    """redis-servers r1..r3 (and s1, empty, to add), instances <lbs>
+    serving the pool, <nkeys> keys written through the first: (servers,
+    instances, {key: value})."""
+    servers = redis_servers(procs, ["r1", "r2", "r3"] + (["s1"] if spare
+                                                        else []))
+    insts = start(procs, tmp_path, etcd, prefix, lbs, servers, **opts)
+    wait_listening(insts)
+    return servers, insts, fill(insts[0], nkeys)
+
+
 def redis_servers(procs, names):
     return {n: RedisServer(procs) for n in names}
 
@@ -196,11 +207,9 @@ def test_one_migration_on_every_instance_one_copier(procs, tmp_path, etcd):
     migration each (the same epoch everywhere), one copier, no lost or
     doubled increment, every key on exactly one member."""
     prefix = unique_prefix()
-    servers = redis_servers(procs, ["r1", "r2", "r3", "s1"])
-    insts = start(procs, tmp_path, etcd, prefix, ["lb-1", "lb-2", "lb-3"],
-                  servers, migration_rate=4000)
-    wait_listening(insts)
-    keys = fill(insts[0], 6000)
+    servers, insts, keys = cluster(
+        procs, tmp_path, etcd, prefix,
+        ["lb-1", "lb-2", "lb-3"], 6000, migration_rate=4000)
     load = Load(insts)
     load.start()
     try:
@@ -257,11 +266,9 @@ def test_copier_killed_another_instance_finishes(procs, tmp_path, etcd):
     lease, another instance takes it and finishes; nothing acknowledged
     is lost."""
     prefix = unique_prefix()
-    servers = redis_servers(procs, ["r1", "r2", "r3", "s1"])
-    insts = start(procs, tmp_path, etcd, prefix, ["lb-1", "lb-2", "lb-3"],
-                  servers, migration_rate=300)
-    wait_listening(insts)
-    keys = fill(insts[0], 4000)
+    servers, insts, keys = cluster(
+        procs, tmp_path, etcd, prefix,
+        ["lb-1", "lb-2", "lb-3"], 4000, migration_rate=300)
     load = Load(insts)
     load.start()
     try:
@@ -293,11 +300,9 @@ def test_instance_started_mid_migration_gates_too(procs, tmp_path, etcd):
     (the same epoch) and serves right at once: what it reads and writes
     mid-migration is what the others see after."""
     prefix = unique_prefix()
-    servers = redis_servers(procs, ["r1", "r2", "r3", "s1"])
-    insts = start(procs, tmp_path, etcd, prefix, ["lb-1", "lb-2"], servers,
-                  migration_rate=100)
-    wait_listening(insts)
-    keys = fill(insts[0], 4000)
+    servers, insts, keys = cluster(
+        procs, tmp_path, etcd, prefix,
+        ["lb-1", "lb-2"], 4000, migration_rate=100)
     epoch, _ = add(insts[1], servers, "s1")
     wait_for(lambda: any((copying(i, epoch) or {}).get("keys_moved", 0) > 50
                          for i in insts), timeout=10.0, what="copying")
@@ -325,11 +330,10 @@ def test_two_stages_on_every_instance(procs, tmp_path, etcd):
     instance (the copier writes it into etcd) and every key ends on one
     member with its value, the counters right."""
     prefix = unique_prefix()
-    servers = redis_servers(procs, ["r1", "r2", "r3"])
-    insts = start(procs, tmp_path, etcd, prefix, ["lb-1", "lb-2"], servers,
-                  migration_rate=1500, migration_batch=20)
-    wait_listening(insts)
-    keys = fill(insts[0], 4000)
+    servers, insts, keys = cluster(
+        procs, tmp_path, etcd, prefix,
+        ["lb-1", "lb-2"], 4000, spare=False, migration_rate=1500,
+        migration_batch=20)
     load = Load(insts)
     load.start()
     seen = {i.name: [] for i in insts}
@@ -369,11 +373,9 @@ def test_a_stopped_instance_holds_the_barrier_until_its_lease_ends(
     without it, and nothing acknowledged is lost."""
     import signal
     prefix = unique_prefix()
-    servers = redis_servers(procs, ["r1", "r2", "r3", "s1"])
-    insts = start(procs, tmp_path, etcd, prefix, ["lb-1", "lb-2", "lb-3"],
-                  servers)
-    wait_listening(insts)
-    keys = fill(insts[0], 3000)
+    servers, insts, keys = cluster(
+        procs, tmp_path, etcd, prefix,
+        ["lb-1", "lb-2", "lb-3"], 3000)
     frozen = insts[2]
     frozen.proc.send_signal(signal.SIGSTOP)
     live = insts[:2]
