@@ -1173,12 +1173,26 @@ migration_json(const struct pool *p)
     return j;
 }
 
+/* The placement <snap> holds, as a migration keeps its old one (the state
+ * file's, an etcd descriptor's): [{"name", "weight"}], what saved_load
+ * reads back. */
+static json_t *
+placement_json(const struct pool_snapshot *snap)
+{
+    json_t *o = json_array();
+
+    for (size_t i = 0; snap != NULL && i < snap->n; i++)
+        json_array_append_new(
+            o, json_pack("{s:s,s:I}", "name", snap->members[i].name, "weight",
+                         (json_int_t)snap->members[i].weight));
+    return o;
+}
+
 /* What the state file keeps of <m>: enough to resume it. */
 static json_t *
 saved_json(struct migration *m)
 {
-    const struct pool_snapshot *old = m->view->old;
-    json_t *j = json_object(), *o = json_array(), *srcs = json_object();
+    json_t *j = json_object(), *srcs = json_object();
     struct totals t;
     char when[32];
 
@@ -1197,11 +1211,7 @@ saved_json(struct migration *m)
     json_object_set_new(j, "moved_by_traffic",
                         json_integer((json_int_t)t.gate_moved));
     json_object_set_new(j, "stage", json_integer(atomic_load(&m->view->stage)));
-    for (size_t i = 0; i < old->n; i++)
-        json_array_append_new(o, json_pack("{s:s,s:I}", "name",
-                                           old->members[i].name, "weight",
-                                           (json_int_t)old->members[i].weight));
-    json_object_set_new(j, "old", o);
+    json_object_set_new(j, "old", placement_json(m->view->old));
     pthread_mutex_lock(&m->lock);
     for (size_t i = 0; i < m->nsrc; i++) {
         const struct msource *ms = &m->src[i];
@@ -2388,12 +2398,8 @@ migration_etcd_descriptor(const struct pool *p, const char *change,
                           uint64_t keys_predicted, uint64_t keys_total)
 {
     const struct pool_snapshot *cur = atomic_load(&p->snap);
-    json_t *j = json_object(), *o = json_array(), *l = json_array();
+    json_t *j = json_object(), *o = placement_json(cur), *l = json_array();
 
-    for (size_t i = 0; cur != NULL && i < cur->n; i++)
-        json_array_append_new(o, json_pack("{s:s,s:I}", "name",
-                                           cur->members[i].name, "weight",
-                                           (json_int_t)cur->members[i].weight));
     for (size_t i = 0; i < nleaving; i++)
         json_array_append_new(l, json_string(leaving[i]));
     json_object_set_new(j, "change", json_string(change));
