@@ -1210,7 +1210,10 @@ saved_json(struct migration *m)
                         json_integer((json_int_t)m->keys_total));
     json_object_set_new(j, "moved_by_traffic",
                         json_integer((json_int_t)t.gate_moved));
-    json_object_set_new(j, "stage", json_integer(atomic_load(&m->view->stage)));
+    json_object_set_new(j, "stage",
+                        json_integer(atomic_load(&m->view->stage) > 0
+                                         ? atomic_load(&m->view->stage)
+                                         : 0));
     json_object_set_new(j, "old", placement_json(m->view->old));
     pthread_mutex_lock(&m->lock);
     for (size_t i = 0; i < m->nsrc; i++) {
@@ -1322,6 +1325,9 @@ migration_new(struct pool *p, struct pool_snapshot *old, uint64_t epoch,
     }
     v->refs = 1; /* the pool's */
     v->epoch = epoch;
+    /* a warm-up has one stage; a copy's stages are decided by the first
+     * snapshot that moves keys (migration_view_decide) */
+    atomic_store(&v->stage, warm ? 0 : MIG_STAGE_UNDECIDED);
     v->old = old;
     pool_snapshot_pin(old);
     m->view = v;
@@ -1403,14 +1409,13 @@ migration_cancel(struct pool *p)
     migration_free(m);
 }
 
-/* Whether some member of <m> both gives and takes keys: then two of them
- * may MIGRATE to each other at once, and a redis-server blocks in MIGRATE
- * until its target answers -- each would wait for the other. Such a
- * migration runs in two stages (struct migration_view). */
+/* Whether some member both gives and takes keys between <was> and <now>:
+ * then two of them may MIGRATE to each other at once, and a redis-server
+ * blocks in MIGRATE until its target answers -- each would wait for the
+ * other. Such a migration runs in two stages (struct migration_view). */
 static bool
-members_swap(const struct migration *m)
+members_swap(const struct pool_snapshot *was, const struct pool_snapshot *now)
 {
-    const struct pool_snapshot *was = m->view->old, *now = m->new_snap;
     struct chash_flow *fl;
     size_t n = 0;
     bool swap = false;
@@ -1427,6 +1432,22 @@ members_swap(const struct migration *m)
             swap = now->servers[fl[i].to] == was->servers[fl[k].from];
     free(fl);
     return swap;
+}
+
+void
+migration_view_decide(struct migration_view *v, const struct pool_snapshot *now)
+{
+    int undecided = MIG_STAGE_UNDECIDED;
+    size_t n = 0;
+
+    if (atomic_load(&v->stage) != MIG_STAGE_UNDECIDED || now->ring == NULL)
+        return;
+    if (v->old->ring != NULL &&
+        chash_ring_flows(v->old->ring, now->ring, NULL, 0, &n) == 0 && n == 0)
+        return; /* nothing moves in this one: a later snapshot decides */
+    atomic_compare_exchange_strong(
+        &v->stage, &undecided,
+        v->old->ring != NULL && members_swap(v->old, now) ? 1 : 0);
 }
 
 /* Old members that give no key (the flows between the rings say so) have
@@ -1548,9 +1569,14 @@ migration_start(struct pool *p)
         m->keys_predicted =
             (uint64_t)(m->moved_fraction * (double)m->keys_total + 0.5);
     }
-    if (m->view->old->ring != NULL && m->new_snap->ring != NULL &&
-        atomic_load(&m->view->stage) == 0 && members_swap(m))
-        atomic_store(&m->view->stage, 1);
+    /* (decided when the snapshot was built; a migration that moves no
+     * key is left undecided there: one stage) */
+    migration_view_decide(m->view, m->new_snap);
+    {
+        int undecided = MIG_STAGE_UNDECIDED;
+
+        atomic_compare_exchange_strong(&m->view->stage, &undecided, 0);
+    }
     idle_sources(m);
     d = calloc(1, sizeof(*d));
     if (d == NULL) {
@@ -1985,8 +2011,10 @@ saved_load(struct pool *p, const json_t *saved, uint64_t epoch,
             atomic_store(&ms->srv->mig_skip, true);
         }
     }
+    /* (0: one stage, or not yet decided when saved: decided again, alike,
+     * by the snapshot that carries it) */
     v = json_object_get(saved, "stage");
-    if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+    if (json_is_integer(v) && json_integer_value(v) >= 1 &&
         json_integer_value(v) <= 2)
         atomic_store(&m->view->stage, (int)json_integer_value(v));
     return m;

@@ -52,10 +52,23 @@ struct migration_view {
      * migration runs in two stages. 1: only keys moving to a member whose
      * name sorts after their old member's move (migration_deferred); the others
      * stay where they were, requests go there. 2: the rest. 0: one stage, every
-     * key moves.
+     * key moves. MIG_STAGE_UNDECIDED (a copy's, until the first snapshot
+     * that places keys apart from <old> is built: migration_view_decide
+     * sets it there, before that snapshot is published, so no request is
+     * ever routed by a stage that is not yet the migration's).
      */
     _Atomic int stage;
 };
+
+#define MIG_STAGE_UNDECIDED (-1)
+
+struct pool_snapshot;
+
+/* Decide <v>'s stages from <now>, a snapshot carrying it that is about to
+ * be published (nothing if decided, or if <now> places every key as the
+ * old placement does). Any thread. */
+void migration_view_decide(struct migration_view *v,
+                           const struct pool_snapshot *now);
 
 /* In the first stage of a two-stage migration, the keys moving from
  * member <o> to member <n> wait for the second when <n>'s name sorts

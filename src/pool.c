@@ -607,6 +607,9 @@ snapshot_finish(struct pool_snapshot *snap, const struct chash_config *cfg,
         }
     }
     free(zones);
+    /* a migration's stages, before any request may route by them */
+    if (snap->mig != NULL)
+        migration_view_decide(snap->mig, snap);
     snap->fill_same = replica_fill_same(snap);
     was = prev != NULL ? pool_snapshot_routing(prev) : NULL;
     now = pool_snapshot_routing(snap);

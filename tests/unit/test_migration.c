@@ -1,18 +1,22 @@
 /* test_migration.c -- the pieces of live migration that need no member:
- * what a MIGRATE reply means for a key, and the host and port MIGRATE is
- * given for a member's address.
+ * what a MIGRATE reply means for a key, the host and port MIGRATE is
+ * given for a member's address, and whether a migration runs in two
+ * stages -- decided before the first snapshot that routes by it is
+ * published, not after.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "conf.h"
 #include "migration.h"
+#include "pool.h"
 #include "request.h"
 
 static int
@@ -74,12 +78,106 @@ test_host_port(void **unused)
     conf_addr_deinit(&a);
 }
 
+/* A redis pool of r1..r3 (ketama, md5) that copies its keys. */
+static struct pool *
+copy_pool(struct conf **cp)
+{
+    static const char text[] = "store:\n"
+                               "  listen: 127.0.0.1:16380\n"
+                               "  mode: redis\n"
+                               "  migration: copy\n"
+                               "  distribution: ketama\n"
+                               "  hash: md5\n"
+                               "  servers:\n"
+                               "    - 127.0.0.1:7001:1 r1\n"
+                               "    - 127.0.0.1:7002:1 r2\n"
+                               "    - 127.0.0.1:7003:1 r3\n";
+    char err[256];
+    struct pool *p = NULL;
+
+    *cp = conf_load_string("t.yml", text, strlen(text), err, sizeof(err));
+    if (*cp == NULL)
+        fail_msg("conf: %s", err);
+    if (pool_create(&(*cp)->pools[0], true, &p, err, sizeof(err)) < 0)
+        fail_msg("pool_create: %s", err);
+    return p;
+}
+
+/* Keys of <snap> moving between its view's old placement and its own:
+ * how many wait for the second stage (their new member's name sorts
+ * first), how many go in the first. */
+static void
+count_moving(const struct pool_snapshot *snap, int *deferred, int *first)
+{
+    *deferred = *first = 0;
+    for (int i = 0; i < 4000; i++) {
+        char key[32];
+        int n = snprintf(key, sizeof(key), "key:%d", i);
+        struct server *o = pool_snapshot_owner(snap->mig->old, key, (size_t)n);
+        struct server *w = pool_snapshot_owner(snap, key, (size_t)n);
+
+        if (o == w)
+            continue;
+        if (migration_deferred(o->name, w->name))
+            (*deferred)++;
+        else
+            (*first)++;
+    }
+}
+
+static void
+test_stage_decided_before_publication(void **unused)
+{
+    struct conf *c;
+    struct pool *p = copy_pool(&c);
+    struct pool_snapshot *snap;
+    struct conf_server cs = {0};
+    char err[256];
+    int deferred, first;
+
+    (void)unused;
+    /* r1's weight 1 -> 3: members both give and take keys. The snapshot
+     * published with the change already says "stage 1" -- nothing has
+     * started the migration (migration_start) yet, and requests route
+     * by this snapshot from the moment it is published. */
+    assert_int_equal(migration_prepare(p, "r1 weight 1 -> 3", NULL, 0, 0, 0,
+                                       err, sizeof(err)),
+                     0);
+    assert_int_equal(pool_member_set_weight(p, "r1", 3), 0);
+    snap = pool_snapshot(p);
+    assert_non_null(snap->mig);
+    count_moving(snap, &deferred, &first);
+    assert_true(deferred > 0 && first > 0); /* really both ways */
+    assert_int_equal(atomic_load(&snap->mig->stage), 1);
+    migration_cancel(p);
+    assert_int_equal(pool_member_set_weight(p, "r1", 1), 0);
+    assert_null(pool_snapshot(p)->mig);
+
+    /* a new member only takes keys: one stage, decided as early */
+    assert_int_equal(
+        migration_prepare(p, "add r4", NULL, 0, 0, 0, err, sizeof(err)), 0);
+    assert_int_equal(
+        conf_parse_server("127.0.0.1:7004:1 r4", &cs, err, sizeof(err)), 0);
+    assert_int_equal(pool_member_add(p, &cs), 0);
+    conf_server_deinit(&cs);
+    snap = pool_snapshot(p);
+    assert_non_null(snap->mig);
+    count_moving(snap, &deferred, &first);
+    assert_true(deferred + first > 0);
+    assert_int_equal(atomic_load(&snap->mig->stage), 0);
+    migration_cancel(p);
+    pool_remove(p);
+    pool_reclaim();
+    conf_destroy(c);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_migrate_replies),
         cmocka_unit_test(test_host_port),
+        cmocka_unit_test(test_stage_decided_before_publication),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
