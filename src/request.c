@@ -145,6 +145,8 @@ struct rdrain {
  * (nothing writes a moving key there after the drain barrier), so later
  * requests on them need no gate. Direct-mapped, one key per slot. */
 #define MOVED_SLOTS 16384
+/* How often a worker closes the connections of members that left. */
+#define SWEEP_MS 1000
 struct moved {
     uint64_t epoch; /* 0: empty */
     char *key;
@@ -161,9 +163,10 @@ struct rworker {
     struct rdrain *drains;
     struct rgate *gwait, *gwait_tail;
     struct timer mig_timer;
-    uint64_t spread;     /* hot keys' reads, in turn over their sets */
-    struct moved *moved; /* [MOVED_SLOTS], made on first use */
-    bool closing;        /* the worker exits: no new member connection */
+    struct timer sweep_timer; /* members that left: their connections */
+    uint64_t spread;          /* hot keys' reads, in turn over their sets */
+    struct moved *moved;      /* [MOVED_SLOTS], made on first use */
+    bool closing;             /* the worker exits: no new member connection */
 };
 
 static void client_flush(struct rclient *c);
@@ -183,6 +186,7 @@ static void client_abandon(struct rclient *c);
 static struct rserver *send_to(struct rreq *r, struct rfrag *f,
                                struct server *srv, uint64_t hash);
 static void mig_timer(struct worker *w, struct timer *t);
+static void sweep_timer(struct worker *w, struct timer *t);
 static void rep_report(struct rreq *copy);
 
 /* ---- buffers ------------------------------------------------------------- */
@@ -282,6 +286,7 @@ rworker_get(struct worker *w)
     rw->w = w;
     rw->link.close = rworker_close;
     rw->mig_timer.on_expire = mig_timer;
+    rw->sweep_timer.on_expire = sweep_timer;
     rw->next_client_id = (uint64_t)w->id << 48;
     worker_conn_add(w, &rw->link);
     w->requests = rw;
@@ -318,10 +323,73 @@ member_get(struct rworker *rw, struct server *s, struct pool *p, size_t nconns,
     pool_ref(p);
     m->next = rw->table[b];
     rw->table[b] = m;
+    if (rw->sweep_timer.next == NULL)
+        worker_timer_set(rw->w, &rw->sweep_timer, rw->w->now_ms + SWEEP_MS);
     return m;
 }
 
 static void conn_destroy(struct rserver *s);
+
+/* Whether nothing waits on <s>: no fragment queued or held behind a
+ * value, no value streaming either way, nothing unwritten. */
+static bool
+conn_idle(const struct rserver *s)
+{
+    return s->head == NULL && s->lhead == NULL && s->stream_from == NULL &&
+           s->reply_to == NULL && rbuf_size(&s->out) == 0;
+}
+
+/* Close the connections of members that left their pool (an admin remove,
+ * a reload, the end of a migration, etcd) once nothing waits on them, and
+ * drop the member: a worker keeps no descriptor or memory for a member
+ * that is gone (before, each one removed kept its connections until the
+ * worker exited). Not while a drain barrier marks connections. */
+static void
+members_sweep(struct rworker *rw)
+{
+    if (rw->drains != NULL)
+        return;
+    for (size_t b = 0; b < MEMBER_BUCKETS; b++) {
+        struct rmember **pp = &rw->table[b];
+
+        while (*pp != NULL) {
+            struct rmember *m = *pp;
+            bool idle =
+                atomic_load_explicit(&m->server->state, memory_order_relaxed) ==
+                SERVER_REMOVED;
+
+            for (size_t i = 0; idle && i < m->nconns; i++)
+                idle = m->conns[i] == NULL || conn_idle(m->conns[i]);
+            if (!idle) {
+                pp = &m->next;
+                continue;
+            }
+            *pp = m->next;
+            for (size_t i = 0; i < m->nconns; i++)
+                if (m->conns[i] != NULL)
+                    conn_destroy(m->conns[i]);
+            server_unref(m->server);
+            pool_unref(m->pool);
+            /* (events of this iteration may still name its connections,
+             * which reach it through s->m) */
+            worker_defer_free(rw->w, m->conns);
+            worker_defer_free(rw->w, m);
+        }
+    }
+}
+
+static void
+sweep_timer(struct worker *w, struct timer *t)
+{
+    struct rworker *rw = OF(t, struct rworker, sweep_timer);
+    bool any = false;
+
+    members_sweep(rw);
+    for (size_t b = 0; b < MEMBER_BUCKETS && !any; b++)
+        any = rw->table[b] != NULL;
+    if (any)
+        worker_timer_set(w, &rw->sweep_timer, w->now_ms + SWEEP_MS);
+}
 
 static void
 rworker_close(struct worker *w, struct worker_conn *l)
@@ -333,6 +401,7 @@ rworker_close(struct worker *w, struct worker_conn *l)
     rw->closing = true;
     worker_conn_del(&rw->link);
     worker_timer_del(w, &rw->mig_timer);
+    worker_timer_del(w, &rw->sweep_timer);
     while (rw->drains != NULL) {
         struct rdrain *d = rw->drains;
 
@@ -603,7 +672,11 @@ request_key_member(const struct pool_snapshot *snap, const char *key,
         atomic_load(&s->state) == SERVER_DRAINING)
         return s;
     *why = "the key's member is not up (on_failure: error)";
-    if (snap->set.on_failure == CONF_ON_FAILURE_ERROR)
+    /* (removed: not a failure -- this snapshot still places keys on it
+     * while the next, without it, is being built; they go where they
+     * are going, the next member in their order) */
+    if (snap->set.on_failure == CONF_ON_FAILURE_ERROR &&
+        atomic_load(&s->state) != SERVER_REMOVED)
         return NULL;
     np = chash_ring_lookup_n(snap->ring, *hash, pref, 16);
     for (size_t i = 1; i < np; i++)
