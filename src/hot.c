@@ -491,7 +491,7 @@ hot_rebalance(struct pool *p, double target, struct membership_batch_op *ops,
     const struct hview *v = view_get(p->name, false);
     const struct pool_snapshot *snap = atomic_load(&p->snap);
     double total = v ? members_rate(v) : 0, hot = 0, wsum = 0;
-    double worst, best, scale = 10;
+    double worst, best, scale = 10, modeled = -1, predicted;
     size_t n = snap ? snap->n : 0, nops = 0, nhot = 0;
     struct model md = {0};
     uint32_t *bestw = NULL;
@@ -546,7 +546,7 @@ hot_rebalance(struct pool *p, double target, struct membership_batch_op *ops,
     /* the worst member gives 10% of its weight at a time, while that
      * makes the worst better (bounded: REBALANCE_STEPS rings) */
     if (worst > target) {
-        best = model_run(&md);
+        best = modeled = model_run(&md);
         for (steps = 1; steps < REBALANCE_STEPS && best > target; steps++) {
             size_t w = 0;
             double got;
@@ -567,11 +567,17 @@ hot_rebalance(struct pool *p, double target, struct membership_batch_op *ops,
             }
         }
     }
+    /* The model is judged against itself: the weights it found against
+     * the weights now, both modeled (the hot keys' rates and the members'
+     * are measured over different windows; comparing a modeled ratio with
+     * a measured one refused good proposals when they drifted apart). The
+     * ratio predicted is the measured worst scaled by the model's gain. */
+    bool better = worst > target && modeled > 0 && best < modeled;
+
     j = json_object();
     arr = json_array();
     for (size_t i = 0; i < n; i++) {
-        uint32_t nw =
-            worst > target && best < worst ? bestw[i] : snap->members[i].weight;
+        uint32_t nw = better ? bestw[i] : snap->members[i].weight;
 
         json_array_append_new(
             arr, json_pack("{s:s,s:I,s:I,s:f}", "name", snap->members[i].name,
@@ -589,10 +595,9 @@ hot_rebalance(struct pool *p, double target, struct membership_batch_op *ops,
     json_object_set_new(j, "pool", json_string(p->name));
     json_object_set_new(j, "target", json_real(target));
     json_object_set_new(j, "worst_ratio", json_real(worst));
-    json_object_set_new(j, "predicted_worst_ratio",
-                        json_real(nops > 0 ? best : worst));
-    json_object_set_new(j, "meets_target",
-                        json_boolean((nops > 0 ? best : worst) <= target));
+    predicted = nops > 0 ? worst * (best / modeled) : worst;
+    json_object_set_new(j, "predicted_worst_ratio", json_real(predicted));
+    json_object_set_new(j, "meets_target", json_boolean(predicted <= target));
     json_object_set_new(j, "rings_tried", json_integer(steps));
     json_object_set_new(j, "members", arr);
     json_object_set_new(
