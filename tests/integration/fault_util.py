@@ -41,6 +41,7 @@ def stub_main(argv):
     prints `request`.
 
     --behaviour reply      answer <reply> per request, at --rate bytes/s
+                           (its first --fast bytes at once)
                 blackhole  accept, never read, never write, never close
                 reset      send --cut bytes of <reply>, then RST
                 close      send --cut bytes of <reply>, then FIN (close)
@@ -57,6 +58,7 @@ def stub_main(argv):
     ap.add_argument("--reply", default="")          # hex
     ap.add_argument("--until", default="0d0a0d0a")  # hex
     ap.add_argument("--rate", type=float, default=0)  # bytes/s, 0: at once
+    ap.add_argument("--fast", type=int, default=0)
     ap.add_argument("--cut", type=int, default=0)
     ap.add_argument("--greet", action="store_true")
     ap.add_argument("--close-after-reply", action="store_true")
@@ -79,6 +81,9 @@ def stub_main(argv):
             if a.rate <= 0:
                 c.sendall(data)
                 return True
+            if a.fast:
+                c.sendall(data[:a.fast])
+                data = data[a.fast:]
             # a steady trickle: 10 writes a second (at least a byte each)
             step = max(1, int(a.rate / 10))
             t0 = time.monotonic()
@@ -138,6 +143,7 @@ def stub_main(argv):
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, a.rcvbuf)
     ls.bind(("127.0.0.1", a.port))
     ls.listen(128)
+    say("listening")
     held = []
     while True:
         c, _ = ls.accept()
@@ -155,12 +161,13 @@ class Stub:
     behaviour: "reply" (default), "blackhole", "reset", "close" -- see
     stub_main. reply: the bytes it answers (any protocol). until: what
     ends a request (default b"\\r\\n\\r\\n"; b"" = every read). rate:
-    bytes/s of the reply (0 = at once). cut: bytes of the reply sent
+    bytes/s of the reply (0 = at once), after its first <fast> bytes
+    (sent at once: e.g. an HTTP head). cut: bytes of the reply sent
     before a reset/close. greet: send at accept, before reading.
     close_after_reply: close after one reply. rcvbuf: SO_RCVBUF."""
 
     def __init__(self, procs, name, behaviour="reply", reply=b"",
-                 until=b"\r\n\r\n", rate=0, cut=0, greet=False,
+                 until=b"\r\n\r\n", rate=0, fast=0, cut=0, greet=False,
                  close_after_reply=False, rcvbuf=0, port=None):
         assert behaviour in BEHAVIOURS, behaviour
         self.name = name
@@ -169,25 +176,23 @@ class Stub:
         self.log_path = os.path.join(str(procs.tmp), "stub-%s.log" % name)
         args = [PY, HERE, "--port", str(self.port), "--behaviour", behaviour,
                 "--reply", reply.hex(), "--until", until.hex(),
-                "--rate", str(rate), "--cut", str(cut)]
+                "--rate", str(rate), "--fast", str(fast), "--cut", str(cut)]
         if greet:
             args.append("--greet")
         if close_after_reply:
             args.append("--close-after-reply")
         if rcvbuf:
             args += ["--rcvbuf", str(rcvbuf)]
+        # a restart on the same port appends to the same log: count the
+        # lines this process writes
+        self.skip = self.log().count("listening\n")
         self.proc = procs.start(args, "stub-%s.log" % name)
+        # it says when it listens (a probe connection would be counted,
+        # and held by a blackhole)
         wait_for(lambda: self.proc.poll() is not None or
-                 self.listening(), what="stub " + name)
+                 self.log().count("listening\n") > self.skip,
+                 what="stub " + name)
         assert self.proc.poll() is None, self.log()
-
-    def listening(self):
-        """Is the port open (without leaving a connection counted)?"""
-        with open("/proc/net/tcp") as f:
-            rows = f.read().splitlines()[1:]
-        want = ":%04X" % self.port
-        return any(r.split()[1].endswith(want) and r.split()[3] == "0A"
-                   for r in rows)
 
     def log(self):
         try:
@@ -197,7 +202,8 @@ class Stub:
             return ""
 
     def accepted(self):
-        """Connections accepted so far."""
+        """Connections accepted so far (by every process started under
+        this name)."""
         return self.log().count("accept\n")
 
     def requests(self):
@@ -397,13 +403,41 @@ def fd_count(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
+TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV",
+              "04": "FIN_WAIT1", "05": "FIN_WAIT2", "06": "TIME_WAIT",
+              "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK",
+              "0A": "LISTEN", "0B": "CLOSING"}
+
+
+def tcp_sockets(pid):
+    """{inode: "local->remote STATE"} of the IPv4 TCP sockets <pid> sees."""
+    def addr(hexaddr):
+        ip, port = hexaddr.split(":")
+        return "%s:%d" % (socket.inet_ntoa(struct.pack("<I", int(ip, 16))),
+                          int(port, 16))
+    out = {}
+    with contextlib.suppress(OSError):
+        with open("/proc/%d/net/tcp" % pid) as f:
+            for row in f.read().splitlines()[1:]:
+                col = row.split()
+                out[col[9]] = "%s->%s %s" % (addr(col[1]), addr(col[2]),
+                                             TCP_STATES.get(col[3], col[3]))
+    return out
+
+
 def fd_targets(pid):
-    """{fd: what it points to} (socket:[inode], pipe:[...], a path)."""
+    """{fd: what it points to} (a path, pipe:[...], anon_inode:..., or for
+    a TCP socket its addresses and state), to say which descriptor a
+    leak is."""
     out = {}
     d = "/proc/%d/fd" % pid
+    tcp = tcp_sockets(pid)
     for name in os.listdir(d):
         with contextlib.suppress(OSError):
-            out[int(name)] = os.readlink(os.path.join(d, name))
+            t = os.readlink(os.path.join(d, name))
+            if t.startswith("socket:["):
+                t = tcp.get(t[8:-1], t)
+            out[int(name)] = t
     return out
 
 
@@ -433,20 +467,26 @@ def wait_fds(pid, want, settle=3.0):
 
 def assert_flat(proc, round_fn, rounds, rss_growth_kib, settle=3.0,
                 warmup=1, check=None):
-    """Run <round_fn>(i) <warmup> times unmeasured (first-use allocations),
-    take the baseline (fds, RSS) of <proc> (a Popen), then run it
-    <rounds> times more. After every round <proc> must still run, and its
-    descriptors must come back to the baseline exactly within <settle>
-    s; after the last, RSS may exceed the baseline by at most
-    <rss_growth_kib> KiB. <check>() (e.g. "a normal request is served")
-    runs after each round. Returns (baseline fds, rss before, rss after)."""
+    """Run <round_fn>(i) <warmup> times unmeasured (first-use allocations,
+    idle member connections a pool keeps), take the baseline (fds, RSS)
+    of <proc> (a Popen), then run it <rounds> times more. <check>() (e.g.
+    "a normal request is served") runs after every round. After each,
+    <proc> must still run, and its descriptors must come back to the
+    baseline exactly within <settle> s; after the last, RSS may exceed
+    the baseline by at most <rss_growth_kib> KiB. Returns (baseline
+    fds, rss before, rss after)."""
     pid = proc.pid
-    for i in range(warmup):
-        round_fn(-1 - i)
+
+    def one(i):
+        round_fn(i)
+        assert proc.poll() is None, "the daemon died in round %d" % i
         if check:
             check()
-    # the baseline itself must be steady: what the warm-up left open
-    # (pooled member connections, a closing socket) is given time to go
+
+    for i in range(warmup):
+        one(-1 - i)
+    # the baseline itself must be steady: what the warm-up left closing
+    # is given time to go
     base = fd_count(pid)
     deadline = time.monotonic() + settle
     while time.monotonic() < deadline:
@@ -457,11 +497,8 @@ def assert_flat(proc, round_fn, rounds, rss_growth_kib, settle=3.0,
         base = n
     rss0 = rss_kib(pid)
     for i in range(rounds):
-        round_fn(i)
-        assert proc.poll() is None, "the daemon died in round %d" % i
+        one(i)
         wait_fds(pid, base, settle)
-        if check:
-            check()
     rss1 = rss_kib(pid)
     assert rss1 - rss0 <= rss_growth_kib, (
         "RSS grew by %d KiB over %d rounds (%d -> %d), more than %d KiB"
