@@ -993,6 +993,18 @@ connect_next(struct worker *w, struct hclient *c)
     connect_new(w, c, m);
 }
 
+/* A retry decided inside run() (a member failed while its response was
+ * read) may take an idle connection, or one connected at once: the state
+ * stays H_FORWARD with every buffer as it was, which run() reads as "no
+ * progress", and no event of the new connection is due -- the request
+ * would wait for the timer (forever with `timeout: 0`). Run once more. */
+static void
+retry_soon(struct worker *w, struct hclient *c)
+{
+    if (c->state != H_CLOSED)
+        worker_soon(w, &c->more);
+}
+
 /*
  * The member failed the request (reset, closed, garbage, timeout): count
  * it, then try the next member when nothing reached the client yet and the
@@ -1041,6 +1053,7 @@ member_failed(struct worker *w, struct hclient *c, const char *why,
         c->up_sent = 0;
         if (m != NULL) {
             connect_new(w, c, m);
+            retry_soon(w, c);
             return;
         }
     }
@@ -1049,6 +1062,7 @@ member_failed(struct worker *w, struct hclient *c, const char *why,
     release_server(c);
     if (!garbage && c->idempotent && c->retryable) {
         connect_next(w, c);
+        retry_soon(w, c);
         return;
     }
     respond(w, c, timeout ? 504 : 502, why, !c->body_done, 0);
