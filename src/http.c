@@ -1093,9 +1093,14 @@ client_read(struct worker *w, struct hclient *c)
             return -1;
         if (n == 0)
             break;
+        /* A head's idle_timeout runs from its first byte: the bytes after
+         * it do not extend it, or a client sending a byte at a time would
+         * keep its connection forever (slowloris). Elsewhere a byte is
+         * traffic. */
+        if (c->state != H_HEAD || c->in.len == c->in.off)
+            c->last_ms = w->now_ms;
         c->in.len += (size_t)n;
         stats_add(&c->pool->stats[w->id].bytes_in, (uint64_t)n);
-        c->last_ms = w->now_ms;
     }
     return 0;
 }
