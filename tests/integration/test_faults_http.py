@@ -228,6 +228,25 @@ def test_reset_mid_reply(procs, chashd):
                 check=lambda: served_by(port, k3, "h3"))
 
 
+def test_a_retry_on_an_idle_connection_needs_no_timeout(procs, chashd):
+    """With `timeout: 0` (the default: no response timeout), a GET whose
+    member resets before answering is retried on an idle connection of
+    the key's next member, and answered at once: the retry used to wait
+    for an event that never came, and the client hung."""
+    rst = Stub(procs, "h1", behaviour="reset", reply=b"", cut=0)
+    good = Stub(procs, "h2", reply=http_reply("h2"))
+    d, port = start(chashd, [rst, good], timeout="0", retries=1)
+    k1, k2 = key_of(d, "h1", "h2"), key_of(d, "h2")
+
+    def round_(i):
+        served_by(port, k2, "h2")        # an idle connection to h2 is kept
+        g = exchange(port, req(k1, close=True), 3, stop_at=http_complete)
+        assert g.status() == 200 and body_of(g) == b"h2", g
+        assert g.elapsed < MARGIN, g
+
+    assert_flat(d.proc, round_, 2, RSS_KIB)
+
+
 def test_refused_connects(procs, chashd):
     """Every member refuses: each request gets 502 at once (no
     connect_timeout wait), on a connection that stays open for the next
