@@ -43,8 +43,9 @@ def tcp_text(port, members, name="web"):
 
 
 class KeepAliveLoad:
-    """Threads that send requests on keep-alive http connections (and
-    HTTP/1.0 requests through a tcp pool) until stopped; every answer
+    """Threads that send requests on keep-alive http connections, ten on
+    each (and HTTP/1.0 requests through a tcp pool) until stopped; every
+    answer
     that is not a 200 from a member, or that takes over 3 s, is kept in
     <bad>."""
 
@@ -81,7 +82,9 @@ class KeepAliveLoad:
             out = read_outcome(s, 3, stop_at=http_complete)
             body = out.data.partition(b"\r\n\r\n")[2].decode()
             self.note(out.how == "done" and out.status() == 200, out, body)
-            if out.how != "done":
+            # a new connection every 10 requests: each worker gets some,
+            # and ends a round with an idle connection to every member
+            if out.how != "done" or k % 10 == 0:
                 s.close()
                 s = None
             if self.tcp_port:
