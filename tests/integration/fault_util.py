@@ -27,7 +27,7 @@ HERE = os.path.abspath(__file__)
 
 if __name__ != "__main__":
     # the stub process needs none of this (and not pytest's import time)
-    from conftest import can_connect, free_port, wait_for
+    from conftest import free_port, wait_for
 
 # ---------------------------------------------------------------------------
 # The stub process
@@ -439,6 +439,13 @@ def fd_targets(pid):
                 t = tcp.get(t[8:-1], t)
             out[int(name)] = t
     return out
+
+
+def connections_to(pid, port):
+    """How many of <pid>'s descriptors are TCP sockets connected to
+    127.0.0.1:<port> (a member's connections, say)."""
+    want = "->127.0.0.1:%d " % port
+    return sum(1 for t in fd_targets(pid).values() if want in t)
 
 
 def rss_kib(pid):

@@ -12,10 +12,10 @@ import socket
 import threading
 import time
 
-from conftest import free_port, lookup_config, wait_for
+from conftest import free_port, lookup_config
 from fault_util import (RefusedPort, Stub, assert_flat, exchange, fd_count,
                         http_complete, http_reply, nofile_limit,
-                        read_outcome, stopped, wait_fds)
+                        read_outcome, stopped)
 from http_util import HttpBackend, http_pool
 
 TIMEOUT_S = 0.5       # the pools' `timeout` (a member's first byte)
@@ -423,10 +423,11 @@ def test_out_of_descriptors(procs, chashd):
 
 
 def test_members_flapping_under_traffic(procs, chashd):
-    """A member killed and restarted every 300 ms under keep-alive
-    traffic: the other member's requests never fail, the flapping
-    member's get 200 (retried or failed over) or a 502/503, never a hang
-    past connect_timeout, and nothing is left open."""
+    """A member killed for 300 ms and restarted, each round, under
+    keep-alive traffic: the other member's requests never fail, the
+    flapping member's get 200 (retried or failed over) or a 502/503 --
+    not a 504 after `timeout` (a retry on an idle connection waited for
+    it) and never a hang -- and nothing is left open."""
     flappy = Stub(procs, "h1", reply=http_reply("h1"))
     steady = Stub(procs, "h2", reply=http_reply("h2"))
     d, port = start(chashd, [flappy, steady], on_failure="failover",
@@ -463,11 +464,10 @@ def test_members_flapping_under_traffic(procs, chashd):
         t = threading.Thread(target=traffic)
         t.start()
         try:
-            for _ in range(1):
-                box[0].stop()
-                time.sleep(0.3)
-                box[0] = restart(box[0])
-                time.sleep(0.3)
+            box[0].stop()
+            time.sleep(0.3)
+            box[0] = restart(box[0])
+            time.sleep(0.3)
         finally:
             stop.set()
             t.join(timeout=10)

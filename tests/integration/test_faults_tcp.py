@@ -6,7 +6,6 @@
 # and never reads, a slow one, one that resets mid-reply, refused
 # connects, silent clients (slowloris), members flapping.
 # SPDX-License-Identifier: BSD-2-Clause
-import os
 import socket
 import threading
 import time
