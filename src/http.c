@@ -46,6 +46,7 @@
 /* Members remembered as failed for one request. */
 #define TRIED_MAX 8
 #define MEMBER_BUCKETS 64
+#define SWEEP_MS 1000 /* removed members' connections: see hworker_sweep */
 /* Reads per side per event (then a `soon` task), as the splice does. */
 #define PUMP_READS 8
 /* How long chashd waits for a client to read an error before closing. */
@@ -89,6 +90,8 @@ struct hmember {
     struct server *server; /* (ref held) */
     struct hconn *idle;
     uint32_t nidle;
+    uint32_t nconns; /* connections whose <m> is this one: idle, in use,
+                        connecting; the entry is freed only at 0 */
     struct hmember *next;
 };
 
@@ -97,6 +100,7 @@ struct hworker {
     struct worker *w;
     struct worker_conn link;
     struct hmember *buckets[MEMBER_BUCKETS];
+    struct timer sweep; /* hworker_sweep, every SWEEP_MS */
     struct http_header headers[HTTP_HEADERS_MAX];
     char rbuf[READ_MAX]; /* the members' responses are read here */
 };
@@ -302,6 +306,7 @@ hworker_close(struct worker *w, struct worker_conn *l)
     struct hworker *hw = OF(l, struct hworker, link);
 
     worker_conn_del(&hw->link);
+    worker_timer_del(w, &hw->sweep);
     for (size_t i = 0; i < MEMBER_BUCKETS; i++) {
         struct hmember *m = hw->buckets[i], *next;
         for (; m != NULL; m = next) {
@@ -318,6 +323,42 @@ hworker_close(struct worker *w, struct worker_conn *l)
     free(hw);
 }
 
+/* Members that a reload, the admin API or etcd removed: nothing takes
+ * their idle connections again (conn_release closes those in use), yet
+ * they stayed open, and the entry with its server reference stayed for
+ * the worker's life -- every remove and add of a member left one more
+ * set (descriptors and memory growing under membership churn). Close
+ * them, and free the entry once no connection points to it. */
+static void
+hworker_sweep(struct worker *w, struct timer *t)
+{
+    struct hworker *hw = OF(t, struct hworker, sweep);
+
+    for (size_t i = 0; i < MEMBER_BUCKETS; i++) {
+        struct hmember **pp = &hw->buckets[i];
+
+        while (*pp != NULL) {
+            struct hmember *m = *pp;
+
+            if (atomic_load_explicit(&m->server->state,
+                                     memory_order_relaxed) != SERVER_REMOVED) {
+                pp = &m->next;
+                continue;
+            }
+            while (m->idle != NULL)
+                conn_close(w, m->idle);
+            if (m->nconns > 0) {
+                pp = &m->next; /* in use: at a later sweep */
+                continue;
+            }
+            *pp = m->next;
+            server_unref(m->server);
+            free(m);
+        }
+    }
+    worker_timer_set(w, &hw->sweep, w->now_ms + SWEEP_MS);
+}
+
 static struct hworker *
 hworker_get(struct worker *w)
 {
@@ -330,6 +371,8 @@ hworker_get(struct worker *w)
         return NULL;
     hw->w = w;
     hw->link.close = hworker_close;
+    hw->sweep.on_expire = hworker_sweep;
+    worker_timer_set(w, &hw->sweep, w->now_ms + SWEEP_MS);
     /* At worker exit its close takes the idle connections; those in use
      * close with their clients, in any order (neither reads the other's
      * memory then). */
@@ -385,6 +428,11 @@ conn_close(struct worker *w, struct hconn *b)
     if (b->c != NULL && b->c->be == b)
         b->c->be = NULL;
     b->c = NULL;
+    /* at worker exit hworker_close may have freed the entries already
+     * (and cleared w->http): nothing to count then */
+    if (b->m != NULL && w->http != NULL)
+        b->m->nconns--;
+    b->m = NULL;
     io_side_close(&b->side);
     worker_conn_del(&b->link);
     worker_defer_free(w, b);
@@ -887,6 +935,7 @@ connect_new(struct worker *w, struct hclient *c, struct hmember *m)
     io_side_init(&b->side, fd, backend_event);
     b->link.close = conn_link_close;
     b->m = m;
+    m->nconns++;
     b->c = c;
     c->be = b;
     worker_conn_add(w, &b->link);
@@ -993,6 +1042,18 @@ connect_next(struct worker *w, struct hclient *c)
     connect_new(w, c, m);
 }
 
+/* A retry decided inside run() (a member failed while its response was
+ * read) may take an idle connection, or one connected at once: the state
+ * stays H_FORWARD with every buffer as it was, which run() reads as "no
+ * progress", and no event of the new connection is due -- the request
+ * would wait for the timer (forever with `timeout: 0`). Run once more. */
+static void
+retry_soon(struct worker *w, struct hclient *c)
+{
+    if (c->state != H_CLOSED)
+        worker_soon(w, &c->more);
+}
+
 /*
  * The member failed the request (reset, closed, garbage, timeout): count
  * it, then try the next member when nothing reached the client yet and the
@@ -1041,6 +1102,7 @@ member_failed(struct worker *w, struct hclient *c, const char *why,
         c->up_sent = 0;
         if (m != NULL) {
             connect_new(w, c, m);
+            retry_soon(w, c);
             return;
         }
     }
@@ -1049,6 +1111,7 @@ member_failed(struct worker *w, struct hclient *c, const char *why,
     release_server(c);
     if (!garbage && c->idempotent && c->retryable) {
         connect_next(w, c);
+        retry_soon(w, c);
         return;
     }
     respond(w, c, timeout ? 504 : 502, why, !c->body_done, 0);
@@ -1079,9 +1142,14 @@ client_read(struct worker *w, struct hclient *c)
             return -1;
         if (n == 0)
             break;
+        /* A head's idle_timeout runs from its first byte: the bytes after
+         * it do not extend it, or a client sending a byte at a time would
+         * keep its connection forever (slowloris). Elsewhere a byte is
+         * traffic. */
+        if (c->state != H_HEAD || c->in.len == c->in.off)
+            c->last_ms = w->now_ms;
         c->in.len += (size_t)n;
         stats_add(&c->pool->stats[w->id].bytes_in, (uint64_t)n);
-        c->last_ms = w->now_ms;
     }
     return 0;
 }

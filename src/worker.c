@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -164,6 +165,26 @@ address_taken(const struct conf_addr *addr)
     return rc;
 }
 
+/* Listening sockets handed to the workers to close (CMD_DEL_LISTENER) and
+ * not closed yet: a reload that removed a pool, followed at once by one
+ * that adds it back (a burst of SIGHUPs), finds the address still bound
+ * -- by us. */
+static _Atomic unsigned listeners_closing;
+
+/* Whether <addr> is bound by another process: bound now, and still bound
+ * once the listeners we are closing are closed (waited for, up to 1 s). */
+static bool
+address_foreign(const struct conf_addr *addr)
+{
+    struct timespec ts = {0, 10 * 1000 * 1000};
+
+    if (address_taken(addr) != 1)
+        return false;
+    for (int i = 0; i < 100 && atomic_load(&listeners_closing) > 0; i++)
+        nanosleep(&ts, NULL);
+    return address_taken(addr) == 1;
+}
+
 /* Whether one of our pools listens on <addr> now (a reload moving an
  * address from one pool to another binds the new sockets first). */
 static bool
@@ -257,7 +278,7 @@ listener_open(const struct conf_addr *addr, uint32_t backlog, int perm,
     /* SO_REUSEPORT would let us join another process's listener and take
      * half its clients without a word, breaking stickiness for all. */
     if (addr->family != AF_UNIX && !address_ours(addr) &&
-        address_taken(addr) == 1) {
+        address_foreign(addr)) {
         snprintf(err, errlen,
                  "cannot listen on %s: another process already listens "
                  "there (a second chashd would share its clients and "
@@ -392,6 +413,8 @@ worker_push(struct worker *w, int type, struct pool *p, int fd)
     for (pp = &w->cmds; *pp != NULL; pp = &(*pp)->next)
         ;
     *pp = cmd;
+    if (type == CMD_DEL_LISTENER)
+        atomic_fetch_add(&listeners_closing, 1);
     pthread_mutex_unlock(&w->lock);
     if (write(w->cmdfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
         return -1;
@@ -489,6 +512,7 @@ worker_commands(struct worker *w, struct ev *ev, uint32_t events)
                     break;
                 }
             }
+            atomic_fetch_sub(&listeners_closing, 1);
             break;
         case CMD_STOP_ACCEPTING:
             while (w->listeners != NULL) {
