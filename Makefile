@@ -156,10 +156,15 @@ unit: $(UT_BIN)
 	@set -e; for t in $(UT_BIN); do echo "== $$t"; $$t; done
 
 # pytest exits 5 when it collects nothing: that is not a failure here.
+# TEST_JOBS pytest processes (pytest-xdist) run the files side by side:
+# most tests wait on timers and real peers, so two on two cores take about
+# 60% of the time of one. TEST_JOBS=1 runs them one by one.
+TEST_JOBS ?= 2
 integration: all
 	@if ls tests/integration/test_*.py >/dev/null 2>&1; then \
 	    CHASH_BUILD=$(abspath $(B)) CHASH_SANITIZE=$(SANITIZE) \
-	    $(PYTHON) -m pytest -q tests/integration; \
+	    $(PYTHON) -m pytest -q $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS)) \
+	        tests/integration; \
 	fi
 
 test: deps
