@@ -156,7 +156,7 @@ unit: $(UT_BIN)
 	@set -e; for t in $(UT_BIN); do echo "== $$t"; $$t; done
 
 # pytest exits 5 when it collects nothing: that is not a failure here.
-# TEST_JOBS pytest processes (pytest-xdist) run the files side by side:
+# TEST_JOBS pytest processes (pytest-xdist) run the tests side by side:
 # most tests wait on timers and real peers, so two on two cores take about
 # 60% of the time of one. TEST_JOBS=1 runs them one by one.
 TEST_JOBS ?= 2
