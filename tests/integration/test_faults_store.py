@@ -20,8 +20,8 @@ import pytest
 from admin_util import Api
 from conftest import CHASH, free_port, wait_for
 from etcd_util import Instance, etcd, unique_prefix  # noqa: F401 (fixture)
-from fault_util import (RefusedPort, Stub, assert_flat, fd_count, stopped,
-                        wait_fds)
+from fault_util import (RefusedPort, Stub, assert_flat, connections_to,
+                        fd_count, stopped, wait_fds)
 from mc_util import ChashdMemcache, MemcachedServer, Mc
 from redis_util import (ChashdRedis, Err, RedisServer, Resp, Simple,
                         spread_keys)
@@ -551,6 +551,10 @@ def test_admin_changes_under_load(procs, mode):
     assert not load.closed, load.bad[:5]
     assert not load.bad, load.bad[:5]
     assert load.ops > 50, load.ops
+    # no connection to the member that left (each remove kept one)
+    wait_for(lambda: connections_to(st.proc.pid, st.spare.port) == 0,
+             timeout=5, what="chashd's connections to the removed member "
+             "to close")
     serves(st)()
     wait_fds(st.proc.pid, base, settle=5)
 
