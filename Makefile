@@ -7,6 +7,9 @@
 #   make run                  the demo (chashd --demo, three local backends)
 #   make install [PREFIX=/usr/local] [DESTDIR=]   and make uninstall
 #   make bench | fuzz         benchmarks against peers | libFuzzer targets
+#   make soak [DURATION=5m]   every mode under traffic, changes and faults;
+#                             RSS, fds, req/s, errors graphed in build/soak
+#   make valgrind             integration subset with chashd under memcheck
 #   WERROR=1                  warnings are errors
 #
 # CFLAGS, CPPFLAGS and LDFLAGS are the user's (default CFLAGS: -O2 -g):
@@ -105,7 +108,7 @@ UT_BIN    := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)
 TARGETS := $(B)/libchash.a $(B)/libchash.so $(B)/chash $(B)/chashd
 
 .PHONY: all test unit integration run bench fuzz clean deps format \
-        install uninstall
+        install uninstall soak valgrind
 all: $(TARGETS)
 
 $(B)/%.o: %.c
@@ -189,6 +192,22 @@ bench: deps
 
 fuzz: deps
 	@scripts/fuzz
+
+# soak: one chashd with a tcp, an http, a redis and a memcache pool under
+# bounded mixed traffic, membership changes and faults for DURATION (30m,
+# 90s, 300); fails on fd growth, RSS growth, a dead chashd or errors
+# outside the fault windows (scripts/soak --help).
+DURATION ?= 5m
+soak: deps
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) scripts/soak --build $(B) --duration $(DURATION) \
+	    --out $(B)/soak
+
+# valgrind: a subset of tests/integration with chashd under memcheck;
+# fails on any memcheck error or definite leak (scripts/valgrind).
+valgrind: deps
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) scripts/valgrind --build $(B)
 
 # ---- install ---------------------------------------------------------------
 #

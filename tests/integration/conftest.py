@@ -17,6 +17,14 @@ BUILD = os.environ.get("CHASH_BUILD", os.path.join(
 CHASH = os.path.join(BUILD, "chash")
 CHASHD = os.path.join(BUILD, "chashd")
 
+# Under valgrind (scripts/valgrind sets CHASH_VALGRIND=1 and points
+# CHASH_BUILD at its wrapper) chashd runs 20-50x slower and must exit by
+# itself to write its leak summary: every wait_for timeout is multiplied by
+# CHASH_TIMEOUT_SCALE (default 1) and kill_all stops with SIGTERM first.
+# Unset, nothing changes.
+VALGRIND = os.environ.get("CHASH_VALGRIND", "") not in ("", "0")
+TIMEOUT_SCALE = float(os.environ.get("CHASH_TIMEOUT_SCALE", "1") or "1")
+
 
 _GIVEN_PORTS = set()
 
@@ -38,6 +46,7 @@ def free_port():
 
 def wait_for(pred, timeout=5.0, interval=0.02, what="condition"):
     """Poll <pred> until it returns a true value; fail after <timeout> s."""
+    timeout *= TIMEOUT_SCALE
     deadline = time.monotonic() + timeout
     while True:
         v = pred()
@@ -167,12 +176,29 @@ class Procs:
         return p
 
     def kill_all(self):
+        if VALGRIND:
+            self._term_all()
         for p in self.procs:
             if p.poll() is None:
                 p.kill()
         for p in self.procs:
             try:
                 p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _term_all(self, timeout=20.0):
+        """SIGTERM to every process still running, then wait for them all
+        together, <timeout> s at most: chashd under valgrind writes its
+        leak summary only when it exits by itself (SIGKILL follows in
+        kill_all for what is left)."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + timeout
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
 
