@@ -10,6 +10,7 @@
 #   make soak [DURATION=5m]   every mode under traffic, changes and faults;
 #                             RSS, fds, req/s, errors graphed in build/soak
 #   make valgrind             integration subset with chashd under memcheck
+#   make reliability          all of it: fault suites, fuzzers, valgrind, soak
 #   WERROR=1                  warnings are errors
 #
 # CFLAGS, CPPFLAGS and LDFLAGS are the user's (default CFLAGS: -O2 -g):
@@ -108,7 +109,7 @@ UT_BIN    := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)
 TARGETS := $(B)/libchash.a $(B)/libchash.so $(B)/chash $(B)/chashd
 
 .PHONY: all test unit integration run bench fuzz clean deps format \
-        install uninstall soak valgrind
+        install uninstall soak valgrind reliability
 all: $(TARGETS)
 
 $(B)/%.o: %.c
@@ -208,6 +209,19 @@ soak: deps
 valgrind: deps
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) scripts/valgrind --build $(B)
+
+# reliability: the suite of doc/reliability.md in one command -- the fault
+# suites (tests/integration/test_faults_*.py), every fuzzer for
+# FUZZ_SECONDS (default 60), valgrind's subset, then a soak of DURATION.
+# Stops at the first part that fails.
+reliability: deps
+	@$(MAKE) --no-print-directory all
+	CHASH_BUILD=$(abspath $(B)) CHASH_SANITIZE=$(SANITIZE) \
+	    $(PYTHON) -m pytest -q $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS)) \
+	    tests/integration/test_faults_*.py
+	scripts/fuzz
+	@$(MAKE) --no-print-directory valgrind
+	@$(MAKE) --no-print-directory soak DURATION=$(DURATION)
 
 # ---- install ---------------------------------------------------------------
 #
