@@ -816,6 +816,10 @@ def test_health_redis_with_a_wrong_password_is_down(procs):
                           redis_auth="wrong")
     wait_for(lambda: set(states(api).values()) == {"down"}, timeout=5,
              what="every member down")
-    with open(d.log_path, errors="replace") as f:
-        log = f.read()       # whole: the handshakes' warnings come after
-    assert "AUTH refused" in log, log[-4000:]
+
+    def log():
+        with open(d.log_path, errors="replace") as f:
+            return f.read()  # whole: the handshakes' warnings come after
+    # (the line may be written a moment after the state is seen)
+    wait_for(lambda: "AUTH refused" in log(), timeout=5,
+             what="'AUTH refused' in the log")
