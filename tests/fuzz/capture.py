@@ -10,8 +10,8 @@
 #
 #   /usr/bin/python3 tests/fuzz/capture.py [GROUP ...]
 #
-# GROUP: conf state admin redis memcache http proxy etcd ring (default:
-# all). Captured files are named cap-<what>-<sha1 prefix> in
+# GROUP: conf admin (with state) redis memcache http proxy etcd ring
+# (default: all). Captured files are named cap-<what>-<sha1 prefix> in
 # tests/fuzz/corpus/<target>/; a group's old cap-* files are replaced, the
 # hand-written seeds are left alone. Each file is at most 64 KB; a target
 # keeps at most MAX_FILES captured files. Everything listens on
@@ -610,7 +610,243 @@ def group_proxy():
     c.write()
 
 
+# ---- admin and state: `chash ctl` and curl against chashd ------------------
+
+def chashd_config(tmp, aport, ports, backends, extra_global="", web_opts=""):
+    return ("global:\n  admin: 127.0.0.1:%d\n  workers: 1\n"
+            "  state_file: %s/state.json\n%s"
+            "web:\n  listen: 127.0.0.1:%d\n  mode: tcp\n%s"
+            "  servers: [%s]\n"
+            "kv:\n  listen: 127.0.0.1:%d\n  mode: redis\n  migration: off\n"
+            "  servers: [127.0.0.1:%d:1 r1]\n"
+            % (aport, tmp, extra_global, ports[0], web_opts,
+               ", ".join("127.0.0.1:%d:%d web-%d" % (b, i + 1, i + 1)
+                         for i, b in enumerate(backends)),
+               ports[1], backends[0]))
+
+
+def start_chashd(ps, tmp, text, aport):
+    conf = os.path.join(tmp, "chashd.yml")
+    with open(conf, "w") as f:
+        f.write(text)
+    ps.start([os.path.join(BUILD, "chashd"), "-c", conf])
+    wait_port(aport)
+
+
+def start_backends(ps, n):
+    ports = [free_port() for _ in range(n)]
+    for i, p in enumerate(ports):
+        ps.start([os.path.join(BUILD, "chash"), "serve", "--listen",
+                  "127.0.0.1:%d" % p, "--name", "web-%d" % (i + 1)])
+    for p in ports:
+        wait_port(p)
+    return ports
+
+
+def group_admin():
+    for prog in ("chashd", "chash"):
+        if not os.path.exists(os.path.join(BUILD, prog)):
+            sys.exit("capture: %s/%s is missing: run make first"
+                     % (BUILD, prog))
+    adm, st = Corpus("admin"), Corpus("state")
+    tmp = tempfile.mkdtemp(prefix="chash-capture-")
+    state = os.path.join(tmp, "state.json")
+
+    def keep_state(what):
+        if os.path.exists(state):
+            with open(state, "rb") as f:
+                st.add(what, f.read())
+
+    try:
+        with Procs() as ps:
+            backends = start_backends(ps, 4)
+            aport = free_port()
+            start_chashd(ps, tmp, chashd_config(tmp, aport, (free_port(),
+                                                             free_port()),
+                                                backends[:3]), aport)
+            relay = Relay(aport)
+            ctl = [os.path.join(BUILD, "chash"), "ctl", "--admin",
+                   "127.0.0.1:%d" % relay.port]
+            new = "127.0.0.1:%d" % backends[3]
+            batch = os.path.join(tmp, "batch.json")
+            with open(batch, "w") as f:
+                json.dump({"changes": [
+                    {"op": "add", "name": "web-9", "address": new,
+                     "weight": 2},
+                    {"op": "update", "name": "web-2", "state": "drain"},
+                    {"op": "remove", "name": "web-1"}]}, f)
+            steps = (
+                ["pools"], ["show", "web"], ["--json", "show", "kv"],
+                ["add", "web", "web-4", new, "--weight", "2", "--dry-run"],
+                ["add", "web", "web-4", new, "--weight", "2"], "state",
+                ["weight", "web", "web-4", "5"], ["drain", "web", "web-2"],
+                "state", ["maint", "web", "web-3"], ["up", "web", "web-2"],
+                ["reweight", "web", "web-1", "3", "--dry-run"],
+                ["lookup", "web", "user:42"],
+                ["lookup", "web", "user:42", "--replicas", "2"],
+                ["migration", "web"], ["replication", "web"], ["hot", "kv"],
+                ["rebalance", "kv", "--target", "1.5", "--dry-run"],
+                ["cluster"], ["state"], ["batch", "web", batch, "--dry-run"],
+                ["state", "--reset", "web", "web-1", "--dry-run"],
+                ["remove", "web", "web-4", "--dry-run"],
+                ["remove", "web", "web-4"], "state",
+                ["state", "--reset", "web"], "state",
+                ["add", "web", "bad name", new], ["weight", "web", "nope", "1"],
+                ["lookup", "nopool", "k"])
+            for i, step in enumerate(steps):
+                if step == "state":
+                    time.sleep(0.3)  # written by the control thread
+                    keep_state("after%d" % i)
+                else:
+                    run(ctl + step)
+            base = "http://127.0.0.1:%d" % relay.port
+            curl = ["curl", "-s", "-o", "/dev/null", "--max-time", "10"]
+            js = ["-H", "Content-Type: application/json"]
+            for args in (
+                    [base + "/"], [base + "/metrics"], [base + "/api/pools"],
+                    [base + "/api/pools/web/ring?segments=16"],
+                    [base + "/api/pools/web/lookup?key=a%20b&replicas=3"],
+                    [base + "/api/pools/web/members/web-1"],
+                    [base + "/api/pools/web/members/%2Frun%2Fapp.sock"],
+                    [base + "/api/pools/web/members//run/app.sock"],
+                    [base + "/api/pools/web/lookup?key=%0a"],
+                    [base + "/api/pools/web/members/web%00x"],
+                    [base + "/api/state"], [base + "/api/changes"],
+                    ["-X", "POST", base + "/api/pools/web/members"],
+                    js + ["-d", '{"address": "127.0.0.1:1", "colour": 1}',
+                          base + "/api/pools/web/members?dry_run=1"],
+                    js + ["-d", '{"address": ', base + "/api/pools/web/members"],
+                    ["-H", "Content-Type: text/plain", "-d",
+                     '{"address": "127.0.0.1:1"}',
+                     base + "/api/pools/web/members"],
+                    js + ["-X", "PATCH", "-d", '{"state": "draining"}',
+                          base + "/api/pools/web/members/web-2?dry_run=true"],
+                    js + ["-X", "PATCH", "-d", '{"weight": -1}',
+                          base + "/api/pools/web/members/web-2"],
+                    js + ["-d", '{"changes": [{"op": "add", "name": "x"}]}',
+                          base + "/api/pools/web/changes?dry_run=on"],
+                    js + ["-d", '{"changes": []}',
+                          base + "/api/pools/web/changes"],
+                    ["-X", "DELETE",
+                     base + "/api/pools/web/members/web-3?now=maybe"],
+                    ["-X", "DELETE", base + "/api/state/pools/web?dry_run=1"],
+                    ["-X", "PUT", base + "/api/pools"],
+                    ["-H", "Host: evil.example", base + "/api/pools"],
+                    ["-H", "Origin: http://evil.example", base + "/api/pools"],
+                    ["-H", "Authorization: Bearer nothing", base + "/api/state"],
+                    [base + "/api/pools/kv/rebalance?target=0.5"],
+                    [base + "/api/pools/web//members"],
+                    [base + "/api/pools/nopool/ring"]):
+                run(curl + args)
+            relay.close()
+            keep_state("end")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for i, s in enumerate(relay.streams("sent")):
+        adm.add("req%d" % i, s)
+    adm.write()
+    st.write()
+
+
+# ---- etcd: what chashd writes to etcd, read back from it -------------------
+
+def group_etcd():
+    if not (have("etcd") and have("etcdctl")):
+        return
+    c = Corpus("etcd")
+    tmp = tempfile.mkdtemp(prefix="chash-capture-")
+    cport, pport = free_port(), free_port()
+    try:
+        with Procs() as ps:
+            ps.start(["etcd", "--data-dir", os.path.join(tmp, "etcd"),
+                      "--listen-client-urls", "http://127.0.0.1:%d" % cport,
+                      "--advertise-client-urls",
+                      "http://127.0.0.1:%d" % cport,
+                      "--listen-peer-urls", "http://127.0.0.1:%d" % pport,
+                      "--initial-advertise-peer-urls",
+                      "http://127.0.0.1:%d" % pport,
+                      "--initial-cluster", "default=http://127.0.0.1:%d" % pport])
+            wait_port(cport)
+            relay = Relay(cport)
+            backends = start_backends(ps, 4)
+            aport = free_port()
+            extra = ("  etcd:\n    endpoints: [http://127.0.0.1:%d]\n"
+                     "    prefix: /chash\n    instance: lb-1\n" % relay.port)
+            start_chashd(ps, tmp, chashd_config(
+                tmp, aport, (free_port(), free_port()), backends[:3], extra,
+                "  members_from: etcd\n"), aport)
+            ctl = [os.path.join(BUILD, "chash"), "ctl", "--admin",
+                   "127.0.0.1:%d" % aport]
+            new = "127.0.0.1:%d" % backends[3]
+            # the pool's seed members are in etcd once chashd is linked
+            end = time.time() + 15
+            while time.time() < end and b"members" not in run(
+                    ["etcdctl", "--endpoints", "127.0.0.1:%d" % cport,
+                     "get", "--prefix", "--keys-only", "/chash"]):
+                time.sleep(0.2)
+            for step in (["add", "web", "web-4", new, "--weight", "3"],
+                         ["drain", "web", "web-2"], ["maint", "web", "web-3"],
+                         ["weight", "web", "web-1", "7"]):
+                run(ctl + step)
+            time.sleep(1)
+            out = run(["etcdctl", "--endpoints", "127.0.0.1:%d" % cport,
+                       "-w", "json", "get", "--prefix", "/chash"])
+            run(ctl + ["remove", "web", "web-4"])
+            time.sleep(0.5)
+            relay.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    # the key-values etcd holds, and every base64 text its JSON gateway
+    # sent chashd (keys, values, range ends)
+    texts = set()
+    try:
+        kvs = json.loads(out or b"{}").get("kvs", [])
+    except ValueError:
+        kvs = []
+    for kv in kvs:
+        key = base64.b64decode(kv["key"])
+        value = base64.b64decode(kv.get("value", ""))
+        texts.add(kv["key"].encode())
+        texts.add(kv.get("value", "").encode())
+        rel = key[len(b"/chash/"):] if key.startswith(b"/chash/") else key
+        c.add("key", rel)
+        if b"/members/" in rel:
+            c.add("record", rel.rsplit(b"/", 1)[-1] + b"\n" + value)
+    for stream in relay.streams("received") + relay.streams("sent"):
+        for m in re.finditer(rb'"(?:key|value|range_end|prev_kv)":"([A-Za-z0-9+/=]+)"',
+                             stream):
+            texts.add(m.group(1))
+    for t in sorted(texts):
+        c.add("b64", t)
+    c.write()
+
+
+# ---- ring: the pools of the shipped configs, as fuzz_ring reads them ------
+
+def group_ring():
+    """fuzz_ring's input: an algorithm, a hash, points per weight, then
+    (weight, ramp, NUL-terminated name) per member. The members and
+    weights of conf/*.yml's pools, under every algorithm."""
+    c = Corpus("ring")
+    for path in sorted(glob.glob(os.path.join(REPO, "conf", "*.yml"))):
+        with open(path) as f:
+            text = f.read()
+        members = re.findall(r"^\s*-\s*\S+:(\d+)\s+(\S+)\s*$", text, re.M)
+        if not members:
+            continue
+        for algo in range(8):
+            data = bytes([algo, algo % 5, 40])
+            for w, name in members[:16]:
+                data += bytes([int(w) % 8, 250]) + name.encode()[:31] + b"\0"
+            c.add("%s_%d" % (os.path.basename(path), algo), data)
+    c.write()
+
+
 GROUPS = {
+    "admin": group_admin,
+    "state": group_admin,
+    "etcd": group_etcd,
+    "ring": group_ring,
     "conf": group_conf,
     "redis": group_redis,
     "memcache": group_memcache,
@@ -620,7 +856,7 @@ GROUPS = {
 
 
 def main(argv):
-    names = argv or list(GROUPS)
+    names = argv or [n for n in GROUPS if n != "state"]
     for n in names:
         if n not in GROUPS:
             sys.exit("capture: no group %s (groups: %s)"
