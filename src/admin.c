@@ -547,8 +547,7 @@ fail:
 
 json_t *
 admin_member_patch_body(const char *body, size_t len,
-                        struct membership_request *mr, char *err,
-                        size_t errlen)
+                        struct membership_request *mr, char *err, size_t errlen)
 {
     static const char *const allowed[] = {"weight", "state", NULL};
     json_t *j, *jst;
@@ -607,8 +606,7 @@ admin_changes_body(const char *body, size_t len,
         return NULL;
     list = json_object_get(j, "changes");
     if (unknown_key(j, top) != NULL || !json_is_array(list) ||
-        json_array_size(list) == 0 ||
-        json_array_size(list) > ADMIN_BATCH_MAX) {
+        json_array_size(list) == 0 || json_array_size(list) > ADMIN_BATCH_MAX) {
         seterr(err, errlen,
                "the body is {\"changes\": [...]} with 1 to %d "
                "changes like {\"op\": \"add\", \"name\", "
@@ -1048,8 +1046,9 @@ json_content(struct MHD_Connection *c, const char *method,
 {
     const char *ct = header(c, MHD_HTTP_HEADER_CONTENT_TYPE);
 
-    if (admin_json_media_type(ct) || (!is(method, "POST") && !is(method, "PATCH") &&
-                                rq->len == 0 && !rq->too_large))
+    if (admin_json_media_type(ct) ||
+        (!is(method, "POST") && !is(method, "PATCH") && rq->len == 0 &&
+         !rq->too_large))
         return true;
     *ret = respond_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
                          "Content-Type must be application/json (%s%s%s); "
@@ -1101,8 +1100,7 @@ admin_member_path(const char *url, char *pool, size_t poollen)
 }
 
 bool
-admin_state_path(const char *url, char *pool, size_t poollen,
-                 const char **name)
+admin_state_path(const char *url, char *pool, size_t poollen, const char **name)
 {
     static const char pre[] = "/api/state/pools/", mid[] = "/members/";
     const char *ps = url + sizeof(pre) - 1, *pe;

@@ -143,8 +143,8 @@ struct json_t *admin_member_add_body(const char *body, size_t len,
  * (op MEMBERSHIP_UPDATE; the caller sets the name from the path). "state"
  * is "up", "drain" ("draining" too, as it reads back) or "maint". */
 struct json_t *admin_member_patch_body(const char *body, size_t len,
-                                       struct membership_request *mr,
-                                       char *err, size_t errlen);
+                                       struct membership_request *mr, char *err,
+                                       size_t errlen);
 
 /* POST /api/pools/{pool}/changes: {"changes": [...]} with 1 to
  * ADMIN_BATCH_MAX changes into <ops> (room for ADMIN_BATCH_MAX), their

@@ -148,7 +148,8 @@ check_path(const char *url)
     if (n == 5 && strcmp(seg[0], "api") == 0 && strcmp(seg[1], "pools") == 0 &&
         strcmp(seg[3], "members") == 0 && strlen(seg[2]) < sizeof(pool) &&
         url[0] == '/' &&
-        (name == NULL || strcmp(pool, seg[2]) != 0 || strcmp(name, seg[4]) != 0))
+        (name == NULL || strcmp(pool, seg[2]) != 0 ||
+         strcmp(name, seg[4]) != 0))
         abort();
 
     if (admin_state_path(url, pool, sizeof(pool), &name)) {
