@@ -1114,7 +1114,9 @@ admin_state_path(const char *url, char *pool, size_t poollen, const char **name)
     else if (strncmp(pe, mid, sizeof(mid) - 1) != 0 ||
              pe[sizeof(mid) - 1] == '\0')
         return false;
-    if ((size_t)(pe - ps) >= poollen)
+    /* "/api/state/pools//members/x" names no pool (it was looked up as
+     * pool "" and, for a GET, answered 405 instead of 404) */
+    if (pe == ps || (size_t)(pe - ps) >= poollen)
         return false;
     snprintf(pool, poollen, "%.*s", (int)(pe - ps), ps);
     if (*pe != '\0')

@@ -86,9 +86,9 @@ int admin_split_path(const char *url, char *buf, size_t buflen, char **seg,
  */
 const char *admin_member_path(const char *url, char *pool, size_t poollen);
 
-/* "/api/state/pools/<pool>[/members/<name>]": true with <pool> filled and
- * *<name> the member's name (pointing into <url>) or NULL for the whole
- * pool; false when <url> is not such a path. */
+/* "/api/state/pools/<pool>[/members/<name>]": true with <pool> (never
+ * empty) filled and *<name> the member's name (pointing into <url>) or
+ * NULL for the whole pool; false when <url> is not such a path. */
 bool admin_state_path(const char *url, char *pool, size_t poollen,
                       const char **name);
 
