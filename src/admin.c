@@ -337,16 +337,18 @@ pool_json(struct pool *p, bool full)
 
 /* ---- argument checks ----------------------------------------------------- */
 
-/* A query flag: "?dry_run", or =1/true/yes/on, or =0/false/no/off, in any
- * case. Returns 1, 0, or -1 for any other value: reading "?dry_run=True"
- * or "?dry_run=y" as "no" applied a change the operator meant only to
- * preview, so such a request is refused instead (flag_check). */
-static int
-query_flag(struct MHD_Connection *c, const char *key)
+/*
+ * Everything from here to the handlers is pure: it reads its arguments
+ * and writes its outputs, and knows nothing of libmicrohttpd or the pools,
+ * so the handlers and tests/fuzz/fuzz_admin.c run the same code. A
+ * refusal is the text of the 400 the handler sends.
+ */
+
+int
+admin_flag(const char *v)
 {
     static const char *const yes[] = {"", "1", "true", "yes", "on"};
     static const char *const no[] = {"0", "false", "no", "off"};
-    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
 
     if (v == NULL)
         return 0;
@@ -359,31 +361,73 @@ query_flag(struct MHD_Connection *c, const char *key)
     return -1;
 }
 
-/* Parse the body as a JSON object; on failure the 400 is queued and NULL
- * returned with *<ret> set. */
+/* The query flag <key> of <c>: admin_flag of its value. */
+static int
+query_flag(struct MHD_Connection *c, const char *key)
+{
+    return admin_flag(
+        MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key));
+}
+
+int
+admin_count_arg(const char *s, unsigned long max, unsigned long *out)
+{
+    unsigned long v;
+    char *end;
+
+    errno = 0;
+    v = strtoul(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v < 1 ||
+        v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int
+admin_target_arg(const char *s, double *out)
+{
+    double v;
+    char *end;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno != 0 || *end != '\0' || end == s || !(v >= 1.0) || v > 100)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static void __attribute__((format(printf, 3, 4)))
+seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* <body> (<len> bytes) as a JSON object, or NULL with why in <err>. */
 static json_t *
-body_object(struct MHD_Connection *c, const struct admin_request *rq,
-            enum MHD_Result *ret)
+body_object(const char *body, size_t len, char *err, size_t errlen)
 {
     json_error_t jerr;
     json_t *j;
 
-    if (rq->len == 0) {
-        *ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                             "a JSON object body is required");
+    if (len == 0) {
+        seterr(err, errlen, "a JSON object body is required");
         return NULL;
     }
-    j = json_loadb(rq->body, rq->len, JSON_REJECT_DUPLICATES, &jerr);
+    j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (j == NULL) {
-        *ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                             "malformed JSON at line %d column %d: %s",
-                             jerr.line, jerr.column, jerr.text);
+        seterr(err, errlen, "malformed JSON at line %d column %d: %s",
+               jerr.line, jerr.column, jerr.text);
         return NULL;
     }
     if (!json_is_object(j)) {
         json_decref(j);
-        *ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                             "the body must be a JSON object");
+        seterr(err, errlen, "the body must be a JSON object");
         return NULL;
     }
     return j;
@@ -405,6 +449,225 @@ unknown_key(json_t *j, const char *const *allowed)
         if (!ok)
             return key;
     }
+    return NULL;
+}
+
+/* A JSON string without a NUL inside (a C string holds all of it). */
+static bool
+c_string(const json_t *v)
+{
+    return json_is_string(v) &&
+           strlen(json_string_value(v)) == json_string_length(v);
+}
+
+/*
+ * The "weight" of a member change, when <v> gives one: an integer (its
+ * range is the membership module's to check). False with why in <err> on
+ * a bad type.
+ */
+static bool
+weight_arg(const json_t *v, struct membership_request *mr, char *err,
+           size_t errlen)
+{
+    if (v == NULL)
+        return true;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > MEMBERSHIP_MAX_WEIGHT) {
+        seterr(err, errlen, "\"weight\" must be an integer in [0, %d]",
+               MEMBERSHIP_MAX_WEIGHT);
+        return false;
+    }
+    mr->has_weight = true;
+    mr->weight = (uint32_t)json_integer_value(v);
+    return true;
+}
+
+json_t *
+admin_member_add_body(const char *body, size_t len,
+                      struct membership_request *mr, char *err, size_t errlen)
+{
+    static const char *const allowed[] = {"name",  "address", "weight",
+                                          "force", "zone",    NULL};
+    json_t *j, *jname, *jaddr, *jz;
+    const char *bad;
+
+    *mr = (struct membership_request){.op = MEMBERSHIP_ADD};
+    j = body_object(body, len, err, errlen);
+    if (j == NULL)
+        return NULL;
+    if ((bad = unknown_key(j, allowed)) != NULL) {
+        seterr(err, errlen,
+               "unknown field \"%s\" (a member is {\"name\", "
+               "\"address\", \"weight\", \"zone\", "
+               "\"force\"})",
+               bad);
+        goto fail;
+    }
+    if (json_object_get(j, "force") != NULL) {
+        if (!json_is_boolean(json_object_get(j, "force"))) {
+            seterr(err, errlen, "\"force\" must be true or false");
+            goto fail;
+        }
+        mr->force = json_is_true(json_object_get(j, "force"));
+    }
+    jname = json_object_get(j, "name");
+    jaddr = json_object_get(j, "address");
+    if (jaddr == NULL || !c_string(jaddr) || json_string_length(jaddr) == 0) {
+        seterr(err, errlen,
+               "\"address\" must be a non-empty string "
+               "(host:port, [v6]:port or /unix/path)");
+        goto fail;
+    }
+    if (jname != NULL &&
+        (!c_string(jname) || !text_name_ok(json_string_value(jname)))) {
+        seterr(err, errlen,
+               "\"name\" must be a string of 1 to %d printable "
+               "characters without spaces or '/'",
+               TEXT_NAME_MAX);
+        goto fail;
+    }
+    if (!weight_arg(json_object_get(j, "weight"), mr, err, errlen))
+        goto fail;
+    jz = json_object_get(j, "zone");
+    if (jz != NULL) {
+        if (!c_string(jz)) {
+            seterr(err, errlen, "\"zone\" must be a string");
+            goto fail;
+        }
+        mr->zone = json_string_value(jz);
+    }
+    mr->name = jname ? json_string_value(jname) : NULL;
+    mr->address = json_string_value(jaddr);
+    return j;
+fail:
+    json_decref(j);
+    *mr = (struct membership_request){.op = MEMBERSHIP_ADD};
+    return NULL;
+}
+
+json_t *
+admin_member_patch_body(const char *body, size_t len,
+                        struct membership_request *mr, char *err, size_t errlen)
+{
+    static const char *const allowed[] = {"weight", "state", NULL};
+    json_t *j, *jst;
+    const char *bad;
+
+    *mr = (struct membership_request){.op = MEMBERSHIP_UPDATE};
+    j = body_object(body, len, err, errlen);
+    if (j == NULL)
+        return NULL;
+    if ((bad = unknown_key(j, allowed)) != NULL) {
+        seterr(err, errlen,
+               "unknown field \"%s\" (a member change is "
+               "{\"weight\", \"state\"})",
+               bad);
+        goto fail;
+    }
+    if (!weight_arg(json_object_get(j, "weight"), mr, err, errlen))
+        goto fail;
+    jst = json_object_get(j, "state");
+    if (jst != NULL) {
+        const char *st = json_string_value(jst);
+
+        /* "drain" is the verb; "draining" is how the state reads back. */
+        if (st != NULL && strcmp(st, "draining") == 0)
+            st = "drain";
+        mr->has_admin = true;
+        mr->admin = state_admin_from_name(st);
+        if (mr->admin < 0) {
+            seterr(err, errlen,
+                   "\"state\" must be \"up\", \"drain\" or "
+                   "\"maint\"");
+            goto fail;
+        }
+    }
+    return j;
+fail:
+    json_decref(j);
+    *mr = (struct membership_request){.op = MEMBERSHIP_UPDATE};
+    return NULL;
+}
+
+json_t *
+admin_changes_body(const char *body, size_t len,
+                   struct membership_batch_op *ops, size_t *n, char *err,
+                   size_t errlen)
+{
+    static const char *const top[] = {"changes", NULL};
+    static const char *const allowed[] = {"op",     "name",  "address",
+                                          "weight", "state", NULL};
+    json_t *j, *list, *e;
+    size_t i;
+
+    *n = 0;
+    j = body_object(body, len, err, errlen);
+    if (j == NULL)
+        return NULL;
+    list = json_object_get(j, "changes");
+    if (unknown_key(j, top) != NULL || !json_is_array(list) ||
+        json_array_size(list) == 0 || json_array_size(list) > ADMIN_BATCH_MAX) {
+        seterr(err, errlen,
+               "the body is {\"changes\": [...]} with 1 to %d "
+               "changes like {\"op\": \"add\", \"name\", "
+               "\"address\", \"weight\"}, {\"op\": "
+               "\"remove\", \"name\"} or {\"op\": \"update\", "
+               "\"name\", \"weight\", \"state\"}",
+               ADMIN_BATCH_MAX);
+        goto fail;
+    }
+    memset(ops, 0, ADMIN_BATCH_MAX * sizeof(*ops));
+    json_array_foreach(list, i, e)
+    {
+        const char *op = json_string_value(json_object_get(e, "op"));
+        json_t *jn = json_object_get(e, "name"),
+               *ja = json_object_get(e, "address");
+        json_t *jw = json_object_get(e, "weight"),
+               *js = json_object_get(e, "state");
+        const char *why = NULL;
+
+        if (!json_is_object(e))
+            why = "is not an object";
+        else if (unknown_key(e, allowed) != NULL)
+            why = "has an unknown field (valid: op, name, address, weight, "
+                  "state)";
+        else if (op == NULL ||
+                 (strcmp(op, "add") != 0 && strcmp(op, "remove") != 0 &&
+                  strcmp(op, "update") != 0))
+            why = "needs \"op\": add, remove or update";
+        else if (!c_string(jn) || !text_name_ok(json_string_value(jn)))
+            why = "needs a \"name\" without spaces or '/'";
+        else if (strcmp(op, "add") == 0 && !c_string(ja))
+            why = "(add) needs an \"address\"";
+        else if (strcmp(op, "add") != 0 && ja != NULL)
+            why = "gives an \"address\": only add takes one";
+        else if (jw != NULL &&
+                 (!json_is_integer(jw) || json_integer_value(jw) < 1 ||
+                  json_integer_value(jw) > MEMBERSHIP_MAX_WEIGHT))
+            why = "has a \"weight\" that is not an integer from 1 to 1000000";
+        else if (js != NULL &&
+                 (strcmp(op, "update") != 0 ||
+                  state_admin_from_name(json_string_value(js)) < 0))
+            why = "has a bad \"state\" (update only: up, drain or maint)";
+        if (why != NULL) {
+            seterr(err, errlen, "change %zu %s", i + 1, why);
+            goto fail;
+        }
+        ops[i].op = op[0] == 'a'   ? MEMBERSHIP_ADD
+                    : op[0] == 'r' ? MEMBERSHIP_REMOVE
+                                   : MEMBERSHIP_UPDATE;
+        ops[i].name = json_string_value(jn);
+        ops[i].address = json_string_value(ja);
+        ops[i].has_weight = jw != NULL;
+        ops[i].weight = jw ? (uint32_t)json_integer_value(jw) : 0;
+        ops[i].has_admin = js != NULL;
+        ops[i].admin = js ? state_admin_from_name(json_string_value(js)) : 0;
+    }
+    *n = json_array_size(list);
+    return j;
+fail:
+    json_decref(j);
+    *n = 0;
     return NULL;
 }
 
@@ -482,96 +745,19 @@ respond_change(struct MHD_Connection *c, struct pool *p,
     return MHD_YES;
 }
 
-/*
- * The "weight" of a member change, when <v> gives one: an integer (its
- * range is the membership module's to check). On a bad type the 400 is
- * answered into *<ret> and false returned.
- */
-static bool
-weight_arg(struct MHD_Connection *c, const json_t *v,
-           struct membership_request *mr, enum MHD_Result *ret)
-{
-    if (v == NULL)
-        return true;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        json_integer_value(v) > MEMBERSHIP_MAX_WEIGHT) {
-        *ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                             "\"weight\" must be an integer in [0, %d]",
-                             MEMBERSHIP_MAX_WEIGHT);
-        return false;
-    }
-    mr->has_weight = true;
-    mr->weight = (uint32_t)json_integer_value(v);
-    return true;
-}
-
 static enum MHD_Result
 member_add(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
 {
-    static const char *const allowed[] = {"name",  "address", "weight",
-                                          "force", "zone",    NULL};
-    struct membership_request mr = {.op = MEMBERSHIP_ADD};
-    enum MHD_Result ret = MHD_NO;
-    json_t *j, *jname, *jaddr;
-    const char *bad;
+    struct membership_request mr;
+    enum MHD_Result ret;
+    char err[512];
+    json_t *j;
 
-    j = body_object(c, rq, &ret);
+    j = admin_member_add_body(rq->body, rq->len, &mr, err, sizeof(err));
     if (j == NULL)
-        return ret;
-    if ((bad = unknown_key(j, allowed)) != NULL) {
-        ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                            "unknown field \"%s\" (a member is {\"name\", "
-                            "\"address\", \"weight\", \"zone\", "
-                            "\"force\"})",
-                            bad);
-        goto out;
-    }
-    if (json_object_get(j, "force") != NULL) {
-        if (!json_is_boolean(json_object_get(j, "force"))) {
-            ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                                "\"force\" must be true or false");
-            goto out;
-        }
-        mr.force = json_is_true(json_object_get(j, "force"));
-    }
-    jname = json_object_get(j, "name");
-    jaddr = json_object_get(j, "address");
-    if (jaddr == NULL || !json_is_string(jaddr) ||
-        json_string_length(jaddr) == 0 ||
-        strlen(json_string_value(jaddr)) != json_string_length(jaddr)) {
-        ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                            "\"address\" must be a non-empty string "
-                            "(host:port, [v6]:port or /unix/path)");
-        goto out;
-    }
-    if (jname != NULL &&
-        (!json_is_string(jname) ||
-         strlen(json_string_value(jname)) != json_string_length(jname) ||
-         !text_name_ok(json_string_value(jname)))) {
-        ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                            "\"name\" must be a string of 1 to %d printable "
-                            "characters without spaces or '/'",
-                            TEXT_NAME_MAX);
-        goto out;
-    }
-    if (!weight_arg(c, json_object_get(j, "weight"), &mr, &ret))
-        goto out;
-    if (json_object_get(j, "zone") != NULL) {
-        json_t *jz = json_object_get(j, "zone");
-
-        if (!json_is_string(jz) ||
-            strlen(json_string_value(jz)) != json_string_length(jz)) {
-            ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                                "\"zone\" must be a string");
-            goto out;
-        }
-        mr.zone = json_string_value(jz);
-    }
-    mr.name = jname ? json_string_value(jname) : NULL;
-    mr.address = json_string_value(jaddr);
+        return respond_error(c, MHD_HTTP_BAD_REQUEST, "%s", err);
     ret = respond_change(c, p, &mr, query_flag(c, "dry_run") == 1,
                          MHD_HTTP_CREATED, rq);
-out:
     json_decref(j);
     return ret;
 }
@@ -580,48 +766,20 @@ static enum MHD_Result
 member_patch(struct MHD_Connection *c, struct pool *p, const char *name,
              struct admin_request *rq)
 {
-    static const char *const allowed[] = {"weight", "state", NULL};
-    struct membership_request mr = {.op = MEMBERSHIP_UPDATE, .name = name};
-    enum MHD_Result ret = MHD_NO;
-    json_t *j, *jst;
-    const char *bad;
+    struct membership_request mr;
+    enum MHD_Result ret;
+    char err[512];
+    json_t *j;
 
-    j = body_object(c, rq, &ret);
+    j = admin_member_patch_body(rq->body, rq->len, &mr, err, sizeof(err));
     if (j == NULL)
-        return ret;
-    if ((bad = unknown_key(j, allowed)) != NULL) {
-        ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                            "unknown field \"%s\" (a member change is "
-                            "{\"weight\", \"state\"})",
-                            bad);
-        goto out;
-    }
-    if (!weight_arg(c, json_object_get(j, "weight"), &mr, &ret))
-        goto out;
-    jst = json_object_get(j, "state");
-    if (jst != NULL) {
-        const char *st = json_string_value(jst);
-
-        /* "drain" is the verb; "draining" is how the state reads back. */
-        if (st != NULL && strcmp(st, "draining") == 0)
-            st = "drain";
-        mr.has_admin = true;
-        mr.admin = state_admin_from_name(st);
-        if (mr.admin < 0) {
-            ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                                "\"state\" must be \"up\", \"drain\" or "
-                                "\"maint\"");
-            goto out;
-        }
-    }
+        return respond_error(c, MHD_HTTP_BAD_REQUEST, "%s", err);
+    mr.name = name;
     ret = respond_change(c, p, &mr, query_flag(c, "dry_run") == 1, MHD_HTTP_OK,
                          rq);
-out:
     json_decref(j);
     return ret;
 }
-
-#define BATCH_MAX ((size_t)127) /* one etcd transaction: 128 ops */
 
 /* POST /api/pools/{pool}/changes: {"changes": [{"op": "add", "name",
  * "address", "weight"}, {"op": "remove", "name"}, {"op": "update",
@@ -629,83 +787,15 @@ out:
 static enum MHD_Result
 pool_changes(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
 {
-    static const char *const top[] = {"changes", NULL};
-    static const char *const allowed[] = {"op",     "name",  "address",
-                                          "weight", "state", NULL};
-    struct membership_batch_op ops[BATCH_MAX];
-    enum MHD_Result ret = MHD_NO;
-    json_t *j, *list, *e;
-    const char *bad;
-    size_t i, n;
+    struct membership_batch_op ops[ADMIN_BATCH_MAX];
+    enum MHD_Result ret;
+    char err[512];
+    json_t *j;
+    size_t n;
 
-    j = body_object(c, rq, &ret);
+    j = admin_changes_body(rq->body, rq->len, ops, &n, err, sizeof(err));
     if (j == NULL)
-        return ret;
-    list = json_object_get(j, "changes");
-    if ((bad = unknown_key(j, top)) != NULL || !json_is_array(list) ||
-        json_array_size(list) == 0 || json_array_size(list) > BATCH_MAX) {
-        ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
-                            "the body is {\"changes\": [...]} with 1 to %zu "
-                            "changes like {\"op\": \"add\", \"name\", "
-                            "\"address\", \"weight\"}, {\"op\": "
-                            "\"remove\", \"name\"} or {\"op\": \"update\", "
-                            "\"name\", \"weight\", \"state\"}",
-                            BATCH_MAX);
-        goto out;
-    }
-    n = json_array_size(list);
-    memset(ops, 0, sizeof(ops));
-    json_array_foreach(list, i, e)
-    {
-        const char *op = json_string_value(json_object_get(e, "op"));
-        json_t *jn = json_object_get(e, "name"),
-               *ja = json_object_get(e, "address");
-        json_t *jw = json_object_get(e, "weight"),
-               *js = json_object_get(e, "state");
-        const char *why = NULL;
-
-        if (!json_is_object(e))
-            why = "is not an object";
-        else if ((bad = unknown_key(e, allowed)) != NULL)
-            why = "has an unknown field (valid: op, name, address, weight, "
-                  "state)";
-        else if (op == NULL ||
-                 (strcmp(op, "add") != 0 && strcmp(op, "remove") != 0 &&
-                  strcmp(op, "update") != 0))
-            why = "needs \"op\": add, remove or update";
-        else if (!json_is_string(jn) ||
-                 strlen(json_string_value(jn)) != json_string_length(jn) ||
-                 !text_name_ok(json_string_value(jn)))
-            why = "needs a \"name\" without spaces or '/'";
-        else if (strcmp(op, "add") == 0 &&
-                 (!json_is_string(ja) ||
-                  strlen(json_string_value(ja)) != json_string_length(ja)))
-            why = "(add) needs an \"address\"";
-        else if (strcmp(op, "add") != 0 && ja != NULL)
-            why = "gives an \"address\": only add takes one";
-        else if (jw != NULL &&
-                 (!json_is_integer(jw) || json_integer_value(jw) < 1 ||
-                  json_integer_value(jw) > MEMBERSHIP_MAX_WEIGHT))
-            why = "has a \"weight\" that is not an integer from 1 to 1000000";
-        else if (js != NULL &&
-                 (strcmp(op, "update") != 0 ||
-                  state_admin_from_name(json_string_value(js)) < 0))
-            why = "has a bad \"state\" (update only: up, drain or maint)";
-        if (why != NULL) {
-            ret = respond_error(c, MHD_HTTP_BAD_REQUEST, "change %zu %s", i + 1,
-                                why);
-            goto out;
-        }
-        ops[i].op = op[0] == 'a'   ? MEMBERSHIP_ADD
-                    : op[0] == 'r' ? MEMBERSHIP_REMOVE
-                                   : MEMBERSHIP_UPDATE;
-        ops[i].name = json_string_value(jn);
-        ops[i].address = json_string_value(ja);
-        ops[i].has_weight = jw != NULL;
-        ops[i].weight = jw ? (uint32_t)json_integer_value(jw) : 0;
-        ops[i].has_admin = js != NULL;
-        ops[i].admin = js ? state_admin_from_name(json_string_value(js)) : 0;
-    }
+        return respond_error(c, MHD_HTTP_BAD_REQUEST, "%s", err);
     rq->conn = c;
     rq->ok_status = MHD_HTTP_OK;
     membership_batch(p, ops, n, query_flag(c, "dry_run") == 1, change_done, rq);
@@ -716,7 +806,6 @@ pool_changes(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
         MHD_suspend_connection(c);
         ret = MHD_YES;
     }
-out:
     json_decref(j);
     return ret;
 }
@@ -730,17 +819,13 @@ pool_rebalance(struct MHD_Connection *c, struct pool *p,
 {
     const char *t =
         MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "target");
-    struct membership_batch_op ops[BATCH_MAX];
+    struct membership_batch_op ops[ADMIN_BATCH_MAX];
     double target = 1.2;
     json_t *proposal = NULL;
-    char *end;
     int n;
 
     if (t != NULL) {
-        errno = 0;
-        target = strtod(t, &end);
-        if (errno != 0 || *end != '\0' || end == t || !(target >= 1.0) ||
-            target > 100)
+        if (admin_target_arg(t, &target) != 0)
             return respond_error(c, MHD_HTTP_BAD_REQUEST,
                                  "\"target\" must be a number from 1 to 100 "
                                  "(the load ratio to stay under; 1.2: 20%% "
@@ -751,7 +836,7 @@ pool_rebalance(struct MHD_Connection *c, struct pool *p,
                              "pool \"%s\" is a tcp pool: its load per member "
                              "is not measured by request",
                              p->name);
-    n = hot_rebalance(p, target, ops, BATCH_MAX, &proposal);
+    n = hot_rebalance(p, target, ops, ADMIN_BATCH_MAX, &proposal);
     if (n < 0)
         return respond_error(c, MHD_HTTP_CONFLICT,
                              "pool \"%s\": no request measured yet (member "
@@ -783,16 +868,12 @@ pool_lookup(struct MHD_Connection *c, struct pool *p)
     unsigned long replicas = 1;
     uint64_t hash;
     json_t *j, *arr;
-    char *end;
 
     if (key == NULL)
         return respond_error(c, MHD_HTTP_BAD_REQUEST,
                              "the query parameter \"key\" is required");
     if (rs != NULL) {
-        errno = 0;
-        replicas = strtoul(rs, &end, 10);
-        if (errno != 0 || end == rs || *end != '\0' || replicas < 1 ||
-            replicas > ADMIN_MAX_REPLICAS || rs[0] == '-')
+        if (admin_count_arg(rs, ADMIN_MAX_REPLICAS, &replicas) != 0)
             return respond_error(c, MHD_HTTP_BAD_REQUEST,
                                  "\"replicas\" must be an integer in [1, %d]",
                                  ADMIN_MAX_REPLICAS);
@@ -850,13 +931,9 @@ pool_ring(struct MHD_Connection *c, struct pool *p)
     unsigned long segments = ADMIN_DEFAULT_SEGMENTS;
     const struct chash_ring *ring;
     json_t *j, *shares;
-    char *end;
 
     if (ss != NULL) {
-        errno = 0;
-        segments = strtoul(ss, &end, 10);
-        if (errno != 0 || end == ss || *end != '\0' || ss[0] == '-' ||
-            segments < 1 || segments > ADMIN_MAX_SEGMENTS)
+        if (admin_count_arg(ss, ADMIN_MAX_SEGMENTS, &segments) != 0)
             return respond_error(c, MHD_HTTP_BAD_REQUEST,
                                  "\"segments\" must be an integer in [1, %d]",
                                  ADMIN_MAX_SEGMENTS);
@@ -937,9 +1014,8 @@ header(struct MHD_Connection *c, const char *name)
     return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
 }
 
-/* A media type is application/json, parameters aside ("; charset=utf-8"). */
-static bool
-json_media_type(const char *ct)
+bool
+admin_json_media_type(const char *ct)
 {
     static const char mt[] = "application/json";
 
@@ -970,8 +1046,9 @@ json_content(struct MHD_Connection *c, const char *method,
 {
     const char *ct = header(c, MHD_HTTP_HEADER_CONTENT_TYPE);
 
-    if (json_media_type(ct) || (!is(method, "POST") && !is(method, "PATCH") &&
-                                rq->len == 0 && !rq->too_large))
+    if (admin_json_media_type(ct) ||
+        (!is(method, "POST") && !is(method, "PATCH") && rq->len == 0 &&
+         !rq->too_large))
         return true;
     *ret = respond_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
                          "Content-Type must be application/json (%s%s%s); "
@@ -981,11 +1058,8 @@ json_content(struct MHD_Connection *c, const char *method,
     return false;
 }
 
-/* Split <url> into at most <max> segments (modifies a copy in <buf>).
- * Returns how many, or -1 when there are too many or an empty one (a
- * doubled or trailing slash beyond the root). */
-static int
-split_path(const char *url, char *buf, size_t buflen, char **seg, int max)
+int
+admin_split_path(const char *url, char *buf, size_t buflen, char **seg, int max)
 {
     int n = 0;
     char *p;
@@ -1010,15 +1084,8 @@ split_path(const char *url, char *buf, size_t buflen, char **seg, int max)
     return n;
 }
 
-/*
- * "/api/pools/<pool>/members/<name>": <pool> into <pool> and the name,
- * everything after "members/", returned (NULL: not such a path). A member
- * name may hold '/': a unix socket member the config names by its path
- * ("/run/app.sock") is ".../members//run/app.sock" (or %2F-encoded, which
- * MHD decodes first); split_path's segments could not address it.
- */
-static const char *
-member_path(const char *url, char *pool, size_t poollen)
+const char *
+admin_member_path(const char *url, char *pool, size_t poollen)
 {
     static const char pre[] = "/api/pools/", mid[] = "/members/";
     const char *ps = url + sizeof(pre) - 1, *pe;
@@ -1032,6 +1099,31 @@ member_path(const char *url, char *pool, size_t poollen)
     return pe + sizeof(mid) - 1;
 }
 
+bool
+admin_state_path(const char *url, char *pool, size_t poollen, const char **name)
+{
+    static const char pre[] = "/api/state/pools/", mid[] = "/members/";
+    const char *ps = url + sizeof(pre) - 1, *pe;
+
+    *name = NULL;
+    if (strncmp(url, pre, sizeof(pre) - 1) != 0 || *ps == '\0')
+        return false;
+    pe = strchr(ps, '/');
+    if (pe == NULL)
+        pe = ps + strlen(ps);
+    else if (strncmp(pe, mid, sizeof(mid) - 1) != 0 ||
+             pe[sizeof(mid) - 1] == '\0')
+        return false;
+    /* "/api/state/pools//members/x" names no pool (it was looked up as
+     * pool "" and, for a GET, answered 405 instead of 404) */
+    if (pe == ps || (size_t)(pe - ps) >= poollen)
+        return false;
+    snprintf(pool, poollen, "%.*s", (int)(pe - ps), ps);
+    if (*pe != '\0')
+        *name = pe + sizeof(mid) - 1;
+    return true;
+}
+
 /*
  * DELETE /api/state/pools/<pool>[/members/<name>]: drop the runtime
  * overrides the state file keeps, back to the config. NULL when <url> is
@@ -1041,26 +1133,13 @@ static bool
 state_reset_route(struct MHD_Connection *c, const char *url, const char *method,
                   struct admin_request *rq, enum MHD_Result *ret)
 {
-    static const char pre[] = "/api/state/pools/", mid[] = "/members/";
     struct membership_request mr = {.op = MEMBERSHIP_RESET};
-    const char *ps = url + sizeof(pre) - 1, *pe;
     char pool[256];
     struct pool *p;
     int dry;
 
-    if (strncmp(url, pre, sizeof(pre) - 1) != 0 || *ps == '\0')
+    if (!admin_state_path(url, pool, sizeof(pool), &mr.name))
         return false;
-    pe = strchr(ps, '/');
-    if (pe == NULL)
-        pe = ps + strlen(ps);
-    else if (strncmp(pe, mid, sizeof(mid) - 1) != 0 ||
-             pe[sizeof(mid) - 1] == '\0')
-        return false;
-    if ((size_t)(pe - ps) >= sizeof(pool))
-        return false;
-    snprintf(pool, sizeof(pool), "%.*s", (int)(pe - ps), ps);
-    if (*pe != '\0')
-        mr.name = pe + sizeof(mid) - 1;
     if (!is(method, "DELETE")) {
         *ret = respond_405(c, method, url, "DELETE");
         return true;
@@ -1087,12 +1166,12 @@ route(struct MHD_Connection *c, const char *url, const char *method,
 {
     char buf[2048];
     char *seg[6];
-    int n = split_path(url, buf, sizeof(buf), seg, 6);
+    int n = admin_split_path(url, buf, sizeof(buf), seg, 6);
     bool get = is(method, "GET") || is(method, "HEAD");
     struct pool *p;
     struct server *s;
     char pname[256];
-    const char *mname = member_path(url, pname, sizeof(pname));
+    const char *mname = admin_member_path(url, pname, sizeof(pname));
     enum MHD_Result ret;
 
     if (state_reset_route(c, url, method, rq, &ret))
@@ -1235,11 +1314,10 @@ route(struct MHD_Connection *c, const char *url, const char *method,
     return respond_405(c, method, url, "GET, PATCH, DELETE");
 }
 
-/* Constant-time comparison: the token must not leak through timing. */
-static bool
-token_ok(const char *given)
+bool
+admin_token_ok(const char *want, const char *given)
 {
-    size_t gl, tl = strlen(token);
+    size_t gl, tl = strlen(want);
     unsigned char diff = 0;
 
     /* The scheme is case-insensitive and may be followed by several
@@ -1250,17 +1328,12 @@ token_ok(const char *given)
     given += strspn(given, " ");
     gl = strlen(given);
     for (size_t i = 0; i < tl; i++)
-        diff |= (unsigned char)token[i] ^ (unsigned char)given[i < gl ? i : 0];
+        diff |= (unsigned char)want[i] ^ (unsigned char)given[i < gl ? i : 0];
     return diff == 0 && gl == tl;
 }
 
-/*
- * The host of an authority "<host>[:<port>]" ("127.0.0.1:8404", "[::1]",
- * "localhost:9000"): its length, or 0 when <s> is not such an authority
- * (a space, a path, text after "]", a port that is not digits).
- */
-static size_t
-authority_host(const char *s)
+size_t
+admin_authority_host(const char *s)
 {
     size_t n;
 
@@ -1305,7 +1378,7 @@ host_ok(const char *h)
 
     if (token != NULL || family == AF_UNIX || h == NULL || h[0] == '\0')
         return true;
-    n = authority_host(h);
+    n = admin_authority_host(h);
     if (n == 0)
         return false;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -1354,7 +1427,7 @@ admit(struct MHD_Connection *c, const char *url, struct admin_request *rq)
                              "not this API's own (http://%s)",
                              origin, h != NULL ? h : address);
     if (token != NULL && !is(url, "/") &&
-        !token_ok(header(c, MHD_HTTP_HEADER_AUTHORIZATION)))
+        !admin_token_ok(token, header(c, MHD_HTTP_HEADER_AUTHORIZATION)))
         return respond_error(c, MHD_HTTP_UNAUTHORIZED,
                              "missing or wrong token: send \"Authorization: "
                              "Bearer <admin_token>\"");
@@ -1724,7 +1797,7 @@ admin_start(const struct conf *conf, char *err, size_t errlen)
         snprintf(err, errlen, "admin %s: out of memory", a->text);
         goto fail;
     }
-    hl = a->family != AF_UNIX ? authority_host(a->text) : 0;
+    hl = a->family != AF_UNIX ? admin_authority_host(a->text) : 0;
     if (hl > 0 && (host = strndup(a->text, hl)) == NULL) {
         snprintf(err, errlen, "admin %s: out of memory", a->text);
         goto fail;
