@@ -340,8 +340,8 @@ hworker_sweep(struct worker *w, struct timer *t)
         while (*pp != NULL) {
             struct hmember *m = *pp;
 
-            if (atomic_load_explicit(&m->server->state,
-                                     memory_order_relaxed) != SERVER_REMOVED) {
+            if (atomic_load_explicit(&m->server->state, memory_order_relaxed) !=
+                SERVER_REMOVED) {
                 pp = &m->next;
                 continue;
             }
