@@ -1094,10 +1094,12 @@ conf_parse_server(const char *s, struct conf_server *server, char *err,
         if (*name == '\0') {
             name = NULL;
         } else if (has_space(name)) {
-            /* "name zone": a second word is the server's zone */
-            zone = name + strcspn(name, " \t");
+            /* "name zone": a second word is the server's zone. Split at
+             * the bytes has_space() found: a name with only a CR or LF in
+             * it (a state file's) went past its NUL here. */
+            zone = name + strcspn(name, " \t\r\n");
             *zone++ = '\0';
-            zone += strspn(zone, " \t");
+            zone += strspn(zone, " \t\r\n");
             if (has_space(zone) || !etcd_name_ok(zone)) {
                 snprintf(err, errlen,
                          "bad server '%s': expected "

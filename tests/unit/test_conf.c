@@ -632,6 +632,17 @@ test_server_forms(void **state)
     assert_string_equal(s.zone, "rack-a");
     assert_int_equal(s.weight, 2);
     conf_server_deinit(&s);
+    /* a CR or LF separates them too (a state file's name may hold one):
+     * the split read past the end of the text (found by fuzz_state) */
+    assert_int_equal(conf_parse_server("127.0.0.1:9001:2 web-1\nrack-a", &s,
+                                       msg, sizeof(msg)),
+                     0);
+    assert_string_equal(s.name, "web-1");
+    assert_string_equal(s.zone, "rack-a");
+    conf_server_deinit(&s);
+    assert_int_not_equal(
+        conf_parse_server("127.0.0.1:9001:1 n\rn)nweb'4", &s, msg, sizeof(msg)),
+        0);
     for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
         msg[0] = '\0';
         if (conf_parse_server(bad[i].text, &s, msg, sizeof(msg)) == 0) {
