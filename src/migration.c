@@ -1409,23 +1409,26 @@ migration_cancel(struct pool *p)
     migration_free(m);
 }
 
-/* Whether some member both gives and takes keys between <was> and <now>:
- * then two of them may MIGRATE to each other at once, and a redis-server
- * blocks in MIGRATE until its target answers -- each would wait for the
- * other. Such a migration runs in two stages (struct migration_view). */
-static bool
+/* Whether some member both gives and takes keys between <was> and <now>
+ * (1, or 0; -1: no key moves between them): then two of them may MIGRATE
+ * to each other at once, and a redis-server blocks in MIGRATE until its
+ * target answers -- each would wait for the other. Such a migration runs
+ * in two stages (struct migration_view). */
+static int
 members_swap(const struct pool_snapshot *was, const struct pool_snapshot *now)
 {
     struct chash_flow *fl;
     size_t n = 0;
-    bool swap = false;
+    int swap = 0;
 
-    if (chash_ring_flows(was->ring, now->ring, NULL, 0, &n) != 0 || n == 0)
-        return false;
+    if (chash_ring_flows(was->ring, now->ring, NULL, 0, &n) != 0)
+        return 0;
+    if (n == 0)
+        return -1;
     if ((fl = calloc(n, sizeof(*fl))) == NULL ||
         chash_ring_flows(was->ring, now->ring, fl, n, &n) != 0) {
         free(fl);
-        return true; /* cannot tell: the safe way */
+        return 1; /* cannot tell: the safe way */
     }
     for (size_t i = 0; i < n && !swap; i++)
         for (size_t k = 0; k < n && !swap; k++)
@@ -1437,17 +1440,14 @@ members_swap(const struct pool_snapshot *was, const struct pool_snapshot *now)
 void
 migration_view_decide(struct migration_view *v, const struct pool_snapshot *now)
 {
-    int undecided = MIG_STAGE_UNDECIDED;
-    size_t n = 0;
+    int undecided = MIG_STAGE_UNDECIDED, swap;
 
     if (atomic_load(&v->stage) != MIG_STAGE_UNDECIDED || now->ring == NULL)
         return;
-    if (v->old->ring != NULL &&
-        chash_ring_flows(v->old->ring, now->ring, NULL, 0, &n) == 0 && n == 0)
+    swap = v->old->ring != NULL ? members_swap(v->old, now) : 0;
+    if (swap < 0)
         return; /* nothing moves in this one: a later snapshot decides */
-    atomic_compare_exchange_strong(
-        &v->stage, &undecided,
-        v->old->ring != NULL && members_swap(v->old, now) ? 1 : 0);
+    atomic_compare_exchange_strong(&v->stage, &undecided, swap);
 }
 
 /* Old members that give no key (the flows between the rings say so) have
