@@ -44,6 +44,15 @@ def free_port():
     raise RuntimeError("no fresh free port in 100 tries")
 
 
+def rss_kib(pid):
+    """<pid>'s resident memory (VmRSS) in KiB, 0 when it has none."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def wait_for(pred, timeout=5.0, interval=0.02, what="condition"):
     """Poll <pred> until it returns a true value; fail after <timeout> s."""
     timeout *= TIMEOUT_SCALE
@@ -294,11 +303,7 @@ class Chashd:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def rss_kib(self):
-        with open("/proc/%d/status" % self.proc.pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return 0
+        return rss_kib(self.proc.pid)
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ SANITIZED = bool(os.environ.get("CHASH_SANITIZE"))
 
 if __name__ != "__main__":
     # the stub process needs none of this (and not pytest's import time)
-    from conftest import free_port, wait_for
+    from conftest import free_port, rss_kib, wait_for
 
 # ---------------------------------------------------------------------------
 # The stub process
@@ -449,14 +449,6 @@ def connections_to(pid, port):
     127.0.0.1:<port> (a member's connections, say)."""
     want = "->127.0.0.1:%d " % port
     return sum(1 for t in fd_targets(pid).values() if want in t)
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def wait_fds(pid, want, settle=3.0):
