@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-2-Clause
 #
 #   make                      build/libchash.{a,so}, build/chash, build/chashd
-#   make test                 unit tests (cmocka) and integration tests (pytest)
+#   make test                 unit tests (cmocka) and integration tests (pytest;
+#                             the tcp ones twice: kernel fast path, splice)
 #   make test SANITIZE=address,undefined   the same, built in build/sanitize
 #   make run                  the demo (chashd --demo, three local backends)
 #   make install [PREFIX=/usr/local] [DESTDIR=]   and make uninstall
@@ -12,6 +13,8 @@
 #   make valgrind             integration subset with chashd under memcheck
 #   make reliability          all of it: fault suites, fuzzers, valgrind, soak
 #   WERROR=1                  warnings are errors
+#   FASTPATH=0                chashd without the tcp fast path (default: with
+#                             it when clang and libbpf-dev are there)
 #
 # CFLAGS, CPPFLAGS and LDFLAGS are the user's (default CFLAGS: -O2 -g):
 # `make CFLAGS=-O0` changes the optimisation and nothing else. What the
@@ -108,8 +111,8 @@ UT_BIN    := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)
 
 TARGETS := $(B)/libchash.a $(B)/libchash.so $(B)/chash $(B)/chashd
 
-.PHONY: all test unit integration run bench fuzz clean deps format \
-        install uninstall soak valgrind reliability
+.PHONY: all test unit integration integration-fastpath run bench fuzz clean \
+        deps format install uninstall soak valgrind reliability
 all: $(TARGETS)
 
 $(B)/%.o: %.c
@@ -132,9 +135,44 @@ $(B)/chash: $(CLI_OBJ) $(CLI_DOBJ) $(B)/libchash.a
 	$(CC) $(CHASH_LDFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(CLI_DOBJ) \
 	    $(B)/libchash.a $(LIBDEPS) $(DLIBS)
 
-$(B)/chashd: $(D_OBJ) $(B)/libchash.a
-	$(CC) $(CHASH_LDFLAGS) $(LDFLAGS) -o $@ $(D_OBJ) $(B)/libchash.a \
-	    $(LIBDEPS) $(DLIBS)
+# The tcp fast path (src/fastpath.c): src/bpf/fastpath.bpf.c built by
+# clang for the BPF target, its object embedded in chashd as a byte array
+# and loaded through libbpf. Without clang or libbpf chashd is built
+# without it (`chashd -t` says so).
+BPF_CLANG ?= clang
+FASTPATH  ?= $(shell command -v $(BPF_CLANG) >/dev/null 2>&1 && \
+                     pkg-config --exists libbpf 2>/dev/null && echo 1 || \
+                     echo 0)
+FP_LIBS   :=
+ifeq ($(FASTPATH),1)
+FP_OBJ    := $(B)/bpf/fastpath_obj.o
+FP_LIBS   := $(shell pkg-config --libs libbpf)
+$(B)/src/fastpath.o: CHASH_CPPFLAGS += -DCHASH_FASTPATH=1
+$(B)/src/fastpath.o: $(FP_OBJ)
+endif
+
+$(B)/bpf/fastpath.bpf.o: src/bpf/fastpath.bpf.c src/bpf/fastpath_abi.h
+	@mkdir -p $(dir $@)
+	$(BPF_CLANG) -target bpf -O2 -g -Wall \
+	    -I/usr/include/$(shell $(BPF_CLANG) -print-multiarch) -c -o $@ $<
+
+$(B)/bpf/fastpath_obj.c: $(B)/bpf/fastpath.bpf.o
+	@{ echo '/* generated from src/bpf/fastpath.bpf.c: do not edit */'; \
+	  echo '#include <stddef.h>'; \
+	  echo 'extern const unsigned char fastpath_bpf_obj[];'; \
+	  echo 'extern const size_t fastpath_bpf_obj_len;'; \
+	  echo 'const unsigned char fastpath_bpf_obj[] = {'; \
+	  od -An -v -tx1 $< | sed 's/\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	  echo '};'; \
+	  echo 'const size_t fastpath_bpf_obj_len = sizeof(fastpath_bpf_obj);'; \
+	} >$@.tmp && mv $@.tmp $@
+
+$(B)/bpf/fastpath_obj.o: $(B)/bpf/fastpath_obj.c
+	$(CC) $(CHASH_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(B)/chashd: $(D_OBJ) $(FP_OBJ) $(B)/libchash.a
+	$(CC) $(CHASH_LDFLAGS) $(LDFLAGS) -o $@ $(D_OBJ) $(FP_OBJ) \
+	    $(B)/libchash.a $(LIBDEPS) $(DLIBS) $(FP_LIBS)
 
 .SECONDEXPANSION:
 $(UT_BIN): $(B)/tests/%: $(B)/tests/unit/%.o \
@@ -171,10 +209,23 @@ integration: all
 	        tests/integration; \
 	fi
 
+# The tcp suite once more with the kernel's fast path: `integration` runs
+# tcp pools with chashd's splice (fast_path's default, off), this one with
+# fast_path: sockmap where the kernel loads it; both ways must pass.
+TCP_SUITE := $(wildcard tests/integration/test_chashd_*.py) \
+             tests/integration/test_proxy_protocol.py \
+             tests/integration/test_access_log.py \
+             tests/integration/test_fastpath.py
+integration-fastpath: all
+	CHASH_BUILD=$(abspath $(B)) CHASH_SANITIZE=$(SANITIZE) \
+	    CHASHD_FAST_PATH=sockmap $(PYTHON) -m pytest -q \
+	    $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS)) $(TCP_SUITE)
+
 test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory integration
+	@$(MAKE) --no-print-directory integration-fastpath
 
 run: deps
 	@$(MAKE) --no-print-directory all

@@ -319,6 +319,7 @@ static const char *const hash_key_names[] = {
     "source_ip", "source_ip_port", "header", "cookie", "query", "path",
     "uri",       "host",           NULL};
 static const char *const send_proxy_names[] = {"off", "v1", "v2", NULL};
+static const char *const fast_path_names[] = {"sockmap", "off", NULL};
 static const char *const members_from_names[] = {"config", "etcd", NULL};
 static const char *const log_format_names[] = {"text", "json", NULL};
 static const char *const on_failure_names[] = {"failover", "remap", "error",
@@ -339,6 +340,8 @@ _Static_assert(ARRAY_SIZE(hash_key_names) == CONF_HASH_KEY_HOST + 2,
                "hash_key_names follows enum conf_hash_key");
 _Static_assert(ARRAY_SIZE(on_failure_names) == CONF_ON_FAILURE_ERROR + 2,
                "on_failure_names follows enum conf_on_failure");
+_Static_assert(ARRAY_SIZE(fast_path_names) == CONF_FAST_PATH_OFF + 2,
+               "fast_path_names follows enum conf_fast_path");
 _Static_assert(ARRAY_SIZE(log_level_names) == CONF_LOG_DEBUG + 2,
                "log_level_names follows enum conf_log_level");
 
@@ -365,6 +368,21 @@ conf_send_proxy_name(int send_proxy)
 {
     return enum_name(send_proxy_names, ARRAY_SIZE(send_proxy_names),
                      send_proxy);
+}
+
+const char *
+conf_fast_path_name(int fast_path)
+{
+    return enum_name(fast_path_names, ARRAY_SIZE(fast_path_names), fast_path);
+}
+
+int
+conf_fast_path_default(void)
+{
+    const char *v = getenv("CHASHD_FAST_PATH");
+
+    return v != NULL && strcmp(v, "sockmap") == 0 ? CONF_FAST_PATH_SOCKMAP
+                                                   : CONF_FAST_PATH_OFF;
 }
 
 /* One link as the config writes it: "source_ip", "cookie:session". */
@@ -2036,6 +2054,7 @@ enum pool_key {
     PK_ZONE_WEIGHTS,
     PK_ACCEPT_PROXY,
     PK_SEND_PROXY,
+    PK_FAST_PATH,
     PK_MEMBERS_FROM,
     PK_ACCESS_LOG,
     PK_ACCESS_LOG_FORMAT,
@@ -2182,6 +2201,9 @@ static const struct conf_key pool_keys[] = {
                          NULL, M_CONN, false},
     [PK_SEND_PROXY] = {"send_proxy", set_enum, POOL(send_proxy), 0, 0,
                        send_proxy_names, M_CONN, false},
+    /* the kernel moves a tcp pair's bytes (src/fastpath.h) */
+    [PK_FAST_PATH] = {"fast_path", set_enum, POOL(fast_path), 0, 0,
+                      fast_path_names, M_TCP, false},
     /* membership from etcd (doc/etcd.md) */
     [PK_MEMBERS_FROM] = {"members_from", set_enum, POOL(members_from), 0, 0,
                          members_from_names, M_ALL, false},
@@ -2532,6 +2554,7 @@ pool_init(struct conf_pool *pool)
     pool->migration_batch = 100;
     pool->migration_timeout_ms = 5000;
     pool->migration_big_key = 1024u * 1024;
+    pool->fast_path = conf_fast_path_default();
     pool->migration_warmup_ms = 10 * 60 * 1000;
     pool->replicas = 1;
     pool->read_policy = CONF_READ_PRIMARY;

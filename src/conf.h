@@ -71,6 +71,11 @@ struct conf_key_source {
 };
 /* The PROXY protocol header chashd sends to members (`send_proxy`). */
 enum conf_send_proxy { CONF_PROXY_OFF, CONF_PROXY_V1, CONF_PROXY_V2 };
+
+/* Who moves a tcp pool's bytes once a client is paired with its member
+ * (`fast_path`, src/fastpath.h): the kernel through a sockhash, or
+ * chashd's splice. */
+enum conf_fast_path { CONF_FAST_PATH_SOCKMAP, CONF_FAST_PATH_OFF };
 /* `access_log_format`. */
 enum conf_log_format { CONF_LOG_FORMAT_TEXT, CONF_LOG_FORMAT_JSON };
 /* How a pool places keys over zones (`zone_policy`, doc/internals/
@@ -163,6 +168,7 @@ struct conf_pool {
     uint32_t nhash_chain;                                   /* >= 1 */
     bool accept_proxy; /* the listener takes a PROXY v1/v2 header */
     int send_proxy;    /* enum conf_send_proxy */
+    int fast_path;     /* enum conf_fast_path (tcp), default off */
     int members_from;  /* enum conf_members_from */
     int zone_policy;   /* enum conf_zone_policy */
     /* zone_weights: zones that do not weigh their members' sum */
@@ -408,6 +414,11 @@ const char *conf_hash_key_name(int hash_key);
 const char *conf_hash_chain_text(const struct conf_pool *pool, char *buf,
                                  size_t len);
 const char *conf_send_proxy_name(int send_proxy);
+const char *conf_fast_path_name(int fast_path);
+/* The fast_path of a tcp pool that does not say: off, or sockmap when the
+ * environment has CHASHD_FAST_PATH=sockmap (operators switch the default
+ * without editing pools; the test suite runs both ways). */
+int conf_fast_path_default(void);
 const char *conf_on_failure_name(int on_failure);
 const char *conf_migration_name(int migration);
 /* Whether pools <a> and <b> hash keys to the ring differently (hash,

@@ -37,6 +37,20 @@ io_side_register(struct worker *w, struct io_side *s)
     return epoll_ctl(w->ep, EPOLL_CTL_ADD, s->fd, &e);
 }
 
+int
+io_side_watch(struct worker *w, struct io_side *s, bool data)
+{
+    struct epoll_event e = {
+        .events = data ? EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET
+                       : EPOLLRDHUP | EPOLLET,
+        .data.ptr = &s->ev,
+    };
+
+    /* A modify looks at the socket again: an edge the new set has and
+     * the socket shows now is reported, none is lost. */
+    return epoll_ctl(w->ep, EPOLL_CTL_MOD, s->fd, &e);
+}
+
 void
 io_side_edges(struct io_side *s, uint32_t events)
 {
@@ -85,6 +99,18 @@ io_side_read(struct io_side *s, void *buf, size_t cap)
         s->failed = true;
         return -1;
     }
+}
+
+int
+io_side_hold(struct io_side *to, const char *buf, size_t n)
+{
+    INVARIANT(to->len == 0 && n <= IO_BUF);
+    if (to->buf == NULL && (to->buf = malloc(IO_BUF)) == NULL)
+        return -1;
+    memcpy(to->buf, buf, n);
+    to->off = 0;
+    to->len = n;
+    return 0;
 }
 
 int

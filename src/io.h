@@ -49,6 +49,12 @@ void io_side_init(struct io_side *s, int fd,
 /* Register <s> for input, output and hang-up edges, once. 0 or -1. */
 int io_side_register(struct worker *w, struct io_side *s);
 
+/* What <s> is watched for, once registered: input, output and hang-up
+ * (<data>), or hang-up and errors only (the kernel moves the socket's
+ * bytes: its input and output edges are not ours, and would wake the
+ * worker for every segment). 0 or -1. */
+int io_side_watch(struct worker *w, struct io_side *s, bool data);
+
 /* Remember what <events> (from epoll) say about <s>'s input. */
 void io_side_edges(struct io_side *s, uint32_t events);
 
@@ -73,6 +79,11 @@ ssize_t io_side_read(struct io_side *s, void *buf, size_t cap);
  * back-pressure), -1 on an error.
  */
 int io_side_write(struct io_side *to, const char *buf, size_t n, bool more);
+
+/* Keep <n> bytes (at most IO_BUF) for <to>, whose buffer must be empty,
+ * without writing them yet: a later io_side_flush() writes them. 0, or -1
+ * when out of memory. */
+int io_side_hold(struct io_side *to, const char *buf, size_t n);
 
 /* Write what <to> has buffered. Returns the bytes written (0 when it
  * would block: an output edge will come), or -1 on an error. */

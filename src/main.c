@@ -25,6 +25,7 @@
 #include "conf.h"
 #include "control.h"
 #include "etcd.h"
+#include "fastpath.h"
 #include "health.h"
 #include "hot.h"
 #include "log.h"
@@ -256,6 +257,47 @@ pool_listen_stop(struct pool *p)
 
 static size_t reload_failed; /* pools a reload left as they were */
 
+/* Whether a tcp pool of <c> asks for the kernel's fast path. */
+static bool
+fast_path_wanted(const struct conf *c)
+{
+    for (size_t i = 0; i < c->npools; i++)
+        if (c->pools[i].mode == CONF_MODE_TCP &&
+            c->pools[i].fast_path == CONF_FAST_PATH_SOCKMAP)
+            return true;
+    return false;
+}
+
+/*
+ * Load the tcp fast path once a tcp pool asks for it (at start, or with
+ * the first reload that brings one), for <workers> workers; else, or when
+ * the kernel or our privileges refuse it, one line says why those pools
+ * splice in user space. Once per process: the answer does not change.
+ * <why> gets the reason (or ""); returns whether it runs.
+ */
+static bool
+fast_path_start(const struct conf *c, unsigned workers, bool quiet, char *why,
+                size_t whylen)
+{
+    static bool tried;
+    static char reason[256];
+
+    if (!tried && fast_path_wanted(c)) {
+        tried = true;
+        if (fastpath_init(workers, reason, sizeof(reason)) == 0) {
+            if (!quiet)
+                log_info("fast path: sockmap loaded: the bytes of tcp pools "
+                         "with fast_path: sockmap move in the kernel");
+        } else if (!quiet) {
+            log_warn("fast path: sockmap unavailable, tcp pools splice in "
+                     "user space: %s",
+                     reason);
+        }
+    }
+    snprintf(why, whylen, "%s", reason);
+    return fastpath_ready();
+}
+
 static void
 reload_reported(void *arg)
 {
@@ -342,6 +384,10 @@ reload_apply(struct conf *nc, char *err)
     }
     /* etcd pools keep the members etcd gave, not the config's seeds */
     etcd_conf_apply(nc);
+    {
+        char why[256];
+        fast_path_start(nc, nw, false, why, sizeof(why));
+    }
     /* migration: copy pools whose keys move: checked before anything
      * changes (a joining member must be empty; one migration at a time) */
     plans = calloc(nc->npools ? nc->npools : 1, sizeof(*plans));
@@ -964,6 +1010,17 @@ main(int argc, char **argv)
             if (cp->mode == CONF_MODE_TCP || cp->mode == CONF_MODE_HTTP)
                 printf(", hash_key %s",
                        conf_hash_chain_text(cp, chain, sizeof(chain)));
+            if (cp->mode == CONF_MODE_TCP) {
+                char why[256];
+
+                if (cp->fast_path == CONF_FAST_PATH_OFF)
+                    printf(", fast_path off");
+                else if (fast_path_start(conf, conf->workers, true, why,
+                                         sizeof(why)))
+                    printf(", fast_path sockmap");
+                else
+                    printf(", fast_path off (sockmap unavailable: %s)", why);
+            }
             if (cp->members_from == CONF_MEMBERS_ETCD)
                 printf(", members from etcd %s/pools/%s/members/ (the "
                        "servers seed it when it is empty)",
@@ -971,6 +1028,7 @@ main(int argc, char **argv)
             putchar('\n');
         }
         printf("%s: configuration OK\n", conf_path ? conf_path : "<embedded>");
+        fastpath_deinit();
         conf_destroy(conf);
         return 0;
     }
@@ -1058,6 +1116,7 @@ main(int argc, char **argv)
                 goto out;
             }
         }
+        fast_path_start(conf, conf->workers, false, err, sizeof(err));
         if (worker_start_all(conf->workers) < 0) {
             log_error("cannot start the workers: %s", strerror(errno));
             free(fds);
@@ -1138,6 +1197,7 @@ out:
     builder_deinit();
     admin_stop();
     worker_stop_all();
+    fastpath_deinit(); /* after the workers: their pairs are closed */
     health_deinit();
     pool_global_deinit();
     membership_state_free();

@@ -439,6 +439,7 @@ settings_from_conf(struct pool_settings *set, const struct conf_pool *cp,
     set->repair_log = cp->repair_log;
     set->accept_proxy = cp->accept_proxy;
     set->send_proxy = cp->send_proxy;
+    set->fast_path = cp->fast_path;
     memcpy(set->hash_chain, cp->hash_chain, sizeof(set->hash_chain));
     set->nhash_chain = cp->nhash_chain > 0 ? cp->nhash_chain : 1;
     set->forward_headers = cp->forward_headers;

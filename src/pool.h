@@ -150,6 +150,7 @@ struct pool_settings {
     /* connection modes (tcp, http) */
     bool accept_proxy; /* clients start with a PROXY v1/v2 header */
     int send_proxy;    /* enum conf_send_proxy */
+    int fast_path;     /* enum conf_fast_path */
     /* http */
     struct conf_key_source hash_chain[CONF_HASH_CHAIN_MAX];
     uint32_t nhash_chain;

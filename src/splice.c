@@ -8,7 +8,10 @@
  * first byte counts as a passive failure, as a refused connect does.
  * With accept_proxy a client's first bytes are a PROXY header naming the
  * real client, whose address keys the ring; with send_proxy a member
- * connection starts with one (src/proto/proxy.h).
+ * connection starts with one (src/proto/proxy.h). With `fast_path:
+ * sockmap` the pair's bytes then move in the kernel (fastpath.h): the
+ * pump below only passes FINs on, and takes a direction over while the
+ * kernel hands it bytes (a peer that stopped reading: the bound).
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "splice.h"
@@ -50,6 +53,14 @@
  * enough for a TCP retransmit of the header's segment. */
 #define SPLICE_HEADER_WAIT_MIN_MS 3000
 
+/* Fast path: how long a closing pair waits for the kernel's last bytes to
+ * reach the end that is still healthy; and the longest pause between two
+ * looks at bytes of the kernel's still on their way (the first is one
+ * wheel slot, doubled each time: a peer that stopped reading costs two
+ * system calls a few times a second, not a hundred). */
+#define FAST_CLOSE_WAIT_MS 1000
+#define FAST_WAIT_MAX_MS 160
+
 /* The header is peeked into the worker's scratch buffer whole. */
 _Static_assert(PROXY_V2_MAX <= WORKER_SCRATCH, "a PROXY header fits scratch");
 
@@ -57,6 +68,178 @@ static void connect_next(struct worker *w, struct splice *c);
 static void splice_pump(struct worker *w, struct splice *c);
 static void header_read(struct worker *w, struct splice *c);
 static void header_refused(struct worker *w, struct splice *c, const char *why);
+static void count_bytes(struct worker *w, struct splice *c,
+                        struct io_side *from, size_t n);
+static void splice_close(struct worker *w, struct splice *c);
+
+/* ---- the fast path's counters ------------------------------------------- */
+
+static struct io_side *
+side_of(struct splice *c, int i)
+{
+    return i == FASTPATH_CLIENT ? &c->client : &c->backend;
+}
+
+/* Count what the kernel moved since the last fold as if the pump had
+ * moved it: the stats, the access log's bytes, the member's first byte,
+ * and activity for idle_timeout. */
+static void
+fast_fold(struct worker *w, struct splice *c)
+{
+    for (int i = 0; i < 2; i++) {
+        uint64_t r = fastpath_redirected(&c->fp, i);
+
+        if (r == c->fast_folded[i])
+            continue;
+        count_bytes(w, c, side_of(c, i), (size_t)(r - c->fast_folded[i]));
+        c->fast_folded[i] = r;
+        c->last_active_ms = w->now_ms;
+    }
+}
+
+static void fast_look(struct worker *w, struct splice *c, int i);
+static void fast_loud(struct worker *w, struct splice *c);
+
+/* The worker's sweep, and the program's notes: counters folded, the
+ * kernel's queue looked at for a direction that moved FASTPATH_NOTE since
+ * the last look, a direction the program handed over pumped. */
+static void
+fast_sweep(struct worker *w, struct fastpath_pair *fp)
+{
+    struct splice *c = SPLICE_OF(fp, fp);
+
+    fast_fold(w, c);
+    for (int i = 0; i < 2; i++) {
+        if (!fp->in[i] || side_of(c, i ^ 1)->shut_out)
+            continue;
+        if (fastpath_due(fp, i)) {
+            /* The program left bytes to chashd (the bound, or the peer
+             * left): the direction is chashd's now. Its edges again,
+             * and a pump before the next wait. */
+            uint64_t left = fastpath_left(fp, i);
+
+            if (left > FASTPATH_HARD) {
+                log_warn_limited(1,
+                                 "pool %s: connection closed: %s sends and "
+                                 "does not read what it is sent; the kernel "
+                                 "held %llu MB of it (fast_path's bound)",
+                                 c->pool->name,
+                                 i == FASTPATH_CLIENT ? "a client"
+                                                      : "a member",
+                                 (unsigned long long)(left >> 20));
+                splice_close(w, c);
+                return;
+            }
+            fast_loud(w, c);
+            worker_soon(w, &c->more);
+        } else {
+            fast_look(w, c, i);
+        }
+    }
+}
+
+/* Look again at the kernel's bytes a little later (an output edge of the
+ * peer may come first: the pump looks then too). */
+static void
+fast_wait(struct worker *w, struct splice *c)
+{
+    if (c->wait_ms == 0)
+        c->wait_ms = WHEEL_MS;
+    worker_timer_set(w, &c->wait, w->now_ms + c->wait_ms);
+    if (c->wait_ms < FAST_WAIT_MAX_MS)
+        c->wait_ms *= 2;
+}
+
+/*
+ * Whether the kernel still has bytes read from end <i> on their way to
+ * the other end: then nothing of chashd's may go there (neither bytes it
+ * read nor a FIN) and the caller waits (fast_wait is armed). An error
+ * counts as none: the write that follows meets it.
+ */
+static bool
+fast_in_flight(struct worker *w, struct splice *c, int i)
+{
+    int64_t n = fastpath_pending(&c->fp, i);
+
+    if (n > 0) {
+        fast_wait(w, c);
+        return true;
+    }
+    c->wait_ms = 0;
+    return false;
+}
+
+/* The pair's edges again, input and output: chashd moves a direction the
+ * program handed it (the bound, or the peer left) and waits on the peer's
+ * output edges. */
+static void
+fast_loud(struct worker *w, struct splice *c)
+{
+    if (!c->fast_quiet)
+        return;
+    c->fast_quiet = false;
+    if (io_side_watch(w, &c->client, true) < 0 ||
+        io_side_watch(w, &c->backend, true) < 0)
+        log_warn("pool %s: epoll: %s", c->pool->name, strerror(errno));
+    /* edges that came meanwhile: look now */
+    c->client.readable = c->backend.readable = true;
+}
+
+/* Try to put the pair into the fast path, once: established, both ways
+ * open, both ends have spoken, chashd holding none of its bytes (a PROXY
+ * header, bytes a peer did not take yet: then later). */
+static void
+fast_try(struct worker *w, struct splice *c)
+{
+    struct pool_snapshot *snap;
+
+    if (c->fast_tried || c->state != SPLICE_ESTABLISHED)
+        return;
+    /* After the first exchange, not before: a connection that carries one
+     * request and its answer (HTTP/1.0, `Connection: close`) is over
+     * before the kernel would move a byte, and entering costs about ten
+     * system calls and a socket state in the kernel. */
+    if (!c->answered || c->sent_up == 0)
+        return;
+    if (c->client.len > 0 || c->backend.len > 0 || c->client.readable ||
+        c->backend.readable)
+        return;
+    c->fast_tried = true;
+    snap = pool_snapshot(c->pool);
+    if (snap->set.fast_path != CONF_FAST_PATH_SOCKMAP || !fastpath_ready())
+        return;
+    /* A FIN or an error already: the pair is ending, the splice ends it.
+     * Unix sockets: the kernel's count of written bytes (TCP_INFO), which
+     * FINs and the bound rest on, is TCP's. */
+    if (c->client.eof_in || c->backend.eof_in || c->client.failed ||
+        c->backend.failed || c->client.rdhup || c->backend.rdhup ||
+        c->client_family == AF_UNIX || c->server->addr.family == AF_UNIX)
+        return;
+    if (fastpath_enter(w, &c->fp, c->client.fd, c->backend.fd, fast_sweep) <
+        0) {
+        if (errno == EAGAIN) {
+            c->fast_tried = false; /* input came: after the splice reads it */
+            return;
+        }
+        log_info_limited(1,
+                         "pool %s: a connection stays in the user-space "
+                         "splice: %s",
+                         c->pool->name,
+                         errno == ENOSPC ? "no fast path slot left"
+                                         : strerror(errno));
+        return;
+    }
+    c->fast = true;
+    /* Hang-ups and errors only, while the kernel moves both ways: its
+     * segments would wake the worker for nothing (it reads none of them);
+     * the program's notes come through the worker's ring. */
+    if (c->fp.in[FASTPATH_CLIENT] && c->fp.in[FASTPATH_MEMBER] &&
+        io_side_watch(w, &c->client, false) == 0 &&
+        io_side_watch(w, &c->backend, false) == 0)
+        c->fast_quiet = true;
+    else
+        fast_loud(w, c);
+}
 
 /* ---- closing ------------------------------------------------------------- */
 
@@ -116,10 +299,14 @@ static void
 splice_close(struct worker *w, struct splice *c)
 {
     INVARIANT(c->state != SPLICE_CLOSED);
+    /* The kernel's last bytes counted before anything reads them. */
+    if (c->fast)
+        fast_fold(w, c);
     /* While the member is still ours: the line names it. */
     log_access(w, c);
     worker_soon_cancel(w, &c->more);
     worker_timer_del(w, &c->timer);
+    worker_timer_del(w, &c->wait);
     if (c->state == SPLICE_ESTABLISHED && c->backend.eof_in && c->sent_up > 0)
         member_failed(w, c, "closed the connection");
     /* Counters first: once a peer sees the close, they are up to date. */
@@ -128,6 +315,10 @@ splice_close(struct worker *w, struct splice *c)
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
     io_side_close(&c->client);
     io_side_close(&c->backend);
+    /* Closed, the sockets have left the sockhash: the slot is free. */
+    if (c->fast)
+        fastpath_leave(w, &c->fp);
+    c->fast = false;
     free(c->hello);
     c->hello = NULL;
     worker_conn_del(&c->link);
@@ -311,10 +502,76 @@ count_bytes(struct worker *w, struct splice *c, struct io_side *from, size_t n)
 }
 
 /*
+ * A look at the kernel's queue for the direction from end <i>, once it
+ * moved FASTPATH_NOTE since the last look (the program's note in the
+ * worker's ring, or the sweep): two system calls, at most one look per
+ * loop turn. It moves the bound (the program hands the direction to
+ * chashd past it) and the next note.
+ */
+static void
+fast_look(struct worker *w, struct splice *c, int i)
+{
+    if (!fastpath_near_limit(&c->fp, i))
+        return;
+    if (c->fast_looked_ms[i] == w->now_ms) {
+        fast_wait(w, c); /* looked this turn: again a little later */
+        return;
+    }
+    c->fast_looked_ms[i] = w->now_ms;
+    fastpath_pending(&c->fp, i);
+}
+
+/*
+ * Fast path: what chashd has to do for the direction from end <i> before
+ * the ordinary pump may run. Returns true when the pump must not run now:
+ * the kernel moves the direction and nothing is chashd's (the common
+ * case: memory reads only), or the kernel's bytes are still on their way
+ * and whatever chashd would write must come after them (fast_wait is
+ * armed: the peer's output edge or the timer looks again). *<held>: the
+ * program leaves the direction's bytes to chashd (fastpath_abi.h), so no
+ * new byte of the kernel's can come before chashd's.
+ */
+static bool
+fast_hold(struct worker *w, struct splice *c, int i, bool *held)
+{
+    struct io_side *from = side_of(c, i), *to = side_of(c, i ^ 1);
+
+    *held = false;
+    if (!c->fp.in[i])
+        return false; /* its input never went through the program */
+    if (from->eof_in && to->shut_out)
+        return true; /* this way is done */
+    *held = fastpath_due(&c->fp, i);
+    if (!*held) {
+        c->fast_out[i] = false; /* the kernel may move bytes again */
+        if (!from->rdhup && !from->eof_in && to->len == 0) {
+            fast_look(w, c, i);
+            return true;
+        }
+    } else if (c->fast_out[i]) {
+        /* The program holds the direction for us and its queue was out
+         * since: no byte of the kernel's can be on the way. */
+        return false;
+    }
+    /* A FIN to pass on, bytes the program left us, or ours to flush:
+     * once the kernel's are out. */
+    if (fast_in_flight(w, c, i))
+        return true;
+    c->fast_out[i] = *held;
+    return false;
+}
+
+/*
  * Move bytes from <from> to <to>: flush what <to> has pending, then read
  * while <from> has input and <to> takes everything; what <to> cannot take
  * stays in its buffer and reading stops (back-pressure) until its output
  * edge. A FIN from <from>, once all is written, is passed on.
+ *
+ * In the fast path this runs only when fast_hold() lets it: a FIN to pass
+ * on, or a direction that is chashd's again (the bound). A FIN waits for
+ * the kernel's last bytes: the read that saw it took the socket's lock,
+ * so every segment before it has been counted by then.
+ *
  * Returns 1 when the read budget ran out with input left, 0, or -1 when
  * the pair must close.
  */
@@ -322,8 +579,12 @@ static int
 pump(struct worker *w, struct splice *c, struct io_side *from,
      struct io_side *to)
 {
+    int i = from == &c->client ? FASTPATH_CLIENT : FASTPATH_MEMBER;
+    bool fast = c->fast && c->fp.in[i], held = false;
     int reads = 0;
 
+    if (fast && fast_hold(w, c, i, &held))
+        return 0;
     if (to->len > 0) {
         ssize_t n = io_side_flush(to);
         if (n < 0)
@@ -348,15 +609,67 @@ pump(struct worker *w, struct splice *c, struct io_side *from,
             break; /* drained for now, or FIN */
         c->last_active_ms = w->now_ms;
         count_bytes(w, c, from, (size_t)n);
+        if (fast) {
+            c->fast_read[i] += (uint64_t)n;
+            /* The program left these after our look: the kernel may
+             * have moved bytes before them since. */
+            if (!held && fast_in_flight(w, c, i)) {
+                if (io_side_hold(to, w->scratch, (size_t)n) < 0)
+                    return -1;
+                return 0;
+            }
+            held = true;
+        }
         wr = io_side_write(to, w->scratch, (size_t)n, from->rdhup);
         if (wr < 0)
             return -1;
         if (wr == 0)
             return 0; /* back-pressure: <from> stays readable */
     }
-    if (from->eof_in)
+    if (from->eof_in) {
+        /* The last of the kernel's bytes before the FIN may have come
+         * after the look: the read that saw it took the socket's lock,
+         * so they are counted by now. */
+        if (fast && !to->shut_out && fast_in_flight(w, c, i))
+            return 0;
         io_side_shutdown(to);
+    }
     return 0;
+}
+
+/* pump(), then tell the program what chashd has written of the
+ * direction: bytes it read, less those still in <to>'s buffer. */
+static int
+pump_way(struct worker *w, struct splice *c, struct io_side *from,
+         struct io_side *to)
+{
+    int r = pump(w, c, from, to);
+    int i = from == &c->client ? FASTPATH_CLIENT : FASTPATH_MEMBER;
+
+    if (c->fast && c->fp.in[i])
+        fastpath_consume(&c->fp, i, c->fast_read[i] - to->len);
+    return r;
+}
+
+/*
+ * Fast path: a side of the pair failed (<bad>: its index). Bytes the
+ * kernel read from it before the error may still be on their way to the
+ * other end, as chashd's own would be: the close waits for them, at most
+ * FAST_CLOSE_WAIT_MS.
+ */
+static void
+fast_close(struct worker *w, struct splice *c, int bad)
+{
+    if (c->close_by_ms == 0) {
+        c->close_by_ms = w->now_ms + FAST_CLOSE_WAIT_MS;
+        c->fast_bad = bad;
+    }
+    if (w->now_ms < c->close_by_ms && fastpath_pending(&c->fp, bad) > 0) {
+        worker_soon_cancel(w, &c->more);
+        fast_wait(w, c);
+        return;
+    }
+    splice_close(w, c);
 }
 
 /* Move what can move both ways; close the pair when both ends are done. */
@@ -367,18 +680,27 @@ splice_pump(struct worker *w, struct splice *c)
      * resets at once makes the client's bytes fail to go up, yet its
      * answer, already with us, must still go down (as it would without
      * a proxy). */
-    int up = pump(w, c, &c->client, &c->backend);
-    int down = pump(w, c, &c->backend, &c->client);
+    int up, down;
 
+    if (c->close_by_ms != 0) {
+        fast_close(w, c, c->fast_bad);
+        return;
+    }
+    up = pump_way(w, c, &c->client, &c->backend);
+    down = pump_way(w, c, &c->backend, &c->client);
     if (c->backend.failed)
         member_failed(w, c, "reset the connection");
     if (up < 0 || down < 0)
         goto close;
+    /* Both FINs in and passed on (in the fast path a FIN waits for the
+     * kernel's bytes before it: not passed on yet means not done). */
     if (c->client.eof_in && c->backend.eof_in && c->client.len == 0 &&
-        c->backend.len == 0)
+        c->backend.len == 0 &&
+        (!c->fast || (c->client.shut_out && c->backend.shut_out)))
         goto close;
     if (up > 0 || down > 0)
         worker_soon(w, &c->more);
+    fast_try(w, c);
     return;
 close:
     splice_close(w, c);
@@ -410,7 +732,11 @@ client_event(struct worker *w, struct ev *ev, uint32_t events)
     if (events & EPOLLERR) {
         /* A reset. What the member sent before is still passed on. */
         splice_pump(w, c);
-        if (c->state != SPLICE_CLOSED)
+        if (c->state == SPLICE_CLOSED)
+            return;
+        if (c->fast)
+            fast_close(w, c, FASTPATH_CLIENT);
+        else
             splice_close(w, c);
         return;
     }
@@ -444,10 +770,15 @@ backend_event(struct worker *w, struct ev *ev, uint32_t events)
         /* A reset. What the member sent before it is still ours to pass
          * on (an answer right before the reset); then the pair closes. */
         splice_pump(w, c);
-        if (c->state != SPLICE_CLOSED) {
-            member_failed(w, c, "reset the connection");
+        if (c->state == SPLICE_CLOSED)
+            return;
+        if (c->fast)
+            fast_fold(w, c); /* its first byte may be the kernel's */
+        member_failed(w, c, "reset the connection");
+        if (c->fast)
+            fast_close(w, c, FASTPATH_MEMBER);
+        else
             splice_close(w, c);
-        }
         return;
     }
     splice_pump(w, c);
@@ -473,6 +804,9 @@ timer_expired(struct worker *w, struct timer *t)
     }
     if (c->idle_timeout_ms == 0)
         return;
+    /* The kernel's bytes are activity too. */
+    if (c->fast)
+        fast_fold(w, c);
     if (w->now_ms - c->last_active_ms >= c->idle_timeout_ms) {
         bool to_client = io_side_draining(&c->client);
         bool to_backend = io_side_draining(&c->backend);
@@ -494,6 +828,16 @@ timer_expired(struct worker *w, struct timer *t)
         return;
     }
     worker_timer_set(w, &c->timer, c->last_active_ms + c->idle_timeout_ms);
+}
+
+/* Fast path: time to look again at the kernel's bytes on their way. */
+static void
+wait_expired(struct worker *w, struct timer *t)
+{
+    struct splice *c = SPLICE_OF(t, wait);
+
+    if (c->state == SPLICE_ESTABLISHED)
+        splice_pump(w, c);
 }
 
 /* ---- accepting ----------------------------------------------------------- */
@@ -705,6 +1049,8 @@ splice_accept(struct worker *w, struct listener *l, int fd,
     c->link.close = link_close;
     c->more.run = more_run;
     c->timer.on_expire = timer_expired;
+    c->wait.on_expire = wait_expired;
+    c->client_family = peer->sa_family;
     c->pool = p;
     pool_ref(p);
     c->start_ms = w->now_ms;

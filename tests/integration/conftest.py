@@ -306,6 +306,21 @@ class Chashd:
         return rss_kib(self.proc.pid)
 
 
+def pytest_report_header(config):
+    """Who moves the bytes of tcp pools that do not say, in this run:
+    chashd's splice (fast_path: off, the default) or the kernel
+    (CHASHD_FAST_PATH=sockmap, where it loads)."""
+    if os.environ.get("CHASHD_FAST_PATH") != "sockmap":
+        return "chashd tcp pools: fast_path off (the default)"
+    try:
+        p = subprocess.run([CHASHD, "-t", "--demo"], capture_output=True,
+                           text=True, timeout=10)
+        m = re.search(r"fast_path ([^\n]*)", p.stdout)
+        return "chashd tcp pools: fast_path " + (m.group(1) if m else "?")
+    except OSError as e:
+        return "chashd tcp pools: %s" % e
+
+
 @pytest.fixture
 def procs(tmp_path):
     p = Procs(tmp_path)
