@@ -173,6 +173,60 @@ static struct {
        .efd = -1,
        .watch_fd = -1};
 
+/*
+ * The fence of copy pools (doc/etcd.md, "Migration"). The other instances
+ * wait for this one's barrier key only while its lease lives: once it may
+ * have expired, they may run a migration without this instance, which
+ * would still send moving keys to their old owners -- writes lost. So a
+ * copy pool answers no key while
+ *   - the lease may have expired: no renewal is known to reach past
+ *     F.until_ms (the send time of the last granted or renewed lease, plus
+ *     its TTL, less a margin); the session's calls may block, so the
+ *     workers compare the time themselves;
+ *   - or the lease was lost and this instance is not back yet: a new
+ *     lease, its record put at F.rejoin_rev under it, and that record seen
+ *     back by the watch with every pool change before it published (then
+ *     every migration it missed is in its snapshots, and every later one
+ *     waits for its barrier).
+ */
+static struct {
+    _Atomic uint64_t until_ms; /* monotonic; 0: no lease granted yet */
+    atomic_bool rejoining;
+    uint64_t rejoin_rev; /* under E.mu; 0: the record is not put yet */
+    bool said;           /* control thread: the fence is logged */
+    uint64_t fences;     /* control thread: times it was raised */
+} F;
+
+/* The session: a lease of <ttl_s> seconds granted or renewed by a call
+ * sent at <sent_ms>. */
+static void
+fence_lease(uint64_t sent_ms, int64_t ttl_s)
+{
+    uint64_t ttl = (uint64_t)ttl_s * 1000u;
+
+    atomic_store(&F.until_ms, sent_ms + ttl - ttl / 5);
+}
+
+/* The session: the lease is lost; fenced until this instance is back. */
+static void
+fence_rejoin(void)
+{
+    pthread_mutex_lock(&E.mu);
+    F.rejoin_rev = 0;
+    atomic_store(&F.rejoining, true);
+    pthread_mutex_unlock(&E.mu);
+}
+
+bool
+etcd_fenced(uint64_t now_ms)
+{
+    uint64_t until = atomic_load_explicit(&F.until_ms, memory_order_relaxed);
+
+    return until != 0 &&
+           (now_ms >= until ||
+            atomic_load_explicit(&F.rejoining, memory_order_relaxed));
+}
+
 static void
 post(struct emsg *m)
 {
@@ -1067,12 +1121,15 @@ session_main(void *arg)
             continue;
         }
         if (lease == 0) {
+            uint64_t sent = clock_ms();
+
             rq = json_pack("{s:I}", "TTL",
                            (json_int_t)((cfg.lease_ttl_ms + 999) / 1000));
             if (ehttp_post(&eh, "/v3/lease/grant", rq, &out, &st, err,
                            sizeof(err)) == 0 &&
                 jint(json_object_get(out, "ID")) != 0) {
                 lease = jint(json_object_get(out, "ID"));
+                fence_lease(sent, jint(json_object_get(out, "TTL")));
                 refused_said = false;
                 next_ka = now + cfg.lease_ttl_ms / 3;
                 dirty = record != NULL;
@@ -1099,6 +1156,8 @@ session_main(void *arg)
             out = NULL;
         }
         if (now >= next_ka) {
+            uint64_t sent = clock_ms();
+
             rq = json_pack("{s:I}", "ID", (json_int_t)lease);
             /* a one-shot POST works as a unary call: its one result
              * line parses as one object */
@@ -1112,7 +1171,9 @@ session_main(void *arg)
                          "granting a new one",
                          lease, cfg.instance);
                 lease = 0;
+                fence_rejoin();
             } else {
+                fence_lease(sent, jint(jpath(out, "result", "TTL")));
                 next_ka = now + cfg.lease_ttl_ms / 3;
             }
             json_decref(out);
@@ -1128,8 +1189,15 @@ session_main(void *arg)
                            sizeof(err)) == 0) {
                 dirty = false;
                 refused_said = false;
+                /* back: the record's revision, for the control thread */
+                pthread_mutex_lock(&E.mu);
+                if (atomic_load(&F.rejoining) && F.rejoin_rev == 0)
+                    F.rejoin_rev =
+                        (uint64_t)jint(jpath(out, "header", "revision"));
+                pthread_mutex_unlock(&E.mu);
             } else if (st == 404) {
                 lease = 0; /* "requested lease not found": etcd wiped */
+                fence_rejoin();
             } else {
                 if (st == 0)
                     kick_watch();
@@ -1374,6 +1442,62 @@ writes_settle(void)
     }
 }
 
+/* A lost lease is behind this instance once its record, put under the
+ * new lease, is seen back and every pool change before it is published
+ * (the fence, above). */
+static void
+fence_check(void)
+{
+    json_t *me = json_object_get(C.instances, cfg.instance);
+
+    if (!atomic_load(&F.rejoining) || C.pending_pubs > 0 || me == NULL)
+        return;
+    pthread_mutex_lock(&E.mu);
+    if (F.rejoin_rev != 0 &&
+        (uint64_t)jint(json_array_get(me, 0)) >= F.rejoin_rev)
+        atomic_store(&F.rejoining, false);
+    pthread_mutex_unlock(&E.mu);
+}
+
+/* Whether a pool that copies keys takes its members from etcd here. */
+static bool
+fenced_pools(void)
+{
+    for (size_t i = 0; i < C.npools; i++) {
+        struct pool *p = pool_find(C.pools[i].name);
+
+        if (p != NULL && etcd_pool(p) &&
+            p->cfg.migration == CONF_MIGRATION_COPY)
+            return true;
+    }
+    return false;
+}
+
+/* The fence's log lines (once each way) and its count. */
+static void
+fence_tick(uint64_t now_ms)
+{
+    bool fenced = etcd_fenced(now_ms) && fenced_pools();
+
+    if (fenced && !F.said) {
+        F.said = true;
+        F.fences++;
+        log_warn("etcd: instance %s %s: pools with migration: copy answer "
+                 "every key with an error until it is registered again "
+                 "(another instance may move keys without it)",
+                 cfg.instance,
+                 atomic_load(&F.rejoining)
+                     ? "lost its lease"
+                     : "could not renew its lease in time: it may have "
+                       "expired");
+    } else if (!fenced && F.said) {
+        F.said = false;
+        log_info("etcd: instance %s holds its lease and has applied etcd's "
+                 "changes: pools with migration: copy serve again",
+                 cfg.instance);
+    }
+}
+
 static void
 applied(uint64_t rev)
 {
@@ -1382,6 +1506,7 @@ applied(uint64_t rev)
     C.applied_ms = clock_wall_ms();
     publish();
     writes_settle();
+    fence_check();
 }
 
 static void
@@ -2139,6 +2264,7 @@ writes_tick(uint64_t now_ms, void *arg)
     struct ewrite **pp = &C.waiting;
 
     (void)arg;
+    fence_tick(now_ms);
     if (now_ms >= C.reconcile_ms) {
         C.reconcile_ms = now_ms + 200; /* retries of the migration writes */
         mig_reconcile_all();
@@ -2190,6 +2316,7 @@ drain_cb(struct control_watch *watch, uint32_t events)
             C.instances = json_incref(m->data);
             mig_reconcile_all(); /* a barrier may pass without them */
             listen_check();
+            fence_check();
             break;
         case EMSG_STATUS:
             on_status(m);
@@ -2633,6 +2760,12 @@ etcd_cluster_json(void)
         "lists", (json_int_t)C.lists, "reconnects", (json_int_t)C.reconnects,
         "events", (json_int_t)C.events, "writes", (json_int_t)C.writes,
         "ignored_total", (json_int_t)C.ignored_total, "ignored", ign);
+    /* the fence of copy pools: up now, and how often it was */
+    json_object_set_new(
+        json_object_get(r, "etcd"), "fenced",
+        json_boolean(etcd_fenced(clock_ms()) && fenced_pools()));
+    json_object_set_new(json_object_get(r, "etcd"), "fences",
+                        json_integer((json_int_t)F.fences));
     insts = json_array();
     pools = json_object();
     /* every live instance record, parsed */
@@ -2726,6 +2859,15 @@ etcd_metrics(FILE *f)
             "etcd cannot be reached (pools keep their members).\n"
             "# TYPE chashd_etcd_up gauge\nchashd_etcd_up %d\n",
             C.up ? 1 : 0);
+    fprintf(f,
+            "# HELP chashd_etcd_fenced 1 while pools with migration: copy "
+            "answer no key: this instance's lease may have expired, or it "
+            "is not registered again yet.\n"
+            "# TYPE chashd_etcd_fenced gauge\nchashd_etcd_fenced %d\n"
+            "# HELP chashd_etcd_fences_total Times the fence went up.\n"
+            "# TYPE chashd_etcd_fences_total counter\n"
+            "chashd_etcd_fences_total %" PRIu64 "\n",
+            etcd_fenced(clock_ms()) && fenced_pools() ? 1 : 0, F.fences);
     fprintf(f,
             "# HELP chashd_etcd_applied_revision The etcd revision this "
             "instance has applied.\n"

@@ -25,6 +25,7 @@
 #include "clock.h"
 #include "conf.h"
 #include "control.h"
+#include "etcd.h"
 #include "invariant.h"
 #include "log.h"
 #include "membership.h"
@@ -295,7 +296,9 @@ sleep_ms(uint32_t ms)
 }
 
 /* Wait until <keys> keys and <bytes> bytes may go (migration_rate,
- * migration_bandwidth), or the migration stops. */
+ * migration_bandwidth), or the migration stops. With etcd, nothing goes
+ * while this instance's lease may have expired (etcd_fenced): another
+ * instance may hold the copier lock by then. */
 static void
 throttle(struct migration *m, uint64_t keys, uint64_t bytes)
 {
@@ -304,6 +307,12 @@ throttle(struct migration *m, uint64_t keys, uint64_t bytes)
         double dt;
         bool ok;
 
+        if (m->etcd && etcd_fenced(now)) {
+            if (atomic_load(&m->stop))
+                return;
+            sleep_ms(20);
+            continue;
+        }
         pthread_mutex_lock(&m->lock);
         dt = (double)(now - m->tok_ms) / 1000.0;
         m->tok_ms = now;

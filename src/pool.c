@@ -431,6 +431,8 @@ settings_from_conf(struct pool_settings *set, const struct conf_pool *cp,
     set->allow_fanout_admin = cp->allow_fanout_admin;
     set->preconnect = cp->preconnect;
     set->migration = cp->migration;
+    set->etcd_fence = cp->migration == CONF_MIGRATION_COPY &&
+                      cp->members_from == CONF_MEMBERS_ETCD;
     set->migration_timeout_ms = cp->migration_timeout_ms;
     set->replicas = cp->replicas > 0 ? cp->replicas : 1;
     set->write_quorum = cp->write_quorum;

@@ -140,7 +140,8 @@ struct pool_settings {
     bool allow_fanout_admin;
     bool preconnect;
     char hash_tag[3];
-    int migration;                 /* enum conf_migration */
+    int migration;   /* enum conf_migration */
+    bool etcd_fence; /* copy pool with members from etcd: etcd_fenced() */
     uint32_t migration_timeout_ms; /* MIGRATE's timeout */
     uint32_t replicas;             /* members per key (1: no replication) */
     uint32_t write_quorum;         /* acknowledgements a write needs */

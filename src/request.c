@@ -22,8 +22,10 @@
 #include <unistd.h>
 
 #include "chash/chash.h"
+#include "clock.h"
 #include "conf.h"
 #include "engine.h"
+#include "etcd.h"
 #include "health.h"
 #include "hot.h"
 #include "invariant.h"
@@ -652,6 +654,11 @@ request_key_member(const struct pool_snapshot *snap, const char *key,
     *why = "no member owns any key";
     if (snap->ring == NULL)
         return NULL;
+    if (snap->set.etcd_fence && etcd_fenced(clock_coarse_ms())) {
+        *why = "this chashd may have lost its etcd lease: a pool that "
+               "copies keys answers none until it is registered again";
+        return NULL;
+    }
     n = chash_key_tag(key, len, snap->set.hash_tag, &off);
     *hash = chash_ring_hash(snap->ring, key + off, n);
     idx = chash_ring_lookup(snap->ring, *hash);

@@ -10,7 +10,8 @@
 # mid-copy (another instance takes the lock and finishes), an instance
 # started while a migration runs (it gates too), a two-stage change (the
 # second stage begins on every instance), and a frozen instance (the
-# barrier waits for it until its lease ends).
+# barrier waits for it until its lease ends), then resumed (it answers no
+# key until it is registered again and has the migration it missed).
 # SPDX-License-Identifier: BSD-2-Clause
 import threading
 import time
@@ -19,7 +20,8 @@ import pytest
 
 from conftest import wait_for
 from etcd_util import Instance, Tree, etcd, unique_prefix  # noqa: F401
-from redis_util import RedisServer, Resp, Simple, need_chashd_redis
+from redis_util import Err, RedisServer, Resp, Simple, encode, \
+    need_chashd_redis
 
 POOL = "store"
 OPTS = {"mode": "redis", "migration": "copy", "hash": "md5",
@@ -393,9 +395,57 @@ def test_a_stopped_instance_holds_the_barrier_until_its_lease_ends(
         time.sleep(0.3)
     finally:
         load.stop()
-        frozen.kill()    # never resumed: it would still route the old way
+        frozen.kill()    # resumed: the next test
     assert waited, "lb-1 never waited for the frozen instance"
     assert took >= 1.5, "ended in %.1f s: before lb-3's lease (2 s) ran " \
         "out" % took
     assert not load.errors, load.errors[:10]
     check_data(live, servers, keys, load)
+
+
+def test_a_resumed_instance_answers_no_key_until_it_is_back(
+        procs, tmp_path, etcd):
+    """The fence: an instance frozen past its lease while the others run a
+    migration without it would, once resumed, send moving keys to their
+    old owners until its watch caught up -- a write there is lost. It
+    answers every key with an error from the moment it may have lost its
+    lease until it has a new one, is registered again and has applied
+    what it missed; then it serves every key right."""
+    import signal
+    prefix = unique_prefix()
+    servers, insts, keys = cluster(
+        procs, tmp_path, etcd, prefix, ["lb-1", "lb-2"], 3000)
+    frozen = insts[1]
+    # a client of the frozen instance; its requests wait in the socket
+    c = Resp(frozen.port, timeout=10.0)
+    assert c.call("GET", "k1") == b"v1"
+    frozen.proc.send_signal(signal.SIGSTOP)
+    try:
+        epoch, _ = add(insts[0], servers, "s1")
+        wait_ended(insts[:1], epoch, timeout=30.0)
+        moved = [k for k in keys if holders(servers, k) == ["s1"]]
+        assert moved, "nothing moved to s1"
+        # sent while it is frozen: a write of a moved key, and reads
+        k = moved[0]
+        c.send(encode("SET", k, "lost?") + encode("GET", k) +
+               encode("GET", moved[-1]))
+    finally:
+        frozen.proc.send_signal(signal.SIGCONT)
+    replies = c.read_replies(3)
+    for r in replies:
+        assert isinstance(r, Err) and r.startswith(
+            "ERR no member available: this chashd may have lost its etcd "
+            "lease"), replies
+    # back once registered again, the migration it missed applied
+    wait_for(lambda: c.call("GET", moved[-1]) == keys[moved[-1]].encode(),
+             timeout=15.0, what="lb-2 to serve again")
+    # the write it refused never ran: every key once, right, everywhere
+    check_data(insts, servers, keys, None)
+    log = frozen.log()
+    assert "lost its lease" in log or "could not renew its lease" in log, \
+        log[-2000:]
+    assert "pools with migration: copy serve again" in log, log[-2000:]
+    st, m, _ = frozen.api.call("GET", "/metrics")
+    assert "chashd_etcd_fences_total 1\n" in m and \
+        "chashd_etcd_fenced 0\n" in m, m
+    assert frozen.api.ok("GET", "/api/cluster")["etcd"]["fenced"] is False
