@@ -1093,9 +1093,11 @@ session_main(void *arg)
         json_t *rq, *out = NULL;
         long st;
 
-        /* the admin API's writes first: an operator waits */
+        /* the admin API's writes first: an operator waits; but not
+         * before a keepalive that is due (a stream of writes must not
+         * let the lease lapse: copy pools fence themselves then) */
         pthread_mutex_lock(&E.mu);
-        wr = E.writes;
+        wr = lease != 0 && now >= next_ka ? NULL : E.writes;
         if (wr != NULL) {
             E.writes = wr->next;
             if (E.writes == NULL)
