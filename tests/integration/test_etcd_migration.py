@@ -449,3 +449,47 @@ def test_a_resumed_instance_answers_no_key_until_it_is_back(
     assert "chashd_etcd_fences_total 1\n" in m and \
         "chashd_etcd_fenced 0\n" in m, m
     assert frozen.api.ok("GET", "/api/cluster")["etcd"]["fenced"] is False
+
+
+def test_etcd_down_past_the_lease_fences_copy_pools_only(
+        procs, tmp_path, etcd):
+    """etcd down for longer than the lease (2 s): the instance cannot know
+    whether another one, reaching etcd, was left to move keys without it,
+    so its copy pool answers every key with an error (its clients'
+    connections kept); a pool that does not copy keys serves on from its
+    last ring. Once etcd is back and the same lease renews, the copy pool
+    serves every key right again."""
+    servers = redis_servers(procs, ["r1", "r2", "r3", "p1", "p2"])
+    seeds = [(n, servers[n].addr, 1) for n in ("r1", "r2", "r3")]
+    copy = Instance(procs, tmp_path, etcd, unique_prefix(), "lb-c",
+                    {POOL: seeds}, pool_opts=OPTS)
+    plain = Instance(procs, tmp_path, etcd, unique_prefix(), "lb-p",
+                     {POOL: [(n, servers[n].addr, 1) for n in ("p1", "p2")]},
+                     pool_opts=dict(OPTS, migration="off"))
+    wait_listening([copy, plain])
+    keys = fill(copy, 200)
+    fill(plain, 200)
+    cc, pc = Resp(copy.port, timeout=10.0), Resp(plain.port, timeout=10.0)
+    etcd.stop()
+    try:
+        # fenced within the lease's four fifths (1.6 s) of the last renewal
+        wait_for(lambda: isinstance(cc.call("GET", "k7"), Err), timeout=5.0,
+                 interval=0.1, what="the copy pool to fence")
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 1.5:
+            r = cc.call("GET", "k%d" % int(time.monotonic() * 1000 % 200))
+            assert isinstance(r, Err) and "lost its etcd lease" in r, r
+            assert cc.call("SET", "k3", "lost?") != Simple("OK")
+            assert pc.call("GET", "k5") == b"v5"
+            time.sleep(0.05)
+        assert cc.call("PING") == Simple("PONG")   # no key: answered
+        assert copy.etcd_state()["fenced"] is True
+        assert plain.etcd_state()["fenced"] is False
+    finally:
+        etcd.start()
+    wait_for(lambda: cc.call("GET", "k7") == b"v7", timeout=15.0,
+             interval=0.1, what="the copy pool to serve again")
+    wrong = [k for k, v in keys.items() if cc.call("GET", k) != v.encode()]
+    assert wrong == [], wrong[:10]
+    st = copy.etcd_state()
+    assert st["fenced"] is False and st["fences"] == 1, st

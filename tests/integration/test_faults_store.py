@@ -563,11 +563,15 @@ def test_etcd_flapping_under_load(procs, tmp_path, etcd):
     """etcd stopped and started again, three times, under a client's load
     on a redis pool whose members come from etcd: not one error, the
     client's connection kept, the pool's members unchanged, and chashd's
-    descriptors back to the baseline once it is reconnected to etcd."""
+    descriptors back to the baseline once it is reconnected to etcd. (The
+    pool copies keys, redis's default: its fence goes up only once the
+    lease may have expired -- 10 s here, far beyond each outage; etcd keeps
+    a lease over its own restart. test_etcd_migration.py has etcd down
+    past the lease.)"""
     servers = [RedisServer(procs) for _ in range(3)]
     seed = [("m%d" % (i + 1), s.addr, 1) for i, s in enumerate(servers)]
     inst = Instance(procs, tmp_path, etcd, unique_prefix(), "lb-1",
-                    {POOL: seed},
+                    {POOL: seed}, lease_ttl="10s",
                     pool_opts={"mode": "redis", "preconnect": "true"})
 
     def pong():
