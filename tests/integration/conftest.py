@@ -306,6 +306,29 @@ class Chashd:
         return rss_kib(self.proc.pid)
 
 
+def flood(s, limit, seconds=15):
+    """Send from non-blocking <s> until it stays blocked for 0.5 s, it is
+    closed, <limit> bytes or <seconds>. Returns (bytes sent, "stalled" |
+    "closed" | "never held back")."""
+    s.setblocking(False)
+    chunk = os.urandom(64 * 1024)
+    sent, stalled = 0, None
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and sent < limit:
+        try:
+            sent += s.send(chunk)
+            stalled = None
+        except BlockingIOError:
+            if stalled is None:
+                stalled = time.monotonic()
+            elif time.monotonic() - stalled > 0.5:
+                return sent, "stalled"
+            time.sleep(0.01)
+        except OSError:
+            return sent, "closed"
+    return sent, "never held back"
+
+
 def pytest_report_header(config):
     """Who moves the bytes of tcp pools that do not say, in this run:
     chashd's splice (fast_path: off, the default) or the kernel

@@ -9,8 +9,8 @@ import socket
 import time
 
 from conftest import (GLOBAL, KeepAlive, can_connect, client_ip,
-                      connect_from, fetch, free_port, lookup_config,
-                      pool_yaml, recv_all, wait_for)
+                      connect_from, fetch, flood, free_port,
+                      lookup_config, pool_yaml, recv_all, wait_for)
 
 
 def test_reload_keeps_established_connections(backends, chashd):
@@ -154,24 +154,11 @@ def test_back_pressure_bounds_memory(backends, chashd):
     d = chashd(GLOBAL + pool_yaml("web", port, bs, fast_path="off"), port)
     rss0 = d.rss_kib()
     s = connect_from("127.0.0.5", port, timeout=5)
-    s.setblocking(False)
-    chunk = os.urandom(64 * 1024)
-    sent = 0
-    stalled = None
-    deadline = time.monotonic() + 10
     # we never read: the echo server's writes block, so it stops reading,
     # so chashd must stop reading us, so our sends must stall
-    while time.monotonic() < deadline and sent < 256 * 1024 * 1024:
-        try:
-            sent += s.send(chunk)
-            stalled = None
-        except BlockingIOError:
-            if stalled is None:
-                stalled = time.monotonic()
-            elif time.monotonic() - stalled > 0.5:
-                break
-            time.sleep(0.01)
-    assert stalled is not None, "sender never blocked (%d bytes)" % sent
+    sent, how = flood(s, 256 * 1024 * 1024, seconds=10)
+    assert how == "stalled", "sender never blocked (%d bytes): %s" % (sent,
+                                                                      how)
     assert sent < 64 * 1024 * 1024      # kernel buffers, not unbounded
     assert d.rss_kib() - rss0 < 8 * 1024, (rss0, d.rss_kib())
     # and nothing was lost: read back everything, in order

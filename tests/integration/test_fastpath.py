@@ -17,8 +17,8 @@ import urllib.request
 import pytest
 
 from admin_util import parse_metrics
-from conftest import (CHASHD, connect_from, free_port, pool_yaml, recv_all,
-                      wait_for)
+from conftest import (CHASHD, connect_from, flood, free_port, pool_yaml,
+                      recv_all, wait_for)
 
 MB = 1024 * 1024
 
@@ -197,29 +197,6 @@ def recv_exact(s, n):
             break
         buf += chunk
     return buf
-
-
-def flood(s, limit):
-    """Send from non-blocking <s> until it stays blocked for 0.5 s, it is
-    closed, <limit> bytes or 15 s. Returns (bytes sent, "stalled" |
-    "closed" | "never held back")."""
-    s.setblocking(False)
-    chunk = os.urandom(64 * 1024)
-    sent, stalled = 0, None
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and sent < limit:
-        try:
-            sent += s.send(chunk)
-            stalled = None
-        except BlockingIOError:
-            if stalled is None:
-                stalled = time.monotonic()
-            elif time.monotonic() - stalled > 0.5:
-                return sent, "stalled"
-            time.sleep(0.01)
-        except OSError:
-            return sent, "closed"
-    return sent, "never held back"
 
 
 def test_a_member_that_stops_reading_holds_the_client_back(sockmap, chashd):
