@@ -184,17 +184,18 @@ static struct {
  *     its TTL, less a margin); the session's calls may block, so the
  *     workers compare the time themselves;
  *   - or the lease was lost and this instance is not back yet: a new
- *     lease, its record put at F.rejoin_rev under it, and that record seen
- *     back by the watch with every pool change before it published (then
- *     every migration it missed is in its snapshots, and every later one
- *     waits for its barrier).
+ *     lease (F.rejoin_lease), its record put under it and seen back by
+ *     the watch -- under that lease: a record listed before a wipe of etcd
+ *     cannot pass for it -- with every pool change before it published
+ *     (then every migration it missed is in its snapshots, and every later
+ *     one waits for its barrier).
  */
 static struct {
     _Atomic uint64_t until_ms; /* monotonic; 0: no lease granted yet */
     atomic_bool rejoining;
-    uint64_t rejoin_rev; /* under E.mu; 0: the record is not put yet */
-    bool said;           /* control thread: the fence is logged */
-    uint64_t fences;     /* control thread: times it was raised */
+    int64_t rejoin_lease; /* under E.mu; the new lease, 0: none yet */
+    bool said;            /* control thread: the fence is logged */
+    uint64_t fences;      /* control thread: times it was raised */
 } F;
 
 /* The session: a lease of <ttl_s> seconds granted or renewed by a call
@@ -202,7 +203,7 @@ static struct {
 static void
 fence_lease(uint64_t sent_ms, int64_t ttl_s)
 {
-    uint64_t ttl = (uint64_t)ttl_s * 1000u;
+    uint64_t ttl = ttl_s > 0 ? (uint64_t)ttl_s * 1000u : cfg.lease_ttl_ms;
 
     atomic_store(&F.until_ms, sent_ms + ttl - ttl / 5);
 }
@@ -212,7 +213,7 @@ static void
 fence_rejoin(void)
 {
     pthread_mutex_lock(&E.mu);
-    F.rejoin_rev = 0;
+    F.rejoin_lease = 0;
     atomic_store(&F.rejoining, true);
     pthread_mutex_unlock(&E.mu);
 }
@@ -577,7 +578,7 @@ jvalue(const char *value, size_t len)
  * "/barrier/<epoch>.<stage>/<id>"), with their create revision third. */
 static void
 watcher_kv(struct watcher *w, const char *b64key, const char *b64value,
-           int64_t mod_rev, int64_t create_rev, bool del)
+           int64_t mod_rev, int64_t create_rev, int64_t lease, bool del)
 {
     size_t klen, vlen = 0, plen = strlen(cfg.prefix);
     char *key = b64key ? etcd_b64_decode(b64key, &klen) : NULL;
@@ -599,9 +600,10 @@ watcher_kv(struct watcher *w, const char *b64key, const char *b64value,
         if (del)
             json_object_del(w->instances, member);
         else
-            json_object_set_new(
-                w->instances, member,
-                json_pack("[I,o]", (json_int_t)mod_rev, jvalue(value, vlen)));
+            json_object_set_new(w->instances, member,
+                                json_pack("[I,o,I]", (json_int_t)mod_rev,
+                                          jvalue(value, vlen),
+                                          (json_int_t)lease));
         w->inst_touched = true;
         goto out;
     }
@@ -794,7 +796,8 @@ watcher_list(struct watcher *w)
         watcher_kv(w, json_string_value(json_object_get(kv, "key")),
                    json_string_value(json_object_get(kv, "value")),
                    jint(json_object_get(kv, "mod_revision")),
-                   jint(json_object_get(kv, "create_revision")), false);
+                   jint(json_object_get(kv, "create_revision")),
+                   jint(json_object_get(kv, "lease")), false);
     }
     w->next_rev = jint(jpath(out, "header", "revision")) + 1;
     json_decref(out);
@@ -886,6 +889,7 @@ watcher_line(struct ehttp *eh, const char *s, size_t n, void *arg)
             watcher_kv(w, json_string_value(json_object_get(kv, "key")),
                        json_string_value(json_object_get(kv, "value")), mr,
                        jint(json_object_get(kv, "create_revision")),
+                       jint(json_object_get(kv, "lease")),
                        type != NULL && strcmp(type, "DELETE") == 0);
             if (mr > last)
                 last = mr;
@@ -1132,6 +1136,10 @@ session_main(void *arg)
                 jint(json_object_get(out, "ID")) != 0) {
                 lease = jint(json_object_get(out, "ID"));
                 fence_lease(sent, jint(json_object_get(out, "TTL")));
+                pthread_mutex_lock(&E.mu);
+                if (atomic_load(&F.rejoining))
+                    F.rejoin_lease = lease; /* back once seen under it */
+                pthread_mutex_unlock(&E.mu);
                 refused_said = false;
                 next_ka = now + cfg.lease_ttl_ms / 3;
                 dirty = record != NULL;
@@ -1191,12 +1199,6 @@ session_main(void *arg)
                            sizeof(err)) == 0) {
                 dirty = false;
                 refused_said = false;
-                /* back: the record's revision, for the control thread */
-                pthread_mutex_lock(&E.mu);
-                if (atomic_load(&F.rejoining) && F.rejoin_rev == 0)
-                    F.rejoin_rev =
-                        (uint64_t)jint(jpath(out, "header", "revision"));
-                pthread_mutex_unlock(&E.mu);
             } else if (st == 404) {
                 lease = 0; /* "requested lease not found": etcd wiped */
                 fence_rejoin();
@@ -1444,9 +1446,9 @@ writes_settle(void)
     }
 }
 
-/* A lost lease is behind this instance once its record, put under the
- * new lease, is seen back and every pool change before it is published
- * (the fence, above). */
+/* A lost lease is behind this instance once its record is seen back
+ * under the new lease and every pool change before it is published (the
+ * fence, above). */
 static void
 fence_check(void)
 {
@@ -1455,8 +1457,7 @@ fence_check(void)
     if (!atomic_load(&F.rejoining) || C.pending_pubs > 0 || me == NULL)
         return;
     pthread_mutex_lock(&E.mu);
-    if (F.rejoin_rev != 0 &&
-        (uint64_t)jint(json_array_get(me, 0)) >= F.rejoin_rev)
+    if (F.rejoin_lease != 0 && jint(json_array_get(me, 2)) == F.rejoin_lease)
         atomic_store(&F.rejoining, false);
     pthread_mutex_unlock(&E.mu);
 }

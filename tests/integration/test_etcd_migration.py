@@ -493,3 +493,25 @@ def test_etcd_down_past_the_lease_fences_copy_pools_only(
     assert wrong == [], wrong[:10]
     st = copy.etcd_state()
     assert st["fenced"] is False and st["fences"] == 1, st
+
+
+def test_a_copy_pool_serves_again_after_etcd_is_wiped(procs, tmp_path, etcd):
+    """etcd wiped (a new, empty data dir): the instance's lease is gone with
+    it, so its copy pool fences; it grants a new lease, seeds etcd again,
+    sees its record back under that lease and serves every key again --
+    a record of the old etcd must not pass for it."""
+    prefix = unique_prefix()
+    servers = redis_servers(procs, ["r1", "r2", "r3"])
+    inst = start(procs, tmp_path, etcd, prefix, ["lb-1"], servers)[0]
+    wait_listening([inst])
+    keys = fill(inst, 300)
+    etcd.wipe_restart()
+    c = Resp(inst.port, timeout=10.0)
+    wait_for(lambda: inst.etcd_state()["fences"] >= 1, timeout=15.0,
+             interval=0.1, what="the fence to go up")
+    wait_for(lambda: c.call("GET", "k9") == b"v9", timeout=20.0,
+             interval=0.1, what="the copy pool to serve again")
+    wrong = [k for k, v in keys.items() if c.call("GET", k) != v.encode()]
+    assert wrong == [], wrong[:10]
+    assert inst.etcd_state()["fenced"] is False
+    assert sorted(Tree(etcd, prefix).members(POOL)) == ["r1", "r2", "r3"]
