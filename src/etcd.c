@@ -190,6 +190,8 @@ static struct {
  *     (then every migration it missed is in its snapshots, and every later
  *     one waits for its barrier).
  */
+#define FENCE_MARGIN_MS 250 /* at most; a tenth of shorter leases */
+
 static struct {
     _Atomic uint64_t until_ms; /* monotonic; 0: no lease granted yet */
     atomic_bool rejoining;
@@ -205,7 +207,12 @@ fence_lease(uint64_t sent_ms, int64_t ttl_s)
 {
     uint64_t ttl = ttl_s > 0 ? (uint64_t)ttl_s * 1000u : cfg.lease_ttl_ms;
 
-    atomic_store(&F.until_ms, sent_ms + ttl - ttl / 5);
+    /* etcd counts the TTL from when it took the call, after <sent_ms>,
+     * and revokes later still (its expiry check runs every 500 ms); the
+     * margin covers the workers' coarse clock and a slow clock here */
+    atomic_store(&F.until_ms,
+                 sent_ms + ttl -
+                     (ttl / 10 < FENCE_MARGIN_MS ? ttl / 10 : FENCE_MARGIN_MS));
 }
 
 /* The session: the lease is lost; fenced until this instance is back. */
@@ -1141,7 +1148,7 @@ session_main(void *arg)
                     F.rejoin_lease = lease; /* back once seen under it */
                 pthread_mutex_unlock(&E.mu);
                 refused_said = false;
-                next_ka = now + cfg.lease_ttl_ms / 3;
+                next_ka = now + cfg.lease_ttl_ms / 4;
                 dirty = record != NULL;
                 backoff = BACKOFF_MIN_MS;
             } else {
@@ -1184,7 +1191,7 @@ session_main(void *arg)
                 fence_rejoin();
             } else {
                 fence_lease(sent, jint(jpath(out, "result", "TTL")));
-                next_ka = now + cfg.lease_ttl_ms / 3;
+                next_ka = now + cfg.lease_ttl_ms / 4;
             }
             json_decref(out);
             json_decref(rq);
