@@ -825,6 +825,9 @@ print_cluster(json_t *j)
     if (json_is_string(json_object_get(e, "last_error")) &&
         !json_is_true(json_object_get(e, "up")))
         printf("  last error: %s\n", str(e, "last_error"));
+    if (json_is_true(json_object_get(e, "fenced")))
+        printf("  FENCED: this instance may have lost its lease; pools "
+               "with migration: copy answer no key until it is back\n");
     json_array_foreach(json_object_get(e, "ignored"), i, inst)
         printf("  ignored: %s (revision %lld): %s\n", str(inst, "key"),
                num(inst, "mod_revision"), str(inst, "why"));

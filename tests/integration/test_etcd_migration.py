@@ -13,12 +13,13 @@
 # barrier waits for it until its lease ends), then resumed (it answers no
 # key until it is registered again and has the migration it missed).
 # SPDX-License-Identifier: BSD-2-Clause
+import subprocess
 import threading
 import time
 
 import pytest
 
-from conftest import wait_for
+from conftest import CHASH, wait_for
 from etcd_util import Instance, Tree, etcd, unique_prefix  # noqa: F401
 from redis_util import Err, RedisServer, Resp, Simple, encode, \
     need_chashd_redis
@@ -495,6 +496,14 @@ def test_etcd_down_past_the_lease_fences_copy_pools_only(
         assert cc.call("PING") == Simple("PONG")   # no key: answered
         assert copy.etcd_state()["fenced"] is True
         assert plain.etcd_state()["fenced"] is False
+        # what an operator sees
+        p = subprocess.run([CHASH, "ctl", "--admin", "127.0.0.1:%d"
+                            % copy.admin_port, "cluster"],
+                           capture_output=True, text=True, timeout=20)
+        assert "FENCED: this instance may have lost its lease" in p.stdout, \
+            p.stdout + p.stderr
+        st, m, _ = copy.api.call("GET", "/metrics")
+        assert "chashd_etcd_fenced 1\n" in m, m
     finally:
         etcd.start()
     wait_for(lambda: cc.call("GET", "k7") == b"v7", timeout=15.0,
