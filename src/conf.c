@@ -382,7 +382,7 @@ conf_fast_path_default(void)
     const char *v = getenv("CHASHD_FAST_PATH");
 
     return v != NULL && strcmp(v, "sockmap") == 0 ? CONF_FAST_PATH_SOCKMAP
-                                                   : CONF_FAST_PATH_OFF;
+                                                  : CONF_FAST_PATH_OFF;
 }
 
 /* One link as the config writes it: "source_ip", "cookie:session". */

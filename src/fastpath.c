@@ -56,29 +56,29 @@ extern const size_t fastpath_bpf_obj_len;
 struct fp_worker {
     uint32_t *free; /* stack of free slots */
     uint32_t nfree;
-    bool filled;                 /* <free> holds the worker's range */
-    struct fastpath_pair pairs;  /* list head (prev/next only) */
+    bool filled;                    /* <free> holds the worker's range */
+    struct fastpath_pair pairs;     /* list head (prev/next only) */
     struct fastpath_pair **by_slot; /* [per_worker]: the pair in a slot */
-    struct timer sweep;          /* armed while <pairs> is not empty */
+    struct timer sweep;             /* armed while <pairs> is not empty */
     struct worker *w;
     /* its ring (fastpath_abi.h): the program's notes, read in place */
     struct ev ring_ev;
-    int ring;                        /* the ring map, in the worker's epoll */
-    unsigned long *ring_consumer;    /* page 0, ours to write */
+    int ring;                     /* the ring map, in the worker's epoll */
+    unsigned long *ring_consumer; /* page 0, ours to write */
     const unsigned long *ring_producer; /* page 1, the kernel's */
-    const char *ring_data;           /* FP_RING_SIZE bytes, mapped twice */
+    const char *ring_data;              /* FP_RING_SIZE bytes, mapped twice */
 };
 
 static struct {
     _Atomic bool ready; /* written once by the control thread */
     struct bpf_object *obj;
-    int socks, holds, ends;   /* map descriptors */
-    struct fp_pair *pairs;    /* the `pairs` map, mapped */
+    int socks, holds, ends; /* map descriptors */
+    struct fp_pair *pairs;  /* the `pairs` map, mapped */
     size_t pairs_len;
-    uint32_t per_worker;      /* slots per worker */
+    uint32_t per_worker; /* slots per worker */
     unsigned nworkers;
     struct fp_worker *workers;
-    char libbpf_msg[256];     /* libbpf's last warning, for <why> */
+    char libbpf_msg[256]; /* libbpf's last warning, for <why> */
 } fp = {.socks = -1, .holds = -1, .ends = -1};
 
 /* libbpf prints nothing of its own: its last warning goes into why the
@@ -120,8 +120,7 @@ ring_map(struct fp_worker *fw)
     long pg = sysconf(_SC_PAGESIZE);
     void *c, *p;
 
-    c = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE, MAP_SHARED, fw->ring,
-             0);
+    c = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE, MAP_SHARED, fw->ring, 0);
     if (c == MAP_FAILED)
         return -1;
     p = mmap(NULL, (size_t)pg + 2 * FP_RING_SIZE, PROT_READ, MAP_SHARED,
@@ -159,16 +158,15 @@ map_fd(const char *map)
 int
 fastpath_init(unsigned workers, char *why, size_t whylen)
 {
-    LIBBPF_OPTS(bpf_object_open_opts, opts,
-                .object_name = "chashd_fastpath");
+    LIBBPF_OPTS(bpf_object_open_opts, opts, .object_name = "chashd_fastpath");
     struct bpf_program *prog;
     int pairs_fd, rings_fd, err;
     void *m;
 
     INVARIANT(!fastpath_ready() && workers > 0);
     libbpf_set_print(libbpf_print);
-    fp.obj = bpf_object__open_mem(fastpath_bpf_obj, fastpath_bpf_obj_len,
-                                  &opts);
+    fp.obj =
+        bpf_object__open_mem(fastpath_bpf_obj, fastpath_bpf_obj_len, &opts);
     if (fp.obj == NULL) {
         snprintf(why, whylen, "libbpf cannot open the program: %s",
                  strerror(errno));
@@ -237,8 +235,8 @@ fastpath_init(unsigned workers, char *why, size_t whylen)
             snprintf(why, whylen, "out of memory");
             goto fail;
         }
-        fw->ring = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "chashd_fp_ring", 0,
-                                  0, FP_RING_SIZE, NULL);
+        fw->ring = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "chashd_fp_ring", 0, 0,
+                                  FP_RING_SIZE, NULL);
         if (fw->ring < 0 ||
             bpf_map_update_elem(rings_fd, &i, &fw->ring, BPF_ANY) < 0 ||
             ring_map(fw) < 0) {
@@ -330,7 +328,8 @@ fastpath_built_in(void)
     return true;
 }
 
-/* ---- the worker's pairs --------------------------------------------------- */
+/* ---- the worker's pairs ---------------------------------------------------
+ */
 
 /* The worker's ring has notes: each names a pair slot whose direction
  * moved FASTPATH_NOTE since chashd last looked; the pair's sweep looks
@@ -352,8 +351,8 @@ ring_event(struct worker *w, struct ev *ev, uint32_t events)
 
         if (len & BPF_RINGBUF_BUSY_BIT)
             break; /* being written: its commit wakes us again */
-        cons += (BPF_RINGBUF_HDR_SZ + (len & ~BPF_RINGBUF_DISCARD_BIT) + 7) &
-                ~7ul;
+        cons +=
+            (BPF_RINGBUF_HDR_SZ + (len & ~BPF_RINGBUF_DISCARD_BIT) + 7) & ~7ul;
         if (!(len & BPF_RINGBUF_DISCARD_BIT) && (len & 0xffffff) >= 4) {
             memcpy(&slot, rec + BPF_RINGBUF_HDR_SZ, sizeof(slot));
             slot -= w->id * fp.per_worker;
@@ -489,8 +488,8 @@ fastpath_enter(struct worker *w, struct fastpath_pair *p, int client_fd,
         store64(&slot->note[i], FASTPATH_NOTE);
     }
     for (int i = 0; i < 2; i++) {
-        struct fp_end e = {.pair = p->slot, .side = (uint32_t)i,
-                           .worker = w->id};
+        struct fp_end e = {
+            .pair = p->slot, .side = (uint32_t)i, .worker = w->id};
 
         if (bpf_map_update_elem(fp.ends, &p->cookie[i], &e, BPF_NOEXIST) < 0)
             goto undo;
@@ -514,8 +513,10 @@ fastpath_enter(struct worker *w, struct fastpath_pair *p, int client_fd,
                 goto undo;
             /* The member's input stays chashd's (out of memory, rare):
              * the client's still goes to it through `holds`. */
-            log_warn_limited(1, "fast path: sockhash: %s; a member's "
-                                "bytes stay in user space", strerror(errno));
+            log_warn_limited(1,
+                             "fast path: sockhash: %s; a member's "
+                             "bytes stay in user space",
+                             strerror(errno));
             break;
         }
         p->in[i] = true;
@@ -614,10 +615,8 @@ fastpath_pending(struct fastpath_pair *p, int side)
     p->drained[side] = red - (uint64_t)pending;
     /* The bound moves with what the peer has taken; the next look comes
      * when the kernel has moved FASTPATH_NOTE more than that. */
-    store64(&fp.pairs[p->slot].limit[side],
-            p->drained[side] + FASTPATH_WINDOW);
-    store64(&fp.pairs[p->slot].note[side],
-            p->drained[side] + FASTPATH_NOTE);
+    store64(&fp.pairs[p->slot].limit[side], p->drained[side] + FASTPATH_WINDOW);
+    store64(&fp.pairs[p->slot].note[side], p->drained[side] + FASTPATH_NOTE);
     return pending;
 }
 

@@ -124,8 +124,7 @@ fast_sweep(struct worker *w, struct fastpath_pair *fp)
                                  "does not read what it is sent; the kernel "
                                  "held %llu MB of it (fast_path's bound)",
                                  c->pool->name,
-                                 i == FASTPATH_CLIENT ? "a client"
-                                                      : "a member",
+                                 i == FASTPATH_CLIENT ? "a client" : "a member",
                                  (unsigned long long)(left >> 20));
                 splice_close(w, c);
                 return;

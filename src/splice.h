@@ -73,20 +73,20 @@ struct splice {
     int client_family;            /* the client socket's (AF_INET...) */
     /* The fast path (fastpath.h): once chashd holds none of the pair's
      * bytes, the kernel moves them; chashd still sees every edge. */
-    bool fast;          /* in the fast path */
-    bool fast_tried;    /* entered it, or will not */
-    bool fast_quiet;    /* watched for hang-ups and errors only */
-    bool fast_out[2];   /* the program holds the way from end i for
-                           chashd, and the kernel's queue was out since */
-    uint64_t fast_read[2];   /* bytes chashd read from end i since then */
-    uint64_t fast_folded[2]; /* the kernel's bytes counted in the stats */
+    bool fast;                  /* in the fast path */
+    bool fast_tried;            /* entered it, or will not */
+    bool fast_quiet;            /* watched for hang-ups and errors only */
+    bool fast_out[2];           /* the program holds the way from end i for
+                                   chashd, and the kernel's queue was out since */
+    uint64_t fast_read[2];      /* bytes chashd read from end i since then */
+    uint64_t fast_folded[2];    /* the kernel's bytes counted in the stats */
     uint64_t fast_looked_ms[2]; /* when its bound was last raised */
-    uint64_t close_by_ms;    /* closing once the kernel's bytes for the
-                                healthy end are out, at the latest then
-                                (0: not closing) */
-    int fast_bad;            /* closing: the end that failed */
-    uint32_t wait_ms;        /* the back-off of <wait> */
-    struct timer wait;       /* bytes of the kernel's still on their way */
+    uint64_t close_by_ms;       /* closing once the kernel's bytes for the
+                                   healthy end are out, at the latest then
+                                   (0: not closing) */
+    int fast_bad;               /* closing: the end that failed */
+    uint32_t wait_ms;           /* the back-off of <wait> */
+    struct timer wait;          /* bytes of the kernel's still on their way */
     struct fastpath_pair fp;
 };
 

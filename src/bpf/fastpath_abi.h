@@ -13,7 +13,7 @@
 #define FP_MEMBER 1
 
 /* The sockhash key of end <side> of pair slot <pair>. */
-#define FP_SOCK_KEY(pair, side) ((pair) * 2 + (side))
+#define FP_SOCK_KEY(pair, side) ((pair)*2 + (side))
 
 /*
  * Two sockhashes hold a pair's ends, both keyed by FP_SOCK_KEY:
