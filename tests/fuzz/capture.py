@@ -213,6 +213,18 @@ def have(prog):
     return True
 
 
+def keep_exchange(relay, req, rep):
+    """What the clients sent into <req>, what the server answered into
+    <rep> (whole streams, then as it came in pieces), both written."""
+    for i, s in enumerate(relay.streams("sent")):
+        req.add("conn%d" % i, s)
+    for i, s in enumerate(relay.streams("received")):
+        rep.add("conn%d" % i, s)
+    for i, p in enumerate(relay.pieces("received")):
+        rep.add("piece%d" % i, p)
+    req.write()
+    rep.write()
+
 # ---- conf: the shipped configs and the docs' examples -------------------
 
 def yaml_blocks(path):
@@ -301,14 +313,7 @@ def group_redis():
                 while s.recv(65536):
                     pass
         relay.close()
-    for i, s in enumerate(relay.streams("sent")):
-        req.add("conn%d" % i, s)
-    for i, s in enumerate(relay.streams("received")):
-        rep.add("conn%d" % i, s)
-    for i, p in enumerate(relay.pieces("received")):
-        rep.add("piece%d" % i, p)
-    req.write()
-    rep.write()
+    keep_exchange(relay, req, rep)
 
 
 # ---- memcache: libmemcached's tools and the text and meta protocols -------
@@ -377,14 +382,7 @@ def group_memcache():
             run(["memcslap", srv, "--concurrency=2", "--execute-number=100",
                  "--initial-load=20", "--non-blocking"], timeout=60)
         relay.close()
-    for i, s in enumerate(relay.streams("sent")):
-        req.add("conn%d" % i, s)
-    for i, s in enumerate(relay.streams("received")):
-        rep.add("conn%d" % i, s)
-    for i, p in enumerate(relay.pieces("received")):
-        rep.add("piece%d" % i, p)
-    req.write()
-    rep.write()
+    keep_exchange(relay, req, rep)
 
 
 # ---- http: curl against nginx ---------------------------------------------

@@ -410,55 +410,54 @@ dump(const json_t *j)
     return text;
 }
 
+/* A member body for <parse> (the add or the patch parser, of op <op>):
+ * refused with a message and nothing filled in, or taken whole, and its
+ * JSON text again is taken alike. */
+typedef json_t *member_parse_fn(const char *body, size_t len,
+                                struct membership_request *mr, char *err,
+                                size_t errlen);
+
+static void
+check_member_body(member_parse_fn *parse, int op, const char *body, size_t len)
+{
+    struct membership_request mr, again;
+    char err[512], err2[512], *text;
+    json_t *j, *j2;
+
+    err[0] = '\0';
+    j = parse(body, len, &mr, err, sizeof(err));
+    if (j == NULL) {
+        check_message(err, sizeof(err));
+        if (mr.op != op ||
+            (op == MEMBERSHIP_ADD
+                 ? mr.name || mr.address || mr.zone || mr.has_weight || mr.force
+                 : mr.has_weight || mr.has_admin))
+            abort(); /* nothing filled in */
+        return;
+    }
+    check_member(&mr, op);
+    text = dump(j);
+    j2 = parse(text, strlen(text), &again, err2, sizeof(err2));
+    if (j2 == NULL || !same_member(&mr, &again))
+        abort();
+    json_decref(j2);
+    free(text);
+    json_decref(j);
+}
+
 static void
 check_body(const char *body, size_t len)
 {
     static struct membership_batch_op ops[ADMIN_BATCH_MAX],
         again_ops[ADMIN_BATCH_MAX];
-    struct membership_request mr, again;
     char err[512], err2[512];
     json_t *j, *j2;
     size_t n, n2;
     char *text;
 
-    /* POST .../members */
-    err[0] = '\0';
-    j = admin_member_add_body(body, len, &mr, err, sizeof(err));
-    if (j == NULL) {
-        check_message(err, sizeof(err));
-        if (mr.op != MEMBERSHIP_ADD || mr.name || mr.address || mr.zone ||
-            mr.has_weight || mr.force)
-            abort(); /* nothing filled in */
-    } else {
-        check_member(&mr, MEMBERSHIP_ADD);
-        text = dump(j);
-        j2 = admin_member_add_body(text, strlen(text), &again, err2,
-                                   sizeof(err2));
-        if (j2 == NULL || !same_member(&mr, &again))
-            abort();
-        json_decref(j2);
-        free(text);
-        json_decref(j);
-    }
-
-    /* PATCH .../members/{name} */
-    err[0] = '\0';
-    j = admin_member_patch_body(body, len, &mr, err, sizeof(err));
-    if (j == NULL) {
-        check_message(err, sizeof(err));
-        if (mr.op != MEMBERSHIP_UPDATE || mr.has_weight || mr.has_admin)
-            abort();
-    } else {
-        check_member(&mr, MEMBERSHIP_UPDATE);
-        text = dump(j);
-        j2 = admin_member_patch_body(text, strlen(text), &again, err2,
-                                     sizeof(err2));
-        if (j2 == NULL || !same_member(&mr, &again))
-            abort();
-        json_decref(j2);
-        free(text);
-        json_decref(j);
-    }
+    /* POST .../members, PATCH .../members/{name} */
+    check_member_body(admin_member_add_body, MEMBERSHIP_ADD, body, len);
+    check_member_body(admin_member_patch_body, MEMBERSHIP_UPDATE, body, len);
 
     /* POST .../changes */
     err[0] = '\0';
