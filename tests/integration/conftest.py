@@ -100,6 +100,19 @@ def client_ip(i):
     return "127.0.%d.%d" % (10 + i // 250, 2 + i % 250)
 
 
+def log_lines(path):
+    """The complete lines of the log file <path> ([] before it exists). A
+    read can meet a line still being written (the kernel makes an append
+    visible a page at a time), so a last line without its newline is left
+    for the next read."""
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return []
+    return text[:text.rfind("\n") + 1].splitlines()
+
+
 def connect_from(src, port, timeout=3.0):
     """A socket connected to 127.0.0.1:<port> from source address <src>."""
     s = socket.socket()

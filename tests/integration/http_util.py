@@ -8,7 +8,7 @@ import os
 import socket
 import sys
 
-from conftest import GLOBAL, can_connect, free_port, wait_for
+from conftest import GLOBAL, can_connect, free_port, log_lines, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STUB = os.path.join(HERE, "http_backend.py")
@@ -44,12 +44,8 @@ class HttpBackend:
 
     def requests(self):
         """The requests received so far: [(mode answered, head)]."""
-        try:
-            with open(self.mode + ".requests") as f:
-                rows = [json.loads(line) for line in f]
-        except FileNotFoundError:
-            return []
-        return [(r["mode"], r["head"]) for r in rows]
+        rows = log_lines(self.mode + ".requests")
+        return [(r["mode"], r["head"]) for r in map(json.loads, rows)]
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:

@@ -14,7 +14,8 @@ import subprocess
 import time
 
 from conftest import (CHASHD, GLOBAL, client_ip, connect_from, free_port,
-                      lookup_config, pool_yaml, recv_all, wait_for)
+                      log_lines, lookup_config, pool_yaml, recv_all,
+                      wait_for)
 
 REQUEST = b"GET / HTTP/1.0\r\nHost: t\r\n\r\n"
 
@@ -27,19 +28,11 @@ LINE = re.compile(r"^(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) "
                   r"(?P<bytes_in>\d+)B/(?P<bytes_out>\d+)B$")
 
 
-def read_lines(path):
-    try:
-        with open(path, encoding="ascii") as f:
-            return f.read().splitlines()
-    except FileNotFoundError:
-        return []
-
-
 def parse_text(path):
     """The text lines of <path> as dicts; a line that does not parse
     fails the test."""
     out = []
-    for line in read_lines(path):
+    for line in log_lines(path):
         m = LINE.match(line)
         assert m, "not an access log line: %r" % line
         out.append(m.groupdict())
@@ -47,7 +40,7 @@ def parse_text(path):
 
 
 def parse_json(path):
-    return [json.loads(line) for line in read_lines(path)]
+    return [json.loads(line) for line in log_lines(path)]
 
 
 def request_from(src, port):

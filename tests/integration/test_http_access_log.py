@@ -4,22 +4,14 @@ key, the hash_key link used, how the member was chosen (first choice, or
 failed over when it is down), the request line and the status -- also for
 the answers chashd writes itself."""
 import json
-import os
 import re
 
-from conftest import free_port, lookup_config, wait_for
+from conftest import free_port, log_lines, lookup_config, wait_for
 from http_util import connection, get_json, http_backends, http_pool, raw
 
 # ... "GET /x?y=1 HTTP/1.1" 200 key=cookie:session
 HTTP_TAIL = re.compile(r' "(?P<method>\S+) (?P<target>\S+) (?P<version>\S+)" '
                        r'(?P<status>\d+) key=(?P<key>\S+)')
-
-
-def lines(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return f.read().splitlines()
 
 
 def test_json_lines_per_request(procs, chashd):
@@ -39,8 +31,8 @@ def test_json_lines_per_request(procs, chashd):
     get_json(conn, "/b", {"X-User-Id": users[0]})
     get_json(conn, "/c")
     raw(port, b"GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n")
-    wait_for(lambda: len(lines(log)) >= len(users) + 3, what="log lines")
-    got = [json.loads(x) for x in lines(log)]
+    wait_for(lambda: len(log_lines(log)) >= len(users) + 3, what="log lines")
+    got = [json.loads(x) for x in log_lines(log)]
     for u, e in zip(users, got):
         assert e["pool"] == "web"
         assert e["client"].startswith("127.0.0.44:")
@@ -57,12 +49,12 @@ def test_json_lines_per_request(procs, chashd):
     # the key's member stopped: the request fails over to the next one
     victim = order[users[0]][0]
     next(m for m in members if m.name == victim).stop()
-    n = len(lines(log))
+    n = len(log_lines(log))
     st, _, j = get_json(connection(port), "/d",
                         {"Cookie": "session=" + users[0]})
     assert st == 200 and j["member"] == order[users[0]][1]
-    wait_for(lambda: len(lines(log)) > n, what="the fail-over's line")
-    e = json.loads(lines(log)[-1])
+    wait_for(lambda: len(log_lines(log)) > n, what="the fail-over's line")
+    e = json.loads(log_lines(log)[-1])
     assert e["member"] == order[users[0]][1]
     assert e["routing"] == "failed_over" and e["retries"] == 1
 
@@ -76,8 +68,8 @@ def test_text_lines(procs, chashd):
     conn = connection(port)
     get_json(conn, "/x?y=1", {"X-User-Id": "t1"})
     get_json(conn, "/status/404", {"X-User-Id": "t1"})
-    wait_for(lambda: len(lines(log)) >= 2, what="log lines")
-    first, second = lines(log)[:2]
+    wait_for(lambda: len(log_lines(log)) >= 2, what="log lines")
+    first, second = log_lines(log)[:2]
     assert " web 127.0.0.1:" in first and " -> %s " % want in first
     m = HTTP_TAIL.search(first)
     assert m and m.group("method") == "GET" and m.group("target") == "/x?y=1"
