@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 
-from conftest import free_port, lookup_config
+from conftest import free_port, lookup_config, wait_for
 from fault_util import (RefusedPort, Stub, assert_flat, exchange, fd_count,
                         http_complete, http_reply, nofile_limit,
                         read_outcome, stopped)
@@ -370,7 +370,8 @@ def test_oversized_requests(procs, chashd):
 
 
 def test_out_of_descriptors(procs, chashd):
-    """With RLIMIT_NOFILE 48 and 40 clients asking at once, a client
+    """With RLIMIT_NOFILE 48 and 40 clients connected, then asking at
+    once (the accepted ones hold every descriptor), a client
     whose member connection finds no descriptor is answered 503 with
     Retry-After (no socket for a member connection), the others wait in
     the backlog: none is closed without an answer or held; once they
@@ -388,10 +389,16 @@ def test_out_of_descriptors(procs, chashd):
     def round_(i):
         held = []
         try:
+            # All connected before any asks: the accepted ones hold every
+            # descriptor (an answered client would leave one free for the
+            # next member connection when the connects come slowly).
             for k in range(40):
-                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                held.append(socket.create_connection(("127.0.0.1", port),
+                                                     timeout=5))
+            wait_for(lambda: fd_count(pid) >= 48,
+                     what="chashd's descriptors used up by clients")
+            for k, s in enumerate(held):
                 s.sendall(req("u%d" % k))
-                held.append(s)
             seen = {}
             waiting, deadline = list(held), time.monotonic() + 5
             while waiting and time.monotonic() < deadline:
