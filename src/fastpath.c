@@ -224,11 +224,13 @@ fastpath_init(unsigned workers, char *why, size_t whylen)
         snprintf(why, whylen, "out of memory");
         goto fail;
     }
+    /* None has a ring yet: the unwinding closes only those made. */
+    for (unsigned i = 0; i < workers; i++)
+        fp.workers[i].ring = -1;
     for (unsigned i = 0; i < workers; i++) {
         struct fp_worker *fw = &fp.workers[i];
 
         fw->pairs.next = fw->pairs.prev = &fw->pairs;
-        fw->ring = -1;
         fw->free = malloc(fp.per_worker * sizeof(uint32_t));
         fw->by_slot = calloc(fp.per_worker, sizeof(*fw->by_slot));
         if (fw->free == NULL || fw->by_slot == NULL) {
@@ -249,12 +251,24 @@ fastpath_init(unsigned workers, char *why, size_t whylen)
      * here on (a daemon at its descriptor limit serves a pair more per
      * two): the sockhashes hold the program, the program holds `rings`,
      * the mapping holds `pairs`. */
-    fp.socks = fcntl(fp.socks, F_DUPFD_CLOEXEC, 0);
-    fp.holds = fcntl(fp.holds, F_DUPFD_CLOEXEC, 0);
-    fp.ends = fcntl(fp.ends, F_DUPFD_CLOEXEC, 0);
-    if (fp.socks < 0 || fp.holds < 0 || fp.ends < 0) {
-        snprintf(why, whylen, "no descriptor left: %s", strerror(errno));
-        goto fail;
+    {
+        int socks = fcntl(fp.socks, F_DUPFD_CLOEXEC, 0);
+        int holds = fcntl(fp.holds, F_DUPFD_CLOEXEC, 0);
+        int ends = fcntl(fp.ends, F_DUPFD_CLOEXEC, 0);
+
+        if (socks < 0 || holds < 0 || ends < 0) {
+            snprintf(why, whylen, "no descriptor left: %s", strerror(errno));
+            if (socks >= 0)
+                close(socks);
+            if (holds >= 0)
+                close(holds);
+            if (ends >= 0)
+                close(ends);
+            goto fail; /* the object's own close with it */
+        }
+        fp.socks = socks;
+        fp.holds = holds;
+        fp.ends = ends;
     }
     bpf_object__close(fp.obj);
     fp.obj = NULL;
@@ -388,11 +402,10 @@ sweep_run(struct worker *w, struct timer *t)
  * larger: a FIN or a write of chashd's is held back, never sent early.
  */
 static int
-written(int fd, uint64_t *out)
+acked(int fd, uint64_t *out)
 {
     struct tcp_info ti;
     socklen_t len = sizeof(ti);
-    int outq = 0;
 
     memset(&ti, 0, sizeof(ti));
     if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0)
@@ -402,10 +415,47 @@ written(int fd, uint64_t *out)
         errno = EOPNOTSUPP;
         return -1;
     }
-    if (ioctl(fd, SIOCOUTQ, &outq) < 0)
-        return -1;
-    *out = ti.tcpi_bytes_acked + (uint64_t)(outq > 0 ? outq : 0);
+    *out = ti.tcpi_bytes_acked;
     return 0;
+}
+
+static int
+written(int fd, uint64_t *out)
+{
+    uint64_t a;
+    int outq = 0;
+
+    if (acked(fd, &a) < 0 || ioctl(fd, SIOCOUTQ, &outq) < 0)
+        return -1;
+    *out = a + (uint64_t)(outq > 0 ? outq : 0);
+    return 0;
+}
+
+/*
+ * The count at entry, exact: written()'s race (an ACK between its two
+ * calls) makes a later count smaller, which only makes chashd wait, but
+ * a base too small would make every later answer too small, for the
+ * pair's life. Nothing else writes to the socket here, so a count whose
+ * acked bytes are the same after SIOCOUTQ as before is exact. EAGAIN when
+ * ACKs keep coming (the caller tries again later).
+ */
+static int
+written_at_entry(int fd, uint64_t *out)
+{
+    for (int tries = 0; tries < 8; tries++) {
+        uint64_t before, after;
+        int outq = 0;
+
+        if (acked(fd, &before) < 0 || ioctl(fd, SIOCOUTQ, &outq) < 0 ||
+            acked(fd, &after) < 0)
+            return -1;
+        if (before == after) {
+            *out = before + (uint64_t)(outq > 0 ? outq : 0);
+            return 0;
+        }
+    }
+    errno = EAGAIN;
+    return -1;
 }
 
 static int
@@ -473,7 +523,7 @@ fastpath_enter(struct worker *w, struct fastpath_pair *p, int client_fd,
     }
     for (int i = 0; i < 2; i++)
         if (cookie_of(p->fd[i], &p->cookie[i]) < 0 ||
-            written(p->fd[i], &p->base[i]) < 0)
+            written_at_entry(p->fd[i], &p->base[i]) < 0)
             return -1;
     p->slot = fw->free[fw->nfree - 1];
     /* The slot is nobody's: its sockets closed (they left the maps) and
@@ -576,7 +626,17 @@ fastpath_due(const struct fastpath_pair *p, int side)
 uint64_t
 fastpath_left(const struct fastpath_pair *p, int side)
 {
-    return load64(&fp.pairs[p->slot].passed[side]) - p->consumed[side];
+    uint64_t passed = load64(&fp.pairs[p->slot].passed[side]);
+
+    /* Never past what was passed, were a read to return bytes the
+     * program did not see: that is no flood to close the pair for. */
+    return passed > p->consumed[side] ? passed - p->consumed[side] : 0;
+}
+
+bool
+fastpath_unread(const struct fastpath_pair *p, int side, uint64_t read)
+{
+    return load64(&fp.pairs[p->slot].passed[side]) > read;
 }
 
 void
@@ -682,6 +742,13 @@ fastpath_left(const struct fastpath_pair *p, int side)
 {
     (void)p, (void)side;
     return 0;
+}
+
+bool
+fastpath_unread(const struct fastpath_pair *p, int side, uint64_t read)
+{
+    (void)p, (void)side, (void)read;
+    return false;
 }
 
 void

@@ -117,6 +117,12 @@ bool fastpath_due(const struct fastpath_pair *fp, int side);
  * written yet (a memory read). */
 uint64_t fastpath_left(const struct fastpath_pair *fp, int side);
 
+/* Whether the program left more bytes from end <side> to chashd than
+ * the <read> chashd has read of them: a read that meets a FIN before them
+ * (the kernel queues such bytes behind the socket's own output) is not
+ * the end of that input. A memory read. */
+bool fastpath_unread(const struct fastpath_pair *fp, int side, uint64_t read);
+
 /* chashd has written <n> bytes of end <side>'s input to the other end
  * since the pair entered: once that covers what the program left it, the
  * program takes the direction back. */

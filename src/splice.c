@@ -232,12 +232,13 @@ fast_try(struct worker *w, struct splice *c)
     /* Hang-ups and errors only, while the kernel moves both ways: its
      * segments would wake the worker for nothing (it reads none of them);
      * the program's notes come through the worker's ring. */
-    if (c->fp.in[FASTPATH_CLIENT] && c->fp.in[FASTPATH_MEMBER] &&
-        io_side_watch(w, &c->client, false) == 0 &&
-        io_side_watch(w, &c->backend, false) == 0)
+    if (c->fp.in[FASTPATH_CLIENT] && c->fp.in[FASTPATH_MEMBER]) {
         c->fast_quiet = true;
-    else
-        fast_loud(w, c);
+        /* Half of it done is undone whole: both watched again. */
+        if (io_side_watch(w, &c->client, false) < 0 ||
+            io_side_watch(w, &c->backend, false) < 0)
+            fast_loud(w, c);
+    }
 }
 
 /* ---- closing ------------------------------------------------------------- */
@@ -547,9 +548,13 @@ fast_hold(struct worker *w, struct splice *c, int i, bool *held)
             fast_look(w, c, i);
             return true;
         }
-    } else if (c->fast_out[i]) {
-        /* The program holds the direction for us and its queue was out
-         * since: no byte of the kernel's can be on the way. */
+    } else if (c->fast_out[i] &&
+               fastpath_redirected(&c->fp, i) == c->fp.drained[i]) {
+        /* The program holds the direction for us, its queue was out at
+         * the last look and it moved nothing since: no byte of the
+         * kernel's can be on the way. (A hold can end between two pumps
+         * -- chashd wrote all it was left -- and the kernel move bytes
+         * before the next one: the count says so.) */
         return false;
     }
     /* A FIN to pass on, bytes the program left us, or ours to flush:
@@ -626,6 +631,15 @@ pump(struct worker *w, struct splice *c, struct io_side *from,
             return 0; /* back-pressure: <from> stays readable */
     }
     if (from->eof_in) {
+        if (fast && fastpath_unread(&c->fp, i, c->fast_read[i])) {
+            /* Not the end yet: bytes the program left to chashd wait in
+             * the kernel behind the socket's own output, and a read
+             * meets the FIN before them. Read again a little later. */
+            from->eof_in = false;
+            from->readable = true;
+            fast_wait(w, c);
+            return 0;
+        }
         /* The last of the kernel's bytes before the FIN may have come
          * after the look: the read that saw it took the socket's lock,
          * so they are counted by now. */

@@ -1,11 +1,13 @@
 # test_fastpath.py -- `fast_path: sockmap`: once a client and its member
 # have spoken, the kernel moves their bytes (chashd reads none of them),
 # and what users see stays right: the byte counters, half-close both
-# ways, a sender held back when the other side stops reading (and a pair
-# closed when a client floods and reads nothing), idle_timeout
-# that counts the kernel's bytes as activity, and the config. Skipped, with
-# the reason chashd gives, where the kernel refuses the program.
+# ways, a client that sends all before it reads, a sender held back when
+# the other side stops reading (and a pair closed when a client floods and
+# reads nothing), idle_timeout that counts the kernel's bytes as activity,
+# and the config. Skipped, with the reason chashd gives, where the kernel
+# refuses the program.
 # SPDX-License-Identifier: BSD-2-Clause
+import hashlib
 import os
 import re
 import socket
@@ -245,6 +247,65 @@ def test_a_member_that_stops_reading_holds_the_client_back(sockmap, chashd):
         lst.close()
         for c in held:
             c.close()
+
+
+def test_a_client_that_sends_all_then_reads_gets_all_through(sockmap,
+                                                             chashd):
+    # a client that writes its whole request before it reads (a pipelining
+    # client, `cat reqs | nc`), to a member that answers as it reads: the
+    # member's answer fills the client's way, so what the client sends
+    # next goes partly to chashd, queued in the kernel behind that answer.
+    # The client's FIN must wait for those bytes: the member gets every
+    # byte, in order, then EOF; the client gets the whole answer.
+    port, mport = free_port(), free_port()
+    lst = socket.create_server(("127.0.0.1", mport))
+    lst.settimeout(10)
+    got = {}
+
+    def member():
+        while True:
+            c, _ = lst.accept()
+            c.settimeout(20)
+            if recv_exact(c, 2) != b"hi":
+                c.close()        # chashd's readiness probe
+                continue
+            c.sendall(b"hi")
+            push = threading.Thread(target=c.sendall, args=(b"d" * 8 * MB,),
+                                    daemon=True)
+            push.start()
+            h, n = hashlib.sha256(), 0
+            while True:
+                chunk = c.recv(MB)
+                if not chunk:
+                    break
+                h.update(chunk)
+                n += len(chunk)
+            got["n"], got["sha"] = n, h.hexdigest()
+            push.join(timeout=20)
+            c.close()
+            return
+
+    t = threading.Thread(target=member, daemon=True)
+    t.start()
+    try:
+        chashd("global:\n  admin: off\n  workers: 2\nweb:\n"
+               "  listen: 127.0.0.1:%d\n  mode: tcp\n  fast_path: sockmap\n"
+               "  servers:\n    - 127.0.0.1:%d:1 m\n" % (port, mport), port)
+        s = connect_from("127.0.0.9", port, timeout=20)
+        s.sendall(b"hi")
+        assert recv_exact(s, 2) == b"hi"
+        time.sleep(0.3)          # the member's answer fills the client's way
+        up = os.urandom(16 * MB)
+        s.sendall(up)
+        s.shutdown(socket.SHUT_WR)
+        down = recv_all(s, limit=9 * MB)
+        s.close()
+        t.join(timeout=20)
+        assert got.get("n") == len(up)
+        assert got.get("sha") == hashlib.sha256(up).hexdigest()
+        assert down == b"d" * 8 * MB
+    finally:
+        lst.close()
 
 
 def test_a_client_that_floods_and_never_reads_is_bounded(sockmap, backends,
