@@ -44,15 +44,17 @@
 
 #define ADMIN_MAX_BODY (64 * 1024)      /* request bodies above are 413 */
 #define ADMIN_DISCARD_MAX (1024 * 1024) /* dropped before a 413 */
-#define ADMIN_RUN_ROUNDS 16
+#define ADMIN_RUN_ROUNDS 16 /* MHD_run rounds per event while data waits */
 /* A request (its head and body) must arrive within this, whatever its
  * pace: libmicrohttpd's timeout is an idle one, and a client that sends a
  * byte every few seconds kept its connection, and the 64th of them locked
  * everyone out. */
 #define ADMIN_REQUEST_DEADLINE_MS 10000
-/* ... and within this while the connection limit is reached. */
-#define ADMIN_PRESSURE_DEADLINE_MS                                             \
-    1000 /* MHD_run rounds per event while data waits */
+/* ... and within this for ADMIN_REQUEST_DEADLINE_MS after the connection
+ * limit was last reached: the first cut of the oldest frees places that
+ * the backlog fills at once, and the younger slow ones would otherwise
+ * keep theirs for the full 10 s. */
+#define ADMIN_PRESSURE_DEADLINE_MS 1000
 #define ADMIN_MAX_REPLICAS 64
 #define ADMIN_MAX_SEGMENTS 65536
 #define ADMIN_DEFAULT_SEGMENTS 1024
@@ -1457,6 +1459,8 @@ struct aconn {
     bool cut;
 };
 static struct aconn *aconns;
+/* Until when requests get ADMIN_PRESSURE_DEADLINE_MS (0: they do not). */
+static uint64_t pressure_until_ms;
 
 static void
 on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
@@ -1703,7 +1707,16 @@ on_accept(struct control_watch *w, uint32_t events)
         if (connections() >= ADMIN_MAX_CONNECTIONS) {
             /* full: the requests still arriving after a second give
              * their place (slow clients must not lock the others out) */
-            deadlines(clock_ms(), ADMIN_PRESSURE_DEADLINE_MS);
+            uint64_t now = clock_ms();
+
+            if (pressure_until_ms == 0)
+                log_info("admin: at its %d connections: a request must "
+                         "arrive within %d ms, until %d ms after the last "
+                         "time it is full",
+                         ADMIN_MAX_CONNECTIONS, ADMIN_PRESSURE_DEADLINE_MS,
+                         ADMIN_REQUEST_DEADLINE_MS);
+            pressure_until_ms = now + ADMIN_REQUEST_DEADLINE_MS;
+            deadlines(now, ADMIN_PRESSURE_DEADLINE_MS);
             listener_pause(NULL);
             break;
         }
@@ -1764,7 +1777,13 @@ on_tick(uint64_t now_ms, void *arg)
     }
     if (now_ms - last >= 100 || mhd_due()) {
         last = now_ms;
-        deadlines(now_ms, ADMIN_REQUEST_DEADLINE_MS);
+        if (pressure_until_ms != 0 && now_ms >= pressure_until_ms) {
+            pressure_until_ms = 0;
+            log_info("admin: not full for %d ms: a request has %d ms again",
+                     ADMIN_REQUEST_DEADLINE_MS, ADMIN_REQUEST_DEADLINE_MS);
+        }
+        deadlines(now_ms, pressure_until_ms != 0 ? ADMIN_PRESSURE_DEADLINE_MS
+                                                 : ADMIN_REQUEST_DEADLINE_MS);
         admin_run();
     }
 }

@@ -72,6 +72,15 @@ def start(chashd, backends, fast_path, aport=None, **opts):
     return d, port
 
 
+def to_member(chashd, port, mport):
+    """chashd on <port>, a sockmap tcp pool whose one member is the
+    test's own server on <mport>."""
+    return chashd("global:\n  admin: off\n  workers: 2\nweb:\n"
+                  "  listen: 127.0.0.1:%d\n  mode: tcp\n"
+                  "  fast_path: sockmap\n  servers:\n"
+                  "    - 127.0.0.1:%d:1 m\n" % (port, mport), port)
+
+
 def spoken(port, src="127.0.0.9"):
     """A client that has had one exchange with the echo member (the pair
     enters the fast path after it)."""
@@ -141,42 +150,22 @@ def test_half_close_in_the_kernel_client_first(sockmap, backends, chashd):
 def test_half_close_in_the_kernel_member_first(sockmap, chashd):
     # a member that says its last word and half-closes: the client gets
     # every byte, then EOF, and may still send; the member gets it all
-    port, mport = free_port(), free_port()
-    lst = socket.create_server(("127.0.0.1", mport))
-    lst.settimeout(10)
+    port = free_port()
     got = {}
 
-    def member():
-        while True:
-            c, _ = lst.accept()
-            with c:
-                c.settimeout(10)
-                if recv_exact(c, 2) != b"hi":
-                    continue     # chashd's readiness probe: FIN at once
-                c.sendall(b"hello")
-                buf = b""
-                while not buf.endswith(b"go\n"):
-                    buf += c.recv(100)
-                c.sendall(b"x" * (3 * MB) + b"bye")
-                c.shutdown(socket.SHUT_WR)
-                n = 0
-                while True:
-                    chunk = c.recv(MB)
-                    if not chunk:
-                        break
-                    n += len(chunk)
-                got["after"] = n
-                return
+    def talk(c):
+        c.sendall(b"hello")
+        buf = b""
+        while not buf.endswith(b"go\n"):
+            buf += c.recv(100)
+        c.sendall(b"x" * (3 * MB) + b"bye")
+        c.shutdown(socket.SHUT_WR)
+        got["after"], _ = read_to_eof(c)
 
-    t = threading.Thread(target=member, daemon=True)
-    t.start()
+    mport, lst, t = member_once(talk, timeout=10)
     try:
-        chashd("global:\n  admin: off\n  workers: 2\nweb:\n"
-               "  listen: 127.0.0.1:%d\n  mode: tcp\n  fast_path: sockmap\n"
-               "  servers:\n    - 127.0.0.1:%d:1 m\n" % (port, mport), port)
-        s = connect_from("127.0.0.9", port, timeout=10)
-        s.sendall(b"hi")
-        assert recv_exact(s, 5) == b"hello"
+        to_member(chashd, port, mport)
+        s = greeted(port, b"hello", timeout=10)
         time.sleep(0.05)                 # the pair enters the fast path
         s.sendall(b"go\n")
         answer = recv_all(s, limit=4 * MB)
@@ -189,6 +178,48 @@ def test_half_close_in_the_kernel_member_first(sockmap, chashd):
         assert got.get("after") == 2 * MB
     finally:
         lst.close()
+
+
+def member_once(talk, timeout):
+    """The test's own member, on a free port: the first connection that
+    says "hi" goes to talk(conn), in a thread (chashd's readiness probes,
+    which say nothing, are closed). (port, listener, thread)."""
+    mport = free_port()
+    lst = socket.create_server(("127.0.0.1", mport))
+    lst.settimeout(10)
+
+    def member():
+        while True:
+            c, _ = lst.accept()
+            with c:
+                c.settimeout(timeout)
+                if recv_exact(c, 2) == b"hi":
+                    talk(c)
+                    return
+
+    t = threading.Thread(target=member, daemon=True)
+    t.start()
+    return mport, lst, t
+
+
+def read_to_eof(c):
+    """Read <c> to its EOF: (bytes, their SHA-256 in hex)."""
+    h, n = hashlib.sha256(), 0
+    while True:
+        chunk = c.recv(MB)
+        if not chunk:
+            return n, h.hexdigest()
+        h.update(chunk)
+        n += len(chunk)
+
+
+def greeted(port, answer, timeout):
+    """A client that said "hi" through chashd on <port> and got <answer>
+    from the test's member."""
+    s = connect_from("127.0.0.9", port, timeout=timeout)
+    s.sendall(b"hi")
+    assert recv_exact(s, len(answer)) == answer
+    return s
 
 
 def recv_exact(s, n):
@@ -227,10 +258,7 @@ def test_a_member_that_stops_reading_holds_the_client_back(sockmap, chashd):
     t = threading.Thread(target=member, daemon=True)
     t.start()
     try:
-        d = chashd("global:\n  admin: off\n  workers: 2\nweb:\n"
-                   "  listen: 127.0.0.1:%d\n  mode: tcp\n"
-                   "  fast_path: sockmap\n  servers:\n"
-                   "    - 127.0.0.1:%d:1 m\n" % (port, mport), port)
+        d = to_member(chashd, port, mport)
         rss0 = d.rss_kib()
         s = spoken(port)
         sent, how = flood(s, 1024 * MB)
@@ -257,43 +285,21 @@ def test_a_client_that_sends_all_then_reads_gets_all_through(sockmap,
     # next goes partly to chashd, queued in the kernel behind that answer.
     # The client's FIN must wait for those bytes: the member gets every
     # byte, in order, then EOF; the client gets the whole answer.
-    port, mport = free_port(), free_port()
-    lst = socket.create_server(("127.0.0.1", mport))
-    lst.settimeout(10)
+    port = free_port()
     got = {}
 
-    def member():
-        while True:
-            c, _ = lst.accept()
-            c.settimeout(20)
-            if recv_exact(c, 2) != b"hi":
-                c.close()        # chashd's readiness probe
-                continue
-            c.sendall(b"hi")
-            push = threading.Thread(target=c.sendall, args=(b"d" * 8 * MB,),
-                                    daemon=True)
-            push.start()
-            h, n = hashlib.sha256(), 0
-            while True:
-                chunk = c.recv(MB)
-                if not chunk:
-                    break
-                h.update(chunk)
-                n += len(chunk)
-            got["n"], got["sha"] = n, h.hexdigest()
-            push.join(timeout=20)
-            c.close()
-            return
+    def talk(c):
+        c.sendall(b"hi")
+        push = threading.Thread(target=c.sendall, args=(b"d" * 8 * MB,),
+                                daemon=True)
+        push.start()
+        got["n"], got["sha"] = read_to_eof(c)
+        push.join(timeout=20)
 
-    t = threading.Thread(target=member, daemon=True)
-    t.start()
+    mport, lst, t = member_once(talk, timeout=20)
     try:
-        chashd("global:\n  admin: off\n  workers: 2\nweb:\n"
-               "  listen: 127.0.0.1:%d\n  mode: tcp\n  fast_path: sockmap\n"
-               "  servers:\n    - 127.0.0.1:%d:1 m\n" % (port, mport), port)
-        s = connect_from("127.0.0.9", port, timeout=20)
-        s.sendall(b"hi")
-        assert recv_exact(s, 2) == b"hi"
+        to_member(chashd, port, mport)
+        s = greeted(port, b"hi", timeout=20)
         time.sleep(0.3)          # the member's answer fills the client's way
         up = os.urandom(16 * MB)
         s.sendall(up)

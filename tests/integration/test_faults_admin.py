@@ -84,9 +84,9 @@ def test_oversized_heads_are_refused_and_closed(cluster):
 def test_slowloris_at_the_connection_limit(cluster):
     """70 clients that send a header line every 300 ms and never end
     their request fill the API's 64 connections: a normal call is still
-    answered within seconds, the 64 are cut (the 1 s limit at full
-    occupancy), health checks run meanwhile, and nothing is left open
-    once they go."""
+    answered within seconds, the 64 are cut (the 1 s limit once the API
+    was full, each as it reaches 1 s), health checks run meanwhile, and
+    nothing is left open once they go."""
     c = cluster(2, pool_opts={"health_check": CHECKS})
 
     def round_(i):
@@ -102,18 +102,23 @@ def test_slowloris_at_the_connection_limit(cluster):
                         pass
                 stop.wait(0.3)
 
+        # over about a second, as real clients come: when the first cut
+        # comes the younger ones are under 1 s old, and the backlog fills
+        # the places it freed at once
         for _ in range(70):
             s = socket.create_connection(("127.0.0.1", c.admin_port),
                                          timeout=3)
             s.sendall(b"GET /api/pools HTTP/1.1\r\n" + host(c))
             socks.append(s)
+            time.sleep(0.015)
         t = threading.Thread(target=drip)
         t.start()
         try:
             api_ok(c, within=5)
-            # the 64 that filled the API are cut (1 s at full occupancy);
-            # the 6 the backlog held then have the 10 s limit of a request
-            # below it, not waited for here
+            # the 64 that filled the API are cut as each reaches 1 s: the
+            # limit once the API was full, until half its places are free
+            # (the 6 the backlog held and the normal call then took places
+            # too: not waited for here)
             t0 = time.monotonic()
             for s in socks[:64]:
                 out = read_outcome(s, 3, start=t0)
@@ -125,6 +130,8 @@ def test_slowloris_at_the_connection_limit(cluster):
                 s.close()
 
     assert_flat(c.d.proc, round_, 2, RSS_KIB, check=lambda: api_ok(c))
+    assert "admin: at its 64 connections: a request must arrive within " \
+        "1000 ms" in c.d.log()
     # the health checks ran all along: a member stopped now is seen down
     c.backends[1].stop()
     t0 = time.monotonic()
