@@ -395,12 +395,7 @@ sweep_run(struct worker *w, struct timer *t)
         worker_timer_set(w, &fw->sweep, w->now_ms + FASTPATH_SWEEP_MS);
 }
 
-/*
- * Bytes written to socket <fd> so far: acknowledged by its peer, plus
- * what waits in its send queue (write_seq - snd_una). Read in that order,
- * so that an ACK between the two calls makes the sum smaller, never
- * larger: a FIN or a write of chashd's is held back, never sent early.
- */
+/* Bytes of socket <fd> its peer has acknowledged (TCP_INFO). */
 static int
 acked(int fd, uint64_t *out)
 {
@@ -419,37 +414,31 @@ acked(int fd, uint64_t *out)
     return 0;
 }
 
-static int
-written(int fd, uint64_t *out)
-{
-    uint64_t a;
-    int outq = 0;
-
-    if (acked(fd, &a) < 0 || ioctl(fd, SIOCOUTQ, &outq) < 0)
-        return -1;
-    *out = a + (uint64_t)(outq > 0 ? outq : 0);
-    return 0;
-}
-
 /*
- * The count at entry, exact: written()'s race (an ACK between its two
- * calls) makes a later count smaller, which only makes chashd wait, but
- * a base too small would make every later answer too small, for the
- * pair's life. Nothing else writes to the socket here, so a count whose
- * acked bytes are the same after SIOCOUTQ as before is exact. EAGAIN when
+ * Bytes written to socket <fd> so far: acknowledged by its peer, plus
+ * what waits in its send queue (write_seq - snd_una). Read in that order,
+ * so that an ACK between the two calls makes the sum smaller, never
+ * larger: a FIN or a write of chashd's is held back, never sent early.
+ *
+ * <exact>: the count at entry, which every later one is measured from.
+ * That race makes a later count smaller, which only makes chashd wait,
+ * but a base too small would make every later answer too small, for the
+ * pair's life. Nothing else writes to the socket then, so a count whose
+ * acked bytes are the same after SIOCOUTQ as before is exact; EAGAIN when
  * ACKs keep coming (the caller tries again later).
  */
 static int
-written_at_entry(int fd, uint64_t *out)
+written(int fd, uint64_t *out, bool exact)
 {
     for (int tries = 0; tries < 8; tries++) {
         uint64_t before, after;
         int outq = 0;
 
-        if (acked(fd, &before) < 0 || ioctl(fd, SIOCOUTQ, &outq) < 0 ||
-            acked(fd, &after) < 0)
+        if (acked(fd, &before) < 0 || ioctl(fd, SIOCOUTQ, &outq) < 0)
             return -1;
-        if (before == after) {
+        if (exact && acked(fd, &after) < 0)
+            return -1;
+        if (!exact || before == after) {
             *out = before + (uint64_t)(outq > 0 ? outq : 0);
             return 0;
         }
@@ -523,7 +512,7 @@ fastpath_enter(struct worker *w, struct fastpath_pair *p, int client_fd,
     }
     for (int i = 0; i < 2; i++)
         if (cookie_of(p->fd[i], &p->cookie[i]) < 0 ||
-            written_at_entry(p->fd[i], &p->base[i]) < 0)
+            written(p->fd[i], &p->base[i], true) < 0)
             return -1;
     p->slot = fw->free[fw->nfree - 1];
     /* The slot is nobody's: its sockets closed (they left the maps) and
@@ -664,7 +653,7 @@ fastpath_pending(struct fastpath_pair *p, int side)
     /* The kernel's count first: bytes it moves after this are not in the
      * answer, which the caller knows (it asks again before a FIN). */
     red = fastpath_redirected(p, side);
-    if (written(p->fd[to], &now) < 0)
+    if (written(p->fd[to], &now, false) < 0)
         return -1;
     /* Written to <to> since the pair entered: what the kernel moved
      * there and what chashd wrote there of the direction's bytes. */

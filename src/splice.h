@@ -76,8 +76,8 @@ struct splice {
     bool fast;                  /* in the fast path */
     bool fast_tried;            /* entered it, or will not */
     bool fast_quiet;            /* watched for hang-ups and errors only */
-    bool fast_out[2];           /* the program holds the way from end i for
-                                   chashd, and the kernel's queue was out since */
+    bool fast_out[2];           /* the program held the way from end i for
+                                   chashd, its queue out (fast_hold) */
     uint64_t fast_read[2];      /* bytes chashd read from end i since then */
     uint64_t fast_folded[2];    /* the kernel's bytes counted in the stats */
     uint64_t fast_looked_ms[2]; /* when its bound was last raised */
