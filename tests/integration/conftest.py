@@ -113,6 +113,15 @@ def log_lines(path):
     return text[:text.rfind("\n") + 1].splitlines()
 
 
+def ejected_at_2(member):
+    """The log line of <member>'s passive ejection with
+    server_failure_limit 2: the control thread ejects it a moment after
+    the workers count the second failure, and under load more may have
+    come by then (the line says how many)."""
+    return (r"member %s \S+ up -> ejected: (?:[2-9]|[1-9]\d+) failures "
+            r"in a row" % member)
+
+
 def connect_from(src, port, timeout=3.0):
     """A socket connected to 127.0.0.1:<port> from source address <src>."""
     s = socket.socket()

@@ -9,8 +9,8 @@ import re
 import pytest
 import time
 
-from conftest import (GLOBAL, client_ip, fetch, free_port, lookup_config,
-                      pool_yaml)
+from conftest import (GLOBAL, client_ip, ejected_at_2, fetch, free_port,
+                      lookup_config, pool_yaml)
 
 CHECKS = "{ type: tcp, interval: 100ms, timeout: 100ms, rise: 2, fall: 2 }"
 N = 150
@@ -126,7 +126,7 @@ def test_passive_ejection_and_probe_before_readmit(backends, chashd):
     during = fetch_all(port, clients)
     for c in clients:
         assert during[c] == (prefs[c][1] if c in mine else before[c]), c
-    d.wait_log(r"member web-1 \S+ up -> ejected: 2 failures in a row")
+    d.wait_log(ejected_at_2("web-1"))
     # past the retry timeout the member is probed, not re-admitted blindly
     d.wait_log(r"member web-1 still failing", timeout=3)
     time.sleep(0.4)

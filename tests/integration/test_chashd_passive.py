@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 from admin_util import Api, admin_global
-from conftest import (CHASHD, GLOBAL, can_connect, client_ip, fetch,
-                      free_port, lookup_config, pool_yaml, wait_for)
+from conftest import (CHASHD, GLOBAL, can_connect, client_ip, ejected_at_2,
+                      fetch, free_port, lookup_config, pool_yaml, wait_for)
 
 N = 60
 
@@ -63,7 +63,7 @@ def test_a_member_that_accepts_and_resets_is_ejected(backends, chashd, procs):
     # the first two clients of it get nothing: it resets them
     assert fetch(port, victims[0]) is None
     assert fetch(port, victims[1]) is None
-    d.wait_log(r"member bad \S+ up -> ejected: 2 failures in a row")
+    d.wait_log(ejected_at_2("bad"))
     # ejected (remap): its clients are answered by their next member
     for c in victims:
         assert fetch(port, c) == prefs[c][1], c
@@ -86,7 +86,7 @@ def test_a_stopped_member_is_ejected_through_idle_timeout(backends, chashd):
         # client is closed at idle_timeout, and that counts
         assert fetch(port, victims[0], timeout=3) is None
         assert fetch(port, victims[1], timeout=3) is None
-        d.wait_log(r"member web-2 \S+ up -> ejected: 2 failures in a row")
+        d.wait_log(ejected_at_2("web-2"))
         for c in victims[2:]:
             assert fetch(port, c) == prefs[c][1], c
     finally:
