@@ -984,6 +984,9 @@ pool_create(const struct conf_pool *cp, bool boot, struct pool **out, char *err,
         goto nomem;
     }
     atomic_init(&p->refs, 1);
+    /* replicas: until the repairer compared every key's copies, reads
+     * are majority reads (replica.h) */
+    atomic_init(&p->rstats.verifying, cp->replicas > 1);
     if (cp->access_log != NULL) {
         char why[320];
 

@@ -1,9 +1,14 @@
-/* replica.c -- the repair side of replication (replica.h): the members'
- * logs of keys to repair, the repairer threads, their counters.
+/* replica.c -- the control side of replication (replica.h): what each
+ * member is behind on (its log), the fill's views, and the repairer: a
+ * thread per pool that finds the keys to repair -- the members' logs, a
+ * member compared whole, every key after chashd starts, the keys of a
+ * placement change -- and hands each to the key's home worker, which
+ * repairs it between two of the key's requests (request_rep.c).
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "replica.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,20 +22,28 @@
 #include "metrics.h"
 #include "pool.h"
 #include "rconn.h"
+#include "request.h"
 
 /* A member that could not be reached is tried again after this. */
 #define RETRY_MS 1000
-/* How often each member's identity is checked (a restart); and while a
- * member waits to serve reads again. */
+/* How often each member's identity is checked by the repairer (a restart
+ * with no traffic; the workers check at every connect). */
 #define PROBE_MS 1000
-#define PROBE_WAIT_MS 100
-/* Rounds of reading a key's copies before it is left for later. */
-#define REPAIR_TRIES 5
-/* Between the two reads of a key's copies (a write on its way shows as a
- * copy that changed). */
-#define SETTLE_NS (5 * 1000 * 1000)
+/* Repairs on their way at once, per pool. */
+#define REPAIR_WINDOW 256
+/* How long a pass waits for its repairs, and a fill for its barrier. */
+#define REPAIR_WAIT_MS 30000
+/* Keys a pass remembers having repaired (each is listed by every member
+ * holding it): beyond, a key may be repaired twice (harmless). */
+#define SEEN_MAX (4u << 20)
 
 /* ---- the logs (any thread) ----------------------------------------------- */
+
+/* A noted key: its generation, its length, its bytes. */
+#define KEY_GEN(p) (p)
+#define KEY_LEN(p) ((p) + sizeof(uint64_t))
+#define KEY_BYTES(p) ((p) + sizeof(uint64_t) + sizeof(uint32_t))
+#define KEY_HEAD (sizeof(uint64_t) + sizeof(uint32_t))
 
 void
 replica_log_init(struct replica_log *l)
@@ -51,84 +64,316 @@ void
 replica_log_deinit(struct replica_log *l)
 {
     keys_free(l->keys, l->cap);
+    free(l->unsettled);
     pthread_mutex_destroy(&l->lock);
 }
 
-/* Put the packed key <p> in <keys> (<cap> slots, a power of two); false
- * when it is there already. */
-static bool
-slot_put(char **keys, size_t cap, char *p)
+static uint32_t
+key_len(const char *p)
 {
     uint32_t len;
-    size_t i;
 
-    memcpy(&len, p, sizeof(len));
-    i = (size_t)chash_hash(CHASH_HASH_XXH3, p + sizeof(len), len) & (cap - 1);
-    while (keys[i] != NULL) {
-        uint32_t have;
-
-        memcpy(&have, keys[i], sizeof(have));
-        if (have == len &&
-            memcmp(keys[i] + sizeof(len), p + sizeof(len), len) == 0)
-            return false;
-        i = (i + 1) & (cap - 1);
-    }
-    keys[i] = p;
-    return true;
+    memcpy(&len, KEY_LEN(p), sizeof(len));
+    return len;
 }
 
-void
-replica_note(struct server *s, const char *key, size_t len, size_t cap,
-             bool missed)
+/* The slot of <key> (<len> bytes) in <keys> (<cap> slots, a power of
+ * two): where it is, or the empty slot where it would go. */
+static size_t
+slot_of(char **keys, size_t cap, const char *key, uint32_t len)
 {
-    struct replica_log *l = &s->rlog;
-    uint32_t n = (uint32_t)len;
+    size_t i = (size_t)chash_hash(CHASH_HASH_XXH3, key, len) & (cap - 1);
+
+    while (keys[i] != NULL &&
+           !(key_len(keys[i]) == len &&
+             memcmp(KEY_BYTES(keys[i]), key, len) == 0))
+        i = (i + 1) & (cap - 1);
+    return i;
+}
+
+/* Whether <l> notes nothing at all (its lock held). */
+static bool
+log_clean(const struct replica_log *l)
+{
+    return l->n == 0 && !l->whole && l->nunsettled == 0;
+}
+
+/* Every key behind (the lock held). */
+static void
+log_whole(struct replica_log *l)
+{
+    keys_free(l->keys, l->cap);
+    l->keys = NULL;
+    l->cap = l->n = 0;
+    l->whole = true;
+    l->whole_gen = atomic_fetch_add(&l->gen, 1) + 1;
+    atomic_store(&l->dirty, true);
+}
+
+/* Note one key (the lock held). */
+static void
+log_put(struct replica_log *l, const char *key, uint32_t len, size_t cap,
+        uint64_t gen)
+{
+    size_t i;
     char *p;
 
-    pthread_mutex_lock(&l->lock);
-    atomic_fetch_add(&l->gen, 1);
-    if (missed)
-        atomic_store(&l->dirty, true);
-    if (l->overflow)
-        goto out; /* compared whole anyway */
     if (l->n >= cap) {
-        /* more than the log holds: the member is compared whole */
-        keys_free(l->keys, l->cap);
-        l->keys = NULL;
-        l->cap = l->n = 0;
-        l->overflow = true;
-        atomic_store(&l->dirty, true);
-        goto out;
+        log_whole(l); /* more than the log holds: compared whole */
+        return;
     }
     if ((l->n + 1) * 2 > l->cap) {
         size_t ncap = l->cap ? l->cap * 2 : 64;
         char **nk = calloc(ncap, sizeof(*nk));
 
-        if (nk == NULL)
-            goto lost;
-        for (size_t i = 0; i < l->cap; i++)
-            if (l->keys[i] != NULL)
-                slot_put(nk, ncap, l->keys[i]);
+        if (nk == NULL) {
+            log_whole(l); /* out of memory: a key forgotten would stay
+                             behind unseen */
+            return;
+        }
+        for (size_t k = 0; k < l->cap; k++)
+            if (l->keys[k] != NULL)
+                nk[slot_of(nk, ncap, KEY_BYTES(l->keys[k]),
+                           key_len(l->keys[k]))] = l->keys[k];
         free(l->keys);
         l->keys = nk;
         l->cap = ncap;
     }
-    if ((p = malloc(sizeof(n) + len)) == NULL)
-        goto lost;
-    memcpy(p, &n, sizeof(n));
-    memcpy(p + sizeof(n), key, len);
-    if (slot_put(l->keys, l->cap, p))
-        l->n++;
-    else
-        free(p);
-out:
-    pthread_mutex_unlock(&l->lock);
-    return;
-lost:
-    /* out of memory: a key forgotten would never be repaired */
-    l->overflow = true;
+    i = slot_of(l->keys, l->cap, key, len);
+    if (l->keys[i] != NULL) {
+        memcpy(KEY_GEN(l->keys[i]), &gen, sizeof(gen)); /* noted again */
+        return;
+    }
+    if ((p = malloc(KEY_HEAD + len)) == NULL) {
+        log_whole(l);
+        return;
+    }
+    memcpy(KEY_GEN(p), &gen, sizeof(gen));
+    memcpy(KEY_LEN(p), &len, sizeof(len));
+    memcpy(KEY_BYTES(p), key, len);
+    l->keys[i] = p;
+    l->n++;
+}
+
+void
+replica_note(struct server *s, const char *keys, size_t keyslen, size_t cap)
+{
+    struct replica_log *l = &s->rlog;
+    size_t off = 0;
+    uint64_t gen;
+
+    pthread_mutex_lock(&l->lock);
+    gen = atomic_fetch_add(&l->gen, 1) + 1;
     atomic_store(&l->dirty, true);
+    while (!l->whole && off + sizeof(uint32_t) <= keyslen) {
+        uint32_t len;
+
+        memcpy(&len, keys + off, sizeof(len));
+        off += sizeof(len);
+        if (len > keyslen - off)
+            break;
+        log_put(l, keys + off, len, cap, gen);
+        off += len;
+    }
     pthread_mutex_unlock(&l->lock);
+}
+
+void
+replica_note_whole(struct server *s, const char *why)
+{
+    struct replica_log *l = &s->rlog;
+
+    pthread_mutex_lock(&l->lock);
+    log_whole(l);
+    pthread_mutex_unlock(&l->lock);
+    log_info("member %s: every key is compared with the other members (%s)",
+             s->name, why);
+}
+
+bool
+replica_keys_current(struct server *s, const char *keys, size_t keyslen)
+{
+    struct replica_log *l = &s->rlog;
+    size_t off = 0;
+    bool cur = true;
+
+    if (!atomic_load_explicit(&l->dirty, memory_order_acquire))
+        return true;
+    pthread_mutex_lock(&l->lock);
+    if (l->whole) {
+        cur = false;
+    } else if (l->n > 0) {
+        while (cur && off + sizeof(uint32_t) <= keyslen) {
+            uint32_t len;
+
+            memcpy(&len, keys + off, sizeof(len));
+            off += sizeof(len);
+            if (len > keyslen - off)
+                break;
+            cur = l->keys[slot_of(l->keys, l->cap, keys + off, len)] == NULL;
+            off += len;
+        }
+    }
+    pthread_mutex_unlock(&l->lock);
+    return cur;
+}
+
+uint64_t
+replica_gen(struct server *s)
+{
+    return atomic_load(&s->rlog.gen);
+}
+
+/* Remove the key at slot <i> of <l> (the lock held): the run after it is
+ * put back where a lookup finds it. */
+static void
+log_remove(struct replica_log *l, size_t i)
+{
+    free(l->keys[i]);
+    l->keys[i] = NULL;
+    l->n--;
+    for (size_t j = (i + 1) & (l->cap - 1); l->keys[j] != NULL;
+         j = (j + 1) & (l->cap - 1)) {
+        char *p = l->keys[j];
+
+        l->keys[j] = NULL;
+        l->keys[slot_of(l->keys, l->cap, KEY_BYTES(p), key_len(p))] = p;
+    }
+}
+
+void
+replica_clear(struct server *s, const char *key, size_t len, uint64_t gen)
+{
+    struct replica_log *l = &s->rlog;
+
+    pthread_mutex_lock(&l->lock);
+    if (l->n > 0) {
+        size_t i = slot_of(l->keys, l->cap, key, (uint32_t)len);
+        uint64_t noted;
+
+        if (l->keys[i] != NULL) {
+            memcpy(&noted, KEY_GEN(l->keys[i]), sizeof(noted));
+            if (noted <= gen)
+                log_remove(l, i); /* (else: missed again since the read) */
+        }
+    }
+    if (log_clean(l))
+        atomic_store(&l->dirty, false);
+    pthread_mutex_unlock(&l->lock);
+}
+
+/* The whole comparison that began at generation <gen> is done: the
+ * member is behind on nothing it did not miss since. */
+static void
+whole_done(struct server *s, uint64_t gen)
+{
+    struct replica_log *l = &s->rlog;
+
+    pthread_mutex_lock(&l->lock);
+    if (l->whole && l->whole_gen <= gen)
+        l->whole = false;
+    if (log_clean(l))
+        atomic_store(&l->dirty, false);
+    pthread_mutex_unlock(&l->lock);
+}
+
+void
+replica_unsettled(struct server *s, const char *laddr)
+{
+    struct replica_log *l = &s->rlog;
+    char(*u)[64];
+
+    pthread_mutex_lock(&l->lock);
+    atomic_store(&l->dirty, true);
+    u = realloc(l->unsettled, (l->nunsettled + 1) * sizeof(*u));
+    if (u == NULL) {
+        log_whole(l);
+    } else {
+        l->unsettled = u;
+        snprintf(u[l->nunsettled++], sizeof(*u), "%s", laddr);
+    }
+    pthread_mutex_unlock(&l->lock);
+}
+
+bool
+replica_settled(struct server *s)
+{
+    struct replica_log *l = &s->rlog;
+    bool settled;
+
+    if (!atomic_load_explicit(&l->dirty, memory_order_acquire))
+        return true;
+    pthread_mutex_lock(&l->lock);
+    settled = l->nunsettled == 0;
+    pthread_mutex_unlock(&l->lock);
+    return settled;
+}
+
+/* The addresses still to settle on <s>, copied into *<out> (freed by the
+ * caller); their number. */
+static size_t
+unsettled_of(struct server *s, char (**out)[64])
+{
+    struct replica_log *l = &s->rlog;
+    size_t n;
+
+    pthread_mutex_lock(&l->lock);
+    n = l->nunsettled;
+    *out = n ? malloc(n * sizeof(**out)) : NULL;
+    if (*out != NULL)
+        memcpy(*out, l->unsettled, n * sizeof(**out));
+    else
+        n = 0;
+    pthread_mutex_unlock(&l->lock);
+    return n;
+}
+
+/* <laddr> is settled on <s>: forgotten. */
+static void
+settled(struct server *s, const char *laddr)
+{
+    struct replica_log *l = &s->rlog;
+
+    pthread_mutex_lock(&l->lock);
+    for (size_t i = 0; i < l->nunsettled; i++)
+        if (strcmp(l->unsettled[i], laddr) == 0) {
+            memmove(&l->unsettled[i], &l->unsettled[i + 1],
+                    (l->nunsettled - i - 1) * sizeof(*l->unsettled));
+            l->nunsettled--;
+            break;
+        }
+    if (log_clean(l))
+        atomic_store(&l->dirty, false);
+    pthread_mutex_unlock(&l->lock);
+}
+
+int
+replica_identity(struct server *s, const char *id)
+{
+    struct replica_log *l = &s->rlog;
+    int changed = 0;
+
+    pthread_mutex_lock(&l->lock);
+    if (l->ident[0] != 0 && strcmp(l->ident, id) != 0) {
+        log_whole(l);
+        changed = 1;
+    }
+    snprintf(l->ident, sizeof(l->ident), "%s", id);
+    pthread_mutex_unlock(&l->lock);
+    return changed;
+}
+
+bool
+replica_whole(struct server *s)
+{
+    bool whole;
+
+    if (!atomic_load_explicit(&s->rlog.dirty, memory_order_acquire))
+        return false;
+    pthread_mutex_lock(&s->rlog.lock);
+    whole = s->rlog.whole;
+    pthread_mutex_unlock(&s->rlog.lock);
+    return whole;
 }
 
 bool
@@ -144,8 +389,47 @@ replica_pending(struct server *s)
     size_t n;
 
     pthread_mutex_lock(&s->rlog.lock);
-    n = s->rlog.n + atomic_load(&s->rlog.taken);
+    n = s->rlog.n;
     pthread_mutex_unlock(&s->rlog.lock);
+    return n;
+}
+
+/* Copy the keys noted on <s> into *<out> (each: 4-byte length, bytes;
+ * freed by the caller), their generation at the copy in *<gen>; whether
+ * it is whole in *<whole>. The number of keys. */
+static size_t
+log_keys(struct server *s, char **out, size_t *outlen, bool *whole)
+{
+    struct replica_log *l = &s->rlog;
+    size_t n = 0, len = 0;
+    char *b = NULL;
+
+    pthread_mutex_lock(&l->lock);
+    *whole = l->whole;
+    for (size_t i = 0; i < l->cap; i++)
+        if (l->keys[i] != NULL)
+            len += sizeof(uint32_t) + key_len(l->keys[i]);
+    if (len > 0 && (b = malloc(len)) != NULL) {
+        size_t off = 0;
+
+        for (size_t i = 0; i < l->cap; i++) {
+            uint32_t kl;
+
+            if (l->keys[i] == NULL)
+                continue;
+            kl = key_len(l->keys[i]);
+            memcpy(b + off, &kl, sizeof(kl));
+            memcpy(b + off + sizeof(kl), KEY_BYTES(l->keys[i]), kl);
+            off += sizeof(kl) + kl;
+            n++;
+        }
+    } else if (len > 0) {
+        log_whole(l); /* out of memory: compared whole instead */
+        *whole = true;
+    }
+    pthread_mutex_unlock(&l->lock);
+    *out = b;
+    *outlen = b != NULL ? len : 0;
     return n;
 }
 
@@ -294,39 +578,63 @@ replica_current(const struct replica_view *v, uint64_t hash,
     return true;
 }
 
-/* ---- the repairer (a thread per pool, one job at a time) ----------------- */
+/* ---- the repairer (a thread per pool, one pass at a time) ---------------- */
 
-/* What a member knows of its own identity: a new one is a restart. */
-struct ident {
-    uint64_t server; /* server->id */
-    char id[64];
+/* The repairs a pass handed to the workers, and what came of them. Shared
+ * by the pass and the repairs' <done>, which may run after the pass gave
+ * up (chashd stops): the last one frees it. */
+struct batch {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int refs;        /* (the lock's) the pass, and each repair on its way */
+    size_t inflight; /* (the lock's) */
+    size_t failed, undecided;
 };
 
-/* A member in a job. */
-struct jmember {
+/* Keys a pass has handed out already (by 64-bit hash: a collision makes
+ * a key skipped in this pass, repaired in the next one it is noted in;
+ * the whole comparisons never clear what they skipped, see seen_put). */
+struct seen {
+    uint64_t *h; /* open addressing, 0: empty */
+    size_t cap, n;
+    bool full; /* SEEN_MAX reached: duplicates allowed */
+};
+
+/* A member compared whole in this pass, from the log's generation when
+ * the pass began. */
+struct whole {
     struct server *s; /* (ref held) */
-    char **keys;      /* packed keys taken from its log */
-    size_t nkeys;
-    bool full; /* compare it whole (its log overflowed) */
-    /* results (the thread's) */
-    bool unreachable; /* could not be reached: tried again later */
-    bool failed;      /* a key could not be repaired (noted again) */
+    uint64_t gen;
+};
+
+/* A member's noted keys, copied for this pass. */
+struct jlog {
+    struct server *s; /* (ref held) */
+    char *keys;       /* packed */
+    size_t len;
 };
 
 struct repairer {
     struct pool *pool; /* (ref held) */
     pthread_t thread;
-    bool running;      /* a job was started and not joined */
-    _Atomic bool done; /* (atomic) the job is over */
-    _Atomic bool stop; /* (atomic) exit: leave the job */
+    bool running;      /* a pass was started and not joined */
+    _Atomic bool done; /* (atomic) the pass is over */
+    _Atomic bool stop; /* (atomic) exit: leave the pass */
     uint64_t probe_ms; /* the last identity check */
-    /* the job */
+    uint64_t next_ms;  /* no pass before (the last one failed) */
+    /* the pass */
     struct pool_snapshot *snap; /* (pinned) */
-    struct jmember *jm;
-    size_t njm;
-    bool probe; /* check identities first */
+    bool probe;                 /* check identities first */
+    bool settle;                /* members have connections to settle */
+    struct jlog *logs;
+    size_t nlogs;
+    struct whole *whole;
+    size_t nwhole;
+    bool verify;   /* compare every key (chashd started) */
+    bool verified; /* ...and every one agrees now */
+    bool failed;   /* something was left for later */
     /* Which members hold the current copies (the snapshot's view), and
-     * whether this job fills (members joined sets), its result. */
+     * whether this pass fills (members joined sets), its result. */
     const struct replica_view *view;
     bool filling;
     bool fill_failed;        /* a key could not be filled: leavers kept */
@@ -334,21 +642,18 @@ struct repairer {
                                 fill is moot, left (not failed) */
     bool fill_done;
     uint64_t fill_ms; /* the last fill pass began (failed ones wait) */
-    /* the job's members: the snapshot's, then those of the view's
+    /* the pass's members: the snapshot's, then those of the view's
      * placements that left (a fill reads and cleans them); a connection
-     * each */
+     * each, to list keys, ask identities, settle */
     struct server **who;
     size_t nwho;
     struct rconn *conns; /* [nwho] */
-    /* the thread's own, kept across jobs */
-    struct ident *ids;
-    size_t nids;
+    struct batch *batch;
+    struct seen seen;
 };
 
 static struct repairer **repairers;
 static size_t nrepairers;
-
-/* ---- talking to members -------------------------------------------------- */
 
 static bool
 is_memcache(const struct repairer *rp)
@@ -356,7 +661,7 @@ is_memcache(const struct repairer *rp)
     return rp->snap->set.mode == CONF_MODE_MEMCACHE;
 }
 
-/* The connection to the job's member <i> (rp->who), opened on first
+/* The connection to the pass's member <i> (rp->who), opened on first
  * use; NULL when it cannot be. */
 static struct rconn *
 conn_of(struct repairer *rp, size_t i)
@@ -375,201 +680,6 @@ conn_of(struct repairer *rp, size_t i)
     }
     return c;
 }
-
-/* One member's copy of a key: absent, or its value (redis: DUMP's payload;
- * memcache: the flags then the data) and time to live in ms (-1: none). */
-struct copy {
-    bool read; /* the member answered */
-    bool present;
-    char *val;
-    size_t len;
-    long long ttl_ms;
-};
-
-static void
-copy_free(struct copy *c)
-{
-    free(c->val);
-    memset(c, 0, sizeof(*c));
-}
-
-static int
-redis_read(struct rconn *c, const char *key, size_t klen, struct copy *out)
-{
-    const char *dump[] = {"DUMP", key}, *pttl[] = {"PTTL", key};
-    size_t dl[] = {4, klen}, pl[] = {4, klen};
-    struct rval v, t;
-
-    if (rc_cmd(c, 2, dump, dl) < 0 || rc_cmd(c, 2, pttl, pl) < 0 ||
-        rc_flush(c) < 0 || rc_reply(c, &v) < 0)
-        return -1;
-    if (rc_reply(c, &t) < 0) {
-        rval_free(&v);
-        return -1;
-    }
-    if (v.type == '-' || t.type != ':') {
-        rval_free(&v);
-        rval_free(&t);
-        return -1;
-    }
-    out->read = true;
-    out->present = v.type == '$';
-    out->val = v.s;
-    out->len = v.len;
-    v.s = NULL;
-    out->ttl_ms = t.i;
-    rval_free(&v);
-    rval_free(&t);
-    return 0;
-}
-
-/* Write <w> (absent: delete) to a member. 0 or -1. */
-static int
-redis_write(struct rconn *c, const char *key, size_t klen, const struct copy *w)
-{
-    struct rval v;
-    int rc;
-
-    if (!w->present) {
-        const char *del[] = {"DEL", key};
-        size_t l[] = {3, klen};
-
-        rc = rc_cmd(c, 2, del, l);
-    } else {
-        char ttl[32];
-        const char *rs[] = {"RESTORE", key, ttl, w->val, "REPLACE"};
-        size_t l[] = {7, klen, 0, w->len, 7};
-
-        snprintf(ttl, sizeof(ttl), "%lld", w->ttl_ms > 0 ? w->ttl_ms : 0);
-        l[2] = strlen(ttl);
-        rc = rc_cmd(c, 5, rs, l);
-    }
-    if (rc < 0 || rc_call(c, &v) < 0)
-        return -1;
-    rc = v.type == '-' ? -1 : 0;
-    rval_free(&v);
-    return rc;
-}
-
-/* memcached: mg <key> v f t -> VA <n> f<flags> t<ttl> / EN. */
-static int
-mc_read(struct rconn *c, const char *key, size_t klen, struct copy *out)
-{
-    const char *line;
-    size_t len, n;
-    unsigned long long flags = 0;
-    long long ttl = -1;
-    char *p;
-
-    if (rc_put(c, "mg ", 3) < 0 || rc_put(c, key, klen) < 0 ||
-        rc_put(c, " v f t\r\n", 8) < 0 || rc_flush(c) < 0 ||
-        rc_line(c, &line, &len) < 0)
-        return -1;
-    out->read = true;
-    if (len >= 2 && memcmp(line, "EN", 2) == 0)
-        return 0;
-    if (len < 4 || memcmp(line, "VA ", 3) != 0)
-        return -1;
-    n = strtoull(line + 3, &p, 10);
-    while (p < line + len && *p != '\r') {
-        if (*p == 'f')
-            flags = strtoull(p + 1, &p, 10);
-        else if (*p == 't')
-            ttl = strtoll(p + 1, &p, 10);
-        else
-            p++;
-    }
-    /* the value: the flags first (a part of what must be equal) */
-    out->val = malloc(24 + n + 2);
-    if (out->val == NULL)
-        return -1;
-    out->len = (size_t)snprintf(out->val, 24, "%llu ", flags);
-    if (rc_bytes(c, out->val + out->len, n + 2) < 0)
-        return -1;
-    out->len += n;
-    out->present = true;
-    out->ttl_ms = ttl < 0 ? -1 : ttl * 1000;
-    return 0;
-}
-
-static int
-mc_write(struct rconn *c, const char *key, size_t klen, const struct copy *w)
-{
-    char head[96];
-    const char *line, *sp;
-    size_t len;
-
-    if (!w->present) {
-        if (rc_put(c, "md ", 3) < 0 || rc_put(c, key, klen) < 0 ||
-            rc_put(c, "\r\n", 2) < 0)
-            return -1;
-    } else {
-        unsigned long long flags = strtoull(w->val, NULL, 10);
-        size_t n;
-
-        sp = memchr(w->val, ' ', w->len);
-        if (sp == NULL)
-            return -1;
-        n = w->len - (size_t)(sp + 1 - w->val);
-        snprintf(head, sizeof(head), " %zu F%llu T%lld\r\n", n, flags,
-                 w->ttl_ms > 0 ? (w->ttl_ms + 999) / 1000 : 0);
-        if (rc_put(c, "ms ", 3) < 0 || rc_put(c, key, klen) < 0 ||
-            rc_put(c, head, strlen(head)) < 0 || rc_put(c, sp + 1, n) < 0 ||
-            rc_put(c, "\r\n", 2) < 0)
-            return -1;
-    }
-    if (rc_flush(c) < 0 || rc_line(c, &line, &len) < 0)
-        return -1;
-    return len >= 2 &&
-                   (memcmp(line, "HD", 2) == 0 || memcmp(line, "NF", 2) == 0)
-               ? 0
-               : -1;
-}
-
-static int
-read_copy(struct repairer *rp, struct rconn *c, const char *key, size_t klen,
-          struct copy *out)
-{
-    int rc = is_memcache(rp) ? mc_read(c, key, klen, out)
-                             : redis_read(c, key, klen, out);
-
-    if (rc < 0) {
-        copy_free(out);
-        rc_close(c);
-    }
-    return rc;
-}
-
-static int
-write_copy(struct repairer *rp, struct rconn *c, const char *key, size_t klen,
-           const struct copy *w)
-{
-    int rc = is_memcache(rp) ? mc_write(c, key, klen, w)
-                             : redis_write(c, key, klen, w);
-
-    if (rc < 0)
-        rc_close(c);
-    return rc;
-}
-
-static bool
-copy_same(const struct copy *a, const struct copy *b)
-{
-    return a->present == b->present &&
-           (!a->present ||
-            (a->len == b->len && memcmp(a->val, b->val, a->len) == 0));
-}
-
-/* ---- repairing a key ----------------------------------------------------- */
-
-/* Where a key lives for a repair: the members of its set (and, in a
- * fill, the members it left), positions in rp->who. */
-struct kset {
-    size_t n;
-    size_t pos[2 * REPLICAS_MAX];
-    bool voter[2 * REPLICAS_MAX];    /* its copy counts */
-    bool writable[2 * REPLICAS_MAX]; /* in the key's set: repaired */
-};
 
 /* The ring hash of <key> (a reload keeps the hash: the same in every
  * placement of a view). */
@@ -602,206 +712,232 @@ pos_of(const struct repairer *rp, const struct server *s)
     return SIZE_MAX;
 }
 
-/*
- * <key>'s members. Voters: the members of its set that serve reads
- * (nothing to repair) and hold its current copy (replica_current: not
- * being filled); when none does, the members that held it in the view's
- * base placement (read, never written); when none of those serves
- * reads either, every member of the set.
- */
+/* ---- handing repairs out ------------------------------------------------- */
+
 static void
-kset_of(const struct repairer *rp, const char *key, size_t klen,
-        struct kset *ks)
+batch_unref_locked(struct batch *b)
 {
-    size_t idx[REPLICAS_MAX], n;
-    uint64_t h;
-    bool any = false;
+    bool last = --b->refs == 0;
 
-    ks->n = 0;
-    if (rp->snap->ring == NULL)
-        return;
-    h = key_hash(rp->snap, key, klen);
-    n = set_of(rp->snap, h, idx);
-    for (size_t i = 0; i < n; i++) {
-        struct server *s = rp->who[idx[i]];
-
-        ks->pos[ks->n] = idx[i];
-        ks->writable[ks->n] = true;
-        ks->voter[ks->n] =
-            replica_readable(s) &&
-            (rp->view == NULL || replica_current(rp->view, h, s));
-        any |= ks->voter[ks->n];
-        ks->n++;
+    pthread_mutex_unlock(&b->lock);
+    if (last) {
+        pthread_mutex_destroy(&b->lock);
+        pthread_cond_destroy(&b->cond);
+        free(b);
     }
-    if (!any && rp->view != NULL && rp->view->base->ring != NULL) {
-        const struct pool_snapshot *b = rp->view->base;
-        size_t bidx[REPLICAS_MAX], bn = set_of(b, h, bidx);
-
-        for (size_t j = 0; j < bn; j++) {
-            size_t p = pos_of(rp, b->servers[bidx[j]]);
-            bool in = p == SIZE_MAX;
-
-            for (size_t i = 0; i < n && !in; i++)
-                in = idx[i] == p;
-            if (in)
-                continue;
-            ks->pos[ks->n] = p;
-            ks->writable[ks->n] = false;
-            ks->voter[ks->n] = replica_readable(rp->who[p]);
-            any |= ks->voter[ks->n];
-            ks->n++;
-        }
-    }
-    if (!any)
-        for (size_t i = 0; i < ks->n; i++)
-            ks->voter[i] = true;
 }
 
-/* Read every member of <ks> into <cp>: 0, or -1 with *<who> the member
- * (a position in rp->who) that could not be read. */
-static int
-read_all(struct repairer *rp, const char *key, size_t klen,
-         const struct kset *ks, struct copy *cp, size_t *who)
+static struct batch *
+batch_new(void)
 {
-    for (size_t i = 0; i < ks->n; i++) {
-        struct server *s = rp->who[ks->pos[i]];
-        struct rconn *c = server_usable(s) || !ks->writable[i]
-                              ? conn_of(rp, ks->pos[i])
-                              : NULL;
+    struct batch *b = calloc(1, sizeof(*b));
 
-        if (c == NULL || read_copy(rp, c, key, klen, &cp[i]) < 0) {
-            *who = ks->pos[i];
-            return -1;
-        }
-    }
-    return 0;
+    if (b == NULL)
+        return NULL;
+    pthread_mutex_init(&b->lock, NULL);
+    pthread_cond_init(&b->cond, NULL);
+    b->refs = 1;
+    return b;
 }
 
-/*
- * Make every reachable member of <key>'s replica set hold the value its
- * voters (kset_of) agree on. Before a voter is written, the copies are
- * read twice, a moment apart: a copy that changed in between is a
- * client's write on its way, and the key is left to settle and read
- * again (a repair must never undo a write on a member that serves
- * reads). The value most voters hold wins; among equals, a value over
- * its absence (an acknowledged write is never dropped on a tie), then
- * the first in preference order. It is written on the members that do
- * not serve reads at once, and on a voter only when the voter's copy
- * stayed apart over two reads. 0, or -1 when a member could not be read
- * or written (*<who>: its position in rp->who) or the key never
- * settled.
- */
-static int
-repair_key(struct repairer *rp, const char *key, size_t klen, size_t *who)
-{
-    struct copy a[2 * REPLICAS_MAX], b[2 * REPLICAS_MAX];
-    struct kset ks;
-    int rc = -1;
-
-    kset_of(rp, key, klen, &ks);
-    memset(a, 0, sizeof(a));
-    memset(b, 0, sizeof(b));
-    for (int tries = 0; tries < REPAIR_TRIES; tries++) {
-        bool differ = false, moving = false, voters_differ = false;
-        int best = -1;
-        unsigned bestn = 0;
-        struct timespec pause = {0, SETTLE_NS};
-
-        for (size_t i = 0; i < ks.n; i++) {
-            copy_free(&a[i]);
-            copy_free(&b[i]);
-        }
-        if (read_all(rp, key, klen, &ks, a, who) < 0)
-            goto out;
-        for (size_t i = 1; i < ks.n; i++)
-            differ |= ks.writable[i] && !copy_same(&a[0], &a[i]);
-        if (!differ) {
-            rc = 0; /* every copy in the set agrees */
-            goto out;
-        }
-        for (size_t i = 0; i < ks.n; i++) {
-            unsigned k = 0;
-
-            if (!ks.voter[i])
-                continue;
-            for (size_t j = 0; j < ks.n; j++)
-                k += ks.voter[j] && copy_same(&a[i], &a[j]);
-            if (k > bestn || (k == bestn && a[i].present && !a[best].present)) {
-                bestn = k;
-                best = (int)i;
-            }
-        }
-        for (size_t i = 0; i < ks.n; i++)
-            voters_differ |=
-                ks.voter[i] && ks.writable[i] && !copy_same(&a[i], &a[best]);
-        if (voters_differ) {
-            /* a voter serves reads: it is written only when its copy
-             * stays apart (not a client's write on its way) */
-            nanosleep(&pause, NULL);
-            if (read_all(rp, key, klen, &ks, b, who) < 0)
-                goto out;
-            for (size_t i = 0; i < ks.n; i++)
-                moving |= !copy_same(&a[i], &b[i]);
-            if (moving) {
-                nanosleep(&pause, NULL);
-                continue; /* again, once it landed */
-            }
-        }
-        for (size_t i = 0; i < ks.n; i++) {
-            if (!ks.writable[i] || copy_same(&a[i], &a[best]))
-                continue;
-            if (write_copy(rp, &rp->conns[ks.pos[i]], key, klen, &a[best]) <
-                0) {
-                *who = ks.pos[i];
-                goto out;
-            }
-            atomic_fetch_add(&rp->pool->rstats.repairs, 1);
-        }
-        /* read again: every copy must now agree */
-    }
-    /* never settled: left for later (noted again) */
-out:
-    for (size_t i = 0; i < ks.n; i++) {
-        copy_free(&a[i]);
-        copy_free(&b[i]);
-    }
-    return rc;
-}
-
-/* Repair <key>; a failure notes it again on the member that failed (or
- * on <jm>'s member). */
 static void
-repair_one(struct repairer *rp, struct jmember *jm, const char *key,
-           size_t klen)
+repair_free(struct request_repair *r)
 {
-    size_t who = SIZE_MAX;
-
-    if (repair_key(rp, key, klen, &who) == 0)
-        return;
-    atomic_fetch_add(&rp->pool->rstats.repair_errors, 1);
-    if (jm == NULL)
-        rp->fill_failed = true;
-    if (who != SIZE_MAX && (jm == NULL || rp->who[who] != jm->s)) {
-        /* another member of the set is out: the key waits for it there */
-        replica_note(rp->who[who], key, klen, rp->snap->set.repair_log, true);
-        return;
-    }
-    if (jm == NULL)
-        return; /* the fill again, later */
-    jm->failed = true;
-    replica_note(jm->s, key, klen, rp->snap->set.repair_log, true);
+    for (size_t i = 0; i < r->nholders; i++)
+        server_unref(r->holders[i]);
+    for (size_t i = 0; i < r->nleavers; i++)
+        server_unref(r->leavers[i]);
+    free(r->holders);
+    free(r->leavers);
+    pool_unref(r->pool);
+    free(r->key);
+    free(r);
 }
 
-/* ---- comparing a member whole -------------------------------------------- */
+/* A repair is over (a worker's thread, or the stopping one). */
+static void
+repair_done(struct request_repair *r)
+{
+    struct batch *b = r->arg;
+    struct replica_stats *st = &r->pool->rstats;
 
-/* Whether <s> is in the replica set of <key> in the job's snapshot. */
+    atomic_fetch_add(&st->repairs, r->written + r->deleted);
+    atomic_fetch_add(&st->cleaned, r->deleted);
+    if (r->divergent)
+        atomic_fetch_add(&st->divergences, 1);
+    if (r->result != REPAIR_OK)
+        atomic_fetch_add(&st->repair_errors, 1);
+    if (r->result == REPAIR_UNDECIDED)
+        log_warn_limited(10,
+                         "pool %s: key '%.*s': its members' copies disagree "
+                         "and no copy has a majority: it is read and written "
+                         "by nobody until its members can say",
+                         r->pool->name, (int)(r->klen > 64 ? 64 : r->klen),
+                         r->key);
+    pthread_mutex_lock(&b->lock);
+    b->inflight--;
+    b->failed += r->result == REPAIR_FAILED;
+    b->undecided += r->result == REPAIR_UNDECIDED;
+    pthread_cond_broadcast(&b->cond);
+    batch_unref_locked(b);
+    repair_free(r);
+}
+
+/* Wait, bounded, until at most <max> repairs are on their way. False
+ * when the wait was given up (stop, or too long). */
 static bool
-in_set(const struct repairer *rp, const char *key, size_t klen,
-       const struct server *s)
+batch_wait(struct repairer *rp, size_t max)
 {
-    return rp->snap->ring != NULL &&
-           in_set_hash(rp->snap, key_hash(rp->snap, key, klen), s, true);
+    struct batch *b = rp->batch;
+    uint64_t until = clock_ms() + REPAIR_WAIT_MS;
+    bool ok = true;
+
+    pthread_mutex_lock(&b->lock);
+    while (b->inflight > max) {
+        struct timespec ts;
+
+        if (atomic_load(&rp->stop) || clock_ms() >= until) {
+            ok = false;
+            break;
+        }
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&b->cond, &b->lock, &ts);
+    }
+    pthread_mutex_unlock(&b->lock);
+    return ok;
 }
+
+/* Whether the pass's repairs all came back right (and resets the count
+ * for the next step). */
+static bool
+batch_clean(struct repairer *rp)
+{
+    struct batch *b = rp->batch;
+    bool clean;
+
+    pthread_mutex_lock(&b->lock);
+    clean = b->failed == 0 && b->undecided == 0;
+    b->failed = b->undecided = 0;
+    pthread_mutex_unlock(&b->lock);
+    return clean;
+}
+
+static bool
+seen_put(struct seen *s, uint64_t h)
+{
+    size_t i;
+
+    h |= 1; /* (0 marks an empty slot) */
+    if (s->full)
+        return true;
+    if ((s->n + 1) * 2 > s->cap) {
+        size_t ncap = s->cap ? s->cap * 2 : 4096;
+        uint64_t *nh;
+
+        if (s->n >= SEEN_MAX || (nh = calloc(ncap, sizeof(*nh))) == NULL) {
+            s->full = true;
+            return true;
+        }
+        for (size_t k = 0; k < s->cap; k++)
+            if (s->h[k] != 0) {
+                size_t j = (size_t)s->h[k] & (ncap - 1);
+
+                while (nh[j] != 0)
+                    j = (j + 1) & (ncap - 1);
+                nh[j] = s->h[k];
+            }
+        free(s->h);
+        s->h = nh;
+        s->cap = ncap;
+    }
+    for (i = (size_t)h & (s->cap - 1); s->h[i] != 0; i = (i + 1) & (s->cap - 1))
+        if (s->h[i] == h)
+            return false;
+    s->h[i] = h;
+    s->n++;
+    return true;
+}
+
+static void
+seen_reset(struct seen *s)
+{
+    free(s->h);
+    memset(s, 0, sizeof(*s));
+}
+
+/*
+ * Hand the repair of <key> to its home worker: with <holders> (<nh>) to
+ * read when no member of its set holds its current copy, and <leaver>
+ * (or NULL) to delete it from. Waits while REPAIR_WINDOW are on their
+ * way. Skips a key handed out already in this step (by <seen>).
+ */
+static void
+submit(struct repairer *rp, const char *key, size_t klen,
+       struct server *const *holders, size_t nh, struct server *leaver)
+{
+    struct request_repair *r;
+    uint64_t h = key_hash(rp->snap, key, klen);
+
+    if (atomic_load(&rp->stop) ||
+        !seen_put(&rp->seen, chash_hash(CHASH_HASH_XXH3, key, klen) ^
+                                 (uint64_t)(uintptr_t)leaver))
+        return;
+    if (!batch_wait(rp, REPAIR_WINDOW - 1)) {
+        rp->failed = true;
+        return;
+    }
+    r = calloc(1, sizeof(*r));
+    if (r == NULL || (r->key = malloc(klen ? klen : 1)) == NULL ||
+        (nh > 0 && (r->holders = calloc(nh, sizeof(*holders))) == NULL) ||
+        (leaver != NULL && (r->leavers = calloc(1, sizeof(leaver))) == NULL)) {
+        if (r != NULL) {
+            free(r->key);
+            free(r->holders);
+        }
+        free(r);
+        rp->failed = true;
+        return;
+    }
+    memcpy(r->key, key, klen);
+    r->klen = klen;
+    r->hash = h;
+    r->pool = rp->pool;
+    pool_ref(r->pool);
+    for (size_t i = 0; i < nh; i++) {
+        r->holders[i] = holders[i];
+        server_ref(holders[i]);
+    }
+    r->nholders = nh;
+    if (leaver != NULL) {
+        r->leavers[0] = leaver;
+        server_ref(leaver);
+        r->nleavers = 1;
+    }
+    r->done = repair_done;
+    r->arg = rp->batch;
+    pthread_mutex_lock(&rp->batch->lock);
+    rp->batch->inflight++;
+    rp->batch->refs++;
+    pthread_mutex_unlock(&rp->batch->lock);
+    request_repair_submit(r);
+}
+
+/* Wait for every repair handed out; whether they all came back right. */
+static bool
+drain(struct repairer *rp)
+{
+    bool ok = batch_wait(rp, 0);
+
+    seen_reset(&rp->seen);
+    return batch_clean(rp) && ok;
+}
+
+/* ---- listing a member's keys --------------------------------------------- */
 
 /* What to do with each key a member holds. */
 typedef void key_fn(struct repairer *rp, void *ctx, size_t member,
@@ -913,6 +1049,7 @@ dump_member(struct repairer *rp, size_t i, key_fn *fn, void *ctx)
     return 0;
 }
 
+
 static int
 list_keys(struct repairer *rp, size_t i, key_fn *fn, void *ctx)
 {
@@ -920,133 +1057,7 @@ list_keys(struct repairer *rp, size_t i, key_fn *fn, void *ctx)
                            : scan_member(rp, i, fn, ctx);
 }
 
-/* compare_whole's: a key whose set holds the member (ctx) compared. */
-static void
-whole_key(struct repairer *rp, void *ctx, size_t member, const char *key,
-          size_t len)
-{
-    struct jmember *jm = ctx;
-
-    (void)member;
-    if (in_set(rp, key, len, jm->s))
-        repair_one(rp, jm, key, len);
-}
-
-/* Compare <jm>'s member whole: every key of every member whose set
- * holds it. */
-static void
-compare_whole(struct repairer *rp, struct jmember *jm)
-{
-    atomic_fetch_add(&rp->pool->rstats.full_compares, 1);
-    log_info("pool %s: member %s: comparing all its keys with the other "
-             "members (its log of keys to repair %s)",
-             rp->pool->name, jm->s->name,
-             jm->nkeys == 0 ? "overflowed, or it restarted" : "overflowed");
-    for (size_t i = 0; i < rp->snap->n && !atomic_load(&rp->stop); i++) {
-        if (list_keys(rp, i, whole_key, jm) < 0 &&
-            server_usable(rp->snap->servers[i])) {
-            /* a member that is up and cannot be listed: again later */
-            jm->failed = true;
-            replica_note(jm->s, "", 0, 0, true); /* overflow: whole again */
-            return;
-        }
-    }
-}
-
-/* ---- the fill ------------------------------------------------------------ */
-
-/* Whether a member of <key>'s set does not hold its current copy. */
-static bool
-joined(const struct repairer *rp, const char *key, size_t len)
-{
-    size_t idx[REPLICAS_MAX], n;
-    uint64_t h;
-
-    if (rp->snap->ring == NULL)
-        return false;
-    h = key_hash(rp->snap, key, len);
-    n = set_of(rp->snap, h, idx);
-    for (size_t i = 0; i < n; i++)
-        if (!replica_current(rp->view, h, rp->who[idx[i]]))
-            return true;
-    return false;
-}
-
-static void
-fill_key(struct repairer *rp, void *ctx, size_t member, const char *key,
-         size_t len)
-{
-    (void)ctx;
-    (void)member;
-    if (!atomic_load(&rp->fill_abort) && joined(rp, key, len))
-        repair_one(rp, NULL, key, len);
-}
-
-/* The cleaning's: a copy on a member that left the key's set (it was in
- * it in a placement of the view) goes. */
-static void
-clean_key(struct repairer *rp, void *ctx, size_t member, const char *key,
-          size_t len)
-{
-    const struct replica_view *v = rp->view;
-    struct server *s = rp->who[member];
-    struct copy none = {0};
-    uint64_t h;
-    bool was;
-
-    (void)ctx;
-    if (rp->snap->ring == NULL || atomic_load(&rp->fill_abort))
-        return;
-    h = key_hash(rp->snap, key, len);
-    if (in_set_hash(rp->snap, h, s, true))
-        return; /* its own */
-    was = in_set_hash(v->base, h, s, true);
-    for (size_t i = 0; i < v->nsince && !was; i++)
-        was = in_set_hash(v->since[i], h, s, true);
-    if (!was)
-        return; /* never placed there by us */
-    if (write_copy(rp, &rp->conns[member], key, len, &none) == 0)
-        atomic_fetch_add(&rp->pool->rstats.cleaned, 1);
-}
-
-/*
- * Fill the placement of the job's snapshot: every key of every member
- * (those that left included) goes to the members that joined its set;
- * then, when every key made it, the copies on members that left a key's
- * set are deleted. A fill with failures keeps those copies and is done
- * again later (the failed keys are noted on the members that missed
- * them: those serve no read of them before).
- */
-static void
-fill(struct repairer *rp)
-{
-    log_info("pool %s: filling the members that joined replica sets",
-             rp->pool->name);
-    for (size_t i = 0; i < rp->nwho && !atomic_load(&rp->stop) &&
-                       !atomic_load(&rp->fill_abort);
-         i++)
-        if (list_keys(rp, i, fill_key, NULL) < 0) {
-            if (i < rp->snap->n && server_usable(rp->who[i]))
-                rp->fill_failed = true; /* a member that is up: again */
-            else
-                log_warn("pool %s: member %s could not be read for the "
-                         "fill: its copies were not used",
-                         rp->pool->name, rp->who[i]->name);
-        }
-    if (rp->fill_failed || atomic_load(&rp->stop) ||
-        atomic_load(&rp->fill_abort))
-        return;
-    for (size_t i = 0; i < rp->nwho && !atomic_load(&rp->stop) &&
-                       !atomic_load(&rp->fill_abort);
-         i++)
-        if (list_keys(rp, i, clean_key, NULL) < 0 && i < rp->snap->n &&
-            server_usable(rp->who[i]))
-            rp->fill_failed = true;
-    rp->fill_done = !rp->fill_failed && !atomic_load(&rp->stop) &&
-                    !atomic_load(&rp->fill_abort);
-}
-
-/* ---- identities ---------------------------------------------------------- */
+/* ---- identities and settling --------------------------------------------- */
 
 /* The identity of member <i> (redis: run_id; memcached: pid and start
  * time) into <out>; 0, or -1. */
@@ -1102,43 +1113,340 @@ identity(struct repairer *rp, size_t i, char *out, size_t cap)
     }
 }
 
+
 /* Check every member's identity: one that restarted (it answers with a
- * new one) has lost what it did not persist: it stops serving reads and
- * is compared whole (its log marked overflowed). */
+ * new one) has lost what it did not persist: it is behind on every key
+ * and compared whole. The workers check at every connect; this finds a
+ * restart no request has seen yet. */
 static void
 check_identities(struct repairer *rp)
 {
     for (size_t i = 0; i < rp->snap->n; i++) {
         struct server *s = rp->snap->servers[i];
         char id[64];
-        struct ident *known = NULL;
 
         if (!server_usable(s) || identity(rp, i, id, sizeof(id)) < 0)
             continue;
-        for (size_t k = 0; k < rp->nids; k++)
-            if (rp->ids[k].server == s->id)
-                known = &rp->ids[k];
-        if (known == NULL) {
-            struct ident *ids = realloc(rp->ids, (rp->nids + 1) * sizeof(*ids));
-
-            if (ids == NULL)
-                continue;
-            rp->ids = ids;
-            known = &ids[rp->nids++];
-            known->server = s->id;
-            snprintf(known->id, sizeof(known->id), "%s", id);
-            continue;
-        }
-        if (strcmp(known->id, id) == 0)
-            continue;
-        log_warn("pool %s: member %s restarted (%s): it serves no read until "
-                 "it is compared with the others",
-                 rp->pool->name, s->name,
-                 is_memcache(rp) ? "new pid" : "new run_id");
-        snprintf(known->id, sizeof(known->id), "%s", id);
-        /* a log over capacity: compared whole */
-        replica_note(s, "", 0, 0, true);
+        if (replica_identity(s, id) > 0)
+            log_warn("pool %s: member %s restarted (a new %s): it is behind "
+                     "on every key until it is compared with the others",
+                     rp->pool->name, s->name,
+                     is_memcache(rp) ? "pid" : "run_id");
     }
+}
+
+/*
+ * The connections of member <i> we reset with requests on them: the
+ * member must not run what they carried after a repair. Redis: CLIENT
+ * KILL ADDR drops it (what it had not run yet never runs). memcached has
+ * no such command: its `stats conns` must no longer list the connection
+ * (it ran, or dropped, all of it). Settled ones are forgotten; the others
+ * wait for the next pass.
+ */
+static void
+settle_member(struct repairer *rp, size_t i)
+{
+    struct server *s = rp->who[i];
+    char(*addrs)[64] = NULL;
+    size_t n = unsettled_of(s, &addrs);
+    struct rconn *c = n > 0 ? conn_of(rp, i) : NULL;
+
+    if (c == NULL) {
+        free(addrs);
+        return;
+    }
+    if (!is_memcache(rp)) {
+        for (size_t k = 0; k < n; k++) {
+            const char *argv[] = {"CLIENT", "KILL", "ADDR", addrs[k], "SKIPME",
+                                  "yes"};
+            struct rval v;
+
+            if (rc_cmd(c, 6, argv, NULL) < 0 || rc_call(c, &v) < 0) {
+                rc_close(c);
+                break;
+            }
+            if (v.type != ':')
+                log_warn("pool %s: member %s refuses CLIENT KILL (%s): the "
+                         "connection %s we reset may still run writes after "
+                         "its keys are repaired",
+                         rp->pool->name, s->name, v.s != NULL ? v.s : "?",
+                         addrs[k]);
+            else
+                log_info("pool %s: member %s dropped the connection %s we "
+                         "reset (%lld): its keys are repaired now",
+                         rp->pool->name, s->name, addrs[k], v.i);
+            settled(s, addrs[k]);
+            rval_free(&v);
+        }
+        free(addrs);
+        return;
+    }
+    {
+        /* memcached: "STAT <fd>:addr tcp:<ip>:<port>" per connection */
+        char *listing = NULL;
+        size_t len = 0, cap = 0;
+        const char *line;
+        size_t ll;
+        bool ok = rc_put(c, "stats conns\r\n", 13) == 0 && rc_flush(c) == 0;
+
+        while (ok) {
+            if (rc_line(c, &line, &ll) < 0) {
+                rc_close(c);
+                ok = false;
+                break;
+            }
+            if (ll >= 3 && memcmp(line, "END", 3) == 0)
+                break;
+            if (len + ll + 1 > cap) {
+                size_t ncap = cap ? cap * 2 : 4096;
+                char *nl;
+
+                while (ncap < len + ll + 1)
+                    ncap *= 2;
+                if ((nl = realloc(listing, ncap)) == NULL) {
+                    ok = false;
+                    break;
+                }
+                listing = nl;
+                cap = ncap;
+            }
+            memcpy(listing + len, line, ll);
+            len += ll;
+            listing[len] = 0;
+        }
+        for (size_t k = 0; ok && k < n; k++) {
+            char probe[80];
+
+            snprintf(probe, sizeof(probe), ":%s\r", addrs[k]);
+            if (listing != NULL && strstr(listing, probe) != NULL)
+                continue; /* still there: the next pass looks again */
+            log_info("pool %s: member %s no longer holds the connection %s we "
+                     "reset: its keys are repaired now",
+                     rp->pool->name, s->name, addrs[k]);
+            settled(s, addrs[k]);
+        }
+        free(listing);
+        free(addrs);
+    }
+}
+
+/* ---- the passes ---------------------------------------------------------- */
+
+/* The keys noted on the members. */
+static bool
+repair_logs(struct repairer *rp)
+{
+    for (size_t j = 0; j < rp->nlogs && !atomic_load(&rp->stop); j++) {
+        const struct jlog *jl = &rp->logs[j];
+        size_t off = 0;
+
+        while (off + sizeof(uint32_t) <= jl->len) {
+            uint32_t len;
+
+            memcpy(&len, jl->keys + off, sizeof(len));
+            off += sizeof(len);
+            if (len > jl->len - off)
+                break;
+            submit(rp, jl->keys + off, len, NULL, 0, NULL);
+            off += len;
+        }
+    }
+    return drain(rp);
+}
+
+/* compare's: every key (the start's verification), or those whose set
+ * holds a member compared whole. */
+static void
+compare_key(struct repairer *rp, void *ctx, size_t member, const char *key,
+            size_t len)
+{
+    size_t idx[REPLICAS_MAX], n;
+
+    (void)ctx;
+    (void)member;
+    if (rp->verify || rp->snap->ring == NULL) {
+        submit(rp, key, len, NULL, 0, NULL);
+        return;
+    }
+    n = set_of(rp->snap, key_hash(rp->snap, key, len), idx);
+    for (size_t i = 0; i < n; i++)
+        for (size_t w = 0; w < rp->nwhole; w++)
+            if (rp->snap->servers[idx[i]] == rp->whole[w].s) {
+                submit(rp, key, len, NULL, 0, NULL);
+                return;
+            }
+}
+
+/*
+ * Compare every key of the members compared whole (and, after chashd
+ * started, every key): each member's keys are listed and each key is
+ * repaired by its home. A member compared whole is current again once
+ * every key came back right; the pool's start is verified once that holds
+ * with every member up.
+ */
+static bool
+compare(struct repairer *rp)
+{
+    bool ok = true, all_up = true;
+
+    for (size_t w = 0; w < rp->nwhole; w++) {
+        atomic_fetch_add(&rp->pool->rstats.full_compares, 1);
+        log_info("pool %s: member %s: comparing every key it holds a copy of "
+                 "with the other members",
+                 rp->pool->name, rp->whole[w].s->name);
+    }
+    if (rp->verify)
+        log_info("pool %s: comparing every key's copies (chashd started: "
+                 "writes may have been on their way when it stopped); reads "
+                 "are majority reads until then",
+                 rp->pool->name);
+    for (size_t i = 0; i < rp->snap->n && !atomic_load(&rp->stop); i++) {
+        if (!server_usable(rp->snap->servers[i])) {
+            all_up = false;
+            continue; /* its keys are on the other members of their sets */
+        }
+        if (list_keys(rp, i, compare_key, NULL) < 0)
+            ok = false;
+    }
+    ok = drain(rp) && ok && !rp->failed && !atomic_load(&rp->stop);
+    if (!ok)
+        return false;
+    for (size_t w = 0; w < rp->nwhole; w++) {
+        whole_done(rp->whole[w].s, rp->whole[w].gen);
+        log_info("pool %s: member %s was compared whole: it holds current "
+                 "copies again",
+                 rp->pool->name, rp->whole[w].s->name);
+    }
+    rp->verified = rp->verify && all_up;
+    return true;
+}
+
+/* Whether a member of <key>'s set does not hold its current copy. */
+static bool
+joined(const struct repairer *rp, uint64_t h)
+{
+    size_t idx[REPLICAS_MAX], n;
+
+    if (rp->snap->ring == NULL)
+        return false;
+    n = set_of(rp->snap, h, idx);
+    for (size_t i = 0; i < n; i++)
+        if (!replica_current(rp->view, h, rp->snap->servers[idx[i]]))
+            return true;
+    return false;
+}
+
+/* The fill's: a key with a member that joined its set is repaired, the
+ * members of its set in the filled placement voting for it when none of
+ * its set holds a current copy. */
+static void
+fill_key(struct repairer *rp, void *ctx, size_t member, const char *key,
+         size_t len)
+{
+    const struct pool_snapshot *b = rp->view->base;
+    size_t idx[REPLICAS_MAX], n = 0;
+    struct server *holders[REPLICAS_MAX];
+    uint64_t h;
+
+    (void)ctx;
+    (void)member;
+    if (atomic_load(&rp->fill_abort) || rp->snap->ring == NULL)
+        return;
+    h = key_hash(rp->snap, key, len);
+    if (!joined(rp, h))
+        return;
+    if (b->ring != NULL)
+        n = set_of(b, h, idx);
+    for (size_t i = 0; i < n; i++)
+        holders[i] = b->servers[idx[i]];
+    submit(rp, key, len, holders, n, NULL);
+}
+
+/* The cleaning's: a copy on a member that left the key's set (it was in
+ * it in a placement of the view) goes. */
+static void
+clean_key(struct repairer *rp, void *ctx, size_t member, const char *key,
+          size_t len)
+{
+    const struct replica_view *v = rp->view;
+    struct server *s = rp->who[member];
+    size_t idx[REPLICAS_MAX], n;
+    uint64_t h;
+    bool was = false;
+
+    (void)ctx;
+    if (rp->snap->ring == NULL || atomic_load(&rp->fill_abort))
+        return;
+    h = key_hash(rp->snap, key, len);
+    n = set_of(rp->snap, h, idx);
+    for (size_t i = 0; i < n; i++)
+        if (conf_addr_equal(&rp->snap->servers[idx[i]]->addr, &s->addr))
+            return; /* its own */
+    for (size_t p = 0; p <= v->nsince && !was; p++) {
+        const struct pool_snapshot *ps = p == 0 ? v->base : v->since[p - 1];
+
+        n = set_of(ps, h, idx);
+        for (size_t i = 0; i < n && !was; i++)
+            was = conf_addr_equal(&ps->servers[idx[i]]->addr, &s->addr);
+    }
+    if (was)
+        submit(rp, key, len, NULL, 0, s);
+}
+
+/*
+ * Fill the placement of the pass's snapshot. First a barrier over the
+ * workers: every request routed by an older placement has been answered,
+ * so a key one of them created is on a member that is listed. Then every
+ * key of every member (those that left included) is repaired where a
+ * member joined its set; then, when every key made it, the copies on
+ * members that left a key's set are deleted. A fill with failures keeps
+ * those copies and is done again later (the members being filled serve
+ * no read of a key before).
+ */
+static void
+fill(struct repairer *rp)
+{
+    struct request_barrier *b = request_barrier_start(rp->pool);
+    uint64_t until = clock_ms() + REPAIR_WAIT_MS;
+    struct timespec pause = {0, 5 * 1000 * 1000};
+
+    log_info("pool %s: filling the members that joined replica sets",
+             rp->pool->name);
+    while (b != NULL && !request_barrier_passed(b) &&
+           !atomic_load(&rp->stop) && clock_ms() < until)
+        nanosleep(&pause, NULL);
+    if (b == NULL || !request_barrier_passed(b)) {
+        request_barrier_unref(b);
+        rp->fill_failed = true;
+        return;
+    }
+    request_barrier_unref(b);
+    for (size_t i = 0; i < rp->nwho && !atomic_load(&rp->stop) &&
+                       !atomic_load(&rp->fill_abort);
+         i++)
+        if (list_keys(rp, i, fill_key, NULL) < 0) {
+            if (i < rp->snap->n && server_usable(rp->who[i]))
+                rp->fill_failed = true; /* a member that is up: again */
+            else
+                log_warn("pool %s: member %s could not be read for the "
+                         "fill: its copies were not used",
+                         rp->pool->name, rp->who[i]->name);
+        }
+    if (!drain(rp))
+        rp->fill_failed = true;
+    if (rp->fill_failed || atomic_load(&rp->stop) ||
+        atomic_load(&rp->fill_abort))
+        return;
+    for (size_t i = 0; i < rp->nwho && !atomic_load(&rp->stop) &&
+                       !atomic_load(&rp->fill_abort);
+         i++)
+        if (list_keys(rp, i, clean_key, NULL) < 0 && i < rp->snap->n &&
+            server_usable(rp->who[i]))
+            rp->fill_failed = true;
+    if (!drain(rp))
+        rp->fill_failed = true;
+    rp->fill_done = !rp->fill_failed && !atomic_load(&rp->stop) &&
+                    !atomic_load(&rp->fill_abort);
 }
 
 static void *
@@ -1148,30 +1456,19 @@ repairer_main(void *arg)
 
     if (rp->probe)
         check_identities(rp);
-    for (size_t j = 0; j < rp->njm && !atomic_load(&rp->stop); j++) {
-        struct jmember *jm = &rp->jm[j];
-        size_t si = SIZE_MAX;
-
-        for (size_t i = 0; i < rp->snap->n; i++)
-            if (rp->snap->servers[i] == jm->s)
-                si = i;
-        if (si == SIZE_MAX || conn_of(rp, si) == NULL) {
-            jm->unreachable = true;
-            continue;
-        }
-        if (jm->full)
-            compare_whole(rp, jm);
-        for (size_t k = 0; k < jm->nkeys && !atomic_load(&rp->stop); k++) {
-            uint32_t len;
-
-            memcpy(&len, jm->keys[k], sizeof(len));
-            repair_one(rp, jm, jm->keys[k] + sizeof(len), len);
-        }
-    }
+    for (size_t i = 0; rp->settle && i < rp->nwho; i++)
+        if (server_usable(rp->who[i]) && !replica_settled(rp->who[i]))
+            settle_member(rp, i);
+    if (rp->nlogs > 0 && !atomic_load(&rp->stop) && !repair_logs(rp))
+        rp->failed = true;
+    if ((rp->verify || rp->nwhole > 0) && !atomic_load(&rp->stop) &&
+        !compare(rp))
+        rp->failed = true;
     if (rp->filling && !atomic_load(&rp->stop))
         fill(rp);
     for (size_t i = 0; i < rp->nwho; i++)
         rc_free(&rp->conns[i]);
+    seen_reset(&rp->seen);
     atomic_store(&rp->done, true);
     return NULL;
 }
@@ -1181,56 +1478,37 @@ repairer_main(void *arg)
 static void
 job_free(struct repairer *rp)
 {
-    for (size_t j = 0; j < rp->njm; j++) {
-        atomic_store(&rp->jm[j].s->rlog.taken, 0);
-        for (size_t k = 0; k < rp->jm[j].nkeys; k++)
-            free(rp->jm[j].keys[k]);
-        free(rp->jm[j].keys);
-        server_unref(rp->jm[j].s);
+    for (size_t j = 0; j < rp->nlogs; j++) {
+        server_unref(rp->logs[j].s);
+        free(rp->logs[j].keys);
     }
-    free(rp->jm);
-    rp->jm = NULL;
-    rp->njm = 0;
+    free(rp->logs);
+    rp->logs = NULL;
+    rp->nlogs = 0;
+    for (size_t j = 0; j < rp->nwhole; j++)
+        server_unref(rp->whole[j].s);
+    free(rp->whole);
+    rp->whole = NULL;
+    rp->nwhole = 0;
     free(rp->conns);
     rp->conns = NULL;
     free(rp->who);
     rp->who = NULL;
     rp->nwho = 0;
     rp->view = NULL;
-    rp->filling = false;
+    rp->filling = rp->verify = rp->verified = rp->failed = false;
+    rp->probe = rp->settle = false;
+    if (rp->batch != NULL) {
+        pthread_mutex_lock(&rp->batch->lock);
+        batch_unref_locked(rp->batch);
+        rp->batch = NULL;
+    }
     if (rp->snap != NULL)
         pool_snapshot_unpin(rp->snap);
     rp->snap = NULL;
 }
 
-/* Put the keys of job member <jm> back in its member's log. */
-static void
-put_back(const struct repairer *rp, struct jmember *jm)
-{
-    atomic_store(&jm->s->rlog.taken, 0);
-    for (size_t k = 0; k < jm->nkeys; k++) {
-        uint32_t len;
-
-        memcpy(&len, jm->keys[k], sizeof(len));
-        replica_note(jm->s, jm->keys[k] + sizeof(len), len,
-                     rp->pool->cfg.repair_log, true);
-    }
-    if (jm->full)
-        replica_note(jm->s, "", 0, 0, true); /* compared whole, later */
-}
-
-/* A job that could not start: everything goes back. */
-static void
-give_back(struct repairer *rp, uint64_t now)
-{
-    for (size_t j = 0; j < rp->njm; j++) {
-        put_back(rp, &rp->jm[j]);
-        rp->jm[j].s->rlog.retry_ms = now + RETRY_MS;
-    }
-    job_free(rp);
-}
-
-/* The fill of the job's snapshot is done: its placement is the base of
+/* The fill of the pass's snapshot is done: its placement is the base of
  * the views from here on, with the placements published after it. */
 static void
 filled(struct repairer *rp)
@@ -1257,7 +1535,7 @@ filled(struct repairer *rp)
     pool_schedule(p);
 }
 
-/* The job is over: join, take its results. */
+/* The pass is over: join, take its results. */
 static void
 job_end(struct repairer *rp, uint64_t now)
 {
@@ -1268,52 +1546,14 @@ job_end(struct repairer *rp, uint64_t now)
     if (rp->filling && rp->fill_done && !rp->pool->removed &&
         rp->pool->cfg.replicas > 1)
         filled(rp);
-    for (size_t j = 0; j < rp->njm; j++) {
-        struct jmember *jm = &rp->jm[j];
-        struct replica_log *l = &jm->s->rlog;
-
-        if (jm->unreachable) {
-            put_back(rp, jm);
-            l->retry_ms = now + RETRY_MS;
-        } else if (!jm->failed) {
-            l->clean_ms = now;
-        }
-    }
+    if (rp->verified &&
+        atomic_exchange(&rp->pool->rstats.verifying, false))
+        log_info("pool %s: every key's copies agree: reads follow "
+                 "read_policy again",
+                 rp->pool->name);
+    if (rp->failed || (rp->filling && rp->fill_failed))
+        rp->next_ms = now + RETRY_MS;
     job_free(rp);
-}
-
-/* Take <s>'s log into a job member: false when there is nothing. */
-static bool
-take_log(struct server *s, struct jmember *jm)
-{
-    struct replica_log *l = &s->rlog;
-    bool any;
-
-    pthread_mutex_lock(&l->lock);
-    any = l->n > 0 || l->overflow;
-    if (any) {
-        jm->s = s;
-        server_ref(s);
-        jm->full = l->overflow;
-        jm->keys = calloc(l->n ? l->n : 1, sizeof(*jm->keys));
-        if (jm->keys != NULL) {
-            for (size_t i = 0; i < l->cap; i++)
-                if (l->keys[i] != NULL)
-                    jm->keys[jm->nkeys++] = l->keys[i];
-            free(l->keys);
-        } else {
-            keys_free(l->keys, l->cap);
-            jm->full = true; /* out of memory: compare whole */
-        }
-        l->keys = NULL;
-        l->cap = l->n = 0;
-        l->overflow = false;
-        atomic_store(&l->taken, jm->nkeys);
-        l->clean_gen = atomic_load(&l->gen);
-        l->clean_ms = 0;
-    }
-    pthread_mutex_unlock(&l->lock);
-    return any;
 }
 
 /* Add the members of <s> not in rp->who yet. */
@@ -1325,7 +1565,7 @@ who_add(struct repairer *rp, const struct pool_snapshot *s)
             rp->who[rp->nwho++] = s->servers[j];
 }
 
-/* The job's members (rp->who): <snap>'s (at their snapshot indexes),
+/* The pass's members (rp->who): <snap>'s (at their snapshot indexes),
  * then those of its view's placements not in it (members that left),
  * each with a connection. 0 or -1 (out of memory). */
 static int
@@ -1355,33 +1595,66 @@ job_members(struct repairer *rp, const struct pool_snapshot *snap)
     return 0;
 }
 
-/* Start a job for <rp>'s pool when it has work (or a probe is due). */
+/* What member <s> is behind on, taken into the pass. 0, or -1 when out
+ * of memory. */
+static int
+job_take(struct repairer *rp, struct server *s)
+{
+    char *keys;
+    size_t len;
+    bool whole;
+    uint64_t gen = replica_gen(s);
+
+    log_keys(s, &keys, &len, &whole);
+    if (!replica_settled(s))
+        rp->settle = true;
+    if (whole) {
+        struct whole *w = realloc(rp->whole, (rp->nwhole + 1) * sizeof(*w));
+
+        free(keys);
+        if (w == NULL)
+            return -1;
+        rp->whole = w;
+        w[rp->nwhole].s = s;
+        w[rp->nwhole++].gen = gen;
+        server_ref(s);
+    } else if (keys != NULL) {
+        struct jlog *l = realloc(rp->logs, (rp->nlogs + 1) * sizeof(*l));
+
+        if (l == NULL) {
+            free(keys);
+            return -1;
+        }
+        rp->logs = l;
+        l[rp->nlogs].s = s;
+        l[rp->nlogs].keys = keys;
+        l[rp->nlogs++].len = len;
+        server_ref(s);
+    }
+    return 0;
+}
+
+/* Start a pass for <rp>'s pool when it has work (or a probe is due). */
 static void
 job_start(struct repairer *rp, uint64_t now)
 {
     struct pool *p = rp->pool;
     struct pool_snapshot *snap = pool_snapshot(p);
-    bool fill = false;
-    bool probe = now >= rp->probe_ms + PROBE_MS;
+    bool fill = false, probe = now >= rp->probe_ms + PROBE_MS;
+    bool work = false;
 
-    /* A member about to serve reads again must not have restarted
-     * meanwhile (empty, and only its log repaired): identities are
-     * checked more often (every job, at most every PROBE_WAIT_MS) while a
-     * member waits for that. */
-    for (size_t i = 0; i < snap->n; i++)
-        probe |= !replica_readable(snap->servers[i]) &&
-                 now >= rp->probe_ms + PROBE_WAIT_MS;
-
-    rp->jm = calloc(snap->n ? snap->n : 1, sizeof(*rp->jm));
-    if (rp->jm == NULL)
+    if (now < rp->next_ms && !probe)
         return;
-    for (size_t i = 0; i < snap->n; i++) {
+    rp->verify = now >= rp->next_ms && atomic_load(&p->rstats.verifying);
+    for (size_t i = 0; i < snap->n && now >= rp->next_ms; i++) {
         struct server *s = snap->servers[i];
 
-        if (!server_usable(s) || now < s->rlog.retry_ms)
-            continue; /* its keys wait for it */
-        if (take_log(s, &rp->jm[rp->njm]))
-            rp->njm++;
+        if (replica_readable(s) || !server_usable(s))
+            continue; /* nothing to do, or its keys wait for it */
+        if (job_take(rp, s) < 0) {
+            job_free(rp);
+            return;
+        }
     }
     /* a placement not filled yet (a failed fill waits a while) */
     if (snap->fill != NULL && !snap->fill_same &&
@@ -1391,13 +1664,11 @@ job_start(struct repairer *rp, uint64_t now)
         fill = true;
         rp->fill_ms = now;
     }
-    if (rp->njm == 0 && !probe && !fill) {
-        free(rp->jm);
-        rp->jm = NULL;
-        return;
-    }
-    if (job_members(rp, snap) < 0) {
-        give_back(rp, now);
+    work = probe || rp->verify || rp->nlogs > 0 || rp->nwhole > 0 ||
+           rp->settle || fill;
+    if (!work || (rp->batch = batch_new()) == NULL ||
+        job_members(rp, snap) < 0) {
+        job_free(rp);
         return;
     }
     rp->view = snap->fill;
@@ -1414,46 +1685,10 @@ job_start(struct repairer *rp, uint64_t now)
     atomic_store(&rp->done, false);
     if (pthread_create(&rp->thread, NULL, repairer_main, rp) != 0) {
         log_warn("pool %s: cannot start the repairer thread", p->name);
-        give_back(rp, now);
+        job_free(rp);
         return;
     }
     rp->running = true;
-}
-
-/*
- * A member that has nothing left to repair serves reads again once a
- * pass found its log empty and nothing was noted since, for a while:
- * the writes that were on their way to it during the pass (a pool's
- * `timeout`, 1 s without one) have been answered by then.
- */
-static void
-readable_again(struct pool *p, uint64_t now)
-{
-    uint64_t grace = p->cfg.timeout_ms ? p->cfg.timeout_ms : 1000;
-
-    /* (identities are checked within it, twice: a restart shows first) */
-    if (grace < 2 * PROBE_WAIT_MS + 50)
-        grace = 2 * PROBE_WAIT_MS + 50;
-
-    for (size_t i = 0; i < p->nservers; i++) {
-        struct server *s = p->servers[i];
-        struct replica_log *l = &s->rlog;
-        bool empty;
-
-        if (!atomic_load(&l->dirty) || l->clean_ms == 0 ||
-            now < l->clean_ms + grace)
-            continue;
-        pthread_mutex_lock(&l->lock);
-        empty =
-            l->n == 0 && !l->overflow && atomic_load(&l->gen) == l->clean_gen;
-        if (empty) {
-            atomic_store(&l->dirty, false);
-            log_info("pool %s: member %s is repaired: it serves reads again",
-                     p->name, s->name);
-        }
-        l->clean_ms = 0;
-        pthread_mutex_unlock(&l->lock);
-    }
 }
 
 int
@@ -1516,7 +1751,6 @@ repairer_free(size_t i)
         atomic_store(&rp->stop, true);
         job_end(rp, clock_ms());
     }
-    free(rp->ids);
     pool_unref(rp->pool);
     free(rp);
     repairers[i] = repairers[--nrepairers];
@@ -1543,10 +1777,8 @@ replica_tick(uint64_t now, void *arg)
             atomic_store(&rp->fill_abort, true);
         if (rp->running && atomic_load(&rp->done))
             job_end(rp, now);
-        if (!rp->running) {
-            readable_again(p, now);
+        if (!rp->running)
             job_start(rp, now);
-        }
     }
     /* pools gone, or no longer replicated */
     for (size_t i = 0; i < nrepairers;) {
@@ -1685,7 +1917,7 @@ replica_json(struct pool *p)
         bool overflow;
 
         pthread_mutex_lock(&s->rlog.lock);
-        overflow = s->rlog.overflow;
+        overflow = s->rlog.whole;
         pthread_mutex_unlock(&s->rlog.lock);
         json_array_append_new(
             members,

@@ -35,20 +35,39 @@ struct pool;
 struct pool_snapshot;
 struct server;
 
-/* A member's keys to repair (in struct server). */
+/*
+ * A member's replication state (in struct server): what this chashd knows
+ * it lacks. A member is CURRENT for a key when nothing here names the key:
+ * it took every write of the key, in the key's one order (request_rep.c),
+ * so its copy is the copy. Workers note and read it; the repairs of the
+ * key's home worker clear it; the repairer thread reads it.
+ *   - keys: a write of the key missed (no reply, an error where the others
+ *     succeeded) or answered apart from the current members (a
+ *     divergence); each with the log's <gen> when noted, so a repair that
+ *     read the key before a later miss does not clear it;
+ *   - whole: every key is behind (a log that overflowed, a restart, out of
+ *     memory): compared whole by the repairer, keys noted since kept;
+ *   - unsettled: our ends of connections we reset while the member may
+ *     still run what they carried: the member is told to drop them
+ *     (CLIENT KILL; memcached: until `stats conns` no longer lists them)
+ *     before anything is repaired on it;
+ *   - ident: who the member is; a new identity is a restart (whole).
+ */
 struct replica_log {
     pthread_mutex_t lock;
-    char **keys; /* open addressing, NULL: empty; each key is a 4-byte
-                    length then its bytes */
+    char **keys; /* open addressing, NULL: empty; each key is its 8-byte
+                    gen, a 4-byte length, then its bytes */
     size_t cap, n;
-    bool overflow;        /* more keys than repair_log: compare all */
-    _Atomic bool dirty;   /* (atomic) keys to repair: not readable */
-    _Atomic uint64_t gen; /* (atomic) +1 per key noted */
-    _Atomic size_t taken; /* (atomic) keys a running repair took */
+    bool whole;
+    uint64_t whole_gen;     /* <gen> when <whole> was last set */
+    char (*unsettled)[64];  /* [nunsettled] "ip:port" */
+    size_t nunsettled;
+    char ident[64];         /* "" until first seen */
+    _Atomic bool dirty;     /* (atomic) keys, whole or unsettled: not
+                               current for everything */
+    _Atomic uint64_t gen;   /* (atomic) +1 per note */
     /* control thread */
-    uint64_t clean_gen; /* gen when its last repair pass began */
-    uint64_t clean_ms;  /* when a pass found nothing left (0: not yet) */
-    uint64_t retry_ms;  /* not before (it was unreachable) */
+    uint64_t retry_ms; /* not before (it was unreachable) */
 };
 
 /* Per pool counters, (atomic), any thread. */
@@ -63,24 +82,51 @@ struct replica_stats {
     _Atomic uint64_t fills;          /* placement changes filled */
     _Atomic uint64_t cleaned;        /* copies deleted from members that
                                         left the key's set */
+    /* Not a counter: the copies have not all been compared since chashd
+     * started (writes may have been on their way when it stopped): reads
+     * are majority reads meanwhile (request_rep.c). */
+    _Atomic bool verifying;
 };
 
 void replica_log_init(struct replica_log *l);
 void replica_log_deinit(struct replica_log *l);
 
 /*
- * Worker side. Member <s> must be repaired on the key <key> (<len>
- * bytes): noted in its log, which holds at most <cap> keys (beyond: the
- * log overflows, its member is compared whole). <missed>: it missed a
- * write, and stops serving reads at once, until repaired.
+ * Worker side. Member <s> is behind on the keys <keys> (<keyslen> bytes,
+ * packed: each a 4-byte length then its bytes): noted in its log, which
+ * holds at most <cap> keys (beyond: the member is compared whole).
  */
-void replica_note(struct server *s, const char *key, size_t len, size_t cap,
-                  bool missed);
+void replica_note(struct server *s, const char *keys, size_t keyslen,
+                  size_t cap);
+/* Every key of <s> is behind (<why>, for the log line). */
+void replica_note_whole(struct server *s, const char *why);
+/* Whether <s> is current for every key of <keys> (packed). Any thread;
+ * locks only a member that has something noted. */
+bool replica_keys_current(struct server *s, const char *keys,
+                          size_t keyslen);
+/* The log's generation now: a repair reads it before it reads the
+ * copies. */
+uint64_t replica_gen(struct server *s);
+/* Key <key> (<len> bytes) of <s> was repaired from copies read at
+ * generation <gen>: forgotten, unless noted again since. */
+void replica_clear(struct server *s, const char *key, size_t len,
+                   uint64_t gen);
+/* A connection whose our end is <laddr> was reset with requests on it. */
+void replica_unsettled(struct server *s, const char *laddr);
+/* Whether nothing waits to be settled on <s>. */
+bool replica_settled(struct server *s);
+/* Member <s> says it is <id>: 1 when it was someone else before (it
+ * restarted: compared whole from now on), 0 otherwise. */
+int replica_identity(struct server *s, const char *id);
 
-/* Whether <s> may serve reads (nothing to repair). Any thread. */
+/* Whether <s> is behind on every key (restarted, its log overflowed). */
+bool replica_whole(struct server *s);
+
+/* Whether <s> is current for every key (nothing noted at all). Any
+ * thread. */
 bool replica_readable(const struct server *s);
 
-/* Keys waiting in <s>'s log (any thread; for the metrics). */
+/* Keys noted on <s> (any thread; for the metrics). */
 size_t replica_pending(struct server *s);
 
 /*

@@ -7,9 +7,11 @@
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "request.h"
+#include "request_int.h"
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,7 +40,7 @@
 #include "redis_mode.h"
 #include "replica.h"
 
-#define OF(ptr, type, field) ((type *)((char *)(ptr)-offsetof(type, field)))
+#define OF REQUEST_OF
 
 /* Reads per connection per event before yielding (as the splice). */
 #define READS_PER_EVENT 8
@@ -72,39 +74,6 @@
 /* Initial sizes of the per-client parse arrays. */
 #define KEYS_INIT 16
 #define SCRATCH_INIT 1024
-/* Buckets of a worker's member table (server id -> connections). */
-#define MEMBER_BUCKETS 256
-
-enum rs_state { RS_IDLE, RS_CONNECTING, RS_READY };
-
-/* A connection of this worker to one member. */
-struct rserver {
-    struct io_side side;
-    struct worker_task more;  /* input left after the read budget */
-    struct worker_task flush; /* write what was queued this iteration */
-    struct timer timer;       /* connect deadline, or the oldest request's */
-    struct worker *w;
-    struct rmember *m;         /* its member (owns it) */
-    int state;                 /* enum rs_state */
-    struct rbuf out;           /* bytes for the member, in FIFO order */
-    struct rbuf in;            /* bytes from it, replies not parsed yet */
-    struct rfrag *head, *tail; /* queued, waiting for their replies */
-    size_t nfifo;
-    unsigned swallow;            /* handshake replies still to drop */
-    struct rclient *stream_from; /* a client's value being forwarded */
-    struct rfrag *lhead, *ltail; /* queued behind it, their bytes kept in
-                                    each fragment (in order) */
-    struct rfrag *reply_to;      /* the fragment a value streams to */
-    uint64_t reply_left;         /* its bytes still to come */
-    bool paused;                 /* not read: a reply waits for its client */
-    struct rfrag *open; /* a batch whose line ends <out>, unwritten: more
-                           keys may join it until the next flush */
-    size_t open_len;    /* that line's length */
-    size_t open_keys;   /* the keys it asks for */
-    uint64_t sent;      /* fragments queued on it, ever */
-    uint64_t answered;  /* of them, answered or failed (a drain barrier
-                           waits for <answered> to reach a mark) */
-};
 
 /* A migration's gate: the request that moves one key off its old owner
  * before the fragment that needs it runs on the new one. */
@@ -155,21 +124,6 @@ struct moved {
     size_t len;
 };
 
-/* The engine's state of one worker. */
-struct rworker {
-    struct worker_conn link; /* closed at worker exit: every member */
-    struct worker *w;
-    struct rmember *table[MEMBER_BUCKETS];
-    uint64_t next_client_id;
-    /* migrations: drain barriers to pass, gates waiting for one */
-    struct rdrain *drains;
-    struct rgate *gwait, *gwait_tail;
-    struct timer mig_timer;
-    struct timer sweep_timer; /* members that left: their connections */
-    uint64_t spread;          /* hot keys' reads, in turn over their sets */
-    struct moved *moved;      /* [MOVED_SLOTS], made on first use */
-    bool closing;             /* the worker exits: no new member connection */
-};
 
 static void client_flush(struct rclient *c);
 static void client_read(struct rclient *c);
@@ -189,7 +143,6 @@ static struct rserver *send_to(struct rreq *r, struct rfrag *f,
                                struct server *srv, uint64_t hash);
 static void mig_timer(struct worker *w, struct timer *t);
 static void sweep_timer(struct worker *w, struct timer *t);
-static void rep_report(struct rreq *copy);
 
 /* ---- buffers ------------------------------------------------------------- */
 
@@ -265,18 +218,13 @@ rbuf_free(struct rbuf *b)
     memset(b, 0, sizeof(*b));
 }
 
-static size_t
-rbuf_size(const struct rbuf *b)
-{
-    return b->len - b->off;
-}
 
 /* ---- the worker's members ------------------------------------------------ */
 
 static void rworker_close(struct worker *w, struct worker_conn *l);
 
-static struct rworker *
-rworker_get(struct worker *w)
+struct rworker *
+request_rworker(struct worker *w)
 {
     struct rworker *rw = w->requests;
 
@@ -349,7 +297,7 @@ conn_idle(const struct rserver *s)
 static void
 members_sweep(struct rworker *rw)
 {
-    if (rw->drains != NULL)
+    if (rw->drains != NULL || rw->bars != NULL)
         return;
     for (size_t b = 0; b < MEMBER_BUCKETS; b++) {
         struct rmember **pp = &rw->table[b];
@@ -399,7 +347,7 @@ rworker_close(struct worker *w, struct worker_conn *l)
     struct rworker *rw = OF(l, struct rworker, link);
 
     /* a replica's read that fails over while the connections close must
-     * not open new ones (send_on) */
+     * not open new ones (request_send_on) */
     rw->closing = true;
     worker_conn_del(&rw->link);
     worker_timer_del(w, &rw->mig_timer);
@@ -435,6 +383,7 @@ rworker_close(struct worker *w, struct worker_conn *l)
             free(m);
         }
     }
+    request_rep_close(rw);
     for (size_t i = 0; rw->moved != NULL && i < MOVED_SLOTS; i++)
         free(rw->moved[i].key);
     free(rw->moved);
@@ -529,16 +478,6 @@ request_same_set(const struct pool_snapshot *snap, uint64_t a, uint64_t b)
     return true;
 }
 
-/* Which members of the set <idx> (<n>, in <snap>) of a key of ring hash
- * <hash> do not hold its current copy yet (being filled: no read of it)
- * into <filling>. */
-static void
-filling_of(const struct pool_snapshot *snap, uint64_t hash, const size_t *idx,
-           size_t n, bool *filling)
-{
-    for (size_t i = 0; i < n; i++)
-        filling[i] = !replica_current(snap->fill, hash, snap->servers[idx[i]]);
-}
 
 int
 request_route(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
@@ -806,8 +745,9 @@ frag_done(struct rfrag *f)
     f->conn = NULL;
     if (--r->pending > 0)
         return;
-    if (r->rep != NULL) {
-        rep_report(r); /* a replica's copy: it reports, and goes */
+    if (r->rep != NULL || r->job != NULL) {
+        /* a replica's copy, or a repair's request: it reports, and goes */
+        request_rep_report(r);
         return;
     }
     req_complete(r);
@@ -833,17 +773,32 @@ frag_fail(struct rfrag *f, int kind)
     frag_done(f);
 }
 
+int
+request_frag_data(struct rfrag *f, const char *data, size_t len)
+{
+    return frag_data(f, data, len);
+}
+
+void
+request_frag_done(struct rfrag *f)
+{
+    frag_done(f);
+}
+
+void
+request_frag_fail(struct rfrag *f, int kind)
+{
+    frag_fail(f, kind);
+}
+
+void
+request_req_free(struct rreq *r)
+{
+    req_free(r);
+}
+
 /* ---- server connections -------------------------------------------------- */
 
-/* Microseconds on the monotonic clock. */
-static uint64_t
-now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 /* Count the time <f>'s member took to answer (from the request's parse:
  * what the client sees, queueing included). */
@@ -851,7 +806,7 @@ static void
 request_latency(struct rserver *s, const struct rfrag *f)
 {
     struct stats_server *st = &s->m->server->stats[s->w->id];
-    uint64_t us = now_us() - f->req->start_us;
+    uint64_t us = request_now_us() - f->req->start_us;
 
     stats_add(&st->latency[stats_latency_bucket(us)], 1);
     stats_add(&st->latency_sum_us, us);
@@ -862,13 +817,33 @@ static void conn_timer(struct worker *w, struct timer *t);
 static void conn_more(struct worker *w, struct worker_task *t);
 static void conn_flush_task(struct worker *w, struct worker_task *t);
 
+/* Whether <f> is a replicated request's copy or a repair's request:
+ * one that waits for its member as long as the member is not stuck. */
+static bool
+frag_patient(const struct rfrag *f)
+{
+    return f->gate == NULL && (f->req->rep != NULL || f->req->job != NULL);
+}
+
+/* When <s>'s oldest request fails the connection: its deadline; for a
+ * patient one, REQUEST_STUCK_MS after the member last said anything. */
+static uint64_t
+conn_deadline(const struct rserver *s)
+{
+    uint64_t d = s->head->deadline_ms;
+
+    if (frag_patient(s->head) && s->heard_ms + REQUEST_STUCK_MS > d)
+        d = s->heard_ms + REQUEST_STUCK_MS;
+    return d;
+}
+
 static void
 conn_arm(struct rserver *s)
 {
     if (s->state == RS_CONNECTING)
         return; /* the connect deadline first */
     if (s->head != NULL && s->head->deadline_ms > 0)
-        worker_timer_set(s->w, &s->timer, s->head->deadline_ms);
+        worker_timer_set(s->w, &s->timer, conn_deadline(s));
     else if (s->state != RS_CONNECTING)
         worker_timer_del(s->w, &s->timer);
 }
@@ -925,6 +900,11 @@ conn_fail(struct rserver *s, int kind, int err)
             stats_add(&st->request_failures, s->nfifo);
         health_passive_failure(p, fails);
     }
+    /* We drop a connection the member may still read requests from:
+     * with replicas, it must drop them too before it is repaired. */
+    if (s->state == RS_READY && s->nfifo > 0 &&
+        (err == ETIMEDOUT || err == EPROTO || err == ENOMEM))
+        request_rep_conn_reset(s, s->nfifo);
     stats_sub(&st->inflight, s->nfifo);
     s->head = s->tail = s->lhead = s->ltail = NULL;
     s->nfifo = 0;
@@ -1020,6 +1000,20 @@ conn_open(struct rserver *s)
     if (n < 0) {
         errno = EMSGSIZE; /* a redis_auth of a kilobyte */
         return -1;
+    }
+    s->ident = false;
+    if (snap->set.replicas > 1) {
+        /* who the member is, before anything it answers counts: a new
+         * identity is a restart (request_rep.c) */
+        int k = request_rep_ident_request(snap, hs + n, sizeof(hs) - (size_t)n);
+
+        if (k < 0) {
+            errno = EMSGSIZE;
+            return -1;
+        }
+        n += k;
+        replies++;
+        s->ident = true;
     }
     fd =
         socket(srv->addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -1143,6 +1137,10 @@ conn_queue(struct rserver *s, struct rfrag *f, const char *buf, size_t len,
     s->open = NULL; /* other bytes follow the batch's line */
     f->conn = s;
     f->deadline_ms = timeout > 0 ? s->w->now_ms + timeout : 0;
+    if (f->req->rep != NULL || f->req->job != NULL)
+        /* a replicated request answers its client by its own clock
+         * (request_rep.c); its connection goes only when stuck */
+        f->deadline_ms = s->w->now_ms + REQUEST_STUCK_MS;
     if (rbuf_append(wait ? &f->pending : &s->out, buf, len) < 0) {
         kind = PROTO_ERR_CLOSED;
         goto fail;
@@ -1183,6 +1181,13 @@ conn_queue(struct rserver *s, struct rfrag *f, const char *buf, size_t len,
 fail:
     f->conn = NULL;
     frag_fail(f, kind);
+}
+
+void
+request_conn_queue(struct rserver *s, struct rfrag *f, const char *buf,
+                   size_t len)
+{
+    conn_queue(s, f, buf, len, NULL);
 }
 
 /* The client's value for <s> is through: what waited behind it follows,
@@ -1298,6 +1303,22 @@ conn_replies(struct rserver *s)
             }
             continue;
         }
+        if (s->swallow == 1 && s->ident) {
+            /* the identity: read by request_rep.c (a memcached's stats
+             * are many lines: its own parse) */
+            long k = request_rep_ident_reply(s, buf, len);
+
+            if (k == 0)
+                return;
+            if (k < 0) {
+                conn_fail(s, PROTO_ERR_CLOSED, EPROTO);
+                return;
+            }
+            s->swallow = 0;
+            s->ident = false;
+            s->in.off += (size_t)k;
+            continue;
+        }
         if (s->head != NULL) {
             /* what was asked, for a protocol whose replies depend on it */
             ctx.command = s->head->gate != NULL ? s->head->gate->command
@@ -1407,6 +1428,7 @@ conn_read(struct rserver *s)
         if (n == 0)
             break;
         s->in.len += (size_t)n;
+        s->heard_ms = s->w->now_ms;
         stats_add(&s->m->server->stats[s->w->id].bytes_in, (uint64_t)n);
         conn_replies(s);
         if (s->state == RS_IDLE)
@@ -1442,6 +1464,32 @@ conn_more(struct worker *w, struct worker_task *t)
         conn_read(s);
 }
 
+/* Our end of <s> as the member sees it ("ip:port"), for request_rep.c. */
+static void
+conn_name(struct rserver *s)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char host[INET6_ADDRSTRLEN] = "";
+
+    s->laddr[0] = 0;
+    if (getsockname(s->side.fd, (struct sockaddr *)&ss, &len) < 0)
+        return;
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+        snprintf(s->laddr, sizeof(s->laddr), "%s:%u", host,
+                 (unsigned)ntohs(a->sin_port));
+    } else if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+        snprintf(s->laddr, sizeof(s->laddr), "%s:%u", host,
+                 (unsigned)ntohs(a->sin6_port));
+    }
+}
+
 static void
 conn_event(struct worker *w, struct ev *ev, uint32_t events)
 {
@@ -1459,6 +1507,8 @@ conn_event(struct worker *w, struct ev *ev, uint32_t events)
             if (!(events & EPOLLOUT))
                 return;
             s->state = RS_READY;
+            s->heard_ms = s->w->now_ms;
+            conn_name(s);
             stats_add(&s->m->server->stats[s->w->id].conns_total, 1);
             worker_timer_del(s->w, &s->timer);
             conn_arm(s);
@@ -1491,10 +1541,14 @@ conn_timer(struct worker *w, struct timer *t)
         return;
     }
     if (s->head != NULL && s->head->deadline_ms > 0 &&
-        s->head->deadline_ms <= w->now_ms) {
+        conn_deadline(s) <= w->now_ms) {
         /* The oldest request waited longer than `timeout`: the replies
          * behind it cannot overtake it, so the connection goes (as
-         * twemproxy does) and everything on it gets the timeout error. */
+         * twemproxy does) and everything on it gets the timeout error.
+         * A replicated request's copy waits longer: its client has its
+         * answer by the pool's timeout anyway, and a connection kept
+         * keeps the member's order (request_rep.c); only a member that
+         * said nothing for REQUEST_STUCK_MS loses it. */
         conn_fail(s, PROTO_ERR_TIMEOUT, ETIMEDOUT);
         return;
     }
@@ -1509,7 +1563,7 @@ request_preconnect(struct worker *w, struct pool *p)
     struct pool_snapshot *snap = pool_snapshot(p);
     struct rworker *rw;
 
-    if (!snap->set.preconnect || (rw = rworker_get(w)) == NULL)
+    if (!snap->set.preconnect || (rw = request_rworker(w)) == NULL)
         return;
     for (size_t i = 0; i < snap->n; i++) {
         struct rmember *m =
@@ -1538,11 +1592,11 @@ request_snapshot(struct rclient *c)
 /* The connection to member <srv> that fragment <f> of <r> goes on (by
  * <hash> among its server_connections), counted as sent; NULL when none
  * can be had (<f> is answered with the error). */
-static struct rserver *
-send_on(struct worker *w, struct pool *p, const struct request_mode *mode,
+struct rserver *
+request_send_on(struct worker *w, struct pool *p, const struct request_mode *mode,
         struct rfrag *f, struct server *srv, uint64_t hash)
 {
-    struct rworker *rw = rworker_get(w);
+    struct rworker *rw = request_rworker(w);
     struct rmember *m;
     size_t i;
 
@@ -1565,13 +1619,28 @@ send_on(struct worker *w, struct pool *p, const struct request_mode *mode,
     return m->conns[i];
 }
 
+struct rserver *
+request_conn_of(struct worker *w, const struct server *srv,
+                const struct request_mode *mode, uint64_t hash)
+{
+    struct rworker *rw = w->requests;
+
+    if (rw == NULL)
+        return NULL;
+    for (struct rmember *m = rw->table[srv->id % MEMBER_BUCKETS]; m != NULL;
+         m = m->next)
+        if (m->id == srv->id && m->mode == mode)
+            return m->conns[m->nconns > 1 ? (size_t)(hash % m->nconns) : 0];
+    return NULL;
+}
+
 /* The connection to member <srv> that fragment <f> of <r> goes on (by
  * <hash> among its server_connections), counted as sent; NULL when none
  * can be had (<f> is answered with the error). */
 static struct rserver *
 send_to(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash)
 {
-    return send_on(r->client->w, r->client->pool, r->mode, f, srv, hash);
+    return request_send_on(r->client->w, r->client->pool, r->mode, f, srv, hash);
 }
 
 void
@@ -1665,489 +1734,6 @@ request_send(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash,
     INVARIANT(c->stream_to == NULL && c->stream_left == 0);
     c->stream_left = stream;
     conn_queue(s, f, buf, len, stream > 0 ? c : NULL);
-}
-
-/* ---- replication --------------------------------------------------------- */
-
-/* How a replicated fragment runs. */
-enum rep_policy {
-    REP_WRITE,      /* every member; write_quorum successes answer */
-    REP_READ_ONE,   /* one member at a time, the next when one fails */
-    REP_READ_QUORUM /* every readable member; read_quorum equal replies */
-};
-
-/* Where one member of the set is. */
-enum rep_state {
-    REP_NOT_SENT, /* not asked (yet: a read's next member) */
-    REP_SKIPPED,  /* not asked: not readable (it has keys to repair) */
-    REP_PENDING,  /* its copy is on its way */
-    REP_OK,       /* answered, not an error */
-    REP_ERROR,    /* answered with an error reply */
-    REP_FAILED    /* no reply: down, refused, reset, timed out */
-};
-
-/*
- * A fragment on the members of its key's replica set. The fragment <f>
- * of the client's request waits for the decision; each member gets its
- * own copy (a request of no client, struct rreq.rep), which may still be
- * on its way after <f> was answered (a write acknowledged by a quorum):
- * the last copy to report frees this, and notes the keys of the members
- * that missed the write or disagreed (replica_note) for their repair.
- */
-struct rrep {
-    struct rfrag *f; /* the client's fragment, NULL once answered */
-    struct worker *w;
-    struct pool *pool; /* (ref held) */
-    const struct request_mode *mode;
-    int command;
-    unsigned flags;
-    int policy; /* enum rep_policy */
-    unsigned n, need, out;
-    unsigned next;      /* REP_READ_ONE: the next member to ask */
-    bool wait_primary;  /* a write waits for the primary's answer too */
-    int chosen;         /* the member whose reply answered, -1 */
-    bool quorum_failed; /* answered with the replication error */
-    bool sending;       /* the first copies are being sent: no decision
-                           before all are (one may fail at once) */
-    struct server *m[REPLICAS_MAX]; /* in preference order (refs held) */
-    int st[REPLICAS_MAX];           /* enum rep_state */
-    bool filling[REPLICAS_MAX];     /* joined the set, being filled: no
-                                       read (replica_fill_view) */
-    struct rbuf reply[REPLICAS_MAX];
-    uint64_t hash;
-    char *req; /* what each member is sent */
-    size_t reqlen;
-    char *keys; /* packed (request_key_pack) */
-    size_t keyslen;
-    size_t log_cap; /* repair_log */
-};
-
-int
-request_key_pack(const struct pool_snapshot *snap, struct rbuf *keys,
-                 const char *k, size_t len)
-{
-    uint32_t n = (uint32_t)len;
-
-    if (snap->set.replicas <= 1)
-        return 0;
-    return rbuf_append(keys, &n, sizeof(n)) < 0 || rbuf_append(keys, k, len) < 0
-               ? -1
-               : 0;
-}
-
-static void
-rep_free(struct rrep *rep)
-{
-    for (unsigned i = 0; i < rep->n; i++) {
-        server_unref(rep->m[i]);
-        rbuf_free(&rep->reply[i]);
-    }
-    pool_unref(rep->pool);
-    free(rep->req);
-    free(rep->keys);
-    free(rep);
-}
-
-/* Whether members <a> and <b> gave the same reply. */
-static bool
-rep_same(const struct rrep *rep, unsigned a, unsigned b)
-{
-    return rep->st[a] == rep->st[b] &&
-           rbuf_size(&rep->reply[a]) == rbuf_size(&rep->reply[b]) &&
-           memcmp(rep->reply[a].data + rep->reply[a].off,
-                  rep->reply[b].data + rep->reply[b].off,
-                  rbuf_size(&rep->reply[a])) == 0;
-}
-
-/* The reply given by most members in state <st> (REP_OK, or REP_ERROR
- * too when <errors>): the member of it that comes first in preference
- * order, and its count in *<count>; -1 when none. */
-static int
-rep_best(const struct rrep *rep, bool errors, unsigned *count)
-{
-    int best = -1;
-
-    *count = 0;
-    for (unsigned i = 0; i < rep->n; i++) {
-        unsigned k = 0;
-
-        if (rep->st[i] != REP_OK && !(errors && rep->st[i] == REP_ERROR))
-            continue;
-        for (unsigned j = 0; j < rep->n; j++)
-            k += rep_same(rep, i, j);
-        if (k > *count) {
-            *count = k;
-            best = (int)i;
-        }
-    }
-    return best;
-}
-
-/* Note the fragment's keys on member <i> for its repair (<missed>: it
- * missed a write, and serves no read until repaired). */
-static void
-rep_note(struct rrep *rep, unsigned i, bool missed)
-{
-    size_t off = 0;
-
-    while (off + sizeof(uint32_t) <= rep->keyslen) {
-        uint32_t len;
-
-        memcpy(&len, rep->keys + off, sizeof(len));
-        off += sizeof(len);
-        if (len > rep->keyslen - off)
-            break;
-        replica_note(rep->m[i], rep->keys + off, len, rep->log_cap, missed);
-        off += len;
-    }
-}
-
-/* Answer the client's fragment with member <i>'s reply, or, <i> < 0,
- * with the error <msg> (the protocol's words around it). */
-static void
-rep_answer(struct rrep *rep, int i, const char *msg)
-{
-    struct rfrag *f = rep->f;
-
-    rep->f = NULL;
-    rep->chosen = i;
-    if (i >= 0) {
-        f->error = rep->st[i] == REP_ERROR;
-        if (frag_data(f, rep->reply[i].data + rep->reply[i].off,
-                      rbuf_size(&rep->reply[i])) < 0 &&
-            f->req->client != NULL)
-            f->req->client->closing = true; /* out of memory */
-    } else {
-        char buf[512];
-        const struct proto *pr = rep->mode->proto;
-        char text[400];
-        size_t n;
-
-        snprintf(text, sizeof(text), "%s%s",
-                 pr->mode == CONF_MODE_MEMCACHE ? "SERVER_ERROR " : "", msg);
-        n = pr->error_reply(buf, sizeof(buf), PROTO_ERR_REQUEST, text);
-        rep->quorum_failed = true;
-        f->error = true;
-        if (frag_data(f, buf, n) < 0 && f->req->client != NULL)
-            f->req->client->closing = true;
-    }
-    frag_done(f);
-}
-
-static void rep_send(struct rrep *rep, unsigned i);
-
-/* A read's next member to ask: the first readable one not asked yet;
- * false when none is left. */
-static bool
-rep_next(struct rrep *rep)
-{
-    while (rep->next < rep->n) {
-        unsigned i = rep->next++;
-
-        if (!server_usable(rep->m[i]) || !replica_readable(rep->m[i]) ||
-            rep->filling[i]) {
-            rep->st[i] = REP_SKIPPED;
-            continue;
-        }
-        rep_send(rep, i);
-        return true;
-    }
-    return false;
-}
-
-/* Decide, if the replies so far allow it. */
-static void
-rep_decide(struct rrep *rep)
-{
-    unsigned ok = 0, pending = 0, answered = 0, count, n = rep->n;
-    char msg[256];
-    int best;
-
-    if (rep->f == NULL || rep->sending)
-        return;
-    for (unsigned i = 0; i < n; i++) {
-        ok += rep->st[i] == REP_OK;
-        pending += rep->st[i] == REP_PENDING;
-        answered += rep->st[i] == REP_OK || rep->st[i] == REP_ERROR;
-    }
-    switch (rep->policy) {
-    case REP_READ_ONE:
-        for (unsigned i = 0; i < n; i++)
-            if (rep->st[i] == REP_OK || rep->st[i] == REP_ERROR) {
-                rep_answer(rep, (int)i, NULL);
-                return;
-            }
-        if (pending > 0 || rep_next(rep))
-            return;
-        atomic_fetch_add(&rep->pool->rstats.read_failures, 1);
-        rep_answer(rep, -1,
-                   "replication: no member of the key's replica set could "
-                   "answer");
-        return;
-    case REP_READ_QUORUM:
-        best = rep_best(rep, true, &count);
-        if (best >= 0 && count >= rep->need) {
-            rep_answer(rep, best, NULL);
-            return;
-        }
-        if (pending > 0)
-            return; /* the rest may still agree; or the error counts them */
-        atomic_fetch_add(&rep->pool->rstats.read_failures, 1);
-        if (answered < rep->need)
-            snprintf(msg, sizeof(msg),
-                     "replication: %u of %u members answered (need %u)",
-                     answered, n, rep->need);
-        else
-            snprintf(msg, sizeof(msg),
-                     "replication: the members disagree on the key (%u "
-                     "replies, at most %u equal; need %u)",
-                     answered, count, rep->need);
-        rep_answer(rep, -1, msg);
-        return;
-    default:
-        break;
-    }
-    /* a write */
-    if (ok >= rep->need) {
-        if (rep->wait_primary && rep->st[0] == REP_PENDING)
-            return; /* primary reads must see what was acknowledged */
-        best = rep_best(rep, false, &count);
-        if (count < rep->need && pending > 0)
-            return; /* replies differ (INCR 5 here, 6 there): the rest
-                       may make a majority */
-        rep_answer(rep, best, NULL);
-        return;
-    }
-    if (ok + pending >= rep->need || pending > 0)
-        return; /* still possible; or decided once all are in */
-    /* No quorum. When every member that answered gave one error
-     * (WRONGTYPE...), that is the command's own reply. */
-    best = rep_best(rep, true, &count);
-    if (ok == 0 && best >= 0 && count >= rep->need && count == answered) {
-        rep_answer(rep, best, NULL);
-        return;
-    }
-    atomic_fetch_add(&rep->pool->rstats.write_failures, 1);
-    snprintf(msg, sizeof(msg),
-             "replication: %u of %u members acknowledged (need %u)", ok, n,
-             rep->need);
-    rep_answer(rep, -1, msg);
-}
-
-/* Every copy is in: note what must be repaired, count, free. A member
- * that missed a write (no reply, an error where others succeeded) stops
- * serving reads until it is repaired; one that answered apart from the
- * others (a divergence) is repaired too, and keeps serving. */
-static void
-rep_finish(struct rrep *rep)
-{
-    unsigned count, ok = 0;
-    int best;
-    bool differ = false, missed = false;
-
-    if (rep->policy == REP_READ_ONE) {
-        rep_free(rep);
-        return;
-    }
-    for (unsigned i = 0; i < rep->n; i++)
-        ok += rep->st[i] == REP_OK;
-    best = rep_best(rep, rep->policy != REP_WRITE || ok == 0, &count);
-    for (unsigned i = 0; i < rep->n; i++) {
-        bool answered = rep->st[i] == REP_OK || rep->st[i] == REP_ERROR;
-
-        if (rep->st[i] == REP_NOT_SENT || rep->st[i] == REP_SKIPPED ||
-            (best >= 0 && rep_same(rep, (unsigned)best, i)))
-            continue;
-        if (rep->policy == REP_READ_QUORUM) {
-            if (answered) {
-                differ = true;
-                rep_note(rep, i, false); /* read repair */
-            }
-            continue;
-        }
-        if (rep->st[i] == REP_OK) {
-            differ = true; /* INCR 5 here, 6 there */
-            rep_note(rep, i, false);
-        } else {
-            missed = true;
-            rep_note(rep, i, true);
-        }
-    }
-    if (differ)
-        atomic_fetch_add(&rep->pool->rstats.divergences, 1);
-    if (rep->policy == REP_WRITE && missed && !rep->quorum_failed)
-        atomic_fetch_add(&rep->pool->rstats.partial_writes, 1);
-    rep_free(rep);
-}
-
-/* A copy is answered (or failed): take its reply, decide, and finish
- * once every copy is in. Frees <copy>. Its reference on <rep> is held
- * through the decision (which may send, and see sends fail at once). */
-static void
-rep_report(struct rreq *copy)
-{
-    struct rrep *rep = copy->rep;
-    unsigned i = copy->rep_idx;
-    struct rfrag *f = &copy->one;
-    struct rbuf t;
-
-    rep->st[i] = f->failed ? REP_FAILED : f->error ? REP_ERROR : REP_OK;
-    t = rep->reply[i];
-    rep->reply[i] = copy->reply;
-    copy->reply = t;
-    copy->rep = NULL;
-    req_free(copy);
-    rep_decide(rep);
-    if (--rep->out == 0 && rep->f == NULL)
-        rep_finish(rep);
-}
-
-/* Send member <i> its copy. */
-static void
-rep_send(struct rrep *rep, unsigned i)
-{
-    struct rreq *copy = calloc(1, sizeof(*copy));
-    struct rserver *s;
-
-    rep->st[i] = REP_PENDING;
-    rep->out++;
-    if (copy == NULL || request_frags(copy, 1) < 0) {
-        free(copy);
-        rep->st[i] = REP_FAILED;
-        rep->out--;
-        return;
-    }
-    copy->mode = rep->mode;
-    copy->command = rep->command;
-    copy->flags = rep->flags;
-    copy->start_us = now_us();
-    copy->start_ms = rep->w->now_ms;
-    copy->rep = rep;
-    copy->rep_idx = i;
-    s = send_on(rep->w, rep->pool, rep->mode, &copy->one, rep->m[i], rep->hash);
-    if (s != NULL)
-        conn_queue(s, &copy->one, rep->req, rep->reqlen, NULL);
-    /* (a copy that failed at once has reported already) */
-}
-
-/* Whether reads of the key of ring hash <hash> spread over its replica
- * set (hot_keys: spread; hot.c names them). */
-static bool
-spread_key(const struct pool *p, uint64_t hash)
-{
-    for (unsigned i = 0; i < POOL_HOT_SPREAD; i++) {
-        uint64_t h =
-            atomic_load_explicit(&p->hot_spread[i], memory_order_relaxed);
-        if (h == 0)
-            return false;
-        if (h == hash)
-            return true;
-    }
-    return false;
-}
-
-void
-request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
-                   struct rfrag *f, struct server *s, uint64_t hash,
-                   const char *buf, size_t len, uint64_t stream,
-                   const char *keys, size_t keyslen)
-{
-    const struct pool_settings *set = &snap->set;
-    size_t idx[REPLICAS_MAX];
-    struct rrep *rep;
-    unsigned n;
-
-    if (set->replicas <= 1 || snap->ring == NULL) {
-        request_send(r, f, s, hash, buf, len, stream);
-        return;
-    }
-    INVARIANT(stream == 0);
-    n = (unsigned)chash_ring_lookup_n(snap->ring, hash, idx, set->replicas);
-    rep = calloc(1, sizeof(*rep));
-    if (rep == NULL || (rep->req = malloc(len ? len : 1)) == NULL ||
-        (rep->keys = malloc(keyslen ? keyslen : 1)) == NULL || n == 0) {
-        if (rep != NULL) {
-            free(rep->req);
-            free(rep->keys);
-        }
-        free(rep);
-        frag_fail(f, PROTO_ERR_CLOSED);
-        return;
-    }
-    memcpy(rep->req, buf, len);
-    rep->reqlen = len;
-    memcpy(rep->keys, keys, keyslen);
-    rep->keyslen = keyslen;
-    rep->f = f;
-    rep->w = r->client->w;
-    rep->pool = r->client->pool;
-    pool_ref(rep->pool);
-    rep->mode = r->mode;
-    rep->command = r->command;
-    rep->flags = r->flags;
-    rep->hash = hash;
-    rep->n = n;
-    rep->chosen = -1;
-    rep->log_cap = set->repair_log;
-    for (unsigned i = 0; i < n; i++) {
-        rep->m[i] = snap->servers[idx[i]];
-        server_ref(rep->m[i]);
-    }
-    if (snap->fill != NULL && !snap->fill_same)
-        filling_of(snap, hash, idx, n, rep->filling);
-    if (r->flags & PROTO_REQ_WRITE) {
-        rep->policy = REP_WRITE;
-        rep->need = set->write_quorum < n ? set->write_quorum : n;
-        rep->wait_primary = set->read_policy == CONF_READ_PRIMARY;
-    } else if (r->rep_one || set->read_policy != CONF_READ_QUORUM) {
-        bool hot =
-            set->hot_spread && !r->rep_one && spread_key(rep->pool, hash);
-
-        rep->policy = REP_READ_ONE;
-        rep->need = 1;
-        if ((set->read_policy == CONF_READ_ANY && !r->rep_one) || hot) {
-            /* spread by client: a rotation of the preference order; a
-             * hot key's reads (hot_keys: spread), request by request */
-            struct rworker *rw = r->client->w->requests;
-            unsigned k = hot ? (unsigned)(rw->spread++ % n)
-                             : (unsigned)(r->client->id % n);
-            struct server *rot[REPLICAS_MAX];
-            bool fil[REPLICAS_MAX];
-
-            for (unsigned i = 0; i < n; i++) {
-                rot[i] = rep->m[(i + k) % n];
-                fil[i] = rep->filling[(i + k) % n];
-            }
-            memcpy(rep->m, rot, n * sizeof(*rot));
-            memcpy(rep->filling, fil, n * sizeof(*fil));
-        }
-    } else {
-        rep->policy = REP_READ_QUORUM;
-        rep->need = set->read_quorum < n ? set->read_quorum : n;
-    }
-    /* the copies hold a reference: the last one frees <rep> */
-    rep->out++;
-    rep->sending = true;
-    if (rep->policy == REP_READ_ONE) {
-        rep_next(rep);
-    } else {
-        for (unsigned i = 0; i < n; i++) {
-            if (!server_usable(rep->m[i])) {
-                rep->st[i] = REP_FAILED; /* down: counted as failed */
-                continue;
-            }
-            if (rep->policy == REP_READ_QUORUM &&
-                (!replica_readable(rep->m[i]) || rep->filling[i])) {
-                rep->st[i] = REP_SKIPPED;
-                continue;
-            }
-            rep_send(rep, i);
-        }
-    }
-    rep->sending = false;
-    rep_decide(rep);
-    if (--rep->out == 0 && rep->f == NULL)
-        rep_finish(rep);
 }
 
 /* ---- migration: gates and the drain barrier ------------------------------ */
@@ -2552,7 +2138,7 @@ void
 request_drain(struct worker *w, void *arg)
 {
     struct migration_drain *d = arg;
-    struct rworker *rw = rworker_get(w);
+    struct rworker *rw = request_rworker(w);
     struct rdrain *rd = rw != NULL ? calloc(1, sizeof(*rd)) : NULL;
     size_t n = 0;
 
@@ -2780,7 +2366,7 @@ client_push(struct rclient *c)
     r->mode = c->mode;
     r->command = -1;
     r->start_ms = c->w->now_ms;
-    r->start_us = now_us();
+    r->start_us = request_now_us();
     if (c->tail != NULL)
         c->tail->next = r;
     else
@@ -3192,7 +2778,7 @@ request_accept(struct worker *w, struct listener *l, int fd,
 {
     struct pool *p = l->pool;
     struct pool_snapshot *snap = pool_snapshot(p);
-    struct rworker *rw = rworker_get(w);
+    struct rworker *rw = request_rworker(w);
     struct rclient *c;
     int one = 1;
 

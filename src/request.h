@@ -30,6 +30,7 @@ struct rreq;
 struct rserver;
 struct rgate;
 struct rrep;
+struct rjob;
 
 /* A growable byte buffer: bytes [off, len) are live. */
 struct rbuf {
@@ -106,8 +107,10 @@ struct rreq {
     void *mode_data;   /* the mode's (merge state), freed by it */
     /* Replication (request_send_keyed): a copy of a fragment on its way
      * to one member of the key's replica set -- its own request, with no
-     * client, that reports to <rep> (its slot <rep_idx>) when answered. */
+     * client, that reports to <rep> (its slot <rep_idx>) when answered;
+     * or a repair's request to one member, reporting to <job>. */
     struct rrep *rep;
+    struct rjob *job;
     unsigned rep_idx;
     bool rep_one; /* set by the mode: a reply that differs by member
                      (TTL, SRANDMEMBER...): one member answers a read */
@@ -224,6 +227,9 @@ struct rclient {
     /* fragments held for a migration's gate, in order (request_gate) */
     struct rfrag *hhead, *htail;
     bool stream_held; /* its value waits for a held fragment */
+    /* redis: inside a MULTI block, refused whole until EXEC, DISCARD or
+     * RESET (redis_mode.c) */
+    bool multi_refused;
 };
 
 /* `preconnect: true`: open worker <w>'s connections to every member of
@@ -366,6 +372,75 @@ int request_key_source(const struct pool_snapshot *snap, const char *key,
 int request_gate(struct rreq *r, const struct pool_snapshot *snap,
                  struct rfrag *f, struct server *from, struct server *to,
                  const char *key, size_t len);
+
+/*
+ * A repair of one key of a replicated pool (replica.c's repairer asks,
+ * request_rep.c runs it): its home worker, the one every request of the
+ * key goes through, holds the key's requests, reads every member's copy,
+ * writes the copy the members that hold the current one agree on where
+ * it differs (or where a member is behind), deletes it on <leavers>, and
+ * lets the held requests go. The members' FIFO connections put the
+ * repair exactly between two of the key's writes: it can never undo one.
+ * The caller fills the fields up to <done> (references held, freed by
+ * <done>'s caller), then request_repair_submit; <done> runs once, on the
+ * home worker (or at exit on the stopping thread), and owns <r> from
+ * then on.
+ */
+enum request_repair_result {
+    REPAIR_OK,        /* every member of the set holds the copy */
+    REPAIR_UNDECIDED, /* no copy has a majority among the members that
+                         hold current ones: left, noted */
+    REPAIR_FAILED     /* a member could not be read or written: again
+                         later */
+};
+
+struct request_repair {
+    struct worker_msg msg; /* (the engine's) */
+    struct pool *pool;     /* (ref held) */
+    char *key;             /* (owned) */
+    size_t klen;
+    uint64_t hash; /* its ring hash (picks its home) */
+    /* read as voters when no member of the key's set holds its current
+     * copy (a fill: the members of the placement that held it) */
+    struct server **holders; /* (refs held, owned array) */
+    size_t nholders;
+    /* members that left the key's set: its copy there is deleted */
+    struct server **leavers; /* (refs held, owned array) */
+    size_t nleavers;
+    void (*done)(struct request_repair *r);
+    void *arg; /* the caller's */
+    /* results */
+    int result;        /* enum request_repair_result */
+    unsigned written;  /* copies written */
+    unsigned deleted;  /* copies deleted on leavers */
+    bool divergent;    /* members holding current copies disagreed */
+    struct server *failed; /* the member that could not be reached, or
+                              NULL (a borrowed pointer, for the log) */
+    void *priv;            /* (the engine's) */
+};
+
+/* Any thread: run <r> on its key's home worker. */
+void request_repair_submit(struct request_repair *r);
+
+/*
+ * A barrier over every worker for pool <pool>: passed once each worker
+ * has taken it -- every request of the pool it runs after that uses the
+ * snapshot published before the barrier began -- and every request it
+ * had sent to the pool's members by then is answered (or failed). A fill
+ * lists the members' keys after one: a key a request of the old
+ * placement was creating is on some member by then.
+ */
+struct request_barrier {
+    struct pool *pool;     /* (ref held) */
+    _Atomic unsigned left; /* (atomic) workers yet to pass it */
+    _Atomic int refs;      /* (atomic) */
+};
+
+/* Any thread: start one (a reference for the caller); NULL when out of
+ * memory. */
+struct request_barrier *request_barrier_start(struct pool *p);
+bool request_barrier_passed(struct request_barrier *b);
+void request_barrier_unref(struct request_barrier *b);
 
 /* worker_call target: the drain barrier of a migration (struct
  * migration_drain *<arg>, whose reference it takes) in worker <w>. */

@@ -456,6 +456,63 @@ worker_call(unsigned w, void (*fn)(struct worker *w, void *arg), void *arg)
     return 0;
 }
 
+int
+worker_post(unsigned w, struct worker_msg *m)
+{
+    struct worker *to;
+    struct worker_msg *old;
+    uint64_t one = 1;
+
+    if (w >= nworkers)
+        return -1;
+    to = &workers[w];
+    old = atomic_load_explicit(&to->mail, memory_order_relaxed);
+    do
+        m->next = old;
+    while (!atomic_compare_exchange_weak_explicit(
+        &to->mail, &old, m, memory_order_release, memory_order_relaxed));
+    /* Only the message that found the box empty wakes the worker: the
+     * worker reads its eventfd before it takes the box (worker_mail), so
+     * a message that found it full is taken with the one that woke it. */
+    if (old == NULL && write(to->cmdfd, &one, sizeof(one)) < 0 &&
+        errno != EAGAIN)
+        log_error("worker %u: mail eventfd: %s", w, strerror(errno));
+    return 0;
+}
+
+/* Take the messages posted so far, oldest first. */
+static struct worker_msg *
+mail_take(struct worker *w)
+{
+    struct worker_msg *m =
+        atomic_exchange_explicit(&w->mail, NULL, memory_order_acquire);
+    struct worker_msg *fifo = NULL;
+
+    while (m != NULL) {
+        struct worker_msg *next = m->next;
+
+        m->next = fifo;
+        fifo = m;
+        m = next;
+    }
+    return fifo;
+}
+
+/* Run what was posted to <w> (after its eventfd was read). */
+static void
+worker_mail(struct worker *w)
+{
+    struct worker_msg *m = mail_take(w);
+
+    while (m != NULL) {
+        struct worker_msg *next = m->next;
+
+        m->next = NULL;
+        m->run(w, m);
+        m = next;
+    }
+}
+
 void
 worker_stop_accepting(void)
 {
@@ -532,6 +589,7 @@ worker_commands(struct worker *w, struct ev *ev, uint32_t events)
             pool_unref(cmd->pool);
         free(cmd);
     }
+    worker_mail(w);
 }
 
 /* ---- deferred frees, connections, soon ----------------------------------- */
@@ -714,11 +772,25 @@ worker_stop_all(void)
 {
     for (unsigned i = 0; i < nworkers; i++)
         worker_push(&workers[i], CMD_EXIT, NULL, -1);
+    for (unsigned i = 0; i < nworkers; i++)
+        pthread_join(workers[i].thread, NULL);
+    /* Every worker has exited: messages nobody ran are dropped (a worker
+     * may post to one that exited before it). */
+    for (unsigned i = 0; i < nworkers; i++) {
+        struct worker_msg *m = mail_take(&workers[i]);
+
+        while (m != NULL) {
+            struct worker_msg *next = m->next;
+
+            m->next = NULL;
+            m->drop(m);
+            m = next;
+        }
+    }
     for (unsigned i = 0; i < nworkers; i++) {
         struct worker *w = &workers[i];
         struct worker_cmd *cmd, *next;
 
-        pthread_join(w->thread, NULL);
         for (cmd = w->cmds; cmd != NULL; cmd = next) {
             next = cmd->next;
             if (cmd->type == CMD_ADD_LISTENER)

@@ -68,6 +68,22 @@ struct listener {
 
 struct worker_cmd;
 
+/*
+ * A message from one thread to a worker (worker_post): a request of a
+ * store pool handed to the worker that orders its key's writes, its reply
+ * on the way back, a repair to run. Embed it in what it carries. <run>
+ * runs on the target worker, in the order the messages were posted (one
+ * order over every poster); <drop> runs instead when the target worker
+ * has exited before it could run it (after every worker is joined, on
+ * the thread that stops them): it must free what the message holds
+ * without touching any worker.
+ */
+struct worker_msg {
+    struct worker_msg *next;
+    void (*run)(struct worker *w, struct worker_msg *m);
+    void (*drop)(struct worker_msg *m);
+};
+
 struct worker {
     unsigned id; /* stats and epoch slot */
     pthread_t thread;
@@ -76,6 +92,9 @@ struct worker {
     struct ev cmd_ev;
     pthread_mutex_t lock; /* guards <cmds> only (control path) */
     struct worker_cmd *cmds;
+    /* (atomic) messages posted to it, newest first (a lock-free stack
+     * that the worker takes whole and reverses: worker_post) */
+    _Atomic(struct worker_msg *) mail;
     struct listener *listeners;
     struct worker_conn conns; /* every live connection: list head */
     struct worker_task *soon; /* run before the next wait */
@@ -127,6 +146,13 @@ void worker_stop_accepting(void);
 /* Control thread: run <fn>(<w>, <arg>) on worker <w> (in its loop, in
  * order with the other commands). 0 or -1 (then <fn> is not called). */
 int worker_call(unsigned w, void (*fn)(struct worker *w, void *arg), void *arg);
+/*
+ * Any thread: post <m> to worker <w>, which runs m->run in its loop, in
+ * post order. Lock-free; the target is woken (its eventfd) only when its
+ * mailbox was empty. 0, or -1 when there is no such worker (m->drop is
+ * not called: the message is still the caller's).
+ */
+int worker_post(unsigned w, struct worker_msg *m);
 /* Any thread: live client connections over all workers. */
 uint64_t worker_connections(void);
 

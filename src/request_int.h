@@ -1,0 +1,163 @@
+/* request_int.h -- what the files of the request engine share and nobody
+ * else sees: a worker's connections to a member (struct rserver), the
+ * engine's per-worker state (struct rworker), and the few steps of a
+ * fragment's life that both the engine (request.c) and its replication
+ * (request_rep.c: a key's home worker, copies, quorums, repairs) take.
+ * Worker threads only; nothing here is shared between threads unless a
+ * field says so.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#ifndef CHASHD_REQUEST_INT_H
+#define CHASHD_REQUEST_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "request.h"
+
+#define REQUEST_OF(ptr, type, field)                                           \
+    ((type *)((char *)(ptr)-offsetof(type, field)))
+
+/* Buckets of a worker's member table (server id -> connections). */
+#define MEMBER_BUCKETS 256
+/* A replicated request's copy (or a repair's request) waits for its member
+ * while the member says anything; one that said nothing for this long with
+ * requests waiting is stuck: its connection is reset. */
+#define REQUEST_STUCK_MS 10000
+/* Buckets of a worker's table of keys held for a repair (request_rep.c). */
+#define HOLD_BUCKETS 64
+
+enum rs_state { RS_IDLE, RS_CONNECTING, RS_READY };
+
+/* A connection of this worker to one member. */
+struct rserver {
+    struct io_side side;
+    struct worker_task more;  /* input left after the read budget */
+    struct worker_task flush; /* write what was queued this iteration */
+    struct timer timer;       /* connect deadline, or the oldest request's */
+    struct worker *w;
+    struct rmember *m;         /* its member (owns it) */
+    int state;                 /* enum rs_state */
+    struct rbuf out;           /* bytes for the member, in FIFO order */
+    struct rbuf in;            /* bytes from it, replies not parsed yet */
+    struct rfrag *head, *tail; /* queued, waiting for their replies */
+    size_t nfifo;
+    unsigned swallow;            /* handshake replies still to drop */
+    bool ident;                  /* the last of them says who the member
+                                    is (a replicated pool's: request_rep) */
+    struct rclient *stream_from; /* a client's value being forwarded */
+    struct rfrag *lhead, *ltail; /* queued behind it, their bytes kept in
+                                    each fragment (in order) */
+    struct rfrag *reply_to;      /* the fragment a value streams to */
+    uint64_t reply_left;         /* its bytes still to come */
+    bool paused;                 /* not read: a reply waits for its client */
+    struct rfrag *open; /* a batch whose line ends <out>, unwritten: more
+                           keys may join it until the next flush */
+    size_t open_len;    /* that line's length */
+    size_t open_keys;   /* the keys it asks for */
+    uint64_t sent;      /* fragments queued on it, ever */
+    uint64_t answered;  /* of them, answered or failed (a drain barrier
+                           waits for <answered> to reach a mark) */
+    uint64_t heard_ms;  /* when it last answered anything (or was
+                           connected): a member that has not for long,
+                           with requests waiting, is stuck */
+    char laddr[64];     /* our end of it ("ip:port"), once connected: a
+                           member is told to drop it after we reset it
+                           with requests on it (request_rep.c) */
+};
+
+struct rhold;
+struct rbar;
+struct moved;
+struct rdrain;
+
+/* The engine's state of one worker. */
+struct rworker {
+    struct worker_conn link; /* closed at worker exit: every member */
+    struct worker *w;
+    struct rmember *table[MEMBER_BUCKETS];
+    uint64_t next_client_id;
+    /* migrations: drain barriers to pass, gates waiting for one */
+    struct rdrain *drains;
+    struct rgate *gwait, *gwait_tail;
+    struct timer mig_timer;
+    struct timer sweep_timer; /* members that left: their connections */
+    uint64_t spread;          /* hot keys' reads, in turn over their sets */
+    struct moved *moved;      /* [MOVED_SLOTS], made on first use */
+    bool closing;             /* the worker exits: no new member connection */
+    /* Replication (request_rep.c): the keys this worker is the home of
+     * that a repair holds (their requests wait behind it), by ring hash. */
+    struct rhold *holds[HOLD_BUCKETS];
+    size_t nholds;
+    struct rbar *bars;     /* barriers waiting for replies (request_rep) */
+    struct timer bar_timer;
+};
+
+/* Microseconds on the monotonic clock. */
+static inline uint64_t
+request_now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static inline size_t
+rbuf_size(const struct rbuf *b)
+{
+    return b->len - b->off;
+}
+
+/* The engine's state of worker <w>, made on first use; NULL when out of
+ * memory. */
+struct rworker *request_rworker(struct worker *w);
+
+/* The connection of worker <w> to member <srv> of pool <p> (in mode
+ * <mode>) that a key of ring hash <hash> takes, counted as sent for
+ * fragment <f>; NULL when none can be had (<f> is answered with the
+ * error). */
+struct rserver *request_send_on(struct worker *w, struct pool *p,
+                                const struct request_mode *mode,
+                                struct rfrag *f, struct server *srv,
+                                uint64_t hash);
+/* That connection if it exists, without making or counting anything. */
+struct rserver *request_conn_of(struct worker *w, const struct server *srv,
+                                const struct request_mode *mode, uint64_t hash);
+/* Queue <len> bytes of fragment <f> on <s> (request.c's conn_queue). */
+void request_conn_queue(struct rserver *s, struct rfrag *f, const char *buf,
+                        size_t len);
+
+/* A fragment's reply bytes; its end (answered or failed); its failure
+ * with the mode's error of <kind>. */
+int request_frag_data(struct rfrag *f, const char *data, size_t len);
+void request_frag_done(struct rfrag *f);
+void request_frag_fail(struct rfrag *f, int kind);
+/* Free a request (and what its fragments hold). */
+void request_req_free(struct rreq *r);
+
+/* request_rep.c, called by the engine. A copy of a replicated request, or
+ * a repair's own request, is answered (its one fragment done): it reports
+ * and is freed. */
+void request_rep_report(struct rreq *copy);
+/* Member connection <s> of a replicated pool is reset by us with <n>
+ * requests unanswered (stuck, a malformed reply, out of memory): the
+ * member may still run them, so it is told to drop the connection before
+ * it is repaired (replica_unsettled). */
+void request_rep_conn_reset(struct rserver *s, size_t n);
+/* The handshake of a replicated pool's connections: the request that
+ * asks the member who it is, appended to <out> (<cap> bytes): its length,
+ * or -1 when it does not fit. */
+int request_rep_ident_request(const struct pool_snapshot *snap, char *out,
+                              size_t cap);
+/* Its reply at <buf> (<len> bytes) on <s>: the bytes it takes, 0 when it
+ * is not all in, -1 when malformed. The member's identity is checked
+ * against the one known (a new one: it restarted, and is compared
+ * whole). */
+long request_rep_ident_reply(struct rserver *s, const char *buf, size_t len);
+/* Worker exit: what request_rep.c keeps in <rw> (held requests fail). */
+void request_rep_close(struct rworker *rw);
+
+#endif /* CHASHD_REQUEST_INT_H */

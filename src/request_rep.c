@@ -1,0 +1,1955 @@
+/* request_rep.c -- replication's data path (`replicas: N`): every request
+ * of a key runs on the key's HOME worker, which sends its copies to the
+ * members of the key's replica set on its own connections, decides by the
+ * pool's quorums, and answers the client's worker; and the repairs of a
+ * key, which its home runs between two of the key's requests.
+ *
+ * Why a home. A member runs one connection's commands in the order they
+ * came; two connections' in any order. With every worker sending a key's
+ * writes on its own connections, two clients writing one key reached the
+ * members in different orders: INCR handed out one value twice, and a
+ * repair that overwrote a copy lost the writes it raced with. Now all
+ * requests of a key pass through one worker and one connection per member
+ * (the key's ring hash picks both), so every member applies them in one
+ * order: the copies of the members that took every write are equal, and a
+ * member's reply is the reply one server would have given. A member that
+ * missed a write (no reply, an error where the others succeeded) is noted
+ * behind on the key (replica.h) and does not count, for reads or for
+ * quorums, until a repair -- run by the same home, holding the key's
+ * requests meanwhile -- brought its copy forward. doc/internals/replication.md
+ * has the argument in full.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "request_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chash/chash.h"
+#include "conf.h"
+#include "invariant.h"
+#include "log.h"
+#include "memcache_mode.h"
+#include "pool.h"
+#include "proto/memcache.h"
+#include "proto/proto.h"
+#include "redis_mode.h"
+#include "replica.h"
+#include "worker.h"
+
+/* A read not answered after this fraction of the pool's timeout is also
+ * asked of the next member (bounded below and above). */
+#define HEDGE_DIV 10
+#define HEDGE_MIN_MS 10
+#define HEDGE_MAX_MS 200
+#define HEDGE_NO_TIMEOUT_MS 100
+
+/* ---- a key's home -------------------------------------------------------- */
+
+/* The worker that runs every request of a key of ring hash <hash>. The
+ * ring hash's bits are mixed first: keys of one arc of the ring do not all
+ * go to one worker. The number of workers is fixed for the life of the
+ * process, so a key's home never changes. */
+static unsigned
+rep_home(uint64_t hash)
+{
+    unsigned n = worker_count();
+    uint64_t h = hash * UINT64_C(0x9E3779B97F4A7C15);
+
+    return n <= 1 ? 0 : (unsigned)((h >> 32) % n);
+}
+
+/* ---- holds: a key's requests wait while its repair runs ------------------ */
+
+/* Something waiting for a held key: a request (struct rrep) or another
+ * repair of the same key. */
+struct rheld {
+    struct rheld *next;
+    bool job; /* a repair: it takes the hold when its turn comes */
+};
+
+/* A key of this home being repaired, and what waits for it. Keyed by the
+ * ring hash: the keys of one hash tag are held together. */
+struct rhold {
+    struct rhold *next;
+    const struct pool *pool; /* identity only (the waiters hold refs) */
+    uint64_t hash;
+    struct rheld *head, *tail;
+};
+
+static size_t
+hold_bucket(const struct pool *p, uint64_t hash)
+{
+    return (size_t)((hash ^ (uint64_t)(uintptr_t)p) % HOLD_BUCKETS);
+}
+
+static struct rhold *
+hold_find(struct rworker *rw, const struct pool *p, uint64_t hash)
+{
+    if (rw->nholds == 0)
+        return NULL;
+    for (struct rhold *h = rw->holds[hold_bucket(p, hash)]; h != NULL;
+         h = h->next)
+        if (h->pool == p && h->hash == hash)
+            return h;
+    return NULL;
+}
+
+static struct rhold *
+hold_make(struct rworker *rw, const struct pool *p, uint64_t hash)
+{
+    struct rhold *h = calloc(1, sizeof(*h));
+    size_t b = hold_bucket(p, hash);
+
+    if (h == NULL)
+        return NULL;
+    h->pool = p;
+    h->hash = hash;
+    h->next = rw->holds[b];
+    rw->holds[b] = h;
+    rw->nholds++;
+    return h;
+}
+
+static void
+hold_push(struct rhold *h, struct rheld *x)
+{
+    x->next = NULL;
+    if (h->tail != NULL)
+        h->tail->next = x;
+    else
+        h->head = x;
+    h->tail = x;
+}
+
+static void
+hold_drop(struct rworker *rw, struct rhold *h)
+{
+    struct rhold **pp = &rw->holds[hold_bucket(h->pool, h->hash)];
+
+    while (*pp != h)
+        pp = &(*pp)->next;
+    *pp = h->next;
+    rw->nholds--;
+    free(h);
+}
+
+struct rrep;
+struct rjob;
+static void rep_run(struct rrep *rep);
+static void job_run(struct rjob *job);
+static struct rrep *rep_of_held(struct rheld *x);
+static struct rjob *job_of_held(struct rheld *x);
+
+/* The repair holding <h> is over: what waited runs, in order, up to the
+ * next repair of the key (which takes the hold in its turn). */
+static void
+hold_release(struct rworker *rw, struct rhold *h)
+{
+    while (h->head != NULL) {
+        struct rheld *x = h->head;
+
+        h->head = x->next;
+        if (h->head == NULL)
+            h->tail = NULL;
+        x->next = NULL;
+        if (x->job) {
+            job_run(job_of_held(x));
+            return;
+        }
+        rep_run(rep_of_held(x));
+    }
+    hold_drop(rw, h);
+}
+
+/* ---- a replicated request ------------------------------------------------ */
+
+/* How a replicated fragment runs. */
+enum rep_policy {
+    REP_WRITE,      /* every member; write_quorum successes answer */
+    REP_READ_ONE,   /* one member at a time, the next when one fails */
+    REP_READ_QUORUM /* every current member; read_quorum equal replies */
+};
+
+/* Where one member of the set is. */
+enum rep_state {
+    REP_NOT_SENT, /* not asked (yet: a read's next member) */
+    REP_SKIPPED,  /* not asked: not current for the key (a read) */
+    REP_PENDING,  /* its copy is on its way */
+    REP_OK,       /* answered, not an error */
+    REP_ERROR,    /* answered with an error reply */
+    REP_FAILED    /* no reply: down, refused, reset */
+};
+
+/*
+ * A fragment on the members of its key's replica set. Made by the
+ * client's worker (the ORIGIN), which keeps the client's fragment <f>
+ * pending; run by the key's HOME (posted to it when it is another
+ * worker). Each member gets its own copy (a request of no client,
+ * struct rreq.rep), which may still be on its way after the client was
+ * answered (a write acknowledged by a quorum): the last copy to report
+ * frees this.
+ */
+struct rrep {
+    struct worker_msg msg; /* to its home */
+    struct rheld held;     /* waiting behind a repair of its key */
+    /* the origin's */
+    struct rfrag *f;        /* the client's fragment: touched only by the
+                               origin (the answer is posted back) */
+    struct worker *origin;
+    /* the request */
+    struct pool *pool; /* (ref held) */
+    const struct request_mode *mode;
+    int command;
+    unsigned flags;
+    bool rep_one;  /* a reply that differs by member (TTL...): one
+                      member answers a read */
+    bool rotate;   /* read_policy any, or a hot key: the set's order
+                      starts at <rot> */
+    unsigned rot;
+    uint64_t hash; /* the ring hash of its keys (one for all) */
+    char *req;     /* what each member is sent */
+    size_t reqlen;
+    char *keys; /* packed (request_key_pack) */
+    size_t keyslen;
+    /* the home's */
+    struct worker *w;
+    struct timer timer;   /* the deadline, or a read's hedge */
+    uint64_t deadline_ms; /* the client is answered by then (0: no
+                             timeout) */
+    uint64_t hedge_ms;    /* a read asks the next member too then (0: no) */
+    int policy;           /* enum rep_policy */
+    unsigned n, need, out;
+    unsigned next; /* REP_READ_ONE: the next member to ask */
+    int chosen;    /* the member whose reply answered, -1 */
+    bool answered;
+    bool sending;  /* the first copies are being sent: no decision
+                      before all are (one may fail at once) */
+    bool expired;  /* past the deadline: what is pending counts as
+                      missing for the answer (it still reports) */
+    bool differ;   /* current members answered apart */
+    bool quorum_failed;
+    bool verifying;
+    struct server *m[REPLICAS_MAX]; /* in preference order (refs held) */
+    int st[REPLICAS_MAX];           /* enum rep_state */
+    bool cur[REPLICAS_MAX];         /* current for the key (replica.h):
+                                       its reply counts */
+    bool judged[REPLICAS_MAX];      /* noted (or found right) already */
+    struct rbuf reply[REPLICAS_MAX];
+    size_t log_cap; /* repair_log */
+};
+
+static struct rrep *
+rep_of_held(struct rheld *x)
+{
+    return REQUEST_OF(x, struct rrep, held);
+}
+
+/* The answer on its way back to the origin. */
+struct rreply {
+    struct worker_msg msg;
+    struct rfrag *f;
+    bool error;
+    size_t len;
+    char data[];
+};
+
+int
+request_key_pack(const struct pool_snapshot *snap, struct rbuf *keys,
+                 const char *k, size_t len)
+{
+    uint32_t n = (uint32_t)len;
+
+    if (snap->set.replicas <= 1)
+        return 0;
+    return rbuf_append(keys, &n, sizeof(n)) < 0 || rbuf_append(keys, k, len) < 0
+               ? -1
+               : 0;
+}
+
+static void
+rep_free(struct rrep *rep)
+{
+    if (rep->w != NULL)
+        worker_timer_del(rep->w, &rep->timer);
+    for (unsigned i = 0; i < rep->n; i++) {
+        server_unref(rep->m[i]);
+        rbuf_free(&rep->reply[i]);
+    }
+    pool_unref(rep->pool);
+    free(rep->req);
+    free(rep->keys);
+    free(rep);
+}
+
+/* A fragment whose answer will never come (its worker, and every other,
+ * exited): its request, an orphan by now, goes with its last one. */
+static void
+orphan_drop(struct rfrag *f)
+{
+    struct rreq *r = f->req;
+
+    INVARIANT(r->pending > 0);
+    if (--r->pending == 0 && r->client == NULL)
+        request_req_free(r);
+}
+
+static void
+reply_run(struct worker *w, struct worker_msg *m)
+{
+    struct rreply *rr = REQUEST_OF(m, struct rreply, msg);
+    struct rfrag *f = rr->f;
+
+    (void)w;
+    f->error = rr->error;
+    if (request_frag_data(f, rr->data, rr->len) < 0 &&
+        f->req->client != NULL)
+        f->req->client->closing = true; /* out of memory: close, in order */
+    request_frag_done(f);
+    free(rr);
+}
+
+static void
+reply_drop(struct worker_msg *m)
+{
+    struct rreply *rr = REQUEST_OF(m, struct rreply, msg);
+
+    orphan_drop(rr->f);
+    free(rr);
+}
+
+/* Give the client's fragment its answer: <len> bytes at <data>. */
+static void
+rep_deliver(struct rrep *rep, const char *data, size_t len, bool error)
+{
+    struct rfrag *f = rep->f;
+    struct rreply *rr;
+
+    rep->f = NULL;
+    rep->answered = true;
+    if (rep->origin == rep->w) {
+        f->error = error;
+        if (request_frag_data(f, data, len) < 0 && f->req->client != NULL)
+            f->req->client->closing = true;
+        request_frag_done(f);
+        return;
+    }
+    rr = malloc(sizeof(*rr) + len);
+    if (rr == NULL) {
+        /* No memory for the answer: the fragment must still end, and an
+         * error reply is what is left (a static one, no allocation). */
+        static const char oom_redis[] = "-ERR out of memory\r\n";
+        static const char oom_mc[] = "SERVER_ERROR out of memory\r\n";
+        bool mc = rep->mode->proto->mode == CONF_MODE_MEMCACHE;
+
+        len = mc ? sizeof(oom_mc) - 1 : sizeof(oom_redis) - 1;
+        rr = malloc(sizeof(*rr) + len);
+        if (rr == NULL) {
+            log_error("replication: out of memory: a client's reply is "
+                      "lost");
+            return;
+        }
+        data = mc ? oom_mc : oom_redis;
+        error = true;
+    }
+    rr->msg.run = reply_run;
+    rr->msg.drop = reply_drop;
+    rr->f = f;
+    rr->error = error;
+    rr->len = len;
+    memcpy(rr->data, data, len);
+    if (worker_post(rep->origin->id, &rr->msg) < 0)
+        reply_drop(&rr->msg);
+}
+
+/* Answer with member <i>'s reply, or, <i> < 0, with the error <msg> (the
+ * protocol's words around it). */
+static void
+rep_answer(struct rrep *rep, int i, const char *msg)
+{
+    rep->chosen = i;
+    if (i >= 0) {
+        rep_deliver(rep, rep->reply[i].data + rep->reply[i].off,
+                    rbuf_size(&rep->reply[i]), rep->st[i] == REP_ERROR);
+    } else {
+        char buf[512], text[400];
+        const struct proto *pr = rep->mode->proto;
+        size_t n;
+
+        snprintf(text, sizeof(text), "%s%s",
+                 pr->mode == CONF_MODE_MEMCACHE ? "SERVER_ERROR " : "", msg);
+        n = pr->error_reply(buf, sizeof(buf), PROTO_ERR_REQUEST, text);
+        rep->quorum_failed = true;
+        rep_deliver(rep, buf, n, true);
+    }
+}
+
+/* Whether members <a> and <b> gave the same reply. */
+static bool
+rep_same(const struct rrep *rep, unsigned a, unsigned b)
+{
+    return rep->st[a] == rep->st[b] &&
+           rbuf_size(&rep->reply[a]) == rbuf_size(&rep->reply[b]) &&
+           memcmp(rep->reply[a].data + rep->reply[a].off,
+                  rep->reply[b].data + rep->reply[b].off,
+                  rbuf_size(&rep->reply[a])) == 0;
+}
+
+static bool
+rep_answered(const struct rrep *rep, unsigned i)
+{
+    return rep->st[i] == REP_OK || rep->st[i] == REP_ERROR;
+}
+
+/* The reply given by most current members (REP_OK only, or errors too
+ * when <errors>): the first of them in preference order, and its count
+ * in *<count>; -1 when none. */
+static int
+rep_best(const struct rrep *rep, bool errors, unsigned *count)
+{
+    int best = -1;
+
+    *count = 0;
+    for (unsigned i = 0; i < rep->n; i++) {
+        unsigned k = 0;
+
+        if (!rep->cur[i] ||
+            !(rep->st[i] == REP_OK || (errors && rep->st[i] == REP_ERROR)))
+            continue;
+        for (unsigned j = 0; j < rep->n; j++)
+            k += rep->cur[j] && rep_same(rep, i, j);
+        if (k > *count) {
+            *count = k;
+            best = (int)i;
+        }
+    }
+    return best;
+}
+
+/* Member <i> is behind on the fragment's keys: noted before anything
+ * else may read it (replica_note). */
+static void
+rep_note(struct rrep *rep, unsigned i)
+{
+    rep->judged[i] = true;
+    rep->cur[i] = false;
+    replica_note(rep->m[i], rep->keys, rep->keyslen, rep->log_cap);
+}
+
+/*
+ * Member <i> answered and the decision is known: note it behind when its
+ * reply says it did not take what the others took (a write: an error
+ * where the answer is a success, a success where the answer is an error;
+ * an error where another member succeeded and the write failed), or
+ * when, a current member, it answered apart from the answer (a
+ * divergence: it cannot happen while the members take one order, unless
+ * something else writes to them, or chashd restarted with writes on
+ * their way). A write that failed because the current members answered
+ * apart leaves them all behind: a repair decides between them.
+ */
+static void
+rep_judge(struct rrep *rep, unsigned i)
+{
+    int d = rep->chosen;
+    bool behind = false, write = rep->policy == REP_WRITE;
+
+    if (rep->judged[i] || !rep->answered || !rep_answered(rep, i) ||
+        rep->policy == REP_READ_ONE)
+        return;
+    rep->judged[i] = true;
+    if (d >= 0) {
+        if (rep_same(rep, (unsigned)d, i))
+            return;
+        if (rep->st[i] != rep->st[(unsigned)d]) {
+            behind = write;
+        } else if (rep->cur[i]) {
+            behind = true;
+            rep->differ = true;
+        }
+    } else if (rep->differ) {
+        behind = rep->cur[i];
+    } else if (write && rep->st[i] == REP_ERROR) {
+        for (unsigned j = 0; j < rep->n && !behind; j++)
+            behind = rep->st[j] == REP_OK;
+    }
+    if (behind)
+        rep_note(rep, i);
+}
+
+static void rep_send(struct rrep *rep, unsigned i);
+
+/* Whether member <i>'s connection from this home has not answered for a
+ * while with requests waiting (a member hung, or far behind): a read
+ * asks it last. */
+static bool
+rep_stalled(const struct rrep *rep, unsigned i, uint64_t after_ms)
+{
+    const struct rserver *s =
+        request_conn_of(rep->w, rep->m[i], rep->mode, rep->hash);
+    uint64_t since;
+
+    if (s == NULL || s->head == NULL)
+        return false;
+    since = s->head->req->start_ms > s->heard_ms ? s->head->req->start_ms
+                                                 : s->heard_ms;
+    return rep->w->now_ms >= since + after_ms;
+}
+
+/* A read's next member to ask: the first current one not asked yet;
+ * false when none is left. */
+static bool
+rep_next(struct rrep *rep)
+{
+    while (rep->next < rep->n) {
+        unsigned i = rep->next++;
+
+        if (!server_usable(rep->m[i]) || !rep->cur[i]) {
+            rep->st[i] = REP_SKIPPED;
+            continue;
+        }
+        rep_send(rep, i);
+        return true;
+    }
+    return false;
+}
+
+/* Arm the timer for what comes next: the hedge of a read, the deadline. */
+static void
+rep_arm(struct rrep *rep)
+{
+    uint64_t at = rep->deadline_ms;
+
+    if (rep->hedge_ms > 0 && (at == 0 || rep->hedge_ms < at))
+        at = rep->hedge_ms;
+    if (rep->answered || at == 0)
+        worker_timer_del(rep->w, &rep->timer);
+    else
+        worker_timer_set(rep->w, &rep->timer, at);
+}
+
+/* Decide, if the replies so far allow it. */
+static void
+rep_decide(struct rrep *rep)
+{
+    unsigned ok = 0, pending = 0, answered = 0, count, cok, n = rep->n;
+    char msg[256];
+    int best, bok;
+
+    if (rep->answered || rep->sending)
+        return;
+    for (unsigned i = 0; i < n; i++) {
+        if (!rep->cur[i])
+            continue;
+        ok += rep->st[i] == REP_OK;
+        pending += rep->st[i] == REP_PENDING && !rep->expired;
+        answered += rep_answered(rep, i);
+    }
+    if (rep->policy == REP_READ_ONE) {
+        for (unsigned i = 0; i < n; i++)
+            if (rep->cur[i] && rep_answered(rep, i)) {
+                rep_answer(rep, (int)i, NULL);
+                return;
+            }
+        if (pending > 0 || (!rep->expired && rep_next(rep)))
+            return;
+        atomic_fetch_add(&rep->pool->rstats.read_failures, 1);
+        rep_answer(rep, -1,
+                   rep->expired ? "replication: no member of the key's "
+                                  "replica set answered in time"
+                                : "replication: no member of the key's "
+                                  "replica set could answer");
+        return;
+    }
+    bok = rep_best(rep, false, &cok);
+    best = rep_best(rep, true, &count);
+    if (rep->policy == REP_WRITE) {
+        if (bok >= 0 && cok >= rep->need) {
+            rep_answer(rep, bok, NULL); /* its acknowledgement */
+            goto judge;
+        }
+        if (ok == 0 && best >= 0 && count >= rep->need) {
+            /* an error every current member gave (WRONGTYPE): the
+             * command's own reply */
+            rep_answer(rep, best, NULL);
+            goto judge;
+        }
+        if (pending > 0)
+            return; /* still possible; or, when not, the error counts the
+                       acknowledgements of every member that answers */
+    } else {
+        if (best >= 0 && count >= rep->need) {
+            rep_answer(rep, best, NULL);
+            goto judge;
+        }
+        if (pending > 0)
+            return;
+    }
+    rep->differ = answered > count;
+    if (rep->policy == REP_WRITE) {
+        atomic_fetch_add(&rep->pool->rstats.write_failures, 1);
+        if (rep->differ)
+            snprintf(msg, sizeof(msg),
+                     "replication: the members' replies differ (%u answered, "
+                     "at most %u equal; need %u): the write may have been "
+                     "applied",
+                     answered, count, rep->need);
+        else
+            snprintf(msg, sizeof(msg),
+                     "replication: %u of %u members acknowledged (need %u): "
+                     "the write may have been applied",
+                     ok, n, rep->need);
+    } else {
+        atomic_fetch_add(&rep->pool->rstats.read_failures, 1);
+        if (answered < rep->need || !rep->differ)
+            snprintf(msg, sizeof(msg),
+                     "replication: %u of %u members answered (need %u)",
+                     answered, n, rep->need);
+        else
+            snprintf(msg, sizeof(msg),
+                     "replication: the members disagree on the key (%u "
+                     "replies, at most %u equal; need %u)",
+                     answered, count, rep->need);
+    }
+    rep_answer(rep, -1, msg);
+judge:
+    for (unsigned i = 0; i < n; i++)
+        rep_judge(rep, i);
+}
+
+/* Every copy is in: count, free. */
+static void
+rep_finish(struct rrep *rep)
+{
+    bool missed = false;
+
+    for (unsigned i = 0; i < rep->n; i++)
+        missed |= rep->st[i] == REP_FAILED ||
+                  (rep->judged[i] && !rep->cur[i] && rep_answered(rep, i));
+    if (rep->differ)
+        atomic_fetch_add(&rep->pool->rstats.divergences, 1);
+    if (rep->policy == REP_WRITE && missed && !rep->quorum_failed)
+        atomic_fetch_add(&rep->pool->rstats.partial_writes, 1);
+    rep_free(rep);
+}
+
+static void
+rep_timer(struct worker *w, struct timer *t)
+{
+    struct rrep *rep = REQUEST_OF(t, struct rrep, timer);
+
+    (void)w;
+    if (rep->answered)
+        return;
+    rep->out++; /* (a decision may finish it) */
+    if (rep->hedge_ms > 0 && rep->w->now_ms >= rep->hedge_ms) {
+        /* a read its member has not answered: the next one too */
+        rep->hedge_ms = 0;
+        rep_next(rep);
+    }
+    if (rep->deadline_ms > 0 && rep->w->now_ms >= rep->deadline_ms)
+        rep->expired = true;
+    rep_decide(rep);
+    rep_arm(rep);
+    if (--rep->out == 0 && rep->answered)
+        rep_finish(rep);
+}
+
+/* A copy is answered (or failed): take its reply, decide, and finish
+ * once every copy is in. Frees <copy>. */
+static void
+rep_report(struct rreq *copy)
+{
+    struct rrep *rep = copy->rep;
+    unsigned i = copy->rep_idx;
+    struct rfrag *f = &copy->one;
+    struct rbuf t;
+
+    rep->st[i] = f->failed ? REP_FAILED : f->error ? REP_ERROR : REP_OK;
+    t = rep->reply[i];
+    rep->reply[i] = copy->reply;
+    copy->reply = t;
+    copy->rep = NULL;
+    request_req_free(copy);
+    /* (its count on rep->out is held through the decision, which may
+     * send, and see a send fail at once) */
+    if (rep->st[i] == REP_FAILED) {
+        /* no reply: whatever it was sent may or may not have run */
+        if (rep->policy == REP_WRITE)
+            rep_note(rep, i);
+        else
+            rep->cur[i] = false; /* (for this read: ask another) */
+    } else if (rep->cur[i] &&
+               !replica_keys_current(rep->m[i], rep->keys, rep->keyslen)) {
+        /* behind since it was asked (a restart seen, a miss noted) */
+        rep->cur[i] = false;
+    }
+    rep_decide(rep);
+    if (rep->answered)
+        rep_judge(rep, i);
+    rep_arm(rep);
+    if (--rep->out == 0 && rep->answered)
+        rep_finish(rep);
+}
+
+/* Send member <i> its copy. */
+static void
+rep_send(struct rrep *rep, unsigned i)
+{
+    struct rreq *copy = calloc(1, sizeof(*copy));
+    struct rserver *s;
+
+    rep->st[i] = REP_PENDING;
+    rep->out++;
+    if (copy == NULL || request_frags(copy, 1) < 0) {
+        free(copy);
+        rep->st[i] = REP_FAILED;
+        rep->out--;
+        if (rep->policy == REP_WRITE)
+            rep_note(rep, i);
+        return;
+    }
+    copy->mode = rep->mode;
+    copy->command = rep->command;
+    copy->flags = rep->flags;
+    copy->start_us = request_now_us();
+    copy->start_ms = rep->w->now_ms;
+    copy->rep = rep;
+    copy->rep_idx = i;
+    s = request_send_on(rep->w, rep->pool, rep->mode, &copy->one, rep->m[i],
+                        rep->hash);
+    if (s != NULL)
+        request_conn_queue(s, &copy->one, rep->req, rep->reqlen);
+    /* (a copy that failed at once has reported already) */
+}
+
+/* Whether reads of the key of ring hash <hash> spread over its replica
+ * set (hot_keys: spread; hot.c names them). */
+static bool
+spread_key(const struct pool *p, uint64_t hash)
+{
+    for (unsigned i = 0; i < POOL_HOT_SPREAD; i++) {
+        uint64_t h =
+            atomic_load_explicit(&p->hot_spread[i], memory_order_relaxed);
+        if (h == 0)
+            return false;
+        if (h == hash)
+            return true;
+    }
+    return false;
+}
+
+/* The delay after which a read also asks the next member. */
+static uint64_t
+hedge_delay(const struct pool_settings *set)
+{
+    uint64_t d;
+
+    if (set->timeout_ms == 0)
+        return HEDGE_NO_TIMEOUT_MS;
+    d = set->timeout_ms / HEDGE_DIV;
+    return d < HEDGE_MIN_MS ? HEDGE_MIN_MS : d > HEDGE_MAX_MS ? HEDGE_MAX_MS : d;
+}
+
+/* The members of the key's set, in the order a read asks them: rotated
+ * (read_policy any, a hot key), and those whose connection stalls last. */
+static void
+rep_order(struct rrep *rep, uint64_t stall_ms)
+{
+    struct server *m[REPLICAS_MAX];
+    bool cur[REPLICAS_MAX];
+    unsigned k = 0, n = rep->n, at;
+
+    at = rep->rotate ? rep->rot % n : 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (unsigned j = 0; j < n; j++) {
+            unsigned i = (j + at) % n;
+            bool stalled = rep_stalled(rep, i, stall_ms);
+
+            if (stalled != (pass == 1))
+                continue;
+            m[k] = rep->m[i];
+            cur[k++] = rep->cur[i];
+        }
+    memcpy(rep->m, m, n * sizeof(*m));
+    memcpy(rep->cur, cur, n * sizeof(*cur));
+}
+
+/* Run <rep> on its home <rep->w>: its key's set in the home's snapshot,
+ * its copies sent. */
+static void
+rep_run(struct rrep *rep)
+{
+    struct pool_snapshot *snap = pool_snapshot(rep->pool);
+    const struct pool_settings *set = &snap->set;
+    size_t idx[REPLICAS_MAX];
+    unsigned n = 0, replicas = set->replicas ? set->replicas : 1;
+    bool filling = snap->fill != NULL && !snap->fill_same;
+    uint64_t hedge = hedge_delay(set);
+
+    rep->timer.on_expire = rep_timer;
+    rep->chosen = -1;
+    if (snap->ring != NULL && set->proto == rep->mode->proto)
+        n = (unsigned)chash_ring_lookup_n(snap->ring, rep->hash, idx, replicas);
+    if (n == 0) {
+        rep_answer(rep, -1, "no member available: no member owns any key");
+        rep_free(rep);
+        return;
+    }
+    rep->n = n;
+    rep->log_cap = set->repair_log;
+    rep->verifying =
+        atomic_load_explicit(&rep->pool->rstats.verifying, memory_order_relaxed);
+    for (unsigned i = 0; i < n; i++) {
+        rep->m[i] = snap->servers[idx[i]];
+        server_ref(rep->m[i]);
+        /* current: holds the current placement's copy (not being filled)
+         * and is behind on none of the keys */
+        rep->cur[i] =
+            (!filling || replica_current(snap->fill, rep->hash, rep->m[i])) &&
+            replica_keys_current(rep->m[i], rep->keys, rep->keyslen);
+    }
+    if (set->timeout_ms > 0)
+        rep->deadline_ms = rep->w->now_ms + set->timeout_ms;
+    if (rep->flags & PROTO_REQ_WRITE) {
+        rep->policy = REP_WRITE;
+        rep->need = set->write_quorum < n ? set->write_quorum : n;
+    } else if (rep->rep_one ||
+               (set->read_policy != CONF_READ_QUORUM && !rep->verifying)) {
+        rep->policy = REP_READ_ONE;
+        rep->need = 1;
+        rep_order(rep, hedge);
+        rep->hedge_ms = n > 1 ? rep->w->now_ms + hedge : 0;
+    } else {
+        rep->policy = REP_READ_QUORUM;
+        rep->need = set->read_quorum < n ? set->read_quorum : n;
+        if (rep->verifying && rep->need < n / 2 + 1)
+            rep->need = n / 2 + 1; /* before the copies were compared
+                                      since chashd started: a majority */
+    }
+    /* the copies hold references: the last one frees <rep> */
+    rep->out++;
+    rep->sending = true;
+    if (rep->policy == REP_READ_ONE) {
+        rep_next(rep);
+    } else {
+        for (unsigned i = 0; i < n; i++) {
+            if (!server_usable(rep->m[i])) {
+                rep->st[i] = REP_FAILED; /* down: it misses the write */
+                if (rep->policy == REP_WRITE)
+                    rep_note(rep, i);
+                continue;
+            }
+            if (rep->policy == REP_READ_QUORUM && !rep->cur[i]) {
+                rep->st[i] = REP_SKIPPED;
+                continue;
+            }
+            rep_send(rep, i);
+        }
+    }
+    rep->sending = false;
+    rep_decide(rep);
+    rep_arm(rep);
+    if (--rep->out == 0 && rep->answered)
+        rep_finish(rep);
+}
+
+/* <rep> reached its home <w>: it runs, or waits behind a repair of its
+ * key. */
+static void
+rep_arrive(struct worker *w, struct rrep *rep)
+{
+    struct rworker *rw = request_rworker(w);
+    struct rhold *h;
+
+    rep->w = w;
+    if (rw == NULL) {
+        rep_answer(rep, -1, "out of memory");
+        rep_free(rep);
+        return;
+    }
+    if ((h = hold_find(rw, rep->pool, rep->hash)) != NULL) {
+        rep->held.job = false;
+        hold_push(h, &rep->held);
+        return;
+    }
+    rep_run(rep);
+}
+
+static void
+rep_msg_run(struct worker *w, struct worker_msg *m)
+{
+    rep_arrive(w, REQUEST_OF(m, struct rrep, msg));
+}
+
+static void
+rep_msg_drop(struct worker_msg *m)
+{
+    struct rrep *rep = REQUEST_OF(m, struct rrep, msg);
+
+    orphan_drop(rep->f);
+    rep_free(rep);
+}
+
+void
+request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
+                   struct rfrag *f, struct server *s, uint64_t hash,
+                   const char *buf, size_t len, uint64_t stream,
+                   const char *keys, size_t keyslen)
+{
+    const struct pool_settings *set = &snap->set;
+    struct worker *origin = r->client->w;
+    struct rrep *rep;
+    unsigned home;
+
+    if (set->replicas <= 1 || snap->ring == NULL) {
+        request_send(r, f, s, hash, buf, len, stream);
+        return;
+    }
+    INVARIANT(stream == 0);
+    rep = calloc(1, sizeof(*rep));
+    if (rep == NULL || (rep->req = malloc(len ? len : 1)) == NULL ||
+        (rep->keys = malloc(keyslen ? keyslen : 1)) == NULL) {
+        if (rep != NULL) {
+            free(rep->req);
+            free(rep->keys);
+        }
+        free(rep);
+        request_frag_fail(f, PROTO_ERR_CLOSED);
+        return;
+    }
+    memcpy(rep->req, buf, len);
+    rep->reqlen = len;
+    memcpy(rep->keys, keys, keyslen);
+    rep->keyslen = keyslen;
+    rep->f = f;
+    rep->origin = origin;
+    rep->pool = r->client->pool;
+    pool_ref(rep->pool);
+    rep->mode = r->mode;
+    rep->command = r->command;
+    rep->flags = r->flags;
+    rep->rep_one = r->rep_one;
+    rep->hash = hash;
+    if (!(r->flags & PROTO_REQ_WRITE) && !r->rep_one) {
+        /* spread by client (read_policy any), or a hot key's reads
+         * request by request (hot_keys: spread): where the set's order
+         * starts, decided here (the client's worker counts) */
+        bool hot = set->hot_spread && spread_key(rep->pool, hash);
+
+        if (hot) {
+            struct rworker *rw = origin->requests;
+
+            rep->rotate = true;
+            rep->rot = (unsigned)rw->spread++;
+        } else if (set->read_policy == CONF_READ_ANY) {
+            rep->rotate = true;
+            rep->rot = (unsigned)r->client->id;
+        }
+    }
+    home = rep_home(hash);
+    if (home == origin->id) {
+        rep_arrive(origin, rep);
+        return;
+    }
+    rep->msg.run = rep_msg_run;
+    rep->msg.drop = rep_msg_drop;
+    if (worker_post(home, &rep->msg) < 0) {
+        rep_free(rep);
+        request_frag_fail(f, PROTO_ERR_CLOSED);
+    }
+}
+
+/* ---- repairs ------------------------------------------------------------- */
+
+/* A member of a repair: of the key's set, a holder of the copy in the
+ * filled placement, or a member that left the set (its copy goes). */
+enum jrole { J_SET = 1, J_HOLDER = 2, J_LEAVER = 4 };
+/* Where a member is in the repair. */
+enum jstate { J_IDLE, J_READING, J_READ, J_WRITING, J_DONE, J_FAILED };
+
+struct jmember {
+    struct server *s; /* (ref held) */
+    unsigned role;
+    bool cur;        /* its copy is a current one (a voter) */
+    int st;          /* enum jstate */
+    unsigned want;   /* replies still to come */
+    bool present;    /* its copy, once read */
+    char *val;       /* redis: DUMP's payload; memcache: flags, a space,
+                        the data */
+    size_t len;
+    long long ttl_ms; /* -1: none */
+    bool ttl_read;
+    uint64_t gen; /* its log's generation before the reads */
+    bool whole;   /* compared whole (replica.h) */
+};
+
+struct rjob {
+    struct request_repair *r;
+    struct rheld held;
+    struct worker *w;
+    struct rworker *rw;
+    const struct request_mode *mode;
+    bool memcache;
+    uint64_t hash;
+    struct jmember *jm;
+    size_t n;
+    unsigned out; /* requests on their way */
+    int truth;    /* the member whose copy is the copy, -1 */
+    char *packed; /* the key as request_key_pack packs it */
+    size_t plen;
+};
+
+static struct rjob *
+job_of_held(struct rheld *x)
+{
+    return REQUEST_OF(x, struct rjob, held);
+}
+
+static void
+job_free(struct rjob *job)
+{
+    for (size_t i = 0; i < job->n; i++) {
+        server_unref(job->jm[i].s);
+        free(job->jm[i].val);
+    }
+    free(job->jm);
+    free(job->packed);
+    free(job);
+}
+
+/* The repair is over: what waited for the key goes on, and the caller
+ * hears of it. */
+static void
+job_end(struct rjob *job, int result)
+{
+    struct request_repair *r = job->r;
+    struct rworker *rw = job->rw;
+    struct rhold *h = hold_find(rw, r->pool, job->hash);
+
+    r->result = result;
+    r->priv = NULL;
+    job_free(job);
+    if (h != NULL)
+        hold_release(rw, h);
+    r->done(r);
+}
+
+/* Add member <s> with <role> (or the role to it, when it is there). */
+static int
+job_add(struct rjob *job, struct server *s, unsigned role, size_t cap)
+{
+    for (size_t i = 0; i < job->n; i++)
+        if (job->jm[i].s == s) {
+            job->jm[i].role |= role;
+            return 0;
+        }
+    if (job->n == cap)
+        return -1;
+    job->jm[job->n].s = s;
+    job->jm[job->n].role = role;
+    job->jm[job->n].ttl_ms = -1;
+    server_ref(s);
+    job->n++;
+    return 0;
+}
+
+/* Send the job's request <buf> (<len> bytes) to member <i>, as <which>
+ * (0: its read or write; 1: a second read, PTTL). */
+static void
+job_send(struct rjob *job, size_t i, unsigned which, int command,
+         const char *buf, size_t len)
+{
+    struct rreq *q = calloc(1, sizeof(*q));
+    struct rserver *s;
+
+    job->out++;
+    job->jm[i].want++;
+    if (q == NULL || request_frags(q, 1) < 0) {
+        free(q);
+        job->jm[i].st = J_FAILED;
+        job->jm[i].want--;
+        job->out--;
+        return;
+    }
+    q->mode = job->mode;
+    q->command = command;
+    q->start_us = request_now_us();
+    q->start_ms = job->w->now_ms;
+    q->job = job;
+    q->rep_idx = (unsigned)(i * 2 + which);
+    s = request_send_on(job->w, job->r->pool, job->mode, &q->one,
+                        job->jm[i].s, job->hash);
+    if (s != NULL)
+        request_conn_queue(s, &q->one, buf, len);
+}
+
+/* Whether a repair may talk to member <s>: not known to be down (a
+ * member that left the pool, or is drained, still holds its copies). */
+static bool
+job_reachable(const struct server *s)
+{
+    int st = atomic_load_explicit((_Atomic int *)&s->state,
+                                  memory_order_relaxed);
+
+    return st != SERVER_DOWN && st != SERVER_EJECTED;
+}
+
+/* RESP: "*<n>" then each argument as a bulk string, into <b>. */
+static int
+resp_cmd(struct rbuf *b, size_t argc, const char *const *argv,
+         const size_t *lens)
+{
+    if (rbuf_printf(b, "*%zu\r\n", argc) < 0)
+        return -1;
+    for (size_t i = 0; i < argc; i++)
+        if (rbuf_printf(b, "$%zu\r\n", lens[i]) < 0 ||
+            rbuf_append(b, argv[i], lens[i]) < 0 ||
+            rbuf_append(b, "\r\n", 2) < 0)
+            return -1;
+    return 0;
+}
+
+/* Read every member that may hold a copy (the set and the holders). */
+static void
+job_read(struct rjob *job)
+{
+    struct request_repair *r = job->r;
+    struct rbuf a = {0}, b = {0};
+    int ok;
+
+    if (job->memcache) {
+        ok = rbuf_append(&a, "mg ", 3) == 0 &&
+             rbuf_append(&a, r->key, r->klen) == 0 &&
+             rbuf_append(&a, " v f t\r\n", 8) == 0;
+    } else {
+        const char *dump[] = {"DUMP", r->key}, *pttl[] = {"PTTL", r->key};
+        size_t l[] = {4, r->klen};
+
+        ok = resp_cmd(&a, 2, dump, l) == 0 && resp_cmd(&b, 2, pttl, l) == 0;
+    }
+    job->out++; /* (held through the sends: one may fail at once) */
+    for (size_t i = 0; i < job->n; i++) {
+        struct jmember *m = &job->jm[i];
+
+        if (!(m->role & (J_SET | J_HOLDER)))
+            continue;
+        if (!ok || !job_reachable(m->s)) {
+            m->st = J_FAILED;
+            continue;
+        }
+        m->gen = replica_gen(m->s);
+        m->st = J_READING;
+        if (job->memcache) {
+            job_send(job, i, 0, MC_MG, a.data, a.len);
+        } else {
+            job_send(job, i, 0, -1, a.data, a.len);
+            job_send(job, i, 1, -1, b.data, b.len);
+        }
+    }
+    rbuf_free(&a);
+    rbuf_free(&b);
+    job->out--;
+}
+
+static void job_decide(struct rjob *job);
+static void job_write(struct rjob *job);
+
+/* Start the repair on its home (the hold is its own). */
+static void
+job_run(struct rjob *job)
+{
+    struct request_repair *r = job->r;
+    struct pool_snapshot *snap = pool_snapshot(r->pool);
+    size_t idx[REPLICAS_MAX], n = 0,
+                              cap = REPLICAS_MAX + r->nholders + r->nleavers;
+    bool filling = snap->fill != NULL && !snap->fill_same;
+
+    job->jm = calloc(cap, sizeof(*job->jm));
+    if (job->jm == NULL) {
+        job_end(job, REPAIR_FAILED);
+        return;
+    }
+    if (snap->ring != NULL && snap->set.replicas > 1 &&
+        snap->set.proto == job->mode->proto)
+        n = chash_ring_lookup_n(snap->ring, job->hash, idx,
+                                snap->set.replicas);
+    for (size_t i = 0; i < n; i++)
+        job_add(job, snap->servers[idx[i]], J_SET, cap);
+    for (size_t i = 0; i < r->nholders; i++)
+        job_add(job, r->holders[i], J_HOLDER, cap);
+    for (size_t i = 0; i < r->nleavers; i++) {
+        bool in = false;
+
+        for (size_t k = 0; k < n && !in; k++)
+            in = snap->servers[idx[k]] == r->leavers[i];
+        if (!in)
+            job_add(job, r->leavers[i], J_LEAVER, cap);
+    }
+    for (size_t i = 0; i < job->n; i++) {
+        struct jmember *m = &job->jm[i];
+
+        m->cur = replica_keys_current(m->s, job->packed, job->plen) &&
+                 (!(m->role & J_SET) || !filling ||
+                  replica_current(snap->fill, job->hash, m->s));
+    }
+    job_read(job);
+    if (job->out == 0)
+        job_decide(job);
+}
+
+/* Parse a RESP bulk string or nil at <buf> (<len> bytes, one whole
+ * reply): 1 with its bytes, 0 for nil, -1 otherwise. */
+static int
+resp_bulk(const char *buf, size_t len, const char **out, size_t *outlen)
+{
+    char *end;
+    long long n;
+
+    if (len < 4 || buf[0] != '$')
+        return -1;
+    n = strtoll(buf + 1, &end, 10);
+    if (n < 0)
+        return 0;
+    if (end + 2 > buf + len || end[0] != '\r' ||
+        (size_t)(end + 2 - buf) + (size_t)n + 2 > len)
+        return -1;
+    *out = end + 2;
+    *outlen = (size_t)n;
+    return 1;
+}
+
+/* memcached's mg reply at <buf> (<len> bytes): the copy into <m>. 0, or
+ * -1 when it is not one. */
+static int
+mc_copy(const char *buf, size_t len, struct jmember *m)
+{
+    unsigned long long flags = 0;
+    long long ttl = -1;
+    const char *nl = memchr(buf, '\n', len);
+    char *p;
+    size_t n;
+
+    if (len >= 2 && memcmp(buf, "EN", 2) == 0) {
+        m->present = false;
+        return 0;
+    }
+    if (nl == NULL || len < 4 || memcmp(buf, "VA ", 3) != 0)
+        return -1;
+    n = strtoull(buf + 3, &p, 10);
+    while (p < nl && *p != '\r') {
+        if (*p == 'f')
+            flags = strtoull(p + 1, &p, 10);
+        else if (*p == 't')
+            ttl = strtoll(p + 1, &p, 10);
+        else
+            p++;
+    }
+    if ((size_t)(nl + 1 - buf) + n > len)
+        return -1;
+    m->val = malloc(24 + n);
+    if (m->val == NULL)
+        return -1;
+    m->len = (size_t)snprintf(m->val, 24, "%llu ", flags);
+    memcpy(m->val + m->len, nl + 1, n);
+    m->len += n;
+    m->present = true;
+    m->ttl_ms = ttl < 0 ? -1 : ttl * 1000;
+    return 0;
+}
+
+/* A read's reply <buf> (<len> bytes, <error>) from member <i>, <which>. */
+static void
+job_take(struct rjob *job, size_t i, unsigned which, const char *buf,
+         size_t len, bool error)
+{
+    struct jmember *m = &job->jm[i];
+    const char *v;
+    size_t vlen;
+    int rc;
+
+    if (error || m->st == J_FAILED) {
+        m->st = J_FAILED;
+        return;
+    }
+    if (job->memcache) {
+        if (mc_copy(buf, len, m) < 0)
+            m->st = J_FAILED;
+        return;
+    }
+    if (which == 1) {
+        if (len < 3 || buf[0] != ':') {
+            m->st = J_FAILED;
+            return;
+        }
+        m->ttl_ms = strtoll(buf + 1, NULL, 10);
+        m->ttl_read = true;
+        return;
+    }
+    rc = resp_bulk(buf, len, &v, &vlen);
+    if (rc < 0 || (rc > 0 && (m->val = malloc(vlen ? vlen : 1)) == NULL)) {
+        m->st = J_FAILED;
+        return;
+    }
+    m->present = rc > 0;
+    if (rc > 0) {
+        memcpy(m->val, v, vlen);
+        m->len = vlen;
+    }
+}
+
+static bool
+copy_same(const struct jmember *a, const struct jmember *b)
+{
+    return a->present == b->present &&
+           (!a->present ||
+            (a->len == b->len && memcmp(a->val, b->val, a->len) == 0));
+}
+
+/*
+ * The copy the others are brought to, among the members read (J_READ)
+ * that <pick> accepts: the one most of them hold, if more than half of
+ * them do; else, when <all_in> (every member of the set answered: nothing
+ * better will be learnt), the first in preference order among the most
+ * held; else -1 (undecided). *<voters>: how many were counted.
+ */
+static int
+job_vote(const struct rjob *job, bool (*pick)(const struct jmember *),
+         bool all_in, size_t *voters)
+{
+    int best = -1;
+    size_t bestn = 0, total = 0;
+
+    for (size_t i = 0; i < job->n; i++) {
+        size_t k = 0;
+
+        if (job->jm[i].st != J_READ || !pick(&job->jm[i]))
+            continue;
+        total++;
+        for (size_t j = 0; j < job->n; j++)
+            k += job->jm[j].st == J_READ && pick(&job->jm[j]) &&
+                 copy_same(&job->jm[i], &job->jm[j]);
+        if (k > bestn) {
+            bestn = k;
+            best = (int)i;
+        }
+    }
+    *voters = total;
+    if (best < 0 || bestn * 2 > total || all_in)
+        return best;
+    return -1;
+}
+
+static bool
+pick_current(const struct jmember *m)
+{
+    return (m->role & J_SET) && m->cur;
+}
+
+static bool
+pick_holder(const struct jmember *m)
+{
+    return (m->role & J_HOLDER) && m->cur;
+}
+
+/* (a member compared whole -- restarted, or its log overflowed -- is
+ * behind on everything: never a voter) */
+static bool
+pick_any(const struct jmember *m)
+{
+    return (m->role & (J_SET | J_HOLDER)) != 0 && !m->whole;
+}
+
+/*
+ * Every read is in: which copy is the copy. The members that hold
+ * current copies vote (they are equal, unless something wrote to the
+ * members behind chashd's back, or chashd restarted with writes on their
+ * way); when none of the set does, the holders of the filled placement;
+ * when none of those either, every member read. A tie is left undecided
+ * (noted) unless every member of the set answered.
+ */
+static void
+job_decide(struct rjob *job)
+{
+    bool set_in = true;
+    size_t voters = 0;
+
+    for (size_t i = 0; i < job->n; i++) {
+        struct jmember *m = &job->jm[i];
+
+        if (m->st == J_READING)
+            m->st = J_READ;
+        if ((m->role & J_SET) && m->st != J_READ)
+            set_in = false;
+        /* behind since the reads began (a restart seen on the connection
+         * that carried them, a write missed): not a voter */
+        if (m->cur && !replica_keys_current(m->s, job->packed, job->plen))
+            m->cur = false;
+        m->whole = replica_whole(m->s);
+    }
+    job->truth = job_vote(job, pick_current, set_in, &voters);
+    if (voters == 0)
+        job->truth = job_vote(job, pick_holder, set_in, &voters);
+    if (voters == 0)
+        job->truth = job_vote(job, pick_any, set_in, &voters);
+    if (voters == 0) {
+        job->r->failed = NULL;
+        for (size_t i = 0; i < job->n && job->r->failed == NULL; i++)
+            if (job->jm[i].role & J_SET)
+                job->r->failed = job->jm[i].s;
+        job_end(job, REPAIR_FAILED);
+        return;
+    }
+    if (job->truth < 0) {
+        /* a tie: every voter stays behind until a majority can say */
+        for (size_t i = 0; i < job->n; i++)
+            if (job->jm[i].st == J_READ && (job->jm[i].role & J_SET))
+                replica_note(job->jm[i].s, job->packed, job->plen,
+                             SIZE_MAX);
+        job_end(job, REPAIR_UNDECIDED);
+        return;
+    }
+    for (size_t i = 0; i < job->n; i++)
+        if (job->jm[i].st == J_READ && pick_current(&job->jm[i]) &&
+            !copy_same(&job->jm[i], &job->jm[(size_t)job->truth]))
+            job->r->divergent = true;
+    job_write(job);
+}
+
+/* Write the copy (or its absence) to member <i>. */
+static void
+job_put(struct rjob *job, size_t i, const struct jmember *w)
+{
+    struct request_repair *r = job->r;
+    struct rbuf b = {0};
+    int ok;
+
+    if (job->memcache) {
+        if (!w->present) {
+            ok = rbuf_append(&b, "md ", 3) == 0 &&
+                 rbuf_append(&b, r->key, r->klen) == 0 &&
+                 rbuf_append(&b, "\r\n", 2) == 0;
+        } else {
+            const char *sp = memchr(w->val, ' ', w->len);
+            unsigned long long flags = strtoull(w->val, NULL, 10);
+            size_t n = sp != NULL ? w->len - (size_t)(sp + 1 - w->val) : 0;
+
+            ok = sp != NULL && rbuf_append(&b, "ms ", 3) == 0 &&
+                 rbuf_append(&b, r->key, r->klen) == 0 &&
+                 rbuf_printf(&b, " %zu F%llu T%lld\r\n", n, flags,
+                             w->ttl_ms > 0 ? (w->ttl_ms + 999) / 1000 : 0) ==
+                     0 &&
+                 rbuf_append(&b, sp + 1, n) == 0 &&
+                 rbuf_append(&b, "\r\n", 2) == 0;
+        }
+    } else if (!w->present) {
+        const char *del[] = {"DEL", r->key};
+        size_t l[] = {3, r->klen};
+
+        ok = resp_cmd(&b, 2, del, l) == 0;
+    } else {
+        char ttl[32];
+        const char *rs[] = {"RESTORE", r->key, ttl, w->val, "REPLACE"};
+        size_t l[] = {7, r->klen, 0, w->len, 7};
+
+        snprintf(ttl, sizeof(ttl), "%lld", w->ttl_ms > 0 ? w->ttl_ms : 0);
+        l[2] = strlen(ttl);
+        ok = resp_cmd(&b, 5, rs, l) == 0;
+    }
+    if (!ok) {
+        job->jm[i].st = J_FAILED;
+        rbuf_free(&b);
+        return;
+    }
+    job->jm[i].st = J_WRITING;
+    job_send(job, i, 0, job->memcache ? (w->present ? MC_MS : MC_MD) : -1,
+             b.data, b.len);
+    rbuf_free(&b);
+}
+
+static void job_done(struct rjob *job);
+
+/* Bring the members behind (or apart) to the copy; delete it where it
+ * left. The key's requests are still held: nothing lands between these
+ * writes and the reads they follow. */
+static void
+job_write(struct rjob *job)
+{
+    const struct jmember *t = &job->jm[(size_t)job->truth];
+    static const struct jmember none = {.present = false, .ttl_ms = -1};
+
+    job->out++;
+    for (size_t i = 0; i < job->n; i++) {
+        struct jmember *m = &job->jm[i];
+
+        if (m->role & J_SET) {
+            if (m->st != J_READ || !replica_settled(m->s))
+                continue; /* not read, or may still run an old
+                             connection's writes: later */
+            if (copy_same(m, t)) {
+                m->st = J_DONE; /* right already */
+                continue;
+            }
+            job_put(job, i, t);
+        } else if ((m->role & J_LEAVER) && job_reachable(m->s) &&
+                   replica_settled(m->s)) {
+            job_put(job, i, &none);
+        }
+    }
+    job->out--;
+    if (job->out == 0)
+        job_done(job);
+}
+
+/* Every write is in. */
+static void
+job_done(struct rjob *job)
+{
+    struct request_repair *r = job->r;
+    bool all = true;
+
+    for (size_t i = 0; i < job->n; i++) {
+        struct jmember *m = &job->jm[i];
+
+        if (m->st == J_WRITING)
+            m->st = J_DONE; /* (a failed write set J_FAILED) */
+        if (m->role & J_SET) {
+            if (m->st == J_DONE) {
+                replica_clear(m->s, r->key, r->klen, m->gen);
+            } else {
+                all = false;
+                if (r->failed == NULL)
+                    r->failed = m->s;
+            }
+        } else if ((m->role & J_LEAVER) && m->st != J_DONE &&
+                   job_reachable(m->s)) {
+            all = false;
+        }
+    }
+    job_end(job, all ? REPAIR_OK : REPAIR_FAILED);
+}
+
+/* A repair's request is answered. */
+static void
+job_report(struct rreq *q)
+{
+    struct rjob *job = q->job;
+    size_t i = q->rep_idx / 2;
+    unsigned which = q->rep_idx % 2;
+    struct jmember *m = &job->jm[i];
+    bool failed = q->one.failed;
+
+    m->want--;
+    if (m->st == J_READING || m->st == J_FAILED) {
+        if (failed)
+            m->st = J_FAILED;
+        else if (m->st == J_READING)
+            job_take(job, i, which, q->reply.data + q->reply.off,
+                     rbuf_size(&q->reply), q->one.error);
+    } else if (m->st == J_WRITING) {
+        if (failed || q->one.error)
+            m->st = J_FAILED;
+        else if (m->role & J_SET)
+            job->r->written++;
+        else
+            job->r->deleted++;
+    }
+    q->job = NULL;
+    request_req_free(q);
+    if (--job->out > 0)
+        return;
+    /* every request of the step is in */
+    for (size_t k = 0; k < job->n; k++)
+        if (job->jm[k].st == J_READING) {
+            job_decide(job);
+            return;
+        }
+    for (size_t k = 0; k < job->n; k++)
+        if (job->jm[k].st == J_WRITING) {
+            job_done(job);
+            return;
+        }
+    job_done(job); /* (only failures) */
+}
+
+void
+request_rep_report(struct rreq *copy)
+{
+    if (copy->job != NULL)
+        job_report(copy);
+    else
+        rep_report(copy);
+}
+
+static void
+job_msg_run(struct worker *w, struct worker_msg *m)
+{
+    struct request_repair *r = REQUEST_OF(m, struct request_repair, msg);
+    struct pool_snapshot *snap = pool_snapshot(r->pool);
+    struct rworker *rw = request_rworker(w);
+    struct rjob *job = calloc(1, sizeof(*job));
+    uint32_t kl = (uint32_t)r->klen;
+    struct rhold *h;
+
+    if (job == NULL || rw == NULL || rw->closing ||
+        (job->packed = malloc(sizeof(kl) + r->klen)) == NULL ||
+        snap->set.replicas <= 1 ||
+        (snap->set.mode != CONF_MODE_REDIS &&
+         snap->set.mode != CONF_MODE_MEMCACHE)) {
+        if (job != NULL)
+            free(job->packed);
+        free(job);
+        r->result = REPAIR_FAILED;
+        r->done(r);
+        return;
+    }
+    memcpy(job->packed, &kl, sizeof(kl));
+    memcpy(job->packed + sizeof(kl), r->key, r->klen);
+    job->plen = sizeof(kl) + r->klen;
+    job->r = r;
+    r->priv = job;
+    job->w = w;
+    job->rw = rw;
+    job->memcache = snap->set.mode == CONF_MODE_MEMCACHE;
+    job->mode = snap->set.mode == CONF_MODE_MEMCACHE ? &memcache_request_mode
+                                                     : &redis_request_mode;
+    job->hash = r->hash;
+    job->truth = -1;
+    if ((h = hold_find(rw, r->pool, job->hash)) != NULL) {
+        job->held.job = true;
+        hold_push(h, &job->held);
+        return;
+    }
+    if (hold_make(rw, r->pool, job->hash) == NULL) {
+        job_free(job);
+        r->priv = NULL;
+        r->result = REPAIR_FAILED;
+        r->done(r);
+        return;
+    }
+    job_run(job);
+}
+
+static void
+job_msg_drop(struct worker_msg *m)
+{
+    struct request_repair *r = REQUEST_OF(m, struct request_repair, msg);
+
+    r->result = REPAIR_FAILED;
+    r->done(r);
+}
+
+void
+request_repair_submit(struct request_repair *r)
+{
+    r->msg.run = job_msg_run;
+    r->msg.drop = job_msg_drop;
+    if (worker_post(rep_home(r->hash), &r->msg) < 0) {
+        r->result = REPAIR_FAILED;
+        r->done(r);
+    }
+}
+
+/* ---- connections: reset, identity ---------------------------------------- */
+
+void
+request_rep_conn_reset(struct rserver *s, size_t n)
+{
+    struct pool_snapshot *snap = pool_snapshot(s->m->pool);
+
+    if (snap->set.replicas <= 1 || s->laddr[0] == 0)
+        return;
+    log_warn("pool %s: member %s: connection %s reset with %zu requests on "
+             "it: the member is told to drop it before it is repaired",
+             s->m->pool->name, s->m->server->name, s->laddr, n);
+    replica_unsettled(s->m->server, s->laddr);
+}
+
+int
+request_rep_ident_request(const struct pool_snapshot *snap, char *out,
+                          size_t cap)
+{
+    static const char redis[] = "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
+    static const char mc[] = "stats\r\n";
+    const char *q = snap->set.mode == CONF_MODE_MEMCACHE ? mc : redis;
+    size_t n = strlen(q);
+
+    if (n > cap)
+        return -1;
+    memcpy(out, q, n);
+    return (int)n;
+}
+
+/* Find "<name> <number>" in a memcached stats reply. */
+static long long
+stat_of(const char *buf, size_t len, const char *name)
+{
+    size_t nl = strlen(name);
+
+    for (size_t i = 0; i + 5 + nl < len; i++)
+        if ((i == 0 || buf[i - 1] == '\n') && memcmp(buf + i, "STAT ", 5) == 0 &&
+            memcmp(buf + i + 5, name, nl) == 0 && buf[i + 5 + nl] == ' ')
+            return strtoll(buf + i + 6 + nl, NULL, 10);
+    return -1;
+}
+
+long
+request_rep_ident_reply(struct rserver *s, const char *buf, size_t len)
+{
+    struct server *srv = s->m->server;
+    char id[64] = "";
+    long took;
+
+    if (s->m->mode->proto->mode == CONF_MODE_MEMCACHE) {
+        /* STAT lines, then END (or ERROR: no stats) */
+        const char *end = NULL;
+
+        for (size_t i = 0; i + 5 <= len && end == NULL; i++)
+            if ((i == 0 || buf[i - 1] == '\n') &&
+                (memcmp(buf + i, "END\r\n", 5) == 0 ||
+                 (i + 7 <= len && memcmp(buf + i, "ERROR\r\n", 7) == 0)))
+                end = buf + i;
+        if (end == NULL)
+            return len > 1024 * 1024 ? -1 : 0;
+        took = (long)(end - buf) + (end[0] == 'E' && end[1] == 'N' ? 5 : 7);
+        if (end[1] == 'N') {
+            long long pid = stat_of(buf, (size_t)took, "pid"),
+                      now = stat_of(buf, (size_t)took, "time"),
+                      up = stat_of(buf, (size_t)took, "uptime");
+
+            /* the start time, to 10 s: a clock step is not a restart */
+            if (pid >= 0 && now >= 0 && up >= 0)
+                snprintf(id, sizeof(id), "%lld@%lld", pid, (now - up) / 10);
+        }
+    } else {
+        struct proto_reply rp = {0};
+        const char *v, *p;
+        size_t vlen;
+        int st = s->m->mode->proto->parse_reply(buf, len, NULL, &rp);
+
+        if (st == PROTO_AGAIN)
+            return 0;
+        if (st != PROTO_OK || rp.body > 0)
+            return -1;
+        took = (long)rp.len;
+        if (resp_bulk(buf, (size_t)rp.len, &v, &vlen) > 0 &&
+            (p = memmem(v, vlen, "run_id:", 7)) != NULL &&
+            (size_t)(v + vlen - p) >= 7 + 40)
+            snprintf(id, sizeof(id), "%.40s", p + 7);
+    }
+    if (id[0] == 0) {
+        log_warn_limited(10,
+                         "pool %s: member %s does not say who it is (%s): a "
+                         "restart of it is seen only by the repairer",
+                         s->m->pool->name, srv->name,
+                         s->m->mode->proto->mode == CONF_MODE_MEMCACHE
+                             ? "stats"
+                             : "INFO server");
+        return took;
+    }
+    if (replica_identity(srv, id) > 0)
+        log_warn("pool %s: member %s restarted (a new %s): it is behind on "
+                 "every key until it is compared with the others",
+                 s->m->pool->name, srv->name,
+                 s->m->mode->proto->mode == CONF_MODE_MEMCACHE ? "pid"
+                                                               : "run_id");
+    return took;
+}
+
+/* ---- barriers ------------------------------------------------------------ */
+
+/* A barrier in one worker: the connections of its pool's members, each
+ * with the count of requests it had been sent when the barrier came. */
+struct rbar {
+    struct worker_msg msg;
+    struct rbar *next;
+    struct request_barrier *b; /* (ref held) */
+    size_t n;
+    struct rbar_mark {
+        struct rserver *s;
+        uint64_t mark;
+    } * marks;
+};
+
+#define BAR_CHECK_MS 5
+
+static void bar_run(struct worker *w, struct worker_msg *m);
+static void bar_drop(struct worker_msg *m);
+
+struct request_barrier *
+request_barrier_start(struct pool *p)
+{
+    struct request_barrier *b = calloc(1, sizeof(*b));
+    unsigned n = worker_count();
+
+    if (b == NULL)
+        return NULL;
+    b->pool = p;
+    pool_ref(p);
+    atomic_store(&b->refs, 1);
+    atomic_store(&b->left, n);
+    for (unsigned i = 0; i < n; i++) {
+        struct rbar *x = calloc(1, sizeof(*x));
+
+        if (x == NULL)
+            continue; /* it never passes: its waiter gives up, later */
+        x->b = b;
+        atomic_fetch_add(&b->refs, 1);
+        x->msg.run = bar_run;
+        x->msg.drop = bar_drop;
+        if (worker_post(i, &x->msg) < 0)
+            bar_drop(&x->msg);
+    }
+    return b;
+}
+
+bool
+request_barrier_passed(struct request_barrier *b)
+{
+    return atomic_load(&b->left) == 0;
+}
+
+void
+request_barrier_unref(struct request_barrier *b)
+{
+    if (b == NULL || atomic_fetch_sub(&b->refs, 1) != 1)
+        return;
+    pool_unref(b->pool);
+    free(b);
+}
+
+static void
+bar_pass(struct rbar *x)
+{
+    atomic_fetch_sub(&x->b->left, 1);
+    request_barrier_unref(x->b);
+    free(x->marks);
+    free(x);
+}
+
+/* Whether every marked connection of <x> answered up to its mark. */
+static bool
+bar_clear(const struct rbar *x)
+{
+    for (size_t i = 0; i < x->n; i++)
+        if (x->marks[i].s->answered < x->marks[i].mark)
+            return false;
+    return true;
+}
+
+static void
+bar_timer(struct worker *w, struct timer *t)
+{
+    struct rworker *rw = REQUEST_OF(t, struct rworker, bar_timer);
+    struct rbar **pp = &rw->bars;
+
+    while (*pp != NULL) {
+        struct rbar *x = *pp;
+
+        if (!bar_clear(x)) {
+            pp = &x->next;
+            continue;
+        }
+        *pp = x->next;
+        bar_pass(x);
+    }
+    if (rw->bars != NULL)
+        worker_timer_set(w, &rw->bar_timer, w->now_ms + BAR_CHECK_MS);
+}
+
+static void
+bar_run(struct worker *w, struct worker_msg *m)
+{
+    struct rbar *x = REQUEST_OF(m, struct rbar, msg);
+    struct rworker *rw = request_rworker(w);
+    size_t cap = 0;
+
+    if (rw == NULL) {
+        bar_pass(x); /* (nothing was sent by a worker with no engine) */
+        return;
+    }
+    for (size_t b = 0; b < MEMBER_BUCKETS; b++)
+        for (struct rmember *mb = rw->table[b]; mb != NULL; mb = mb->next)
+            cap += mb->pool == x->b->pool ? mb->nconns : 0;
+    x->marks = cap ? calloc(cap, sizeof(*x->marks)) : NULL;
+    for (size_t b = 0; b < MEMBER_BUCKETS && (cap == 0 || x->marks); b++)
+        for (struct rmember *mb = rw->table[b]; mb != NULL; mb = mb->next)
+            for (size_t c = 0; mb->pool == x->b->pool && c < mb->nconns; c++)
+                if (mb->conns[c] != NULL && mb->conns[c]->sent >
+                                                mb->conns[c]->answered) {
+                    x->marks[x->n].s = mb->conns[c];
+                    x->marks[x->n++].mark = mb->conns[c]->sent;
+                }
+    if (cap > 0 && x->marks == NULL) {
+        /* out of memory: it does not pass here (the fill waits, fails,
+         * and is tried again) */
+        request_barrier_unref(x->b);
+        free(x);
+        return;
+    }
+    if (bar_clear(x)) {
+        bar_pass(x);
+        return;
+    }
+    rw->bar_timer.on_expire = bar_timer;
+    x->next = rw->bars;
+    rw->bars = x;
+    worker_timer_set(w, &rw->bar_timer, w->now_ms + BAR_CHECK_MS);
+}
+
+static void
+bar_drop(struct worker_msg *m)
+{
+    struct rbar *x = REQUEST_OF(m, struct rbar, msg);
+
+    request_barrier_unref(x->b);
+    free(x->marks);
+    free(x);
+}
+
+/* ---- worker exit --------------------------------------------------------- */
+
+void
+request_rep_close(struct rworker *rw)
+{
+    worker_timer_del(rw->w, &rw->bar_timer);
+    while (rw->bars != NULL) {
+        struct rbar *x = rw->bars;
+
+        rw->bars = x->next;
+        request_barrier_unref(x->b); /* (never passes: the worker exits) */
+        free(x->marks);
+        free(x);
+    }
+    for (size_t b = 0; b < HOLD_BUCKETS; b++) {
+        while (rw->holds[b] != NULL) {
+            struct rhold *h = rw->holds[b];
+
+            while (h->head != NULL) {
+                struct rheld *x = h->head;
+
+                h->head = x->next;
+                if (x->job) {
+                    struct rjob *job = job_of_held(x);
+                    struct request_repair *r = job->r;
+
+                    job_free(job);
+                    r->priv = NULL;
+                    r->result = REPAIR_FAILED;
+                    r->done(r);
+                } else {
+                    struct rrep *rep = rep_of_held(x);
+
+                    rep_answer(rep, -1, "chashd is stopping");
+                    rep_free(rep);
+                }
+            }
+            rw->holds[b] = h->next;
+            rw->nholds--;
+            free(h);
+        }
+    }
+}
