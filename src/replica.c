@@ -1930,7 +1930,8 @@ replica_json(struct pool *p)
         bool filling = snap != NULL && snap->fill != NULL && !snap->fill_same &&
                        (p->fill_view == NULL || p->fill_view->base != snap);
 
-        o = json_pack("{s:b, s:I, s:I}", "filling", filling, "fills",
+        o = json_pack("{s:b, s:b, s:I, s:I}", "filling", filling,
+                      "verifying", atomic_load(&st->verifying), "fills",
                       (json_int_t)atomic_load(&st->fills), "cleaned",
                       (json_int_t)atomic_load(&st->cleaned));
     }

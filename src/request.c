@@ -149,33 +149,36 @@ static void sweep_timer(struct worker *w, struct timer *t);
 static int
 rbuf_reserve(struct rbuf *b, size_t more)
 {
-    size_t need, cap;
+    size_t live = b->len - b->off, cap;
     char *d;
 
     if (b->off > 0 && b->off == b->len)
         b->off = b->len = 0;
     if (b->len + more <= b->cap)
         return 0;
-    /* Move the live bytes down before growing: a buffer that is consumed
-     * from the front stays small. */
-    if (b->off > 0 && b->len - b->off + more <= b->cap) {
-        memmove(b->data, b->data + b->off, b->len - b->off);
-        b->len -= b->off;
+    /* Move the live bytes down when they fill at most half of it: a
+     * buffer consumed from the front stays small, and each move follows
+     * at least half a buffer consumed or appended (amortised constant per
+     * byte). Else it grows, at least doubling: a large buffer read slowly
+     * at its front and filled at its end (a 64 MB value for a slow
+     * client) is never copied whole per append. */
+    if (b->off > 0 && live + more <= b->cap / 2) {
+        memmove(b->data, b->data + b->off, live);
+        b->len = live;
         b->off = 0;
         return 0;
     }
-    need = b->len - b->off + more;
-    cap = b->cap ? b->cap : 512;
-    while (cap < need)
+    cap = b->cap ? b->cap * 2 : 512;
+    while (cap < live + more)
         cap *= 2;
     d = malloc(cap);
     if (d == NULL)
         return -1;
-    if (b->len > b->off)
-        memcpy(d, b->data + b->off, b->len - b->off);
+    if (live > 0)
+        memcpy(d, b->data + b->off, live);
     free(b->data);
     b->data = d;
-    b->len -= b->off;
+    b->len = live;
     b->off = 0;
     b->cap = cap;
     return 0;
@@ -444,40 +447,16 @@ req_proto(const struct rreq *r)
 
 /* ---- routing (for the modes) ------------------------------------------- */
 
-/* Whether keys of ring hashes <a> and <b> have the same set in <snap>. */
-static bool
-same_set_in(const struct pool_snapshot *snap, uint64_t a, uint64_t b)
-{
-    size_t sa[REPLICAS_MAX], sb[REPLICAS_MAX], n = snap->set.replicas;
-    size_t na;
-
-    if (snap->ring == NULL)
-        return true;
-    na = chash_ring_lookup_n(snap->ring, a, sa, n);
-    return na == chash_ring_lookup_n(snap->ring, b, sb, n) &&
-           memcmp(sa, sb, na * sizeof(*sa)) == 0;
-}
-
 bool
 request_same_set(const struct pool_snapshot *snap, uint64_t a, uint64_t b)
 {
-    const struct replica_view *v = snap->fill;
-
-    if (!same_set_in(snap, a, b))
-        return false;
-    if (v == NULL || snap->fill_same)
-        return true;
-    /* being filled: the sets of the placements that decide which members
-     * hold the current copies must match too (a reload keeps the hash:
-     * the same hashes place the keys there) */
-    if (!same_set_in(v->base, a, b))
-        return false;
-    for (size_t i = 0; i < v->nsince; i++)
-        if (!same_set_in(v->since[i], a, b))
-            return false;
-    return true;
+    /* With replicas, every request of a key runs on the key's home worker
+     * (request_rep.c), chosen by its ring hash: the keys of one request
+     * must share the hash -- one hash tag -- or the request would be
+     * ordered with the writes of its first key only. Without, the
+     * callers compared the members already. */
+    return snap->set.replicas <= 1 || a == b;
 }
-
 
 int
 request_route(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
@@ -1159,6 +1138,12 @@ conn_queue(struct rserver *s, struct rfrag *f, const char *buf, size_t len,
     }
     s->nfifo++;
     s->sent++;
+    if (s->paused) {
+        /* a slow client held the connection (conn_replies): nobody may
+         * wait behind it, its value is read and held from now on */
+        s->paused = false;
+        worker_soon(s->w, &s->more);
+    }
     if (s->state == RS_IDLE && conn_open(s) < 0) {
         int err = errno;
 
@@ -1297,8 +1282,14 @@ conn_replies(struct rserver *s)
             } else if (to->req->client != NULL) {
                 client_flush(to->req->client);
                 /* A slow client: stop reading the member until it takes
-                 * what it has. */
-                if (rbuf_size(&to->req->reply) > REPLY_HIGH)
+                 * what it has -- but only while no other request waits on
+                 * this connection: the replies behind the value can only
+                 * be read through it, and a slow client must never make
+                 * another one's request wait, or fail at its timeout.
+                 * Then the value is held for the slow client instead (at
+                 * most its size: conn_queue lifts the pause when a
+                 * request comes). */
+                if (rbuf_size(&to->req->reply) > REPLY_HIGH && s->head == NULL)
                     s->paused = true;
             }
             continue;

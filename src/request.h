@@ -346,8 +346,10 @@ int request_route(struct rreq *r, const struct pool_snapshot *snap,
                   struct request_route *rt);
 void request_route_free(struct request_route *rt);
 
-/* Whether keys of ring hashes <a> and <b> have the same replica set in
- * <snap> (members, in the same preference order). */
+/* Whether keys of ring hashes <a> and <b> (of one member) may go in one
+ * fragment in <snap>: with replicas, only keys of one hash (one hash
+ * tag): all requests of a key run on the worker its hash names, one
+ * order per key (request_rep.c). */
 bool request_same_set(const struct pool_snapshot *snap, uint64_t a, uint64_t b);
 
 /*

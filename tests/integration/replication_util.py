@@ -31,6 +31,11 @@ class Replicated:
         self.chashd = start(admin_global(self.aport) + pool_text(
             pool, self.port, self.servers, self.names, **opts))
         self.api = Api(self.aport)
+        # chashd compares every key's copies when it starts (writes may
+        # have been on their way when it stopped): a test that edits the
+        # members behind its back waits for that first
+        wait_for(lambda: not self.rep()["verifying"], timeout=30,
+                 interval=0.05, what="the start's comparison")
 
     def by_name(self, name):
         return self.servers[self.names.index(name)]
@@ -53,8 +58,10 @@ class Replicated:
 
     def wait_repaired(self, timeout=30):
         def done():
-            return all(m["readable"] and m["pending_keys"] == 0
-                       and not m["overflow"] for m in self.rep()["members"])
+            rep = self.rep()
+            return not rep["verifying"] and all(
+                m["readable"] and m["pending_keys"] == 0
+                and not m["overflow"] for m in rep["members"])
         wait_for(done, timeout=timeout, interval=0.1,
                  what="every member repaired: %s" % self.rep())
 
