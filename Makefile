@@ -10,6 +10,9 @@
 #   make bench | fuzz         benchmarks against peers | libFuzzer targets
 #   make soak [DURATION=5m]   every mode under traffic, changes and faults;
 #                             RSS, fds, req/s, errors graphed in build/soak
+#   make jepsen [DURATION=2m] the replication checker's whole matrix (redis
+#                             and memcache, every fault, 1 and 2 workers);
+#                             fails on any anomaly (doc/jepsen.md)
 #   make valgrind             integration subset with chashd under memcheck
 #   make reliability          all of it: fault suites, fuzzers, valgrind, soak
 #   WERROR=1                  warnings are errors
@@ -254,6 +257,19 @@ soak: deps
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) scripts/soak --build $(B) --duration $(DURATION) \
 	    --out $(B)/soak
+
+# jepsen: tests/integration/jepsen_util.py's checker over every scenario
+# (mode x fault x workers) for DURATION in total, default 2m here (not
+# soak's 5m: DURATION counts only when given); prints a table, fails on
+# any anomaly; histories of the failing scenarios in build/jepsen
+# (scripts/jepsen --help).
+.PHONY: jepsen
+JEPSEN_DURATION = $(if $(filter command line environment, \
+                  $(origin DURATION)),$(DURATION),2m)
+jepsen: deps
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) scripts/jepsen --build $(B) --out $(B)/jepsen \
+	    --duration $(JEPSEN_DURATION)
 
 # valgrind: a subset of tests/integration with chashd under memcheck;
 # fails on any memcheck error or definite leak (scripts/valgrind).

@@ -3,7 +3,9 @@
 # write_quorum of them, a member killed under load costs no request, and
 # once back (empty: a new pid) it is compared whole (lru_crawler
 # metadump of every member) before it serves reads. Real memcacheds,
-# chashd with its admin API, concurrent clients; every wait bounded.
+# chashd with its admin API, concurrent clients (10 of them on the same
+# keys with incr and append, issue 25: jepsen_util.Shared checks the
+# replies and copies exactly); every wait bounded.
 # SPDX-License-Identifier: BSD-2-Clause
 import threading
 import time
@@ -11,6 +13,7 @@ import time
 import pytest
 
 from conftest import wait_for
+from jepsen_util import Shared
 from mc_util import MemcachedServer, mc_pool
 from mc_util import chashd_memcache  # noqa: F401 (a fixture)
 from replication_util import Replicated, join_all, start_clients
@@ -84,11 +87,24 @@ def test_cas_and_meta_are_refused_with_replicas(mcrep):
         assert c.call(b"set a 0 0 1\r\nx\r\n") == b"STORED\r\n"
 
 
-def load(r, stop, errors, acked, tid, keys=40):
+CLIENTS = 10            # clients of the load: all of them on the shared keys
+
+
+def load(r, stop, errors, acked, tid, shared, keys=40):
+    """One client: set then get its own keys until <stop> (the get returns
+    what the set before it wrote), and every round, as every other
+    client, `incr ctr 1` and an `append` of a unique token to `log`
+    (<shared>: many clients on one key, non-idempotent commands, issue
+    25)."""
     n = 0
     deadline = time.monotonic() + 60
     with r.client(timeout=15) as c:
         while not stop.is_set() and time.monotonic() < deadline:
+            got = c.call(b"incr ctr 1\r\n")
+            shared[0].add_incr(int(got) if got.rstrip().isdigit() else got)
+            tok = b"%d.%d," % (tid, n)
+            got = c.call(b"append log 0 0 %d\r\n%s\r\n" % (len(tok), tok))
+            shared[1].add_element(tid, tok[:-1], got == b"STORED\r\n", got)
             k = b"t%d:%d" % (tid, n % keys)
             v = b"%d-%d" % (tid, n)
             got = c.call(b"set %s 0 0 %d\r\n%s\r\n" % (k, len(v), v))
@@ -117,10 +133,13 @@ def test_kill_one_of_three_under_load_loses_nothing(mcrep, policy):
         for k in cold:
             assert c.call(b"set %s 0 0 %d\r\n%s\r\n" % (k, len(k), k)) \
                 == b"STORED\r\n"
+        assert c.call(b"set ctr 0 0 1\r\n0\r\n") == b"STORED\r\n"
+        assert c.call(b"set log 0 0 0\r\n\r\n") == b"STORED\r\n"
     stop = threading.Event()
-    errors, acked = [], {}
+    errors, acked, shared = [], {}, (Shared(), Shared())
     threads = start_clients(stop, [
-        lambda stop, t=t: load(r, stop, errors, acked, t) for t in range(4)])
+        lambda stop, t=t: load(r, stop, errors, acked, t, shared)
+        for t in range(CLIENTS)])
     try:
         time.sleep(1.0)
         r.by_name("m2").stop()
@@ -143,6 +162,17 @@ def test_kill_one_of_three_under_load_loses_nothing(mcrep, policy):
     for s in r.servers:
         got = s.values(names)
         assert got == {k.decode(): v for k, v in want.items()}
+    # the shared keys: incr's replies exactly 1..n, n and the whole log,
+    # in each client's order, on every copy
+    assert shared[0].errors == [] and shared[1].errors == [], \
+        (shared[0].errors[:5], shared[1].errors[:5])
+    assert len(shared[0].replies) > 100, len(shared[0].replies)
+    for s in r.servers:
+        held = s.values(["ctr", "log"])
+        assert shared[0].counter_problems(
+            int(held.get("ctr", b"-1").strip())) == [], s.addr
+        assert shared[1].sequence_problems(
+            held.get("log", b"").split(b",")[:-1]) == [], s.addr
 
 
 def test_two_of_three_down_refuse_writes(mcrep):
@@ -154,9 +184,11 @@ def test_two_of_three_down_refuse_writes(mcrep):
     r.by_name("m1").stop()
     r.by_name("m3").stop()
     with r.client() as c:
-        assert c.call(b"set k 0 0 1\r\nw\r\n") == \
-            b"SERVER_ERROR replication: 1 of 3 members acknowledged " \
-            b"(need 2)\r\n"
+        got = c.call(b"set k 0 0 1\r\nw\r\n")
+        # (the engine may say more after it: that the write may have run)
+        assert got.startswith(b"SERVER_ERROR replication: 1 of 3 members "
+                              b"acknowledged (need 2)") and \
+            got.endswith(b"\r\n") and got.count(b"\n") == 1, got
         got = c.call(b"get k\r\n")
         assert got.startswith(b"SERVER_ERROR replication: 1 of 3 members "
                               b"answered (need 2)"), got
