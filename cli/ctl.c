@@ -36,9 +36,9 @@ static const char usage_text[] =
     "                                        also their requests, errors,\n"
     "                                        latency and bytes\n"
     "  add POOL NAME ADDRESS [--weight W] [--force] [--dry-run]\n"
-    "                                        add a member; --force: a redis\n"
-    "                                        member that holds keys is\n"
-    "                                        flushed first (migration: copy)\n"
+    "                                        add a member; in a migration:\n"
+    "                                        copy pool --force flushes a\n"
+    "                                        joining member that holds keys\n"
     "  remove POOL NAME [--now] [--dry-run]  remove a member; --now: at once,\n"
     "                                        its keys are not moved off it\n"
     "                                        (migration: copy)\n"
@@ -47,6 +47,11 @@ static const char usage_text[] =
     "  drain POOL NAME [--dry-run]           no new keys to the member\n"
     "  up POOL NAME [--dry-run]              back in the ring\n"
     "  maint POOL NAME [--dry-run]           out of the ring, not checked\n"
+    "    In a redis or memcache pool that does not move data (migration:\n"
+    "    off, replicas: 1) a key whose owner changes stays on its old\n"
+    "    member, out of reach: each change above (and batch, rebalance,\n"
+    "    state --reset) says how much of the keyspace it hides, and is\n"
+    "    refused unless given --force.\n"
     "  lookup POOL KEY [--replicas N]        the member(s) owning KEY\n"
     "  migration POOL                        the live migration of a pool:\n"
     "                                        phase, keys moved, rate, ETA,\n"
@@ -96,6 +101,8 @@ static const char usage_text[] =
     "127.0.0.1:8404)\n"
     "  --token T          bearer token (default $CHASH_TOKEN)\n"
     "  --json             print the API's JSON instead of tables\n"
+    "  --force            apply a change that leaves keys unreachable (a\n"
+    "                     pool that does not move data; see above)\n"
     "Each change prints its migration report. Exit: 0 done, 1 the API or the\n"
     "connection failed (its error is printed), 2 bad arguments.\n";
 
@@ -109,10 +116,12 @@ struct ctl {
     bool have_replicas;
     uint32_t replicas;
     bool reset;
-    bool force;         /* add: "force": true, flush a joining member that holds
-                           keys */
-    bool now;           /* remove: ?now=true, leave at once, nothing moved */
-    const char *target; /* rebalance: the load ratio to stay under */
+    bool force;          /* "force": true: a pool that does not move data:
+                            apply a change that hides keys; add in a
+                            migration: copy pool: flush a joining member
+                            that holds keys */
+    bool now;            /* remove: ?now=true, leave at once, nothing moved */
+    const char *target;  /* rebalance: the load ratio to stay under */
     const char *give_up; /* migration: the old owner to give up (ref in
                             argv), or NULL */
 };
@@ -387,14 +396,44 @@ url_escape(const char *s, char *out, size_t outlen)
     out[o] = '\0';
 }
 
+static void print_report(json_t *r, const char *what, const char *pool);
+
 /*
- * Call the API and parse its JSON. On a non-2xx answer print its "error"
- * and return NULL with *<exit> = 1; on a transport failure the same.
- * With --json the body is printed as is (the caller prints nothing more).
+ * A refused change whose answer carries its report <j> (a pool that does
+ * not move data, changed without --force): print the report under
+ * <what> (<pool> as typed), then why, naming the option that applies it.
+ * False when <j> is another refusal.
+ */
+static bool
+refusal_print(const struct ctl *c, json_t *j, int status, const char *what,
+              const char *pool)
+{
+    json_t *rep = json_object_get(j, "report");
+    char head[1100];
+
+    if (what == NULL || !json_is_true(json_object_get(rep, "force_required")))
+        return false;
+    if (!c->json) {
+        snprintf(head, sizeof(head), "refused, nothing changed: %s", what);
+        print_report(rep, head, pool);
+    }
+    cli_error(CMD,
+              "refused: %s; nothing was changed; --force applies it "
+              "anyway (HTTP %d)",
+              json_string_value(json_object_get(rep, "data_warning"))
+                  ? json_string_value(json_object_get(rep, "data_warning"))
+                  : "the change hides keys",
+              status);
+    return true;
+}
+
+/*
+ * call() for a change printed as <what> (<pool> as typed; NULL: as
+ * call()): a refusal for want of --force prints its report first.
  */
 static json_t *
-call(const struct ctl *c, const char *method, const char *path, json_t *body,
-     int *exit_code)
+call_change(const struct ctl *c, const char *method, const char *path,
+            json_t *body, const char *what, const char *pool, int *exit_code)
 {
     struct reply r;
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
@@ -413,7 +452,9 @@ call(const struct ctl *c, const char *method, const char *path, json_t *body,
 
         if (c->json && j != NULL)
             fputs(r.body, stdout);
-        cli_error(CMD, "%s (HTTP %d)", msg ? msg : "request failed", r.status);
+        if (!refusal_print(c, j, r.status, what, pool))
+            cli_error(CMD, "%s (HTTP %d)", msg ? msg : "request failed",
+                      r.status);
         json_decref(j);
         free(r.body);
         return NULL;
@@ -428,6 +469,35 @@ call(const struct ctl *c, const char *method, const char *path, json_t *body,
     free(r.body);
     *exit_code = CLI_EXIT_OK;
     return j;
+}
+
+/*
+ * Call the API and parse its JSON. On a non-2xx answer print its "error"
+ * and return NULL with *<exit> = 1; on a transport failure the same.
+ * With --json the body is printed as is (the caller prints nothing more).
+ */
+static json_t *
+call(const struct ctl *c, const char *method, const char *path, json_t *body,
+     int *exit_code)
+{
+    return call_change(c, method, path, body, NULL, NULL, exit_code);
+}
+
+/*
+ * <body> with "force": true when --force was given (NULL, a change
+ * without a body, becomes {"force": true}); else <body> as it is: an
+ * older chashd refuses the field, so it goes only when asked.
+ */
+static json_t *
+forced(const struct ctl *c, json_t *body)
+{
+    if (!c->force)
+        return body;
+    if (body == NULL)
+        body = json_object();
+    if (json_is_object(body))
+        json_object_set_new(body, "force", json_true());
+    return body;
 }
 
 /* ---- printing ----------------------------------------------------------- */
@@ -1038,6 +1108,17 @@ print_data_report(json_t *r, bool dry, const char *pool)
                "answer DBSIZE)\n",
                dry ? "would leave" : "left",
                dry ? "would not be moved" : "were not moved");
+    /* a pool that does not move data: what the change hides */
+    if (json_is_string(json_object_get(r, "data_warning"))) {
+        bool forced = json_is_true(json_object_get(r, "forced"));
+
+        printf("  warning: %s\n", str(r, "data_warning"));
+        if (dry)
+            printf("  %s\n", forced ? "--force given: it would be applied"
+                                    : "applying it needs --force");
+        else if (json_is_true(json_object_get(r, "applied")))
+            printf("  applied with --force\n");
+    }
 }
 
 static void
@@ -1546,7 +1627,7 @@ change(const struct ctl *c, const char *method, const char *path, json_t *body,
              !c->dry_run                 ? ""
              : strchr(path, '?') != NULL ? "&dry_run=1"
                                          : "?dry_run=1");
-    r = call(c, method, full, body, &ex);
+    r = call_change(c, method, full, body, what, pool, &ex);
     json_decref(body);
     if (r == NULL)
         return ex;
@@ -1608,8 +1689,8 @@ rebalance_apply(const struct ctl *c, const char *pool, const char *label,
         snprintf(path, sizeof(path), "/api/pools/%s/members/%s", pool, name);
         snprintf(what, sizeof(what), "pool %s: weight of %s -> %lld", label,
                  str(m, "name"), w);
-        body = json_pack("{s:I}", "weight", (json_int_t)w);
-        r = call(c, "PATCH", path, body, &ex);
+        body = forced(c, json_pack("{s:I}", "weight", (json_int_t)w));
+        r = call_change(c, "PATCH", path, body, what, label, &ex);
         json_decref(body);
         if (r == NULL)
             return ex;
@@ -1687,7 +1768,21 @@ state_cmd(const struct ctl *c, char **args, int nargs)
         snprintf(what, sizeof(what), "pool %s: reset %s to its config", args[0],
                  args[1]);
     }
-    return change(c, "DELETE", path, NULL, what, args[0]);
+    return change(c, "DELETE", path, forced(c, NULL), what, args[0]);
+}
+
+/* Whether <verb> (with --reset: <reset>) changes a pool's members. */
+static bool
+is_change(const char *verb, bool reset)
+{
+    static const char *const verbs[] = {
+        "add", "remove", "weight", "reweight",  "drain",
+        "up",  "maint",  "batch",  "rebalance", NULL};
+
+    for (size_t i = 0; verbs[i] != NULL; i++)
+        if (strcmp(verb, verbs[i]) == 0)
+            return true;
+    return strcmp(verb, "state") == 0 && reset;
 }
 
 /* After cli_parse_*() printed what is wrong: the usage, exit 2. */
@@ -1809,10 +1904,11 @@ cmd_ctl(int argc, char **argv)
         return cli_usage_error(CMD, usage_text,
                                "--reset goes with 'state' (state --reset "
                                "POOL [NAME])");
-    if (c.force && strcmp(verb, "add") != 0)
+    if (c.force && !is_change(verb, c.reset))
         return cli_usage_error(CMD, usage_text,
-                               "--force goes with 'add' (it flushes a "
-                               "joining member that holds keys)");
+                               "--force goes with a change: add, remove, "
+                               "weight, drain, up, maint, batch, rebalance "
+                               "or state --reset");
     if (c.give_up != NULL && strcmp(verb, "migration") != 0)
         return cli_usage_error(CMD, usage_text,
                                "--give-up goes with 'migration' (migration "
@@ -1953,11 +2049,7 @@ cmd_ctl(int argc, char **argv)
         if (j == NULL)
             return cli_usage_error(CMD, usage_text,
                                    "NAME and ADDRESS must be UTF-8 text");
-        /* only when asked: a chashd without live migration refuses the
-         * field, and must not see it on a plain add */
-        if (c.force)
-            json_object_set_new(j, "force", json_true());
-        return change(&c, "POST", path, j, what, args[0]);
+        return change(&c, "POST", path, forced(&c, j), what, args[0]);
     }
     if (strcmp(verb, "remove") == 0) {
         if ((rc = need(nargs, 2, verb)) != 0)
@@ -1966,7 +2058,7 @@ cmd_ctl(int argc, char **argv)
                  c.now ? "?now=true" : "");
         snprintf(what, sizeof(what), "pool %s: remove %s%s", args[0], args[1],
                  c.now ? " now, its keys not moved" : "");
-        return change(&c, "DELETE", path, NULL, what, args[0]);
+        return change(&c, "DELETE", path, forced(&c, NULL), what, args[0]);
     }
     /* reweight: the word HAProxy and most operators use for it */
     if (strcmp(verb, "weight") == 0 || strcmp(verb, "reweight") == 0) {
@@ -1979,8 +2071,9 @@ cmd_ctl(int argc, char **argv)
         snprintf(path, sizeof(path), "/api/pools/%s/members/%s", pool, name);
         snprintf(what, sizeof(what), "pool %s: weight of %s -> %u", args[0],
                  args[1], w);
-        return change(&c, "PATCH", path, json_pack("{s:i}", "weight", (int)w),
-                      what, args[0]);
+        return change(&c, "PATCH", path,
+                      forced(&c, json_pack("{s:i}", "weight", (int)w)), what,
+                      args[0]);
     }
     if (strcmp(verb, "drain") == 0 || strcmp(verb, "up") == 0 ||
         strcmp(verb, "maint") == 0) {
@@ -1988,8 +2081,9 @@ cmd_ctl(int argc, char **argv)
             return rc;
         snprintf(path, sizeof(path), "/api/pools/%s/members/%s", pool, name);
         snprintf(what, sizeof(what), "pool %s: %s %s", args[0], verb, args[1]);
-        return change(&c, "PATCH", path, json_pack("{s:s}", "state", verb),
-                      what, args[0]);
+        return change(&c, "PATCH", path,
+                      forced(&c, json_pack("{s:s}", "state", verb)), what,
+                      args[0]);
     }
     if (strcmp(verb, "state") == 0)
         return state_cmd(&c, args, nargs);
@@ -2007,6 +2101,7 @@ cmd_ctl(int argc, char **argv)
                     jerr.text);
             return CLI_EXIT_USAGE;
         }
+        body = forced(&c, body);
         snprintf(path, sizeof(path), "/api/pools/%s/changes", pool);
         snprintf(what, sizeof(what),
                  "pool %s: %zu changes in one etcd "

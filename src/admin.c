@@ -484,6 +484,25 @@ weight_arg(const json_t *v, struct membership_request *mr, char *err,
     return true;
 }
 
+/*
+ * The "force" of a change, when <j> gives one: true or false. False with
+ * why in <err> on another type.
+ */
+static bool
+force_arg(const json_t *j, bool *force, char *err, size_t errlen)
+{
+    const json_t *v = json_object_get(j, "force");
+
+    if (v == NULL)
+        return true;
+    if (!json_is_boolean(v)) {
+        seterr(err, errlen, "\"force\" must be true or false");
+        return false;
+    }
+    *force = json_is_true(v);
+    return true;
+}
+
 json_t *
 admin_member_add_body(const char *body, size_t len,
                       struct membership_request *mr, char *err, size_t errlen)
@@ -505,13 +524,8 @@ admin_member_add_body(const char *body, size_t len,
                bad);
         goto fail;
     }
-    if (json_object_get(j, "force") != NULL) {
-        if (!json_is_boolean(json_object_get(j, "force"))) {
-            seterr(err, errlen, "\"force\" must be true or false");
-            goto fail;
-        }
-        mr->force = json_is_true(json_object_get(j, "force"));
-    }
+    if (!force_arg(j, &mr->force, err, errlen))
+        goto fail;
     jname = json_object_get(j, "name");
     jaddr = json_object_get(j, "address");
     if (jaddr == NULL || !c_string(jaddr) || json_string_length(jaddr) == 0) {
@@ -551,7 +565,7 @@ json_t *
 admin_member_patch_body(const char *body, size_t len,
                         struct membership_request *mr, char *err, size_t errlen)
 {
-    static const char *const allowed[] = {"weight", "state", NULL};
+    static const char *const allowed[] = {"weight", "state", "force", NULL};
     json_t *j, *jst;
     const char *bad;
 
@@ -562,10 +576,12 @@ admin_member_patch_body(const char *body, size_t len,
     if ((bad = unknown_key(j, allowed)) != NULL) {
         seterr(err, errlen,
                "unknown field \"%s\" (a member change is "
-               "{\"weight\", \"state\"})",
+               "{\"weight\", \"state\", \"force\"})",
                bad);
         goto fail;
     }
+    if (!force_arg(j, &mr->force, err, errlen))
+        goto fail;
     if (!weight_arg(json_object_get(j, "weight"), mr, err, errlen))
         goto fail;
     jst = json_object_get(j, "state");
@@ -592,11 +608,41 @@ fail:
 }
 
 json_t *
+admin_delete_body(const char *body, size_t len, bool *force, char *err,
+                  size_t errlen)
+{
+    static const char *const allowed[] = {"force", NULL};
+    json_t *j;
+    const char *bad;
+
+    *force = false;
+    if (len == 0)
+        return json_object();
+    j = body_object(body, len, err, errlen);
+    if (j == NULL)
+        return NULL;
+    if ((bad = unknown_key(j, allowed)) != NULL) {
+        seterr(err, errlen,
+               "unknown field \"%s\" (the body of a DELETE is "
+               "{\"force\": true}, or none)",
+               bad);
+        json_decref(j);
+        return NULL;
+    }
+    if (!force_arg(j, force, err, errlen)) {
+        json_decref(j);
+        *force = false;
+        return NULL;
+    }
+    return j;
+}
+
+json_t *
 admin_changes_body(const char *body, size_t len,
                    struct membership_batch_op *ops, size_t *n, char *err,
                    size_t errlen)
 {
-    static const char *const top[] = {"changes", NULL};
+    static const char *const top[] = {"changes", "force", NULL};
     static const char *const allowed[] = {"op",     "name",  "address",
                                           "weight", "state", NULL};
     json_t *j, *list, *e;
@@ -607,10 +653,16 @@ admin_changes_body(const char *body, size_t len,
     if (j == NULL)
         return NULL;
     list = json_object_get(j, "changes");
+    if (json_object_get(j, "force") != NULL &&
+        !json_is_boolean(json_object_get(j, "force"))) {
+        seterr(err, errlen, "\"force\" must be true or false");
+        goto fail;
+    }
     if (unknown_key(j, top) != NULL || !json_is_array(list) ||
         json_array_size(list) == 0 || json_array_size(list) > ADMIN_BATCH_MAX) {
         seterr(err, errlen,
-               "the body is {\"changes\": [...]} with 1 to %d "
+               "the body is {\"changes\": [...], \"force\": true or "
+               "false (optional)} with 1 to %d "
                "changes like {\"op\": \"add\", \"name\", "
                "\"address\", \"weight\"}, {\"op\": "
                "\"remove\", \"name\"} or {\"op\": \"update\", "
@@ -694,8 +746,11 @@ change_done(struct membership_result *res, void *arg)
                          ? status[res->error]
                          : MHD_HTTP_INTERNAL_SERVER_ERROR;
         text_utf8_scrub(res->message);
-        rq->text =
-            json_text(json_pack("{s:s}", "error", res->message), &rq->textlen);
+        /* A change refused for want of "force" (a pool that does not
+         * move data) carries its report: the figures of the refusal. */
+        rq->text = json_text(json_pack("{s:s,s:O*}", "error", res->message,
+                                       "report", res->report),
+                             &rq->textlen);
     } else if (rq->wrap != NULL) {
         json_object_set(rq->wrap, "report", res->report);
         rq->status = MHD_HTTP_OK;
@@ -800,7 +855,9 @@ pool_changes(struct MHD_Connection *c, struct pool *p, struct admin_request *rq)
         return respond_error(c, MHD_HTTP_BAD_REQUEST, "%s", err);
     rq->conn = c;
     rq->ok_status = MHD_HTTP_OK;
-    membership_batch(p, ops, n, query_flag(c, "dry_run") == 1, change_done, rq);
+    membership_batch(p, ops, n, query_flag(c, "dry_run") == 1,
+                     json_is_true(json_object_get(j, "force")), change_done,
+                     rq);
     if (rq->ready) {
         ret = respond_ready(c, rq);
     } else {
@@ -850,7 +907,7 @@ pool_rebalance(struct MHD_Connection *c, struct pool *p,
     rq->conn = c;
     rq->ok_status = MHD_HTTP_OK;
     rq->wrap = proposal;
-    membership_batch(p, ops, (size_t)n, true, change_done, rq);
+    membership_batch(p, ops, (size_t)n, true, false, change_done, rq);
     if (rq->ready)
         return respond_ready(c, rq);
     rq->suspended = true;
@@ -1136,8 +1193,9 @@ state_reset_route(struct MHD_Connection *c, const char *url, const char *method,
                   struct admin_request *rq, enum MHD_Result *ret)
 {
     struct membership_request mr = {.op = MEMBERSHIP_RESET};
-    char pool[256];
+    char pool[256], err[512];
     struct pool *p;
+    json_t *j;
     int dry;
 
     if (!admin_state_path(url, pool, sizeof(pool), &mr.name))
@@ -1146,6 +1204,8 @@ state_reset_route(struct MHD_Connection *c, const char *url, const char *method,
         *ret = respond_405(c, method, url, "DELETE");
         return true;
     }
+    if (!json_content(c, method, rq, ret))
+        return true;
     if ((dry = query_flag(c, "dry_run")) < 0) {
         *ret = respond_error(c, MHD_HTTP_BAD_REQUEST,
                              "\"dry_run\" must be 1, true, yes, on or 0, "
@@ -1158,7 +1218,13 @@ state_reset_route(struct MHD_Connection *c, const char *url, const char *method,
             respond_error(c, MHD_HTTP_NOT_FOUND, "no pool named \"%s\"", pool);
         return true;
     }
+    j = admin_delete_body(rq->body, rq->len, &mr.force, err, sizeof(err));
+    if (j == NULL) {
+        *ret = respond_error(c, MHD_HTTP_BAD_REQUEST, "%s", err);
+        return true;
+    }
     *ret = respond_change(c, p, &mr, dry == 1, MHD_HTTP_OK, rq);
+    json_decref(j);
     return true;
 }
 
@@ -1304,14 +1370,21 @@ route(struct MHD_Connection *c, const char *url, const char *method,
         struct membership_request mr = {.op = MEMBERSHIP_REMOVE,
                                         .name = s->name};
         int now = query_flag(c, "now");
+        char err[512];
+        json_t *j;
 
         if (now < 0)
             return respond_error(c, MHD_HTTP_BAD_REQUEST,
                                  "\"now\" must be 1, true, yes, on or 0, "
                                  "false, no, off (nothing was changed)");
         mr.now = now == 1;
-        return respond_change(c, p, &mr, query_flag(c, "dry_run") == 1,
-                              MHD_HTTP_OK, rq);
+        j = admin_delete_body(rq->body, rq->len, &mr.force, err, sizeof(err));
+        if (j == NULL)
+            return respond_error(c, MHD_HTTP_BAD_REQUEST, "%s", err);
+        ret = respond_change(c, p, &mr, query_flag(c, "dry_run") == 1,
+                             MHD_HTTP_OK, rq);
+        json_decref(j);
+        return ret;
     }
     return respond_405(c, method, url, "GET, PATCH, DELETE");
 }

@@ -139,18 +139,27 @@ struct json_t *admin_member_add_body(const char *body, size_t len,
                                      struct membership_request *mr, char *err,
                                      size_t errlen);
 
-/* PATCH /api/pools/{pool}/members/{name}: {"weight", "state"} into <mr>
+/* PATCH /api/pools/{pool}/members/{name}: {"weight", "state", "force"}
+ * into <mr>
  * (op MEMBERSHIP_UPDATE; the caller sets the name from the path). "state"
  * is "up", "drain" ("draining" too, as it reads back) or "maint". */
 struct json_t *admin_member_patch_body(const char *body, size_t len,
                                        struct membership_request *mr, char *err,
                                        size_t errlen);
 
+/* DELETE /api/pools/{pool}/members/{name} and /api/state/pools/...: no
+ * body, or {"force": true|false} into *<force> (a pool that does not move
+ * data: apply a change that leaves keys out of reach). */
+struct json_t *admin_delete_body(const char *body, size_t len, bool *force,
+                                 char *err, size_t errlen);
+
 /* POST /api/pools/{pool}/changes: {"changes": [...]} with 1 to
  * ADMIN_BATCH_MAX changes into <ops> (room for ADMIN_BATCH_MAX), their
  * number in *<n>. Each is {"op": "add", "name", "address", "weight"},
  * {"op": "remove", "name"} or {"op": "update", "name", "weight",
- * "state"}; a weight is in [1, MEMBERSHIP_MAX_WEIGHT]. */
+ * "state"}; a weight is in [1, MEMBERSHIP_MAX_WEIGHT]. An optional
+ * top-level "force" (true or false, checked here) is the caller's to
+ * read from the returned object. */
 struct json_t *admin_changes_body(const char *body, size_t len,
                                   struct membership_batch_op *ops, size_t *n,
                                   char *err, size_t errlen);

@@ -155,6 +155,24 @@ pool_copies(const struct pool *p)
     return p->cfg.migration == CONF_MIGRATION_COPY;
 }
 
+/*
+ * Does a change of <p>'s members leave keys out of reach? A store pool
+ * (redis, memcache) that neither copies its keys (migration: copy), nor
+ * reads a key missing on its new owner from its old one (warmup), nor
+ * fills the members that join a key's replica set (replicas > 1) keeps
+ * each key on the member that has it: once the ring names another owner,
+ * reads go there and miss, and the old value stays behind. nutcracker
+ * works so, and so does a pool written in its style (migration defaults
+ * off there). tcp and http pools carry no data.
+ */
+static bool
+pool_hides(const struct pool *p)
+{
+    return (p->cfg.mode == CONF_MODE_REDIS ||
+            p->cfg.mode == CONF_MODE_MEMCACHE) &&
+           p->cfg.migration == CONF_MIGRATION_OFF && p->cfg.replicas <= 1;
+}
+
 /* Is the pool's distribution a ring libchash can compare? */
 static bool
 pool_comparable(const struct pool *p)
@@ -530,6 +548,12 @@ struct report_job {
     int64_t *keys; /* [probe.n] */
     int joiner;    /* index of a joining member, -1: none */
     int leaver;    /* index of a member removed at once, -1: none */
+    /* a pool that does not move data (redis): the same key counts, to say
+     * how many keys the change leaves out of reach */
+    bool counting;
+    char **names;       /* [probe.n] owned: the member at addrs[i] */
+    double keys_moving; /* report_keys_leaving's figure */
+    bool keys_known;    /* ... when every count needed was answered */
 };
 
 static void
@@ -562,10 +586,15 @@ probe_free(struct report_job *rj)
 {
     for (size_t i = 0; rj->addrs != NULL && i < rj->probe.n; i++)
         free(rj->addrs[i]);
+    for (size_t i = 0; rj->names != NULL && i < rj->probe.n; i++)
+        free(rj->names[i]);
     free(rj->addrs);
+    free(rj->names);
     free(rj->auth);
     free(rj->keys);
     rj->addrs = NULL;
+    rj->names = NULL;
+    rj->counting = false;
     rj->auth = NULL;
     rj->keys = NULL;
     rj->probe.n = 0;
@@ -626,11 +655,17 @@ report_work(struct builder_job *job)
         rj->report = report_migration_zoned(
             &rj->cfg, rj->before, rj->nb, rj->after, rj->na,
             rj->nz > 0 ? &z : NULL, rj->changed, rj->err, sizeof(rj->err));
+        if (rj->report != NULL && rj->probe.n > 0)
+            migration_probe(&rj->probe);
+        if (rj->report != NULL && rj->counting)
+            rj->keys_known =
+                report_keys_leaving(&rj->cfg, rj->before, rj->nb,
+                                    rj->nz > 0 ? &z : NULL, rj->report,
+                                    (const char *const *)rj->names, rj->keys,
+                                    rj->probe.n, &rj->keys_moving) == 0;
     }
     free(bz);
     free(az);
-    if (rj->report != NULL && rj->probe.n > 0)
-        migration_probe(&rj->probe);
 }
 
 static void
@@ -696,6 +731,146 @@ report_job_init(struct report_job *rj, const struct pool *p,
     return 0;
 }
 
+/*
+ * A pool that does not move data: ask its redis members for their key
+ * counts (DBSIZE, on the builder thread with the report), so that the
+ * report says about how many keys a change leaves out of reach
+ * (report_keys_leaving). memcache has no such count: nothing is asked.
+ * 0 or -1 (out of memory).
+ */
+static int
+count_setup(struct report_job *rj, const struct pool *p)
+{
+    probe_free(rj);
+    rj->joiner = rj->leaver = -1;
+    if (p->cfg.mode != CONF_MODE_REDIS)
+        return 0;
+    rj->addrs = calloc(p->nservers + 1, sizeof(*rj->addrs));
+    rj->names = calloc(p->nservers + 1, sizeof(*rj->names));
+    rj->keys = calloc(p->nservers + 1, sizeof(*rj->keys));
+    if (rj->addrs == NULL || rj->names == NULL || rj->keys == NULL)
+        return -1;
+    for (size_t i = 0; i < p->nservers; i++) {
+        const struct server *s = p->servers[i];
+        size_t n = rj->probe.n;
+
+        if (!server_member(s))
+            continue;
+        rj->addrs[n] = strdup(s->addr.text);
+        rj->names[n] = strdup(s->name);
+        rj->probe.n++; /* probe_free frees what was taken */
+        if (rj->addrs[n] == NULL || rj->names[n] == NULL)
+            return -1;
+    }
+    if (p->cfg.redis_auth != NULL &&
+        (rj->auth = strdup(p->cfg.redis_auth)) == NULL)
+        return -1;
+    rj->probe.addresses = (const char **)rj->addrs;
+    rj->probe.auth = rj->auth;
+    rj->probe.db = p->cfg.redis_db;
+    rj->probe.flush = -1; /* counted, never emptied */
+    rj->probe.timeout_ms = 1000;
+    rj->probe.keys = rj->keys;
+    rj->counting = true;
+    return 0;
+}
+
+/*
+ * What a change of pool <p>, which does not move data, leaves out of
+ * reach, as a sentence into <buf>: "22.0654% of the keyspace (about 44 of
+ * the pool's 200 keys) changes owner; its keys stay on their old members
+ * and become unreachable: this pool does not move data (mode redis,
+ * migration: off, replicas: 1)".
+ * <rep> holds the figures (unreachable_report); <counted>: the members
+ * were asked for their key counts.
+ */
+static void
+unreachable_text(const struct pool *p, const json_t *rep, bool counted,
+                 char *buf, size_t cap)
+{
+    const json_t *u = json_object_get(rep, "unreachable");
+    const json_t *k = json_object_get(rep, "unreachable_keys");
+    const json_t *t = json_object_get(rep, "keys_total");
+    size_t len = 0;
+
+    buf[0] = '\0';
+    if (json_is_number(u))
+        append(buf, cap, &len, "%.4f%% of the keyspace",
+               100 * json_number_value(u));
+    else if (!pool_comparable(p))
+        append(buf, cap, &len,
+               "an unknown share of the keyspace (distribution %s is not "
+               "consistent hashing: usually most of it)",
+               conf_dist_name(p->cfg.distribution));
+    else
+        append(buf, cap, &len,
+               "an unknown share of the keyspace (the report could not be "
+               "computed)");
+    if (json_is_integer(k) && json_is_integer(t))
+        append(buf, cap, &len, " (about %lld of the pool's %lld keys)",
+               (long long)json_integer_value(k),
+               (long long)json_integer_value(t));
+    else if (json_is_integer(k))
+        append(buf, cap, &len, " (about %lld keys)",
+               (long long)json_integer_value(k));
+    else if (counted && json_is_number(u))
+        append(buf, cap, &len,
+               " (how many keys is not known: a member did not answer "
+               "DBSIZE)");
+    append(buf, cap, &len,
+           " changes owner; its keys stay on their old members and become "
+           "unreachable: this pool does not move data (mode %s, migration: "
+           "off, replicas: 1)",
+           conf_mode_name(p->cfg.mode));
+}
+
+/*
+ * The report <rep> of a change of pool <p>, which does not move data (a
+ * dry run's too), with the key counts of <rj> (NULL: none asked): add
+ * what the change leaves out of reach (the fields membership_change
+ * lists). <force>: the change was asked with "force". Returns whether
+ * applying it needs "force" (it moves some of the key space).
+ */
+static bool
+unreachable_report(const struct pool *p, json_t *rep,
+                   const struct report_job *rj, bool force)
+{
+    const json_t *mv = json_object_get(rep, "moved");
+    json_t *total = json_null();
+    char text[600];
+
+    if (json_is_number(mv) && json_number_value(mv) <= 0) {
+        json_object_set_new(rep, "unreachable", json_real(0));
+        json_object_set_new(rep, "force_required", json_false());
+        return false;
+    }
+    json_object_set_new(rep, "unreachable",
+                        json_is_number(mv) ? json_real(json_number_value(mv))
+                                           : json_null());
+    if (rj != NULL && rj->counting) {
+        uint64_t sum = 0;
+        bool known = true;
+
+        for (size_t i = 0; i < rj->probe.n; i++) {
+            known = known && rj->keys[i] >= 0;
+            sum += rj->keys[i] > 0 ? (uint64_t)rj->keys[i] : 0;
+        }
+        if (known)
+            total = json_integer((json_int_t)sum);
+    }
+    json_object_set_new(rep, "keys_total", total);
+    json_object_set_new(rep, "unreachable_keys",
+                        rj != NULL && rj->counting && rj->keys_known &&
+                                json_is_number(mv)
+                            ? json_integer((json_int_t)llround(rj->keys_moving))
+                            : json_null());
+    unreachable_text(p, rep, rj != NULL && rj->counting, text, sizeof(text));
+    json_object_set_new(rep, "data_warning", json_string(text));
+    json_object_set_new(rep, "force_required", json_true());
+    json_object_set_new(rep, "forced", json_boolean(force));
+    return true;
+}
+
 /* A job that only completes, in order after every job before it. */
 struct then_job {
     struct builder_job job;
@@ -745,7 +920,42 @@ struct reload_report {
     char what[128];   /* "reloaded: 3 members (+1 -1, 0 reweighted)" */
     char op[16];      /* "reload", "etcd" */
     int source;       /* enum membership_source */
+    bool placing;     /* the ring's algorithm or hash changed too */
 };
+
+/*
+ * A reload (or etcd's records) changed the members of pool <p>, which
+ * does not move data (pool_hides): say what it left out of reach, with
+ * the figure of its report <rep> (NULL, or "moved" null: not comparable).
+ * <placing>: the pool also places keys another way now (its algorithm or
+ * hash changed). Not refused: the file (or etcd) says what the operator
+ * wants; the warning says what it costs.
+ */
+static void
+reload_warn(const struct pool *p, const char *what, const json_t *rep,
+            bool placing)
+{
+    json_t *fig;
+    char text[600];
+
+    if (placing) {
+        log_warn("pool %s: %s: the pool places keys another way now (its "
+                 "algorithm or hash changed): most of the keyspace changes "
+                 "owner; its keys stay on their old members and become "
+                 "unreachable: this pool does not move data (mode %s, "
+                 "migration: off, replicas: 1)",
+                 p->name, what, conf_mode_name(p->cfg.mode));
+        return;
+    }
+    fig = json_pack("{s:O?}", "moved", json_object_get(rep, "moved"));
+    if (fig == NULL)
+        return;
+    if (unreachable_report(p, fig, NULL, false)) {
+        unreachable_text(p, fig, false, text, sizeof(text));
+        log_warn("pool %s: %s: %s", p->name, what, text);
+    }
+    json_decref(fig);
+}
 
 static void
 reload_reported(struct report_job *rj)
@@ -764,6 +974,8 @@ reload_reported(struct report_job *rj)
     else
         log_info("pool %s: %s; moved: not comparable (%s)", rr->pool, rr->what,
                  rj->err[0] ? rj->err : "the algorithm or hash changed");
+    if (p != NULL && pool_hides(p))
+        reload_warn(p, rr->what, rj->report, rr->placing);
     change_log(rr->pool, "*", rr->op, rr->source, rr->detail, rj->report);
     report_job_free(rj);
 }
@@ -803,6 +1015,12 @@ model_compare(struct pool *p, const struct saved_model *sm, const char *op,
                    sm->m[k].name);
             removed++;
         }
+    /* The same members placed another way (algorithm, hash) move keys
+     * too: no report (nothing to compare), but a pool that does not move
+     * data loses their reach all the same. */
+    if (detail[0] == '\0' && pool_hides(p) &&
+        memcmp(&sm->cfg, &p->cfg.ring, sizeof(sm->cfg)) != 0)
+        reload_warn(p, verb, NULL, true);
     rr = detail[0] != '\0' ? calloc(1, sizeof(*rr)) : NULL;
     if (rr == NULL) {
         free(md.m);
@@ -812,6 +1030,7 @@ model_compare(struct pool *p, const struct saved_model *sm, const char *op,
     snprintf(rr->detail, sizeof(rr->detail), "%s", detail);
     snprintf(rr->op, sizeof(rr->op), "%s", op);
     rr->source = source;
+    rr->placing = memcmp(&sm->cfg, &p->cfg.ring, sizeof(sm->cfg)) != 0;
     snprintf(rr->what, sizeof(rr->what),
              "%s: %zu members (+%zu -%zu, %zu reweighted)", verb, md.n, added,
              removed, reweighted);
@@ -1506,6 +1725,29 @@ etcd_submit(struct pending *pc)
     json_decref(desc);
 }
 
+/*
+ * A change of a pool that does not move data, its report in hand: say
+ * what it leaves out of reach, and refuse it without "force" -- the one
+ * refusal that keeps its report, whose figures say why. Whether refused.
+ */
+static bool
+hides_refused(struct pending *pc)
+{
+    struct pool *p = pc->p;
+
+    if (!pool_hides(p) || pc->nothing ||
+        !unreachable_report(p, pc->res.report, &pc->rj, pc->rq.force) ||
+        pc->dry || pc->rq.force)
+        return false;
+    refuse(&pc->res, MEMBERSHIP_ECONFLICT,
+           "pool %s: %s %s refused: %s; nothing was changed; \"force\": "
+           "true applies it anyway",
+           p->name, pc->op, pc->name,
+           json_string_value(json_object_get(pc->res.report, "data_warning")));
+    report_flags(pc->res.report, false, false);
+    return true;
+}
+
 /* The report is computed (builder thread): check the world did not change
  * meanwhile, apply, answer once published. */
 static void
@@ -1550,6 +1792,10 @@ pending_reported(struct report_job *rj)
     if (pool_copies(p) && !pc->nothing && probe_check(pc) != 0) {
         json_decref(pc->res.report);
         pc->res.report = NULL;
+        pending_finish(pc);
+        return;
+    }
+    if (hides_refused(pc)) {
         pending_finish(pc);
         return;
     }
@@ -1740,7 +1986,8 @@ pending_submit(struct pending *pc, const struct model *b, const struct model *a)
         return;
     }
     pc->placement = p->placement;
-    if (pool_copies(p) && probe_setup(pc) != 0) {
+    if ((pool_copies(p) && probe_setup(pc) != 0) ||
+        (pool_hides(p) && count_setup(rj, p) != 0)) {
         refuse(&pc->res, MEMBERSHIP_ENOMEM, "out of memory");
         pending_finish(pc);
         return;
@@ -2266,6 +2513,7 @@ struct batch {
     struct membership_batch_op *ops; /* names and addresses owned */
     size_t n;
     bool dry;
+    bool force; /* a pool that does not move data: apply it anyway */
     membership_done_fn *done;
     void *arg;
     struct membership_result res;
@@ -2310,6 +2558,19 @@ batch_reported(struct report_job *rj)
     rj->report = NULL;
     json_object_set_new(bt->res.report, "changes",
                         json_integer((json_int_t)bt->n));
+    if (pool_hides(bt->p) &&
+        unreachable_report(bt->p, bt->res.report, rj, bt->force) && !bt->dry &&
+        !bt->force) {
+        refuse(
+            &bt->res, MEMBERSHIP_ECONFLICT,
+            "pool %s: a batch of %zu change%s refused: %s; nothing was "
+            "changed; \"force\": true applies it anyway",
+            bt->p->name, bt->n, bt->n == 1 ? "" : "s",
+            json_string_value(json_object_get(bt->res.report, "data_warning")));
+        report_flags(bt->res.report, false, false);
+        batch_finish(bt);
+        return;
+    }
     if (bt->dry) {
         report_flags(bt->res.report, true, false);
         batch_finish(bt);
@@ -2423,7 +2684,8 @@ batch_check(struct pool *p, const struct membership_batch_op *o,
 
 void
 membership_batch(struct pool *p, const struct membership_batch_op *ops,
-                 size_t n, bool dry_run, membership_done_fn *done, void *arg)
+                 size_t n, bool dry_run, bool force, membership_done_fn *done,
+                 void *arg)
 {
     struct batch *bt = calloc(1, sizeof(*bt));
     struct model b = {0}, a = {0};
@@ -2437,6 +2699,7 @@ membership_batch(struct pool *p, const struct membership_batch_op *ops,
     bt->p = p;
     pool_ref(p);
     bt->dry = dry_run;
+    bt->force = force;
     bt->done = done;
     bt->arg = arg;
     bt->rj.then = batch_reported;
@@ -2501,7 +2764,8 @@ membership_batch(struct pool *p, const struct membership_batch_op *ops,
         goto fail;
     }
     if (report_job_init(&bt->rj, p, b.m, b.n, a.m, a.n, NULL, NULL, NULL) !=
-        0) {
+            0 ||
+        (pool_hides(p) && count_setup(&bt->rj, p) != 0)) {
         refuse(&bt->res, MEMBERSHIP_ENOMEM, "out of memory");
         goto fail;
     }

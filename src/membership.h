@@ -54,11 +54,15 @@ struct membership_request {
     bool has_weight;
     uint32_t weight;
     bool has_admin;
-    int admin; /* enum state_admin */
-    /* migration: copy pools */
+    int admin;        /* enum state_admin */
     const char *zone; /* ADD: its zone (zone_policy: hierarchical) */
-    bool force;       /* ADD: empty a joining member that holds keys */
-    bool now;         /* REMOVE: at once, its keys not moved (lost) */
+    /* Two meanings, never in the same pool: in a pool that does not move
+     * data (see membership_change), apply a change that leaves keys out
+     * of reach; in a migration: copy pool, ADD: empty a joining member
+     * that holds keys. */
+    bool force;
+    bool now; /* migration: copy, REMOVE: at once, its keys not moved
+                 (lost) */
 };
 
 /* Why a change was refused: the admin API maps these to 400, 404, 409,
@@ -79,7 +83,11 @@ struct membership_result {
                           moved, optimal, flows, immediate, exact,
                           dry_run, applied, and "warning" when the change
                           is live but the state file could not be written,
-                          "note" when there was nothing to change */
+                          "note" when there was nothing to change; the
+                          fields of a pool that does not move data (see
+                          membership_change). Also on the one refusal
+                          that has a report: a change that needs
+                          "force" (MEMBERSHIP_ECONFLICT, applied false) */
 };
 
 /* etcd.c: the ring model of <p> before it applies etcd's records, and
@@ -105,6 +113,24 @@ typedef void membership_done_fn(struct membership_result *res, void *arg);
  * applied and the snapshot holding it published (a dry run: once the
  * report is ready). <res>->error is MEMBERSHIP_OK with <res>->report, or
  * says why with <res>->message.
+ *
+ * A store pool that does not move data -- mode redis or memcache with
+ * migration: off and replicas: 1, twemproxy's way -- leaves every key on
+ * the member that holds it: a key whose owner changes is out of reach.
+ * Such a change (the report's "moved" > 0, or any change when the
+ * distribution is not consistent hashing) is refused without <rq>->force
+ * (MEMBERSHIP_ECONFLICT, the message gives the figure, <res>->report says
+ * it too); a dry run and a forced change report it. The report then has
+ *   unreachable       the fraction of the key space whose keys become
+ *                     unreachable ("moved"; null: not computed), 0 when
+ *                     the change moves nothing
+ *   unreachable_keys  redis: about how many keys (report_keys_leaving
+ *                     over the members' DBSIZE), null when not known
+ *   keys_total        redis: the members' keys (DBSIZE), null when not
+ *                     known
+ *   data_warning      the figure in a sentence
+ *   force_required    whether applying it needs "force"
+ *   forced            "force" was given
  */
 void membership_change(struct pool *p, const struct membership_request *rq,
                        int source, bool dry_run, membership_done_fn *done,
@@ -118,7 +144,8 @@ void membership_result_deinit(struct membership_result *res);
  * revision. Each op is ADD (<name>, <address>, <weight>), REMOVE (<name>)
  * or UPDATE (<name>, <weight> and/or <admin>). All are checked first; the
  * answer comes as membership_change()'s, with the report of the whole
- * batch and "etcd_revision".
+ * batch and "etcd_revision". A pool that does not move data needs <force>
+ * and reports as membership_change() says.
  */
 struct membership_batch_op {
     int op; /* MEMBERSHIP_ADD, _REMOVE, _UPDATE */
@@ -130,8 +157,8 @@ struct membership_batch_op {
     int admin;
 };
 void membership_batch(struct pool *p, const struct membership_batch_op *ops,
-                      size_t n, bool dry_run, membership_done_fn *done,
-                      void *arg);
+                      size_t n, bool dry_run, bool force,
+                      membership_done_fn *done, void *arg);
 
 /* Health (health.c): <s> observed <health> (enum server_health) for
  * <reason>; the change is applied, logged once and entered in the change

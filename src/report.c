@@ -205,6 +205,47 @@ out:
     return rep;
 }
 
+int
+report_keys_leaving(const struct chash_config *cfg,
+                    const struct chash_member *before, size_t nb,
+                    const struct report_zones *z, const json_t *rep,
+                    const char *const *names, const int64_t *keys, size_t n,
+                    double *out)
+{
+    json_t *flows = json_object_get(rep, "flows"), *f;
+    struct chash_ring *rb = NULL;
+    double sum = 0;
+    int rc = 0;
+
+    *out = 0;
+    if (!json_is_array(flows) ||
+        build(cfg, before, z ? z->before : NULL, z, nb, true, &rb) != 0)
+        return -1;
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        double share = share_of(rb, names[k]), leaves = 0;
+        size_t i;
+
+        if (share <= 0)
+            continue;
+        if (keys[k] < 0) {
+            rc = -1;
+            break;
+        }
+        json_array_foreach(flows, i, f)
+        {
+            const char *from = json_string_value(json_object_get(f, "from"));
+
+            if (from != NULL && strcmp(from, names[k]) == 0)
+                leaves += json_number_value(json_object_get(f, "fraction"));
+        }
+        /* The flows are tidied to 1e-12: never more than it owned. */
+        sum += (double)keys[k] * fmin(1.0, leaves / share);
+    }
+    chash_ring_destroy(rb);
+    *out = sum;
+    return rc;
+}
+
 json_t *
 report_arcs(const struct chash_ring *ring, size_t segments)
 {

@@ -7,6 +7,7 @@
 #define CHASHD_REPORT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -58,6 +59,27 @@ json_t *report_migration_zoned(const struct chash_config *cfg,
                                const struct chash_member *after, size_t na,
                                const struct report_zones *z,
                                const char *changed, char *err, size_t errlen);
+
+/*
+ * How many of the keys the members hold change owner in a change from
+ * <before>[0..<nb>) (zones as for report_migration_zoned; <z> NULL: flat)
+ * whose migration report is <rep>: member <names>[i] holds <keys>[i] keys
+ * (-1: not known), and each of them leaves it with the probability (the
+ * member's flows out in <rep>) / (its share before), both exact fractions
+ * of the hash space at full ramp. So a member removed gives all its keys
+ * and a joining one none. A member that owns nothing before (drained,
+ * weight 0) is skipped: its keys were out of reach already. For a member
+ * that leaves the ring the figure is its whole count (a copy an earlier
+ * change left there, out of reach already, counts too); for one that
+ * gives part of its arcs an estimate (its keys are taken as spread over
+ * its arcs as hashes spread keys: evenly). 0 with the count in *<out>; -1 when
+ * a member that owns keys has an unknown count, or the ring cannot be built.
+ */
+int report_keys_leaving(const struct chash_config *cfg,
+                        const struct chash_member *before, size_t nb,
+                        const struct report_zones *z, const json_t *rep,
+                        const char *const *names, const int64_t *keys, size_t n,
+                        double *out);
 
 /*
  * <ring>'s owners sampled at <segments> evenly spaced positions of the

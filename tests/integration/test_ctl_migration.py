@@ -263,7 +263,7 @@ def test_ctl_migration_errors(procs):
                  ["migration", POOL, "--dry-run"],
                  ["migration", POOL, "--now"], ["show", POOL, "--force"],
                  ["add", POOL, "x", "127.0.0.1:1", "--now"],
-                 ["remove", POOL, "store-1", "--force"],
+                 ["lookup", POOL, "k", "--force"],
                  ["show", POOL, "--give-up", "store-1"],
                  ["migration", POOL, "--give-up"]):
         p = env.ctl(*args, check=2)
