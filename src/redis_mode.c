@@ -7,7 +7,8 @@
  * INFO's keyspace), or answered by chashd (PING, ECHO, QUIT, SELECT, AUTH,
  * HELLO, COMMAND, CLIENT, TIME). Refusals are error replies: the
  * connection and the pipeline go on (twemproxy closes the connection and
- * loses the replies pipelined before).
+ * loses the replies pipelined before). A MULTI block is refused whole:
+ * nothing between MULTI and EXEC or DISCARD runs (transactions, below).
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "redis_mode.h"
@@ -887,6 +888,7 @@ local(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
         free(c->name);
         c->name = NULL;
         c->authed = snap->set.redis_auth == NULL;
+        c->multi_refused = false; /* RESET discards a MULTI block */
         answer(r, "+RESET\r\n");
     } else if (strcmp(name, "info") == 0) {
         return info(r, snap, pr);
@@ -895,6 +897,135 @@ local(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
                      name);
     }
     return 0;
+}
+
+/* ---- transactions -------------------------------------------------------- */
+
+/*
+ * chashd does not run transactions yet (a later change adds them), and a
+ * client that sent MULTI must never find the commands it meant to queue
+ * run one by one -- it is told at EXEC that the transaction failed. So a
+ * MULTI block is refused whole, in the shape Redis itself gives a
+ * transaction whose commands failed to queue, which client libraries
+ * read to the end as they do Redis' (a MULTI answered with an error
+ * instead would tell the client it is in no block while its next
+ * commands are refused, and go-redis' transactional pipeline stops
+ * reading at MULTI's error, leaving the other replies unread):
+ *
+ *   MULTI              +OK, and the connection enters the refused block
+ *   any command in it  -ERR MULTI is refused ...: this command was not run
+ *                      (nothing is queued, nothing reaches a member)
+ *   EXEC               -EXECABORT Transaction discarded because MULTI is
+ *                      refused ...; the block ends
+ *   DISCARD            +OK; the block ends (nothing ran, nothing is left)
+ *   RESET, QUIT        run, as Redis runs them inside MULTI (RESET ends
+ *                      the block: local())
+ *
+ * and, as Redis answers them: MULTI inside the block "-ERR MULTI calls
+ * can not be nested", WATCH inside it "-ERR WATCH inside MULTI is not
+ * allowed", EXEC or DISCARD outside one "-ERR EXEC (DISCARD) without
+ * MULTI", an EXEC with arguments "-EXECABORT Transaction discarded
+ * because of: wrong number of arguments for 'exec' command" (the block
+ * ends). Outside a block, WATCH is refused (no key can be watched) and
+ * UNWATCH answers +OK (no key is ever watched on a chashd connection).
+ */
+#define MULTI_WHY                                                              \
+    "MULTI is refused by chashd (transactions are not supported yet)"
+
+/* Whether <pr> has the number of arguments <cmd> takes (the parser
+ * refused it with Redis' text in rq->err otherwise). */
+static bool
+arity_fits(const struct redis_command *cmd, const struct parsed *pr)
+{
+    size_t n = pr->rq->nargs;
+
+    return cmd->arity > 0 ? n == (size_t)cmd->arity : n >= (size_t)-cmd->arity;
+}
+
+/* The transaction commands outside a refused block: true when <r> was
+ * answered here. */
+static bool
+multi_outside(struct rclient *c, struct rreq *r, const struct parsed *pr,
+              const struct redis_command *cmd, const char *name)
+{
+    bool fits = cmd != NULL && arity_fits(cmd, pr);
+    const char *err = pr->rq->err ? pr->rq->err : "bad request";
+
+    if (strcmp(name, "multi") == 0) {
+        if (!fits) {
+            answer_error(r, "ERR %s", err);
+            return true;
+        }
+        c->multi_refused = true;
+        answer(r, "+OK\r\n");
+    } else if (strcmp(name, "exec") == 0) {
+        if (fits)
+            answer_error(r, "ERR EXEC without MULTI");
+        else
+            answer_error(r, "EXECABORT Transaction discarded because of: %s",
+                         err);
+    } else if (strcmp(name, "discard") == 0) {
+        if (fits)
+            answer_error(r, "ERR DISCARD without MULTI");
+        else
+            answer_error(r, "ERR %s", err);
+    } else if (strcmp(name, "watch") == 0) {
+        if (fits)
+            answer_error(r, "ERR WATCH is refused by chashd (transactions "
+                            "are not supported yet): no key is watched");
+        else
+            answer_error(r, "ERR %s", err);
+    } else if (strcmp(name, "unwatch") == 0) {
+        if (fits)
+            answer(r, "+OK\r\n"); /* nothing is ever watched here */
+        else
+            answer_error(r, "ERR %s", err);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/*
+ * MULTI blocks (see above): true when <r> (command <cmd>, NULL when
+ * unknown, named <name>) was answered here, false when it goes on to be
+ * served as usual.
+ */
+static bool
+multi_gate(struct rclient *c, struct rreq *r, const struct parsed *pr,
+           const struct redis_command *cmd, const char *name)
+{
+    bool fits = cmd != NULL && arity_fits(cmd, pr);
+    const char *err = pr->rq->err ? pr->rq->err : "bad request";
+
+    if (!c->multi_refused)
+        return multi_outside(c, r, pr, cmd, name);
+    if (strcmp(name, "exec") == 0) {
+        c->multi_refused = false;
+        if (fits)
+            answer_error(r, "EXECABORT Transaction discarded because " MULTI_WHY
+                            ": none of its commands was run");
+        else
+            answer_error(r, "EXECABORT Transaction discarded because of: %s",
+                         err);
+    } else if (strcmp(name, "discard") == 0) {
+        if (!fits) {
+            answer_error(r, "ERR %s", err); /* the block goes on */
+            return true;
+        }
+        c->multi_refused = false;
+        answer(r, "+OK\r\n");
+    } else if (strcmp(name, "multi") == 0 && fits) {
+        answer_error(r, "ERR MULTI calls can not be nested");
+    } else if (strcmp(name, "watch") == 0 && fits) {
+        answer_error(r, "ERR WATCH inside MULTI is not allowed");
+    } else if ((strcmp(name, "reset") == 0 || strcmp(name, "quit") == 0) &&
+               fits) {
+        return false; /* run now, as Redis runs them (local) */
+    } else {
+        answer_error(r, "ERR " MULTI_WHY ": this command was not run");
+    }
+    return true;
 }
 
 /* ---- dispatch ------------------------------------------------------------ */
@@ -925,6 +1056,8 @@ redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
         answer_error(r, "NOAUTH Authentication required.");
         return 0;
     }
+    if (multi_gate(c, r, &pr, cmd, name))
+        return 0;
     if (cmd == NULL) {
         answer_error(r, "ERR unsupported command '%s' in a chashd redis pool",
                      name);

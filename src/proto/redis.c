@@ -135,7 +135,10 @@ struct redis_entry {
  *   REDIS_ADMIN (a whole-keyspace walk or wipe is the operator's call).
  * - REDIS_REFUSED, with "unsupported command '<name>'":
  *   transactions (MULTI EXEC DISCARD WATCH UNWATCH: a transaction cannot
- *   span members, and the member connections are shared); pub/sub, the
+ *   span members, and the member connections are shared; the engine
+ *   answers these five itself, refusing a MULTI block whole -- nothing
+ *   in it runs -- in redis_mode.c, so the kind only says that no member
+ *   ever sees them); pub/sub, the
  *   sharded forms included (SPUBLISH SSUBSCRIBE SUNSUBSCRIBE have a key,
  *   but a subscribed connection is no longer a request/reply one);
  *   blocking commands (BLPOP BRPOP BRPOPLPUSH BLMOVE BLMPOP BZPOPMIN

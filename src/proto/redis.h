@@ -48,8 +48,9 @@ extern const struct proto proto_redis;
  *                      RANDOMKEY, DBSIZE; with REDIS_ADMIN (FLUSHDB,
  *                      FLUSHALL, KEYS) only when the pool allows it
  *   REDIS_REFUSED      answered with an error, the connection and the
- *                      pipeline kept -- MULTI/EXEC, pub/sub, blocking
- *                      commands, server administration
+ *                      pipeline kept -- MULTI/EXEC (the engine refuses a
+ *                      MULTI block whole: redis_mode.c), pub/sub,
+ *                      blocking commands, server administration
  *
  * first/last/step are Redis' own key range (COMMAND INFO), except for
  * REDIS_NUMKEYS (the count's position) and the containers (their
