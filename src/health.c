@@ -23,6 +23,7 @@
 
 #include "clock.h"
 #include "control.h"
+#include "io.h"
 #include "log.h"
 #include "membership.h"
 #include "pool.h"
@@ -400,6 +401,8 @@ probe_cb(struct control_watch *w, uint32_t events)
         err = errno;
     if (err == 0 && (events & EPOLLERR))
         err = ECONNREFUSED;
+    if (err == 0 && io_connected_to_self(w->fd))
+        err = ECONNREFUSED; /* our own port: the member is not there */
     if (err == 0 && probe_asks(pr->s)) {
         probe_ask(pr);
         return;

@@ -948,7 +948,10 @@ connect_new(struct worker *w, struct hclient *c, struct hmember *m)
         return;
     }
     if (connect(fd, (const struct sockaddr *)&s->addr.sa, s->addr.salen) == 0) {
-        established(w, c);
+        if (io_connected_to_self(fd))
+            connect_failed(w, c, false, ECONNREFUSED);
+        else
+            established(w, c);
         return;
     }
     if (errno != EINPROGRESS) {
@@ -1807,7 +1810,10 @@ backend_event(struct worker *w, struct ev *ev, uint32_t events)
         if (!(events & (EPOLLERR | EPOLLHUP))) {
             if (!(events & EPOLLOUT))
                 return;
-            established(w, c);
+            if (io_connected_to_self(b->side.fd))
+                connect_failed(w, c, false, ECONNREFUSED);
+            else
+                established(w, c);
         } else {
             if (getsockopt(b->side.fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
                 err = errno;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "conf.h"
+#include "io.h"
 
 void
 rval_free(struct rval *v)
@@ -297,8 +298,11 @@ rc_open(struct rconn *c, const struct conf_addr *a, uint32_t timeout_ms,
     pfd.fd = c->fd;
     pfd.events = POLLOUT;
     rc = poll(&pfd, 1, (int)timeout_ms);
-    if (rc <= 0 || getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 ||
-        soerr != 0) {
+    if (rc > 0 && getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
+        soerr = errno;
+    if (rc > 0 && soerr == 0 && io_connected_to_self(c->fd))
+        soerr = ECONNREFUSED; /* our own port: nobody listens there */
+    if (rc <= 0 || soerr != 0) {
         snprintf(err, errlen, "connect to %s: %s", a->text,
                  rc == 0 ? "timed out" : strerror(soerr ? soerr : errno));
         rc_close(c);

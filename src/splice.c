@@ -454,6 +454,10 @@ connect_next(struct worker *w, struct splice *c)
             0) {
             if (io_side_register(w, &c->backend) < 0)
                 goto refuse;
+            if (io_connected_to_self(fd)) {
+                connect_failed(w, c, false, ECONNREFUSED);
+                return;
+            }
             connect_established(w, c);
             return;
         }
@@ -769,8 +773,14 @@ backend_event(struct worker *w, struct ev *ev, uint32_t events)
         socklen_t len = sizeof(err);
 
         if (!(events & (EPOLLERR | EPOLLHUP))) {
-            /* Writable without error or hang-up: connected. */
-            if (events & EPOLLOUT)
+            /* Writable without error or hang-up: connected -- unless to
+             * our own port (io_connected_to_self): the client's bytes
+             * would come back to it. */
+            if (!(events & EPOLLOUT))
+                return;
+            if (io_connected_to_self(c->backend.fd))
+                connect_failed(w, c, false, ECONNREFUSED);
+            else
                 connect_established(w, c);
             return;
         }

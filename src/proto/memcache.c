@@ -9,7 +9,11 @@
  * line is then taken as a command). A request that passes goes to a
  * member whole, so a member always answers it with exactly one reply and
  * its connection stays in step. What only the member can judge (meta
- * flags) it judges; memcached then swallows the value itself.
+ * flags) it judges; memcached then swallows the value itself. A member's
+ * reply is checked as far as memcached's replies allow: a line that is
+ * none of them, or not one the request can have (a number for a delete),
+ * is malformed, and the connection that carried it is closed -- never a
+ * client's reply.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "memcache.h"
@@ -567,10 +571,97 @@ mc_value_block(const char *buf, size_t len, struct proto_span *key,
     return 1;
 }
 
-/* One reply at <buf>: its length, 0 when not all in, -1 malformed;
- * *<error> whether it is an error line, *<mn> whether it is "MN". */
+/* Whether the first word of the line <buf> (<text> bytes) is <code>. */
+static bool
+first_word_is(const char *buf, size_t text, const char *code)
+{
+    size_t n = strlen(code);
+
+    return text >= n && memcmp(buf, code, n) == 0 &&
+           (text == n || buf[n] == ' ');
+}
+
+/* Whether the line <buf> (<text> bytes) is a number and nothing else:
+ * incr's and decr's reply (up to 2^64 - 1: 20 digits). */
+static bool
+number_line(const char *buf, size_t text)
+{
+    if (text == 0 || text > 20)
+        return false;
+    for (size_t i = 0; i < text; i++)
+        if (buf[i] < '0' || buf[i] > '9')
+            return false;
+    return true;
+}
+
+/*
+ * Whether the line <buf> (<text> bytes, its end not counted) can be a
+ * reply of memcached 1.6 at all: an error, one of its reply codes (text
+ * and meta, all upper case) or a number. Nothing else ever comes from a
+ * member -- and what does is not a reply to hand to a client: a request
+ * echoed back by a connection that reached itself (a connect to a member
+ * that is down can, on Linux, connect to its own port), a stream out of
+ * step. The parser calls it malformed, and the engine closes the
+ * connection. Every request is lower case, so an echoed one never
+ * passes.
+ */
+static bool
+reply_code(const char *buf, size_t text)
+{
+    static const char *const codes[] = {
+        "VALUE",   "STORED",  "NOT_STORED", "EXISTS", "NOT_FOUND",
+        "DELETED", "TOUCHED", "END",        "OK",     "VERSION",
+        "STAT",    "RESET",   "VA",         "HD",     "EN",
+        "NF",      "NS",      "EX",         "MN",     "ME"};
+
+    if (mc_reply_is_error(buf, text) || number_line(buf, text))
+        return true;
+    for (size_t i = 0; i < ARRAY_SIZE(codes); i++)
+        if (first_word_is(buf, text, codes[i]))
+            return true;
+    return false;
+}
+
+/*
+ * Whether a reply whose first line is <buf> (<text> bytes; <value>: it
+ * is VALUE blocks) can answer <command> (-1: any): what memcached 1.6
+ * answers the commands whose replies do not overlap -- a retrieval VALUE
+ * blocks or END, incr and decr a number or NOT_FOUND, delete DELETED or
+ * NOT_FOUND, touch TOUCHED or NOT_FOUND, flush_all OK --, an error to
+ * any. The others (storage, meta) are checked by reply_code only.
+ */
+static bool
+reply_fits(int command, const char *buf, size_t text, bool value)
+{
+    if (command < 0 || (!value && mc_reply_is_error(buf, text)))
+        return true;
+    if (mc_is_retrieval(command))
+        return value || (text == 3 && memcmp(buf, "END", 3) == 0);
+    if (value)
+        return false;
+    switch (command) {
+    case MC_INCR:
+    case MC_DECR:
+        return number_line(buf, text) || first_word_is(buf, text, "NOT_FOUND");
+    case MC_DELETE:
+        return first_word_is(buf, text, "DELETED") ||
+               first_word_is(buf, text, "NOT_FOUND");
+    case MC_TOUCH:
+        return first_word_is(buf, text, "TOUCHED") ||
+               first_word_is(buf, text, "NOT_FOUND");
+    case MC_FLUSH_ALL:
+        return first_word_is(buf, text, "OK");
+    default:
+        return true;
+    }
+}
+
+/* One reply at <buf>, the reply of <command> (-1: of any): its length, 0
+ * when not all in, -1 malformed (or not a reply <command> can have:
+ * reply_code, reply_fits); *<error> whether it is an error line, *<mn>
+ * whether it is "MN". */
 static long
-one_reply(const char *buf, size_t len, bool *error, bool *mn)
+one_reply(const char *buf, size_t len, int command, bool *error, bool *mn)
 {
     size_t text, off;
     long line = reply_line(buf, len, &text);
@@ -578,6 +669,9 @@ one_reply(const char *buf, size_t len, bool *error, bool *mn)
     *error = *mn = false;
     if (line <= 0)
         return line;
+    if (!reply_code(buf, text) ||
+        !reply_fits(command, buf, text, starts(buf, text, "VALUE ")))
+        return -1;
     if (starts(buf, text, "VA ")) /* mg, ma: a value */
         return with_value(buf, len, line, text, 1);
     if (!starts(buf, text, "VALUE ")) {
@@ -623,13 +717,15 @@ mc_parse_reply(const char *buf, size_t len, const struct proto_request *rq,
 {
     bool quiet = rq != NULL && (rq->flags & PROTO_REQ_NOREPLY) &&
                  mc_is_meta(rq->command);
+    /* what the reply must be: a quiet request's is any lines up to MN */
+    int command = rq != NULL && !quiet ? rq->command : -1;
     size_t off = 0;
 
     rp->len = rp->body = 0;
     rp->error = rp->member_failure = false;
     for (;;) {
         bool error, mn;
-        long n = one_reply(buf + off, len - off, &error, &mn);
+        long n = one_reply(buf + off, len - off, command, &error, &mn);
 
         if (n < 0)
             return PROTO_FATAL;

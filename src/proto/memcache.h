@@ -2,8 +2,10 @@
  * a request line (and its value) parsed into its command, its key(s) and
  * its words, checked the way memcached 1.6 checks it where a mistake
  * would make a member read a value as commands; a member's reply parsed
- * into its length (VALUE blocks up to END, VA with its data, one line);
- * the error replies chashd writes in place of a member's.
+ * into its length (VALUE blocks up to END, VA with its data, one line)
+ * and refused (PROTO_FATAL) when it is not a memcached reply, or not one
+ * its request can have (proto_request.command given); the error replies
+ * chashd writes in place of a member's.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #ifndef CHASHD_PROTO_MEMCACHE_H
