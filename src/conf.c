@@ -2974,6 +2974,18 @@ check_replication(struct load *ld, struct conf_pool *pool, const int *lines)
                            conf_migration_name(pool->migration), pool->name, n);
         pool->migration = CONF_MIGRATION_OFF;
     }
+    if (pool->members_from == CONF_MEMBERS_ETCD)
+        /* One chashd orders each key's writes through one worker (its
+         * home, request_rep.c); several chashd instances sharing the pool
+         * would each have their own order, and the members would apply
+         * concurrent writes of a key in different ones. */
+        return fail_at(ld, lines[PK_REPLICAS],
+                       "'replicas: %u' is not supported in pool '%s' with "
+                       "'members_from: etcd' yet: several chashd instances "
+                       "would each order a key's writes their own way, and "
+                       "the copies would diverge (one chashd in front of a "
+                       "replicated pool orders them; doc/replication.md)",
+                       n, pool->name);
     if (pool->nservers < n &&
         warn_at(ld, lines[PK_REPLICAS],
                 "pool '%s' has %zu members for 'replicas: %u': each key is "

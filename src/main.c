@@ -74,6 +74,14 @@ static int cli_log_level = -1; /* --log-level, -1 when not given */
 static char *pid_file;         /* our copy: the config may be reloaded */
 static bool pid_file_cli;      /* --pid-file given */
 static struct control_watch sigwatch = {.fd = -1};
+
+/* The repairer hands each key's repair to its home worker (request.h). */
+static const struct replica_engine replica_engine = {
+    .submit = request_repair_submit,
+    .barrier_start = request_barrier_start,
+    .barrier_passed = request_barrier_passed,
+    .barrier_unref = request_barrier_unref,
+};
 static bool draining;
 static uint64_t drain_deadline_ms;
 
@@ -1076,7 +1084,8 @@ main(int argc, char **argv)
 
     if (control_init() < 0 || pool_global_init(conf->workers) < 0 ||
         health_init() < 0 || membership_init() < 0 || migration_init() < 0 ||
-        hot_init() < 0 || replica_init() < 0 || builder_init() < 0) {
+        hot_init() < 0 || replica_init(&replica_engine) < 0 ||
+        builder_init() < 0) {
         log_error("cannot start: %s", strerror(errno));
         goto out;
     }

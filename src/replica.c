@@ -632,6 +632,8 @@ struct repairer {
     size_t nwhole;
     bool verify;   /* compare every key (chashd started) */
     bool verified; /* ...and every one agrees now */
+    bool verifying_now; /* the repairs handed out are such comparisons */
+    bool verify_logged; /* (said once per start) */
     bool failed;   /* something was left for later */
     /* Which members hold the current copies (the snapshot's view), and
      * whether this pass fills (members joined sets), its result. */
@@ -654,6 +656,7 @@ struct repairer {
 
 static struct repairer **repairers;
 static size_t nrepairers;
+static const struct replica_engine *engine; /* replica_init's */
 
 static bool
 is_memcache(const struct repairer *rp)
@@ -918,13 +921,14 @@ submit(struct repairer *rp, const char *key, size_t klen,
         server_ref(leaver);
         r->nleavers = 1;
     }
+    r->verify = rp->verifying_now;
     r->done = repair_done;
     r->arg = rp->batch;
     pthread_mutex_lock(&rp->batch->lock);
     rp->batch->inflight++;
     rp->batch->refs++;
     pthread_mutex_unlock(&rp->batch->lock);
-    request_repair_submit(r);
+    engine->submit(r);
 }
 
 /* Wait for every repair handed out; whether they all came back right. */
@@ -1295,11 +1299,15 @@ compare(struct repairer *rp)
                  "with the other members",
                  rp->pool->name, rp->whole[w].s->name);
     }
-    if (rp->verify)
+    if (rp->verify && !rp->verify_logged) {
+        rp->verify_logged = true;
         log_info("pool %s: comparing every key's copies (chashd started: "
-                 "writes may have been on their way when it stopped); reads "
-                 "are majority reads until then",
+                 "writes may have been on their way when it stopped, or "
+                 "replicas was raised); meanwhile the first request of each "
+                 "key waits for its key's comparison",
                  rp->pool->name);
+    }
+    rp->verifying_now = rp->verify;
     for (size_t i = 0; i < rp->snap->n && !atomic_load(&rp->stop); i++) {
         if (!server_usable(rp->snap->servers[i])) {
             all_up = false;
@@ -1309,6 +1317,7 @@ compare(struct repairer *rp)
             ok = false;
     }
     ok = drain(rp) && ok && !rp->failed && !atomic_load(&rp->stop);
+    rp->verifying_now = false;
     if (!ok)
         return false;
     for (size_t w = 0; w < rp->nwhole; w++) {
@@ -1406,21 +1415,21 @@ clean_key(struct repairer *rp, void *ctx, size_t member, const char *key,
 static void
 fill(struct repairer *rp)
 {
-    struct request_barrier *b = request_barrier_start(rp->pool);
+    struct request_barrier *b = engine->barrier_start(rp->pool);
     uint64_t until = clock_ms() + REPAIR_WAIT_MS;
     struct timespec pause = {0, 5 * 1000 * 1000};
 
     log_info("pool %s: filling the members that joined replica sets",
              rp->pool->name);
-    while (b != NULL && !request_barrier_passed(b) &&
+    while (b != NULL && !engine->barrier_passed(b) &&
            !atomic_load(&rp->stop) && clock_ms() < until)
         nanosleep(&pause, NULL);
-    if (b == NULL || !request_barrier_passed(b)) {
-        request_barrier_unref(b);
+    if (b == NULL || !engine->barrier_passed(b)) {
+        engine->barrier_unref(b);
         rp->fill_failed = true;
         return;
     }
-    request_barrier_unref(b);
+    engine->barrier_unref(b);
     for (size_t i = 0; i < rp->nwho && !atomic_load(&rp->stop) &&
                        !atomic_load(&rp->fill_abort);
          i++)
@@ -1548,8 +1557,8 @@ job_end(struct repairer *rp, uint64_t now)
         filled(rp);
     if (rp->verified &&
         atomic_exchange(&rp->pool->rstats.verifying, false))
-        log_info("pool %s: every key's copies agree: reads follow "
-                 "read_policy again",
+        log_info("pool %s: every key's copies were compared since chashd "
+                 "started",
                  rp->pool->name);
     if (rp->failed || (rp->filling && rp->fill_failed))
         rp->next_ms = now + RETRY_MS;
@@ -1792,8 +1801,9 @@ replica_tick(uint64_t now, void *arg)
 }
 
 int
-replica_init(void)
+replica_init(const struct replica_engine *e)
 {
+    engine = e;
     return control_tick_add(replica_tick, NULL);
 }
 

@@ -166,8 +166,21 @@ bool replica_current(const struct replica_view *v, uint64_t hash,
 int replica_reload_check(const struct pool *p, const struct conf_pool *cp,
                          char *err, size_t errlen);
 
-/* Control thread: start the tick that runs the repairers. 0 or -1. */
-int replica_init(void);
+/* The request engine's side of repairs (request.h): each key's repair
+ * runs on its home worker, a fill waits for a barrier over the workers.
+ * Registered by main (a unit test of the pools links no engine). */
+struct request_repair;
+struct request_barrier;
+struct replica_engine {
+    void (*submit)(struct request_repair *r);
+    struct request_barrier *(*barrier_start)(struct pool *p);
+    bool (*barrier_passed)(struct request_barrier *b);
+    void (*barrier_unref)(struct request_barrier *b);
+};
+
+/* Control thread: start the tick that runs the repairers, which hand
+ * their work to <e> (kept). 0 or -1. */
+int replica_init(const struct replica_engine *e);
 /* Stop every repairer (at exit). */
 void replica_deinit(void);
 /* Prometheus families (the metrics handler). */

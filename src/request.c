@@ -805,14 +805,19 @@ frag_patient(const struct rfrag *f)
 }
 
 /* When <s>'s oldest request fails the connection: its deadline; for a
- * patient one, REQUEST_STUCK_MS after the member last said anything. */
+ * patient one, request_stuck_ms after the member last said anything. */
 static uint64_t
 conn_deadline(const struct rserver *s)
 {
     uint64_t d = s->head->deadline_ms;
 
-    if (frag_patient(s->head) && s->heard_ms + REQUEST_STUCK_MS > d)
-        d = s->heard_ms + REQUEST_STUCK_MS;
+    if (frag_patient(s->head)) {
+        uint64_t stuck =
+            request_stuck_ms(pool_snapshot(s->m->pool)->set.timeout_ms);
+
+        if (s->heard_ms + stuck > d)
+            d = s->heard_ms + stuck;
+    }
     return d;
 }
 
@@ -1119,7 +1124,7 @@ conn_queue(struct rserver *s, struct rfrag *f, const char *buf, size_t len,
     if (f->req->rep != NULL || f->req->job != NULL)
         /* a replicated request answers its client by its own clock
          * (request_rep.c); its connection goes only when stuck */
-        f->deadline_ms = s->w->now_ms + REQUEST_STUCK_MS;
+        f->deadline_ms = s->w->now_ms + request_stuck_ms(timeout);
     if (rbuf_append(wait ? &f->pending : &s->out, buf, len) < 0) {
         kind = PROTO_ERR_CLOSED;
         goto fail;
@@ -1497,6 +1502,18 @@ conn_event(struct worker *w, struct ev *ev, uint32_t events)
         if (!(events & (EPOLLERR | EPOLLHUP))) {
             if (!(events & EPOLLOUT))
                 return;
+            if (io_connected_to_self(s->side.fd)) {
+                /* the member is down and we reached our own port: every
+                 * request would come back as its reply */
+                log_info_limited(10,
+                                 "pool %s: member %s (%s): a connect reached "
+                                 "our own port (nobody listens there): "
+                                 "refused",
+                                 s->m->pool->name, s->m->server->name,
+                                 s->m->server->addr.text);
+                conn_fail(s, PROTO_ERR_REFUSED, ECONNREFUSED);
+                return;
+            }
             s->state = RS_READY;
             s->heard_ms = s->w->now_ms;
             conn_name(s);
@@ -1539,7 +1556,7 @@ conn_timer(struct worker *w, struct timer *t)
          * A replicated request's copy waits longer: its client has its
          * answer by the pool's timeout anyway, and a connection kept
          * keeps the member's order (request_rep.c); only a member that
-         * said nothing for REQUEST_STUCK_MS loses it. */
+         * said nothing for request_stuck_ms loses it. */
         conn_fail(s, PROTO_ERR_TIMEOUT, ETIMEDOUT);
         return;
     }

@@ -409,6 +409,11 @@ struct request_repair {
     /* members that left the key's set: its copy there is deleted */
     struct server **leavers; /* (refs held, owned array) */
     size_t nleavers;
+    /* The first comparison of the key since chashd started (its writes
+     * may have been on their way when the last one stopped): a copy
+     * beats the key's absence, and a member of the set that cannot be
+     * read is noted behind (it was not compared). */
+    bool verify;
     void (*done)(struct request_repair *r);
     void *arg; /* the caller's */
     /* results */

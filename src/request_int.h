@@ -23,9 +23,22 @@
 /* Buckets of a worker's member table (server id -> connections). */
 #define MEMBER_BUCKETS 256
 /* A replicated request's copy (or a repair's request) waits for its member
- * while the member says anything; one that said nothing for this long with
- * requests waiting is stuck: its connection is reset. */
+ * while the member says anything; one that said nothing for ten times the
+ * pool's timeout (at least REQUEST_STUCK_MIN_MS; REQUEST_STUCK_MS without
+ * a timeout) with requests waiting is stuck: its connection is reset
+ * (request_stuck_ms). */
 #define REQUEST_STUCK_MS 10000
+#define REQUEST_STUCK_MIN_MS 2000
+
+static inline uint64_t
+request_stuck_ms(uint32_t timeout_ms)
+{
+    uint64_t t = (uint64_t)timeout_ms * 10;
+
+    return timeout_ms == 0             ? REQUEST_STUCK_MS
+           : t < REQUEST_STUCK_MIN_MS ? REQUEST_STUCK_MIN_MS
+                                      : t;
+}
 /* Buckets of a worker's table of keys held for a repair (request_rep.c). */
 #define HOLD_BUCKETS 64
 
@@ -93,6 +106,10 @@ struct rworker {
     size_t nholds;
     struct rbar *bars;     /* barriers waiting for replies (request_rep) */
     struct timer bar_timer;
+    /* the keys (by pool and ring hash) whose copies this home compared
+     * since chashd started, while their pool verifies (request_rep) */
+    uint64_t *verified;
+    size_t vcap, vn;
 };
 
 /* Microseconds on the monotonic clock. */

@@ -233,7 +233,6 @@ struct rrep {
                       missing for the answer (it still reports) */
     bool differ;   /* current members answered apart */
     bool quorum_failed;
-    bool verifying;
     struct server *m[REPLICAS_MAX]; /* in preference order (refs held) */
     int st[REPLICAS_MAX];           /* enum rep_state */
     bool cur[REPLICAS_MAX];         /* current for the key (replica.h):
@@ -801,8 +800,6 @@ rep_run(struct rrep *rep)
     }
     rep->n = n;
     rep->log_cap = set->repair_log;
-    rep->verifying =
-        atomic_load_explicit(&rep->pool->rstats.verifying, memory_order_relaxed);
     for (unsigned i = 0; i < n; i++) {
         rep->m[i] = snap->servers[idx[i]];
         server_ref(rep->m[i]);
@@ -817,8 +814,7 @@ rep_run(struct rrep *rep)
     if (rep->flags & PROTO_REQ_WRITE) {
         rep->policy = REP_WRITE;
         rep->need = set->write_quorum < n ? set->write_quorum : n;
-    } else if (rep->rep_one ||
-               (set->read_policy != CONF_READ_QUORUM && !rep->verifying)) {
+    } else if (rep->rep_one || set->read_policy != CONF_READ_QUORUM) {
         rep->policy = REP_READ_ONE;
         rep->need = 1;
         rep_order(rep, hedge);
@@ -826,9 +822,6 @@ rep_run(struct rrep *rep)
     } else {
         rep->policy = REP_READ_QUORUM;
         rep->need = set->read_quorum < n ? set->read_quorum : n;
-        if (rep->verifying && rep->need < n / 2 + 1)
-            rep->need = n / 2 + 1; /* before the copies were compared
-                                      since chashd started: a majority */
     }
     /* the copies hold references: the last one frees <rep> */
     rep->out++;
@@ -857,8 +850,10 @@ rep_run(struct rrep *rep)
         rep_finish(rep);
 }
 
+static bool verify_first(struct rworker *rw, struct rrep *rep);
+
 /* <rep> reached its home <w>: it runs, or waits behind a repair of its
- * key. */
+ * key (or the first comparison of its key since chashd started). */
 static void
 rep_arrive(struct worker *w, struct rrep *rep)
 {
@@ -871,6 +866,8 @@ rep_arrive(struct worker *w, struct rrep *rep)
         rep_free(rep);
         return;
     }
+    if (verify_first(rw, rep))
+        return; /* behind its key's comparison */
     if ((h = hold_find(rw, rep->pool, rep->hash)) != NULL) {
         rep->held.job = false;
         hold_push(h, &rep->held);
@@ -1021,6 +1018,132 @@ job_free(struct rjob *job)
     free(job);
 }
 
+/* ---- the first comparison of each key since chashd started -------------- */
+
+/* Keys a worker remembers having compared, per pool verification: beyond,
+ * it forgets them all (they are compared again on their next request). */
+#define VERIFIED_MAX (1u << 22)
+
+static uint64_t
+verified_key(const struct pool *p, uint64_t hash)
+{
+    return (hash ^ ((uint64_t)(uintptr_t)p * UINT64_C(0x9E3779B97F4A7C15))) |
+           1;
+}
+
+/* Remember that the key of ring hash <hash> of <p> is compared (or being
+ * compared); false when it was already. */
+static bool
+verified_put(struct rworker *rw, const struct pool *p, uint64_t hash)
+{
+    uint64_t k = verified_key(p, hash);
+    size_t i;
+
+    if ((rw->vn + 1) * 2 > rw->vcap) {
+        size_t ncap = rw->vcap ? rw->vcap * 2 : 1024;
+        uint64_t *nv;
+
+        if (rw->vn >= VERIFIED_MAX ||
+            (nv = calloc(ncap, sizeof(*nv))) == NULL) {
+            free(rw->verified);
+            rw->verified = NULL;
+            rw->vcap = rw->vn = 0;
+            return true; /* compared again: harmless */
+        }
+        for (size_t j = 0; j < rw->vcap; j++)
+            if (rw->verified[j] != 0) {
+                size_t q = (size_t)rw->verified[j] & (ncap - 1);
+
+                while (nv[q] != 0)
+                    q = (q + 1) & (ncap - 1);
+                nv[q] = rw->verified[j];
+            }
+        free(rw->verified);
+        rw->verified = nv;
+        rw->vcap = ncap;
+    }
+    for (i = (size_t)k & (rw->vcap - 1); rw->verified[i] != 0;
+         i = (i + 1) & (rw->vcap - 1))
+        if (rw->verified[i] == k)
+            return false;
+    rw->verified[i] = k;
+    rw->vn++;
+    return true;
+}
+
+static void job_arrive(struct worker *w, struct request_repair *r);
+
+/* A comparison this home started for a request: counted, freed. */
+static void
+verify_done(struct request_repair *r)
+{
+    struct replica_stats *st = &r->pool->rstats;
+
+    atomic_fetch_add(&st->repairs, r->written);
+    if (r->divergent)
+        atomic_fetch_add(&st->divergences, 1);
+    if (r->result != REPAIR_OK)
+        atomic_fetch_add(&st->repair_errors, 1);
+    pool_unref(r->pool);
+    free(r->key);
+    free(r);
+}
+
+/*
+ * Since chashd started, a key's copies are not known to agree (writes may
+ * have been on their way when the last chashd stopped, or replicas was
+ * raised): until the repairer compared every key (the pool's
+ * <verifying>), the first request of each key on its home waits for the
+ * key's comparison, a repair with r->verify. True when <rep> waits
+ * behind it (held).
+ */
+static bool
+verify_first(struct rworker *rw, struct rrep *rep)
+{
+    size_t off = 0;
+    struct rhold *h;
+
+    if (!atomic_load_explicit(&rep->pool->rstats.verifying,
+                              memory_order_relaxed)) {
+        if (rw->verified != NULL && rw->vn > 0 && rw->nholds == 0) {
+            /* (a pool verified: what was remembered may go; another
+             * still verifying compares its keys again) */
+            free(rw->verified);
+            rw->verified = NULL;
+            rw->vcap = rw->vn = 0;
+        }
+        return false;
+    }
+    if (!verified_put(rw, rep->pool, rep->hash))
+        return false; /* compared, or held behind its comparison */
+    while (off + sizeof(uint32_t) <= rep->keyslen) {
+        struct request_repair *r = calloc(1, sizeof(*r));
+        uint32_t len;
+
+        memcpy(&len, rep->keys + off, sizeof(len));
+        off += sizeof(len);
+        if (len > rep->keyslen - off || r == NULL ||
+            (r->key = malloc(len ? len : 1)) == NULL) {
+            free(r);
+            break;
+        }
+        memcpy(r->key, rep->keys + off, len);
+        off += len;
+        r->klen = len;
+        r->hash = rep->hash;
+        r->pool = rep->pool;
+        pool_ref(r->pool);
+        r->verify = true;
+        r->done = verify_done;
+        job_arrive(rep->w, r);
+    }
+    if ((h = hold_find(rw, rep->pool, rep->hash)) == NULL)
+        return false;
+    rep->held.job = false;
+    hold_push(h, &rep->held);
+    return true;
+}
+
 /* The repair is over: what waited for the key goes on, and the caller
  * hears of it. */
 static void
@@ -1030,6 +1153,8 @@ job_end(struct rjob *job, int result)
     struct rworker *rw = job->rw;
     struct rhold *h = hold_find(rw, r->pool, job->hash);
 
+    if (r->verify && result == REPAIR_OK)
+        verified_put(rw, r->pool, job->hash);
     r->result = result;
     r->priv = NULL;
     job_free(job);
@@ -1364,6 +1489,44 @@ pick_any(const struct jmember *m)
 }
 
 /*
+ * The first comparison since chashd started (r->verify): among the
+ * members <pick> accepts, a copy beats the key's absence (a key written
+ * before replicas was raised lives on its primary alone; a write that
+ * was on its way when chashd stopped may be anywhere: either is a state
+ * a client may see), and among copies the one most hold, the first in
+ * preference order on a tie. -1 when none was read.
+ */
+static int
+job_vote_present(const struct rjob *job, bool (*pick)(const struct jmember *),
+                 size_t *voters)
+{
+    int best = -1, absent = -1;
+    size_t bestn = 0;
+
+    *voters = 0;
+    for (size_t i = 0; i < job->n; i++) {
+        size_t k = 0;
+
+        if (job->jm[i].st != J_READ || !pick(&job->jm[i]))
+            continue;
+        (*voters)++;
+        if (!job->jm[i].present) {
+            if (absent < 0)
+                absent = (int)i;
+            continue;
+        }
+        for (size_t j = 0; j < job->n; j++)
+            k += job->jm[j].st == J_READ && pick(&job->jm[j]) &&
+                 copy_same(&job->jm[i], &job->jm[j]);
+        if (k > bestn) {
+            bestn = k;
+            best = (int)i;
+        }
+    }
+    return best >= 0 ? best : absent;
+}
+
+/*
  * Every read is in: which copy is the copy. The members that hold
  * current copies vote (they are equal, unless something wrote to the
  * members behind chashd's back, or chashd restarted with writes on their
@@ -1390,11 +1553,21 @@ job_decide(struct rjob *job)
             m->cur = false;
         m->whole = replica_whole(m->s);
     }
-    job->truth = job_vote(job, pick_current, set_in, &voters);
-    if (voters == 0)
-        job->truth = job_vote(job, pick_holder, set_in, &voters);
-    if (voters == 0)
-        job->truth = job_vote(job, pick_any, set_in, &voters);
+    if (job->r->verify) {
+        job->truth = job_vote_present(job, pick_current, &voters);
+        if (voters == 0)
+            job->truth = job_vote_present(job, pick_any, &voters);
+        /* a member of the set that could not be compared: behind */
+        for (size_t i = 0; i < job->n && voters > 0; i++)
+            if ((job->jm[i].role & J_SET) && job->jm[i].st != J_READ)
+                replica_note(job->jm[i].s, job->packed, job->plen, SIZE_MAX);
+    } else {
+        job->truth = job_vote(job, pick_current, set_in, &voters);
+        if (voters == 0)
+            job->truth = job_vote(job, pick_holder, set_in, &voters);
+        if (voters == 0)
+            job->truth = job_vote(job, pick_any, set_in, &voters);
+    }
     if (voters == 0) {
         job->r->failed = NULL;
         for (size_t i = 0; i < job->n && job->r->failed == NULL; i++)
@@ -1587,7 +1760,14 @@ request_rep_report(struct rreq *copy)
 static void
 job_msg_run(struct worker *w, struct worker_msg *m)
 {
-    struct request_repair *r = REQUEST_OF(m, struct request_repair, msg);
+    job_arrive(w, REQUEST_OF(m, struct request_repair, msg));
+}
+
+/* Repair <r> reached its home <w>: it runs, or waits behind another
+ * repair of its key. */
+static void
+job_arrive(struct worker *w, struct request_repair *r)
+{
     struct pool_snapshot *snap = pool_snapshot(r->pool);
     struct rworker *rw = request_rworker(w);
     struct rjob *job = calloc(1, sizeof(*job));
@@ -1704,16 +1884,27 @@ request_rep_ident_reply(struct rserver *s, const char *buf, size_t len)
     long took;
 
     if (s->m->mode->proto->mode == CONF_MODE_MEMCACHE) {
-        /* STAT lines, then END (or ERROR: no stats) */
+        /* STAT lines, then END (or ERROR: no stats); anything else is
+         * not a memcached (something that echoes, say) */
         const char *end = NULL;
+        size_t i = 0;
 
-        for (size_t i = 0; i + 5 <= len && end == NULL; i++)
-            if ((i == 0 || buf[i - 1] == '\n') &&
-                (memcmp(buf + i, "END\r\n", 5) == 0 ||
-                 (i + 7 <= len && memcmp(buf + i, "ERROR\r\n", 7) == 0)))
+        while (end == NULL && i < len) {
+            const char *nl = memchr(buf + i, '\n', len - i);
+            size_t ll;
+
+            if (nl == NULL)
+                return len - i > 4096 ? -1 : 0;
+            ll = (size_t)(nl + 1 - (buf + i));
+            if ((ll == 5 && memcmp(buf + i, "END\r\n", 5) == 0) ||
+                (ll == 7 && memcmp(buf + i, "ERROR\r\n", 7) == 0))
                 end = buf + i;
+            else if (ll < 7 || memcmp(buf + i, "STAT ", 5) != 0)
+                return -1;
+            i += ll;
+        }
         if (end == NULL)
-            return len > 1024 * 1024 ? -1 : 0;
+            return 0;
         took = (long)(end - buf) + (end[0] == 'E' && end[1] == 'N' ? 5 : 7);
         if (end[1] == 'N') {
             long long pid = stat_of(buf, (size_t)took, "pid"),
@@ -1735,6 +1926,8 @@ request_rep_ident_reply(struct rserver *s, const char *buf, size_t len)
         if (st != PROTO_OK || rp.body > 0)
             return -1;
         took = (long)rp.len;
+        if (buf[0] != '$' && buf[0] != '-')
+            return -1; /* not what a redis says to INFO (an echo?) */
         if (resp_bulk(buf, (size_t)rp.len, &v, &vlen) > 0 &&
             (p = memmem(v, vlen, "run_id:", 7)) != NULL &&
             (size_t)(v + vlen - p) >= 7 + 40)
@@ -1915,6 +2108,8 @@ bar_drop(struct worker_msg *m)
 void
 request_rep_close(struct rworker *rw)
 {
+    free(rw->verified);
+    rw->verified = NULL;
     worker_timer_del(rw->w, &rw->bar_timer);
     while (rw->bars != NULL) {
         struct rbar *x = rw->bars;
