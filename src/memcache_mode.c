@@ -516,11 +516,12 @@ flush_all(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
         return -1;
     }
     m->kind = MERGE_FLUSH;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         r->frags[i].member = i;
-        request_send(r, &r->frags[i], snap->servers[i], snap->servers[i]->id,
-                     buf, quiet ? b.len : rq->head, 0);
-    }
+    /* (with replicas: between the same writes of every key on every
+     * member) */
+    request_send_every(r, snap, snap->servers, n, buf,
+                       quiet ? b.len : rq->head);
     rbuf_free(&b);
     return 0;
 }

@@ -518,19 +518,23 @@ fanout(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
        size_t len, struct merge *m)
 {
     size_t n = fanout_members(snap);
+    struct server **members;
 
     if (n == 0) {
         request_error(r, PROTO_ERR_NO_MEMBER, "the pool has no member");
         return 0;
     }
-    if (request_frags(r, n) < 0)
+    if (request_frags(r, n) < 0 ||
+        (members = calloc(n, sizeof(*members))) == NULL)
         return -1;
     for (size_t i = 0; i < n; i++) {
-        struct server *s = fanout_at(snap, i);
-
+        members[i] = fanout_at(snap, i);
         r->frags[i].member = i;
-        request_send(r, &r->frags[i], s, s->id, buf, len, 0);
     }
+    /* (a FLUSHALL with replicas: between the same writes of every key on
+     * every member) */
+    request_send_every(r, snap, members, n, buf, len);
+    free(members);
     (void)m;
     return 0;
 }

@@ -724,8 +724,9 @@ frag_done(struct rfrag *f)
     f->conn = NULL;
     if (--r->pending > 0)
         return;
-    if (r->rep != NULL || r->job != NULL) {
-        /* a replica's copy, or a repair's request: it reports, and goes */
+    if (r->rep != NULL || r->job != NULL || r->pause != NULL) {
+        /* a replica's copy, a repair's request, an ordered fan-out's:
+         * it reports, and goes */
         request_rep_report(r);
         return;
     }

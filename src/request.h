@@ -31,6 +31,7 @@ struct rserver;
 struct rgate;
 struct rrep;
 struct rjob;
+struct rpause;
 
 /* A growable byte buffer: bytes [off, len) are live. */
 struct rbuf {
@@ -111,6 +112,7 @@ struct rreq {
      * or a repair's request to one member, reporting to <job>. */
     struct rrep *rep;
     struct rjob *job;
+    struct rpause *pause; /* or of an ordered fan-out (request_send_every) */
     unsigned rep_idx;
     bool rep_one; /* set by the mode: a reply that differs by member
                      (TTL, SRANDMEMBER...): one member answers a read */
@@ -274,6 +276,20 @@ void request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
                         struct rfrag *f, struct server *s, uint64_t hash,
                         const char *buf, size_t len, uint64_t stream,
                         const char *keys, size_t keyslen);
+
+/*
+ * Send fragment i of <r> (its fragments made, one per member) to
+ * <members>[i], <len> bytes at <buf> each: a fan-out (FLUSHALL, flush_all,
+ * DBSIZE). A write in a pool with replicas touches every key: it goes out
+ * once every worker stopped starting the pool's requests and had every
+ * request it sent them answered, and they go on once every member
+ * answered it -- so it falls between the same two writes of each key on
+ * every member (request_rep.c). A member that misses it is compared
+ * whole. Otherwise request_send, fragment by fragment.
+ */
+void request_send_every(struct rreq *r, const struct pool_snapshot *snap,
+                        struct server *const *members, size_t n,
+                        const char *buf, size_t len);
 
 /* Append key <k> (<len> bytes) to <keys>, packed for request_send_keyed
  * -- only in a pool of <snap> with replicas (the others need no keys:

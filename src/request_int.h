@@ -83,6 +83,8 @@ struct rserver {
 
 struct rhold;
 struct rbar;
+struct rpaused;
+struct rpw;
 struct moved;
 struct rdrain;
 
@@ -106,6 +108,9 @@ struct rworker {
     size_t nholds;
     struct rbar *bars;     /* barriers waiting for replies (request_rep) */
     struct timer bar_timer;
+    /* pools whose requests wait for an ordered fan-out (request_rep) */
+    struct rpaused *paused;
+    struct rpw *pws; /* pauses waiting for their replies */
     /* the keys (by pool and ring hash) whose copies this home compared
      * since chashd started, while their pool verifies (request_rep) */
     uint64_t *verified;

@@ -140,6 +140,7 @@ hold_drop(struct rworker *rw, struct rhold *h)
 
 struct rrep;
 struct rjob;
+static bool pause_take_held(struct rworker *rw, struct rhold *h);
 static void rep_run(struct rrep *rep);
 static void job_run(struct rjob *job);
 static struct rrep *rep_of_held(struct rheld *x);
@@ -150,6 +151,10 @@ static struct rjob *job_of_held(struct rheld *x);
 static void
 hold_release(struct rworker *rw, struct rhold *h)
 {
+    if (pause_take_held(rw, h)) {
+        hold_drop(rw, h); /* what waited waits for the fan-out now */
+        return;
+    }
     while (h->head != NULL) {
         struct rheld *x = h->head;
 
@@ -851,6 +856,8 @@ rep_run(struct rrep *rep)
 }
 
 static bool verify_first(struct rworker *rw, struct rrep *rep);
+static bool pause_hold(struct rworker *rw, const struct pool *p,
+                       struct rheld *x, bool job);
 
 /* <rep> reached its home <w>: it runs, or waits behind a repair of its
  * key (or the first comparison of its key since chashd started). */
@@ -866,6 +873,8 @@ rep_arrive(struct worker *w, struct rrep *rep)
         rep_free(rep);
         return;
     }
+    if (pause_hold(rw, rep->pool, &rep->held, false))
+        return; /* behind an ordered fan-out of its pool */
     if (verify_first(rw, rep))
         return; /* behind its key's comparison */
     if ((h = hold_find(rw, rep->pool, rep->hash)) != NULL) {
@@ -1072,6 +1081,7 @@ verified_put(struct rworker *rw, const struct pool *p, uint64_t hash)
 }
 
 static void job_arrive(struct worker *w, struct request_repair *r);
+static void job_hold(struct rjob *job);
 
 /* A comparison this home started for a request: counted, freed. */
 static void
@@ -1748,11 +1758,15 @@ job_report(struct rreq *q)
     job_done(job); /* (only failures) */
 }
 
+static void pause_report(struct rreq *copy);
+
 void
 request_rep_report(struct rreq *copy)
 {
     if (copy->job != NULL)
         job_report(copy);
+    else if (copy->pause != NULL)
+        pause_report(copy);
     else
         rep_report(copy);
 }
@@ -1772,7 +1786,6 @@ job_arrive(struct worker *w, struct request_repair *r)
     struct rworker *rw = request_rworker(w);
     struct rjob *job = calloc(1, sizeof(*job));
     uint32_t kl = (uint32_t)r->klen;
-    struct rhold *h;
 
     if (job == NULL || rw == NULL || rw->closing ||
         (job->packed = malloc(sizeof(kl) + r->klen)) == NULL ||
@@ -1798,12 +1811,25 @@ job_arrive(struct worker *w, struct request_repair *r)
                                                      : &redis_request_mode;
     job->hash = r->hash;
     job->truth = -1;
-    if ((h = hold_find(rw, r->pool, job->hash)) != NULL) {
+    if (pause_hold(rw, r->pool, &job->held, true))
+        return; /* behind an ordered fan-out of its pool */
+    job_hold(job);
+}
+
+/* <job> takes its key's hold and runs, or waits behind the repair that
+ * holds it. */
+static void
+job_hold(struct rjob *job)
+{
+    struct request_repair *r = job->r;
+    struct rhold *h;
+
+    if ((h = hold_find(job->rw, r->pool, job->hash)) != NULL) {
         job->held.job = true;
         hold_push(h, &job->held);
         return;
     }
-    if (hold_make(rw, r->pool, job->hash) == NULL) {
+    if (hold_make(job->rw, r->pool, job->hash) == NULL) {
         job_free(job);
         r->priv = NULL;
         r->result = REPAIR_FAILED;
@@ -1969,6 +1995,7 @@ struct rbar {
 
 #define BAR_CHECK_MS 5
 
+static void pause_check(struct rworker *rw);
 static void bar_run(struct worker *w, struct worker_msg *m);
 static void bar_drop(struct worker_msg *m);
 
@@ -2049,7 +2076,8 @@ bar_timer(struct worker *w, struct timer *t)
         *pp = x->next;
         bar_pass(x);
     }
-    if (rw->bars != NULL)
+    pause_check(rw);
+    if (rw->bars != NULL || rw->pws != NULL)
         worker_timer_set(w, &rw->bar_timer, w->now_ms + BAR_CHECK_MS);
 }
 
@@ -2103,6 +2131,399 @@ bar_drop(struct worker_msg *m)
     free(x);
 }
 
+/* ---- ordered fan-outs (a flush in a pool with replicas) ----------------- */
+
+/*
+ * A write to every member that touches every key (FLUSHALL, FLUSHDB,
+ * flush_all). Each key's writes reach the members in one order, through
+ * its home; a flush sent at once by the client's worker could land
+ * before a key's write on one member and after it on another. So the
+ * pool pauses: every worker stops starting the pool's requests (they
+ * wait, in order), lets its running repairs end, and waits until what it
+ * sent the members is answered; once all have, the flush goes out; once
+ * every member answered it, the workers go on. A member that did not
+ * take it is compared whole.
+ */
+struct rpause {
+    struct worker_msg msg; /* GO, to the origin */
+    _Atomic int refs;      /* (atomic) the origin, each worker's pause */
+    _Atomic unsigned left; /* (atomic) workers not paused yet */
+    struct pool *pool;     /* (ref held) */
+    struct worker *origin;
+    struct rreq *r; /* the client's request (the origin's) */
+    struct server **m; /* [n] (refs held) */
+    size_t n;
+    char *buf; /* what each member is sent */
+    size_t len;
+    size_t out; /* fan-out copies not answered yet (the origin's) */
+};
+
+/* The pause of one pool on one worker: what waits for it. */
+struct rpaused {
+    struct rpaused *next;
+    const struct pool *pool;
+    unsigned count; /* fan-outs pausing it */
+    struct rheld *head, *tail;
+};
+
+/* A fan-out's pause on one worker, until its sent requests are answered
+ * and its repairs of the pool are over. */
+struct rpw {
+    struct worker_msg msg;
+    struct rpw *next;
+    struct rpause *p;
+    bool resume; /* the message resumes (else it pauses) */
+    size_t n;
+    struct rbar_mark *marks;
+};
+
+static void
+pause_unref(struct rpause *p)
+{
+    if (atomic_fetch_sub(&p->refs, 1) != 1)
+        return;
+    for (size_t i = 0; i < p->n; i++)
+        server_unref(p->m[i]);
+    free(p->m);
+    free(p->buf);
+    pool_unref(p->pool);
+    free(p);
+}
+
+static struct rpaused *
+paused_of(struct rworker *rw, const struct pool *p)
+{
+    for (struct rpaused *x = rw->paused; x != NULL; x = x->next)
+        if (x->pool == p)
+            return x;
+    return NULL;
+}
+
+/* <x> (a request, or a repair when <job>) of pool <p> waits when the pool
+ * is paused on <rw>: true then. */
+static bool
+pause_hold(struct rworker *rw, const struct pool *p, struct rheld *x,
+           bool job)
+{
+    struct rpaused *pz;
+
+    if (rw->paused == NULL || (pz = paused_of(rw, p)) == NULL)
+        return false;
+    x->job = job;
+    x->next = NULL;
+    if (pz->tail != NULL)
+        pz->tail->next = x;
+    else
+        pz->head = x;
+    pz->tail = x;
+    return true;
+}
+
+/* A repair of a paused pool is over: what waited behind it arrived before
+ * the pause, so it goes first in the pause's queue. True when it did. */
+static bool
+pause_take_held(struct rworker *rw, struct rhold *h)
+{
+    struct rpaused *pz;
+
+    if (rw->paused == NULL || h->head == NULL ||
+        (pz = paused_of(rw, h->pool)) == NULL)
+        return false;
+    h->tail->next = pz->head;
+    pz->head = h->head;
+    if (pz->tail == NULL)
+        pz->tail = h->tail;
+    h->head = h->tail = NULL;
+    return true;
+}
+
+/* Whether a repair of pool <p> runs on <rw>. */
+static bool
+pool_repairing(const struct rworker *rw, const struct pool *p)
+{
+    if (rw->nholds == 0)
+        return false;
+    for (size_t b = 0; b < HOLD_BUCKETS; b++)
+        for (const struct rhold *h = rw->holds[b]; h != NULL; h = h->next)
+            if (h->pool == p)
+                return true;
+    return false;
+}
+
+static void pause_go(struct worker *w, struct worker_msg *m);
+static void pause_go_drop(struct worker_msg *m);
+
+/* <x>'s worker is paused for its fan-out: counted, and the last one tells
+ * the origin to send it. Frees <x>. */
+static void
+pause_ready(struct rpw *x)
+{
+    struct rpause *p = x->p;
+
+    free(x->marks);
+    free(x);
+    if (atomic_fetch_sub(&p->left, 1) == 1) {
+        p->msg.run = pause_go;
+        p->msg.drop = pause_go_drop;
+        if (worker_post(p->origin->id, &p->msg) < 0)
+            pause_go_drop(&p->msg);
+    }
+    pause_unref(p);
+}
+
+/* The bar timer's: the pauses whose replies came. */
+static void
+pause_check(struct rworker *rw)
+{
+    struct rpw **pp = &rw->pws;
+
+    while (*pp != NULL) {
+        struct rpw *x = *pp;
+        bool clear = !pool_repairing(rw, x->p->pool);
+
+        for (size_t i = 0; clear && i < x->n; i++)
+            clear = x->marks[i].s->answered >= x->marks[i].mark;
+        if (!clear) {
+            pp = &x->next;
+            continue;
+        }
+        *pp = x->next;
+        pause_ready(x);
+    }
+}
+
+static void bar_timer(struct worker *w, struct timer *t);
+
+/* PAUSE, on each worker. */
+static void
+pause_run(struct worker *w, struct worker_msg *m)
+{
+    struct rpw *x = REQUEST_OF(m, struct rpw, msg);
+    struct rworker *rw = request_rworker(w);
+    struct rpaused *pz;
+    size_t cap = 0;
+
+    if (rw == NULL) {
+        pause_ready(x);
+        return;
+    }
+    if ((pz = paused_of(rw, x->p->pool)) == NULL) {
+        pz = calloc(1, sizeof(*pz));
+        if (pz == NULL) {
+            pause_ready(x); /* (out of memory: not paused; rare) */
+            return;
+        }
+        pz->pool = x->p->pool;
+        pz->next = rw->paused;
+        rw->paused = pz;
+    }
+    pz->count++;
+    for (size_t b = 0; b < MEMBER_BUCKETS; b++)
+        for (struct rmember *mb = rw->table[b]; mb != NULL; mb = mb->next)
+            cap += mb->pool == x->p->pool ? mb->nconns : 0;
+    x->marks = cap ? calloc(cap, sizeof(*x->marks)) : NULL;
+    for (size_t b = 0; b < MEMBER_BUCKETS && x->marks != NULL; b++)
+        for (struct rmember *mb = rw->table[b]; mb != NULL; mb = mb->next)
+            for (size_t c = 0; mb->pool == x->p->pool && c < mb->nconns; c++)
+                if (mb->conns[c] != NULL &&
+                    mb->conns[c]->sent > mb->conns[c]->answered) {
+                    x->marks[x->n].s = mb->conns[c];
+                    x->marks[x->n++].mark = mb->conns[c]->sent;
+                }
+    x->next = rw->pws;
+    rw->pws = x;
+    pause_check(rw);
+    if (rw->pws != NULL) {
+        rw->bar_timer.on_expire = bar_timer;
+        worker_timer_set(w, &rw->bar_timer, w->now_ms + BAR_CHECK_MS);
+    }
+}
+
+/* RESUME, on each worker: the pool goes on when no fan-out pauses it,
+ * what waited first, in its order. */
+static void
+resume_run(struct worker *w, struct worker_msg *m)
+{
+    struct rpw *x = REQUEST_OF(m, struct rpw, msg);
+    struct rworker *rw = w->requests;
+    struct rpaused **pp = rw != NULL ? &rw->paused : NULL, *pz;
+    struct rheld *q;
+
+    while (pp != NULL && *pp != NULL && (*pp)->pool != x->p->pool)
+        pp = &(*pp)->next;
+    pause_unref(x->p);
+    free(x);
+    if (pp == NULL || (pz = *pp) == NULL || --pz->count > 0)
+        return;
+    *pp = pz->next;
+    q = pz->head;
+    free(pz);
+    while (q != NULL) {
+        struct rheld *next = q->next;
+
+        q->next = NULL;
+        if (q->job)
+            job_hold(job_of_held(q));
+        else
+            rep_arrive(w, rep_of_held(q));
+        q = next;
+    }
+}
+
+static void
+pw_drop(struct worker_msg *m)
+{
+    struct rpw *x = REQUEST_OF(m, struct rpw, msg);
+
+    pause_unref(x->p);
+    free(x->marks);
+    free(x);
+}
+
+/* Post PAUSE (or RESUME) of <p> to every worker. */
+static void
+pause_post(struct rpause *p, bool resume)
+{
+    unsigned n = worker_count();
+
+    for (unsigned i = 0; i < n; i++) {
+        struct rpw *x = calloc(1, sizeof(*x));
+
+        if (x == NULL) {
+            /* (a pause not sent never ends: its fan-out waits for good;
+             * a resume not sent leaves the pool paused there: both only
+             * when out of memory, said in the log) */
+            log_error("replication: out of memory: pool %s's ordered "
+                      "fan-out cannot reach worker %u",
+                      p->pool->name, i);
+            continue;
+        }
+        atomic_fetch_add(&p->refs, 1);
+        x->p = p;
+        x->resume = resume;
+        x->msg.run = resume ? resume_run : pause_run;
+        x->msg.drop = pw_drop;
+        if (worker_post(i, &x->msg) < 0)
+            pw_drop(&x->msg);
+    }
+}
+
+/* Every worker is paused: the origin sends the fan-out, a copy per member
+ * (each answers the client's fragment of it). */
+static void
+pause_go(struct worker *w, struct worker_msg *m)
+{
+    struct rpause *p = REQUEST_OF(m, struct rpause, msg);
+
+    p->out = p->n + 1; /* (held through the sends) */
+    for (size_t i = 0; i < p->n; i++) {
+        struct rreq *copy = calloc(1, sizeof(*copy));
+        struct rserver *s;
+
+        if (copy == NULL || request_frags(copy, 1) < 0) {
+            free(copy);
+            p->out--;
+            request_frag_fail(&p->r->frags[i], PROTO_ERR_CLOSED);
+            replica_note_whole(p->m[i], "it missed a flush");
+            continue;
+        }
+        copy->mode = p->r->mode;
+        copy->command = p->r->command;
+        copy->flags = p->r->flags;
+        copy->start_us = request_now_us();
+        copy->start_ms = w->now_ms;
+        copy->pause = p;
+        copy->rep_idx = (unsigned)i;
+        s = request_send_on(w, p->pool, copy->mode, &copy->one, p->m[i],
+                            p->m[i]->id);
+        if (s != NULL)
+            request_conn_queue(s, &copy->one, p->buf, p->len);
+    }
+    if (--p->out == 0) {
+        pause_post(p, true);
+        pause_unref(p);
+    }
+}
+
+/* The origin exited before the fan-out could go: its request is an
+ * orphan, freed with the fragments that never get their answer. */
+static void
+pause_go_drop(struct worker_msg *m)
+{
+    struct rpause *p = REQUEST_OF(m, struct rpause, msg);
+
+    for (size_t i = 0; i < p->n; i++)
+        orphan_drop(&p->r->frags[i]);
+    pause_unref(p);
+}
+
+/* A fan-out copy is answered: the client's fragment gets its reply; a
+ * member that did not take it is compared whole; the last one lets the
+ * workers go on. */
+static void
+pause_report(struct rreq *copy)
+{
+    struct rpause *p = copy->pause;
+    size_t i = copy->rep_idx;
+    struct rfrag *f = &p->r->frags[i];
+
+    if (copy->one.failed || copy->one.error)
+        replica_note_whole(p->m[i], copy->one.failed
+                                        ? "it missed a flush"
+                                        : "it refused a flush");
+    f->error = copy->one.error;
+    if (request_frag_data(f, copy->reply.data + copy->reply.off,
+                          rbuf_size(&copy->reply)) < 0 &&
+        f->req->client != NULL)
+        f->req->client->closing = true;
+    copy->pause = NULL;
+    request_req_free(copy);
+    request_frag_done(f);
+    if (--p->out == 0) {
+        pause_post(p, true);
+        pause_unref(p);
+    }
+}
+
+void
+request_send_every(struct rreq *r, const struct pool_snapshot *snap,
+                   struct server *const *members, size_t n, const char *buf,
+                   size_t len)
+{
+    struct rpause *p;
+
+    if (snap->set.replicas <= 1 || !(r->flags & PROTO_REQ_WRITE)) {
+        for (size_t i = 0; i < n; i++)
+            request_send(r, &r->frags[i], members[i], members[i]->id, buf,
+                         len, 0);
+        return;
+    }
+    p = calloc(1, sizeof(*p));
+    if (p == NULL || (p->m = calloc(n ? n : 1, sizeof(*p->m))) == NULL ||
+        (p->buf = malloc(len ? len : 1)) == NULL) {
+        if (p != NULL)
+            free(p->m);
+        free(p);
+        for (size_t i = 0; i < n; i++)
+            request_frag_fail(&r->frags[i], PROTO_ERR_CLOSED);
+        return;
+    }
+    atomic_store(&p->refs, 1);
+    atomic_store(&p->left, worker_count());
+    p->pool = r->client->pool;
+    pool_ref(p->pool);
+    p->origin = r->client->w;
+    p->r = r;
+    for (size_t i = 0; i < n; i++) {
+        p->m[i] = members[i];
+        server_ref(members[i]);
+    }
+    p->n = n;
+    memcpy(p->buf, buf, len);
+    p->len = len;
+    pause_post(p, false);
+}
+
 /* ---- worker exit --------------------------------------------------------- */
 
 void
@@ -2110,6 +2531,37 @@ request_rep_close(struct rworker *rw)
 {
     free(rw->verified);
     rw->verified = NULL;
+    while (rw->pws != NULL) {
+        struct rpw *x = rw->pws;
+
+        rw->pws = x->next;
+        pw_drop(&x->msg); /* (its fan-out never goes: chashd stops) */
+    }
+    while (rw->paused != NULL) {
+        struct rpaused *pz = rw->paused;
+
+        rw->paused = pz->next;
+        while (pz->head != NULL) {
+            struct rheld *x = pz->head;
+
+            pz->head = x->next;
+            if (x->job) {
+                struct rjob *job = job_of_held(x);
+                struct request_repair *r = job->r;
+
+                job_free(job);
+                r->priv = NULL;
+                r->result = REPAIR_FAILED;
+                r->done(r);
+            } else {
+                struct rrep *rep = rep_of_held(x);
+
+                rep_answer(rep, -1, "chashd is stopping");
+                rep_free(rep);
+            }
+        }
+        free(pz);
+    }
     worker_timer_del(rw->w, &rw->bar_timer);
     while (rw->bars != NULL) {
         struct rbar *x = rw->bars;

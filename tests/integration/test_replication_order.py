@@ -22,6 +22,7 @@ from admin_util import admin_global
 from conftest import CHASHD, free_port, wait_for
 from redis_util import Err, RedisServer, Simple, pool_yaml
 from redis_util import chashd_redis  # noqa: F401 (a fixture)
+from mc_util import chashd_memcache  # noqa: F401 (a fixture)
 from replication_util import Replicated, join_all, start_clients
 
 POOL = "store"
@@ -330,3 +331,118 @@ def test_members_from_etcd_with_replicas_is_refused(tmp_path):
     assert re.search(r"c\.yml:\d+: 'replicas: 3' is not supported in pool "
                      r"'store' with 'members_from: etcd' yet", p.stderr), \
         p.stderr
+
+
+def flush_race(r, clients, write, flush, read_copies, seconds=2.0):
+    """<clients> threads call write(c, [(key, value)...]) -- pipelined
+    appends of unique elements, so nothing a later write does hides an
+    earlier one -- on 40 keys while one calls flush(c) over and over, for
+    <seconds>. Then,
+    for every key, the copies on the members of its set (read_copies(key))
+    must be all equal: a flush that fell after an append of a key on one
+    member and before it on another would leave them apart for good
+    (nothing notes that for a repair). Returns (writes, flushes,
+    problems)."""
+    keys = ["fk%d" % i for i in range(40)]
+    stop = threading.Event()
+    counts, problems = {"w": 0, "f": 0}, []
+    lock = threading.Lock()
+
+    def writer(stop, tid):
+        with r.client(timeout=10) as c:
+            n = 0
+            while not stop.is_set():
+                batch = [(keys[(tid * 7 + n + i) % len(keys)],
+                          "%d.%d" % (tid, n + i)) for i in range(20)]
+                got = write(c, batch)
+                with lock:
+                    problems.extend(("write", g) for g in got
+                                    if g is not True)
+                    counts["w"] += len(batch)
+                n += len(batch)
+
+    def flusher(stop):
+        with r.client(timeout=10) as c:
+            while not stop.is_set():
+                got = flush(c)
+                with lock:
+                    if got is not True:
+                        problems.append(("flush", got))
+                    counts["f"] += 1
+    threads = start_clients(stop, [lambda s, t=t: writer(s, t)
+                                   for t in range(clients)] + [flusher])
+    try:
+        time.sleep(seconds)
+    finally:
+        join_all(stop, threads)
+    r.wait_repaired()
+    for k in keys:
+        copies = read_copies(k)
+        if len(set(copies.values())) != 1:
+            problems.append(("apart", k, copies))
+    return counts["w"], counts["f"], problems
+
+
+def test_a_flushall_falls_between_the_same_writes_on_every_member(rep):
+    """FLUSHALL (allow_fanout_admin) while eight clients SET forty keys:
+    the pool pauses its writes, the flush goes to every member between the
+    same two writes of each key, and the writes go on. Afterwards every
+    key's copies are equal on its members, and no request failed."""
+    r = rep(n=4, allow_fanout_admin="true", read_policy="primary")
+
+    def write(c, batch):
+        got = c.pipeline([("RPUSH", k, v) for k, v in batch])
+        return [isinstance(g, int) or g for g in got]
+
+    def flush(c):
+        got = c.call("FLUSHALL")
+        return got == Simple("OK") or got
+
+    def copies(k):
+        return {m: tuple(r.direct(m, "LRANGE", k, 0, -1))
+                for m in r.sets([k])[k]}
+    writes, flushes, problems = flush_race(r, 8, write, flush, copies)
+    assert problems == [], problems[:5]
+    assert writes > 200 and flushes > 10, (writes, flushes)
+
+
+def test_a_memcache_flush_all_falls_between_the_same_writes(procs,
+                                                          chashd_memcache):
+    """The same with memcached's flush_all (the element appended with
+    `append`, or `add` when the key is gone)."""
+    from mc_util import MemcachedServer, mc_pool
+
+    class McRep(Replicated):
+        def __init__(self):
+            super().__init__(procs, chashd_memcache, MemcachedServer,
+                             lambda *a, **o: mc_pool(*a, **o), POOL, "m", 4,
+                             allow_fanout_admin="true")
+    r = McRep()
+
+    def write1(c, k, v):
+        v = v + ","
+        for verb in (b"append", b"add", b"append"):
+            got = c.call(b"%s %s 0 0 %d\r\n%s\r\n" % (
+                verb, k.encode(), len(v), v.encode()))
+            if got == b"STORED\r\n":
+                return True
+            if got != b"NOT_STORED\r\n":
+                return got
+        return True  # (a flush between each: the element is simply gone)
+
+    def write(c, batch):
+        return [write1(c, k, v) for k, v in batch]
+
+    def flush(c):
+        got = c.call(b"flush_all\r\n")
+        return got == b"OK\r\n" or got
+
+    def copies(k):
+        out = {}
+        for m in r.sets([k])[k]:
+            with r.by_name(m).client() as c:
+                out[m] = c.call(b"get %s\r\n" % k.encode())
+        return out
+    writes, flushes, problems = flush_race(r, 8, write, flush, copies)
+    assert problems == [], problems[:5]
+    assert writes > 200 and flushes > 10, (writes, flushes)
