@@ -341,6 +341,15 @@ same_member(struct rreq *r, const struct pool_snapshot *snap,
         if (used >= sizeof(list))
             used = sizeof(list) - 1;
     }
+    if (cross && snap->set.replicas > 1) {
+        answer_error(r,
+                     "CROSSSERVER Keys in request don't share a hash (%s): "
+                     "in a pool with replicas the keys of one command must "
+                     "have one hash tag, so that one order holds for their "
+                     "writes",
+                     list);
+        return NULL;
+    }
     if (cross) {
         answer_error(r,
                      "CROSSSERVER Keys in request don't hash to the same "
@@ -1075,6 +1084,16 @@ redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
     if (rq->flags & PROTO_REQ_REFUSED) {
         /* a wrong arity, and the like: Redis' own words */
         answer_error(r, "ERR %s", rq->err ? rq->err : "bad request");
+        return 0;
+    }
+    if (snap->set.replicas > 1 && strcmp(name, "spop") == 0) {
+        /* each member would pop a member of its own choice: the copies
+         * would part at once (Redis' own replication sends an SREM of the
+         * one it popped) */
+        answer_error(r,
+                     "ERR SPOP removes a random member: in a pool with "
+                     "replicas each copy would lose a different one; use "
+                     "SRANDMEMBER, then SREM what it gave");
         return 0;
     }
     switch (cmd->kind) {
