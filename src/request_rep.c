@@ -217,10 +217,7 @@ struct rrep {
                       starts at <rot> */
     unsigned rot;
     uint64_t hash; /* the ring hash of its keys (one for all) */
-    char *req;     /* what each member is sent */
-    size_t reqlen;
-    char *keys; /* packed (request_key_pack) */
-    size_t keyslen;
+    size_t reqlen, keyslen;
     /* the home's */
     struct worker *w;
     struct timer timer;   /* the deadline, or a read's hedge */
@@ -238,13 +235,19 @@ struct rrep {
                       missing for the answer (it still reports) */
     bool differ;   /* current members answered apart */
     bool quorum_failed;
+    size_t log_cap; /* repair_log */
+    /* From here on, not zeroed when a cached one is reused (rep_get): the
+     * arrays' first <n> entries are set by rep_run, the buffers kept. */
     struct server *m[REPLICAS_MAX]; /* in preference order (refs held) */
     int st[REPLICAS_MAX];           /* enum rep_state */
     bool cur[REPLICAS_MAX];         /* current for the key (replica.h):
                                        its reply counts */
     bool judged[REPLICAS_MAX];      /* noted (or found right) already */
     struct rbuf reply[REPLICAS_MAX];
-    size_t log_cap; /* repair_log */
+    char *req; /* what each member is sent */
+    size_t reqcap;
+    char *keys; /* packed (request_key_pack) */
+    size_t keyscap;
 };
 
 static struct rrep *
@@ -258,9 +261,119 @@ struct rreply {
     struct worker_msg msg;
     struct rfrag *f;
     bool error;
-    size_t len;
+    size_t len, cap;
     char data[];
 };
+
+/* ---- the pieces' caches -------------------------------------------------- */
+
+/* What each worker keeps (struct rworker's cache): requests (struct rrep,
+ * with their buffers), copies (struct rreq, with their reply buffer),
+ * answers (struct rreply of REPLY_INLINE bytes). A piece freed by one
+ * worker goes to its cache, whoever allocated it: the traffic between
+ * two workers goes both ways, the caches stay fed. */
+enum { CACHE_REP, CACHE_COPY, CACHE_REPLY };
+#define CACHE_MAX 1024
+#define CACHE_BUF_MAX (64 * 1024) /* a larger buffer is not kept */
+#define REPLY_INLINE 256
+
+static void *
+cache_get(struct rworker *rw, int kind)
+{
+    void *p = rw != NULL ? rw->cache[kind] : NULL;
+
+    if (p != NULL) {
+        memcpy(&rw->cache[kind], p, sizeof(void *));
+        rw->ncache[kind]--;
+    }
+    return p;
+}
+
+/* Keep <p> (its first bytes become the link); false when it must be freed
+ * instead (no worker, one that exits, a full cache). */
+static bool
+cache_put(struct rworker *rw, int kind, void *p)
+{
+    if (rw == NULL || rw->closing || rw->ncache[kind] >= CACHE_MAX)
+        return false;
+    memcpy(p, &rw->cache[kind], sizeof(void *));
+    rw->cache[kind] = p;
+    rw->ncache[kind]++;
+    return true;
+}
+
+/* An rbuf emptied for reuse: its memory kept unless large. */
+static void
+rbuf_reset(struct rbuf *b)
+{
+    if (b->cap > CACHE_BUF_MAX)
+        rbuf_free(b);
+    b->off = b->len = 0;
+}
+
+/* A copy (a request of no client with one fragment), from <rw>'s cache. */
+static struct rreq *
+copy_get(struct rworker *rw)
+{
+    struct rreq *q = cache_get(rw, CACHE_COPY);
+
+    if (q != NULL) {
+        struct rbuf keep = q->reply;
+
+        memset(q, 0, sizeof(*q));
+        q->reply = keep;
+    } else if ((q = calloc(1, sizeof(*q))) == NULL) {
+        return NULL;
+    }
+    if (request_frags(q, 1) < 0) {
+        free(q);
+        return NULL;
+    }
+    return q;
+}
+
+/* A copy that reported: kept by <rw>, or freed. */
+static void
+copy_put(struct rworker *rw, struct rreq *q)
+{
+    rbuf_free(&q->one.pending);
+    rbuf_free(&q->one.reply);
+    rbuf_free(&q->one.bkeys);
+    rbuf_reset(&q->reply);
+    if (q->one.keys != NULL || q->one.gate_error != NULL ||
+        q->one.hold_to != NULL || q->one.gates != NULL ||
+        !cache_put(rw, CACHE_COPY, q)) {
+        q->rep = NULL;
+        q->job = NULL;
+        q->pause = NULL;
+        request_req_free(q);
+    }
+}
+
+/* Free what <rw>'s caches hold (worker exit). */
+static void
+cache_free(struct rworker *rw)
+{
+    void *p;
+
+    while ((p = cache_get(rw, CACHE_REP)) != NULL) {
+        struct rrep *rep = p;
+
+        free(rep->req);
+        free(rep->keys);
+        for (unsigned i = 0; i < REPLICAS_MAX; i++)
+            rbuf_free(&rep->reply[i]);
+        free(rep);
+    }
+    while ((p = cache_get(rw, CACHE_COPY)) != NULL) {
+        struct rreq *q = p;
+
+        rbuf_free(&q->reply);
+        free(q);
+    }
+    while ((p = cache_get(rw, CACHE_REPLY)) != NULL)
+        free(p);
+}
 
 int
 request_key_pack(const struct pool_snapshot *snap, struct rbuf *keys,
@@ -275,19 +388,63 @@ request_key_pack(const struct pool_snapshot *snap, struct rbuf *keys,
                : 0;
 }
 
+/* Free <rep>, or keep it in the cache of <rw> (the worker freeing it; NULL
+ * off the workers). */
 static void
-rep_free(struct rrep *rep)
+rep_free(struct rrep *rep, struct rworker *rw)
 {
     if (rep->w != NULL)
         worker_timer_del(rep->w, &rep->timer);
-    for (unsigned i = 0; i < rep->n; i++) {
+    for (unsigned i = 0; i < rep->n; i++)
         server_unref(rep->m[i]);
-        rbuf_free(&rep->reply[i]);
-    }
+    for (unsigned i = 0; i < REPLICAS_MAX; i++)
+        rbuf_reset(&rep->reply[i]);
     pool_unref(rep->pool);
+    if (rep->reqcap > CACHE_BUF_MAX || rep->keyscap > CACHE_BUF_MAX ||
+        !cache_put(rw, CACHE_REP, rep)) {
+        free(rep->req);
+        free(rep->keys);
+        for (unsigned i = 0; i < REPLICAS_MAX; i++)
+            rbuf_free(&rep->reply[i]);
+        free(rep);
+    }
+}
+
+/* A request with room for <len> bytes and <keyslen> of keys, from <rw>'s
+ * cache; NULL when out of memory. */
+static struct rrep *
+rep_get(struct rworker *rw, size_t len, size_t keyslen)
+{
+    struct rrep *rep = cache_get(rw, CACHE_REP);
+
+    if (rep != NULL)
+        memset(rep, 0, offsetof(struct rrep, m));
+    else if ((rep = calloc(1, sizeof(*rep))) == NULL)
+        return NULL;
+    if (rep->reqcap < len + 1) {
+        char *n = realloc(rep->req, len + 1);
+
+        if (n == NULL)
+            goto fail;
+        rep->req = n;
+        rep->reqcap = len + 1;
+    }
+    if (rep->keyscap < keyslen + 1) {
+        char *n = realloc(rep->keys, keyslen + 1);
+
+        if (n == NULL)
+            goto fail;
+        rep->keys = n;
+        rep->keyscap = keyslen + 1;
+    }
+    return rep;
+fail:
     free(rep->req);
     free(rep->keys);
+    for (unsigned i = 0; i < REPLICAS_MAX; i++)
+        rbuf_free(&rep->reply[i]);
     free(rep);
+    return NULL;
 }
 
 /* A fragment whose answer will never come (its worker, and every other,
@@ -308,13 +465,13 @@ reply_run(struct worker *w, struct worker_msg *m)
     struct rreply *rr = REQUEST_OF(m, struct rreply, msg);
     struct rfrag *f = rr->f;
 
-    (void)w;
     f->error = rr->error;
     if (request_frag_data(f, rr->data, rr->len) < 0 &&
         f->req->client != NULL)
         f->req->client->closing = true; /* out of memory: close, in order */
     request_frag_done(f);
-    free(rr);
+    if (rr->cap != REPLY_INLINE || !cache_put(w->requests, CACHE_REPLY, rr))
+        free(rr);
 }
 
 static void
@@ -342,7 +499,9 @@ rep_deliver(struct rrep *rep, const char *data, size_t len, bool error)
         request_frag_done(f);
         return;
     }
-    rr = malloc(sizeof(*rr) + len);
+    rr = len <= REPLY_INLINE ? cache_get(rep->w->requests, CACHE_REPLY) : NULL;
+    if (rr == NULL)
+        rr = malloc(sizeof(*rr) + (len <= REPLY_INLINE ? REPLY_INLINE : len));
     if (rr == NULL) {
         /* No memory for the answer: the fragment must still end, and an
          * error reply is what is left (a static one, no allocation). */
@@ -351,7 +510,7 @@ rep_deliver(struct rrep *rep, const char *data, size_t len, bool error)
         bool mc = rep->mode->proto->mode == CONF_MODE_MEMCACHE;
 
         len = mc ? sizeof(oom_mc) - 1 : sizeof(oom_redis) - 1;
-        rr = malloc(sizeof(*rr) + len);
+        rr = malloc(sizeof(*rr) + REPLY_INLINE);
         if (rr == NULL) {
             log_error("replication: out of memory: a client's reply is "
                       "lost");
@@ -365,6 +524,7 @@ rep_deliver(struct rrep *rep, const char *data, size_t len, bool error)
     rr->f = f;
     rr->error = error;
     rr->len = len;
+    rr->cap = len <= REPLY_INLINE ? REPLY_INLINE : len;
     memcpy(rr->data, data, len);
     if (worker_post(rep->origin->id, &rr->msg) < 0)
         reply_drop(&rr->msg);
@@ -568,8 +728,15 @@ rep_decide(struct rrep *rep)
                                   "replica set could answer");
         return;
     }
-    bok = rep_best(rep, false, &cok);
     best = rep_best(rep, true, &count);
+    if (best < 0 || rep->st[best] == REP_OK) {
+        /* the reply most gave is a success: it is also the success most
+         * gave (an error never equals a success) */
+        bok = best;
+        cok = count;
+    } else {
+        bok = rep_best(rep, false, &cok);
+    }
     if (rep->policy == REP_WRITE) {
         if (bok >= 0 && cok >= rep->need) {
             rep_answer(rep, bok, NULL); /* its acknowledgement */
@@ -589,6 +756,12 @@ rep_decide(struct rrep *rep)
             rep_answer(rep, best, NULL);
             goto judge;
         }
+        if (pending > 0 && count + pending >= rep->need)
+            return;
+        /* one failed, or they answered apart: one more member, if any
+         * (its answer may make the quorum) */
+        if (!rep->expired && rep_next(rep))
+            return;
         if (pending > 0)
             return;
     }
@@ -637,7 +810,7 @@ rep_finish(struct rrep *rep)
         atomic_fetch_add(&rep->pool->rstats.divergences, 1);
     if (rep->policy == REP_WRITE && missed && !rep->quorum_failed)
         atomic_fetch_add(&rep->pool->rstats.partial_writes, 1);
-    rep_free(rep);
+    rep_free(rep, rep->w->requests);
 }
 
 static void
@@ -677,7 +850,7 @@ rep_report(struct rreq *copy)
     rep->reply[i] = copy->reply;
     copy->reply = t;
     copy->rep = NULL;
-    request_req_free(copy);
+    copy_put(rep->w->requests, copy);
     /* (its count on rep->out is held through the decision, which may
      * send, and see a send fail at once) */
     if (rep->st[i] == REP_FAILED) {
@@ -703,13 +876,12 @@ rep_report(struct rreq *copy)
 static void
 rep_send(struct rrep *rep, unsigned i)
 {
-    struct rreq *copy = calloc(1, sizeof(*copy));
+    struct rreq *copy = copy_get(rep->w->requests);
     struct rserver *s;
 
     rep->st[i] = REP_PENDING;
     rep->out++;
-    if (copy == NULL || request_frags(copy, 1) < 0) {
-        free(copy);
+    if (copy == NULL) {
         rep->st[i] = REP_FAILED;
         rep->out--;
         if (rep->policy == REP_WRITE)
@@ -800,12 +972,15 @@ rep_run(struct rrep *rep)
         n = (unsigned)chash_ring_lookup_n(snap->ring, rep->hash, idx, replicas);
     if (n == 0) {
         rep_answer(rep, -1, "no member available: no member owns any key");
-        rep_free(rep);
+        rep_free(rep, rep->w->requests);
         return;
     }
     rep->n = n;
     rep->log_cap = set->repair_log;
     for (unsigned i = 0; i < n; i++) {
+        rep->st[i] = REP_NOT_SENT;
+        rep->judged[i] = false;
+        rep->reply[i].off = rep->reply[i].len = 0;
         rep->m[i] = snap->servers[idx[i]];
         server_ref(rep->m[i]);
         /* current: holds the current placement's copy (not being filled)
@@ -825,24 +1000,28 @@ rep_run(struct rrep *rep)
         rep_order(rep, hedge);
         rep->hedge_ms = n > 1 ? rep->w->now_ms + hedge : 0;
     } else {
+        /* read_quorum of the current members, the next one asked only
+         * when one fails, answers apart or is slow: the current members
+         * hold equal copies, a third copy read would say the same */
         rep->policy = REP_READ_QUORUM;
         rep->need = set->read_quorum < n ? set->read_quorum : n;
+        rep_order(rep, hedge);
+        rep->hedge_ms = n > rep->need ? rep->w->now_ms + hedge : 0;
     }
     /* the copies hold references: the last one frees <rep> */
     rep->out++;
     rep->sending = true;
     if (rep->policy == REP_READ_ONE) {
         rep_next(rep);
+    } else if (rep->policy == REP_READ_QUORUM) {
+        for (unsigned k = 0; k < rep->need && rep_next(rep); k++)
+            ;
     } else {
         for (unsigned i = 0; i < n; i++) {
             if (!server_usable(rep->m[i])) {
                 rep->st[i] = REP_FAILED; /* down: it misses the write */
                 if (rep->policy == REP_WRITE)
                     rep_note(rep, i);
-                continue;
-            }
-            if (rep->policy == REP_READ_QUORUM && !rep->cur[i]) {
-                rep->st[i] = REP_SKIPPED;
                 continue;
             }
             rep_send(rep, i);
@@ -870,7 +1049,7 @@ rep_arrive(struct worker *w, struct rrep *rep)
     rep->w = w;
     if (rw == NULL) {
         rep_answer(rep, -1, "out of memory");
-        rep_free(rep);
+        rep_free(rep, NULL);
         return;
     }
     if (pause_hold(rw, rep->pool, &rep->held, false))
@@ -897,7 +1076,7 @@ rep_msg_drop(struct worker_msg *m)
     struct rrep *rep = REQUEST_OF(m, struct rrep, msg);
 
     orphan_drop(rep->f);
-    rep_free(rep);
+    rep_free(rep, NULL);
 }
 
 void
@@ -916,14 +1095,8 @@ request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
         return;
     }
     INVARIANT(stream == 0);
-    rep = calloc(1, sizeof(*rep));
-    if (rep == NULL || (rep->req = malloc(len ? len : 1)) == NULL ||
-        (rep->keys = malloc(keyslen ? keyslen : 1)) == NULL) {
-        if (rep != NULL) {
-            free(rep->req);
-            free(rep->keys);
-        }
-        free(rep);
+    rep = rep_get(origin->requests, len, keyslen);
+    if (rep == NULL) {
         request_frag_fail(f, PROTO_ERR_CLOSED);
         return;
     }
@@ -964,7 +1137,7 @@ request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
     rep->msg.run = rep_msg_run;
     rep->msg.drop = rep_msg_drop;
     if (worker_post(home, &rep->msg) < 0) {
-        rep_free(rep);
+        rep_free(rep, origin->requests);
         request_frag_fail(f, PROTO_ERR_CLOSED);
     }
 }
@@ -2531,6 +2704,7 @@ request_rep_close(struct rworker *rw)
 {
     free(rw->verified);
     rw->verified = NULL;
+    cache_free(rw);
     while (rw->pws != NULL) {
         struct rpw *x = rw->pws;
 
@@ -2557,7 +2731,7 @@ request_rep_close(struct rworker *rw)
                 struct rrep *rep = rep_of_held(x);
 
                 rep_answer(rep, -1, "chashd is stopping");
-                rep_free(rep);
+                rep_free(rep, NULL);
             }
         }
         free(pz);
@@ -2591,7 +2765,7 @@ request_rep_close(struct rworker *rw)
                     struct rrep *rep = rep_of_held(x);
 
                     rep_answer(rep, -1, "chashd is stopping");
-                    rep_free(rep);
+                    rep_free(rep, NULL);
                 }
             }
             rw->holds[b] = h->next;
