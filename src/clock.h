@@ -18,6 +18,16 @@ clock_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* Microseconds from CLOCK_MONOTONIC (precise; latencies). */
+static inline uint64_t
+clock_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 /* The same from the coarse clock: a few ms of resolution, no syscall
  * cost on the data path (workers read it once per loop iteration). */
 static inline uint64_t

@@ -786,7 +786,7 @@ static void
 request_latency(struct rserver *s, const struct rfrag *f)
 {
     struct stats_server *st = &s->m->server->stats[s->w->id];
-    uint64_t us = request_now_us() - f->req->start_us;
+    uint64_t us = clock_us() - f->req->start_us;
 
     stats_add(&st->latency[stats_latency_bucket(us)], 1);
     stats_add(&st->latency_sum_us, us);
@@ -2375,7 +2375,7 @@ client_push(struct rclient *c)
     r->mode = c->mode;
     r->command = -1;
     r->start_ms = c->w->now_ms;
-    r->start_us = request_now_us();
+    r->start_us = clock_us();
     if (c->tail != NULL)
         c->tail->next = r;
     else

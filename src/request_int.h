@@ -13,8 +13,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <time.h>
 
+#include "clock.h"
 #include "request.h"
 
 #define REQUEST_OF(ptr, type, field)                                           \
@@ -121,16 +121,6 @@ struct rworker {
     uint64_t *verified;
     size_t vcap, vn;
 };
-
-/* Microseconds on the monotonic clock. */
-static inline uint64_t
-request_now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 static inline size_t
 rbuf_size(const struct rbuf *b)

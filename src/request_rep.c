@@ -891,7 +891,7 @@ rep_send(struct rrep *rep, unsigned i)
     copy->mode = rep->mode;
     copy->command = rep->command;
     copy->flags = rep->flags;
-    copy->start_us = request_now_us();
+    copy->start_us = clock_us();
     copy->start_ms = rep->w->now_ms;
     copy->rep = rep;
     copy->rep_idx = i;
@@ -1385,7 +1385,7 @@ job_send(struct rjob *job, size_t i, unsigned which, int command,
     }
     q->mode = job->mode;
     q->command = command;
-    q->start_us = request_now_us();
+    q->start_us = clock_us();
     q->start_ms = job->w->now_ms;
     q->job = job;
     q->rep_idx = (unsigned)(i * 2 + which);
@@ -2603,7 +2603,7 @@ pause_go(struct worker *w, struct worker_msg *m)
         copy->mode = p->r->mode;
         copy->command = p->r->command;
         copy->flags = p->r->flags;
-        copy->start_us = request_now_us();
+        copy->start_us = clock_us();
         copy->start_ms = w->now_ms;
         copy->pause = p;
         copy->rep_idx = (unsigned)i;
@@ -2699,6 +2699,27 @@ request_send_every(struct rreq *r, const struct pool_snapshot *snap,
 
 /* ---- worker exit --------------------------------------------------------- */
 
+/* What waited (behind a repair, or a fan-out) when the worker exits: a
+ * request is answered with the error, a repair fails. */
+static void
+held_fail(struct rheld *x)
+{
+    if (x->job) {
+        struct rjob *job = job_of_held(x);
+        struct request_repair *r = job->r;
+
+        job_free(job);
+        r->priv = NULL;
+        r->result = REPAIR_FAILED;
+        r->done(r);
+    } else {
+        struct rrep *rep = rep_of_held(x);
+
+        rep_answer(rep, -1, "chashd is stopping");
+        rep_free(rep, NULL);
+    }
+}
+
 void
 request_rep_close(struct rworker *rw)
 {
@@ -2719,20 +2740,7 @@ request_rep_close(struct rworker *rw)
             struct rheld *x = pz->head;
 
             pz->head = x->next;
-            if (x->job) {
-                struct rjob *job = job_of_held(x);
-                struct request_repair *r = job->r;
-
-                job_free(job);
-                r->priv = NULL;
-                r->result = REPAIR_FAILED;
-                r->done(r);
-            } else {
-                struct rrep *rep = rep_of_held(x);
-
-                rep_answer(rep, -1, "chashd is stopping");
-                rep_free(rep, NULL);
-            }
+            held_fail(x);
         }
         free(pz);
     }
@@ -2753,20 +2761,7 @@ request_rep_close(struct rworker *rw)
                 struct rheld *x = h->head;
 
                 h->head = x->next;
-                if (x->job) {
-                    struct rjob *job = job_of_held(x);
-                    struct request_repair *r = job->r;
-
-                    job_free(job);
-                    r->priv = NULL;
-                    r->result = REPAIR_FAILED;
-                    r->done(r);
-                } else {
-                    struct rrep *rep = rep_of_held(x);
-
-                    rep_answer(rep, -1, "chashd is stopping");
-                    rep_free(rep, NULL);
-                }
+                held_fail(x);
             }
             rw->holds[b] = h->next;
             rw->nholds--;
