@@ -827,10 +827,17 @@ conn_arm(struct rserver *s)
 {
     if (s->state == RS_CONNECTING)
         return; /* the connect deadline first */
-    if (s->head != NULL && s->head->deadline_ms > 0)
-        worker_timer_set(s->w, &s->timer, conn_deadline(s));
-    else if (s->state != RS_CONNECTING)
+    if (s->head != NULL && s->head->deadline_ms > 0) {
+        uint64_t d = conn_deadline(s);
+
+        /* A deadline only moves later as the FIFO advances: one armed
+         * earlier stays (conn_timer looks again when it fires), sparing
+         * the wheel a move per reply. */
+        if (s->timer.next == NULL || s->timer.deadline_ms > d)
+            worker_timer_set(s->w, &s->timer, d);
+    } else if (s->state != RS_CONNECTING) {
         worker_timer_del(s->w, &s->timer);
+    }
 }
 
 /* Close the socket of <s>; it may connect again for the next request. */

@@ -273,7 +273,7 @@ struct rreply {
  * worker goes to its cache, whoever allocated it: the traffic between
  * two workers goes both ways, the caches stay fed. */
 enum { CACHE_REP, CACHE_COPY, CACHE_REPLY };
-#define CACHE_MAX 1024
+#define CACHE_MAX 4096
 #define CACHE_BUF_MAX (64 * 1024) /* a larger buffer is not kept */
 #define REPLY_INLINE 256
 
@@ -579,12 +579,18 @@ rep_best(const struct rrep *rep, bool errors, unsigned *count)
 
     *count = 0;
     for (unsigned i = 0; i < rep->n; i++) {
-        unsigned k = 0;
+        unsigned k = 1;
+        bool counted = false;
 
         if (!rep->cur[i] ||
             !(rep->st[i] == REP_OK || (errors && rep->st[i] == REP_ERROR)))
             continue;
-        for (unsigned j = 0; j < rep->n; j++)
+        /* each reply once: one equal to an earlier one was counted there */
+        for (unsigned j = 0; j < i && !counted; j++)
+            counted = rep->cur[j] && rep_same(rep, j, i);
+        if (counted)
+            continue;
+        for (unsigned j = i + 1; j < rep->n; j++)
             k += rep->cur[j] && rep_same(rep, i, j);
         if (k > *count) {
             *count = k;

@@ -470,12 +470,16 @@ worker_post(unsigned w, struct worker_msg *m)
     do
         m->next = old;
     while (!atomic_compare_exchange_weak_explicit(
-        &to->mail, &old, m, memory_order_release, memory_order_relaxed));
-    /* Only the message that found the box empty wakes the worker: the
-     * worker reads its eventfd before it takes the box (worker_mail), so
-     * a message that found it full is taken with the one that woke it. */
-    if (old == NULL && write(to->cmdfd, &one, sizeof(one)) < 0 &&
-        errno != EAGAIN)
+        &to->mail, &old, m, memory_order_seq_cst, memory_order_relaxed));
+    /* A worker takes its mail at the end of every round of its loop, and
+     * before it waits it says so (sleeping) and looks once more: only a
+     * waiting worker is woken, by its eventfd (a write costs a system
+     * call and the other thread a wake-up: under load, none is needed).
+     * Both sides store then load in one total order (seq_cst): either the
+     * worker's last look sees this message, or this load sees it
+     * sleeping. */
+    if (atomic_load_explicit(&to->sleeping, memory_order_seq_cst) &&
+        write(to->cmdfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
         log_error("worker %u: mail eventfd: %s", w, strerror(errno));
     return 0;
 }
@@ -696,11 +700,19 @@ worker_main(void *arg)
                                                                   : -1;
         int n;
 
+        /* About to wait: mail posted from here on wakes us (worker_post);
+         * mail posted before is taken now, without waiting. */
+        if (timeout != 0) {
+            atomic_store_explicit(&w->sleeping, true, memory_order_seq_cst);
+            if (atomic_load_explicit(&w->mail, memory_order_seq_cst) != NULL)
+                timeout = 0;
+        }
         /* Hold no snapshot while blocked: the control thread may free
          * retired ones meanwhile. */
         pool_epoch_quiesce(w->id);
         n = epoll_wait(w->ep, evs, 256, timeout);
         pool_epoch_enter(w->id);
+        atomic_store_explicit(&w->sleeping, false, memory_order_relaxed);
         w->now_ms = clock_coarse_ms();
         if (n < 0 && errno != EINTR) {
             log_error("worker %u: epoll_wait: %s", w->id, strerror(errno));
@@ -710,6 +722,10 @@ worker_main(void *arg)
             struct ev *ev = evs[i].data.ptr;
             ev->handler(w, ev, evs[i].events);
         }
+        /* what other workers handed over this round (what it sends goes
+         * out with run_soon's flushes) */
+        if (atomic_load_explicit(&w->mail, memory_order_relaxed) != NULL)
+            worker_mail(w);
         run_soon(w);
         wheel_advance(w);
         listeners_resume(w);

@@ -95,6 +95,9 @@ struct worker {
     /* (atomic) messages posted to it, newest first (a lock-free stack
      * that the worker takes whole and reverses: worker_post) */
     _Atomic(struct worker_msg *) mail;
+    /* (atomic) it is about to wait in epoll_wait, or waits: a poster
+     * writes its eventfd (else it takes its mail before it waits) */
+    _Atomic bool sleeping;
     struct listener *listeners;
     struct worker_conn conns; /* every live connection: list head */
     struct worker_task *soon; /* run before the next wait */
