@@ -456,32 +456,63 @@ worker_call(unsigned w, void (*fn)(struct worker *w, void *arg), void *arg)
     return 0;
 }
 
-int
-worker_post(unsigned w, struct worker_msg *m)
+/* The worker whose loop runs on this thread, NULL on any other. */
+static _Thread_local struct worker *self;
+
+/* Push the messages <head> (newest) .. <tail> (oldest), already linked
+ * newest first, onto <to>'s mailbox in one step. */
+static void
+mail_push(struct worker *to, struct worker_msg *head, struct worker_msg *tail)
 {
-    struct worker *to;
     struct worker_msg *old;
     uint64_t one = 1;
 
-    if (w >= nworkers)
-        return -1;
-    to = &workers[w];
     old = atomic_load_explicit(&to->mail, memory_order_relaxed);
     do
-        m->next = old;
+        tail->next = old;
     while (!atomic_compare_exchange_weak_explicit(
-        &to->mail, &old, m, memory_order_seq_cst, memory_order_relaxed));
-    /* A worker takes its mail at the end of every round of its loop, and
-     * before it waits it says so (sleeping) and looks once more: only a
-     * waiting worker is woken, by its eventfd (a write costs a system
-     * call and the other thread a wake-up: under load, none is needed).
-     * Both sides store then load in one total order (seq_cst): either the
-     * worker's last look sees this message, or this load sees it
-     * sleeping. */
-    if (atomic_load_explicit(&to->sleeping, memory_order_seq_cst) &&
-        write(to->cmdfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-        log_error("worker %u: mail eventfd: %s", w, strerror(errno));
+        &to->mail, &old, head, memory_order_release, memory_order_relaxed));
+    /* Only the push that found the box empty wakes the worker: the
+     * worker reads its eventfd before it takes the box (worker_mail), so
+     * messages that found it full are taken with the ones that woke it. */
+    if (old == NULL && write(to->cmdfd, &one, sizeof(one)) < 0 &&
+        errno != EAGAIN)
+        log_error("worker %u: mail eventfd: %s", to->id, strerror(errno));
+}
+
+int
+worker_post(unsigned w, struct worker_msg *m)
+{
+    if (w >= nworkers)
+        return -1;
+    if (self == NULL) {
+        m->next = NULL;
+        mail_push(&workers[w], m, m);
+        return 0;
+    }
+    /* A worker's posts wait for the end of its round: each target gets
+     * them in one push, with at most one eventfd write and one wake-up
+     * (a pipelined client's requests hand many over at once). */
+    m->next = self->out_head[w];
+    self->out_head[w] = m;
+    if (self->out_tail[w] == NULL)
+        self->out_tail[w] = m;
     return 0;
+}
+
+/* The end of <w>'s round: what it posted goes. */
+static void
+mail_flush(struct worker *w)
+{
+    for (unsigned i = 0; i < nworkers; i++) {
+        struct worker_msg *head = w->out_head[i];
+
+        if (head == NULL)
+            continue;
+        w->out_head[i] = NULL;
+        mail_push(&workers[i], head, w->out_tail[i]);
+        w->out_tail[i] = NULL;
+    }
 }
 
 /* Take the messages posted so far, oldest first. */
@@ -692,6 +723,7 @@ worker_main(void *arg)
     struct worker *w = arg;
     struct epoll_event evs[256];
 
+    self = w;
     w->now_ms = clock_coarse_ms();
     w->wheel_pos = w->now_ms / WHEEL_MS;
     while (!w->exiting) {
@@ -700,19 +732,11 @@ worker_main(void *arg)
                                                                   : -1;
         int n;
 
-        /* About to wait: mail posted from here on wakes us (worker_post);
-         * mail posted before is taken now, without waiting. */
-        if (timeout != 0) {
-            atomic_store_explicit(&w->sleeping, true, memory_order_seq_cst);
-            if (atomic_load_explicit(&w->mail, memory_order_seq_cst) != NULL)
-                timeout = 0;
-        }
         /* Hold no snapshot while blocked: the control thread may free
          * retired ones meanwhile. */
         pool_epoch_quiesce(w->id);
         n = epoll_wait(w->ep, evs, 256, timeout);
         pool_epoch_enter(w->id);
-        atomic_store_explicit(&w->sleeping, false, memory_order_relaxed);
         w->now_ms = clock_coarse_ms();
         if (n < 0 && errno != EINTR) {
             log_error("worker %u: epoll_wait: %s", w->id, strerror(errno));
@@ -722,13 +746,10 @@ worker_main(void *arg)
             struct ev *ev = evs[i].data.ptr;
             ev->handler(w, ev, evs[i].events);
         }
-        /* what other workers handed over this round (what it sends goes
-         * out with run_soon's flushes) */
-        if (atomic_load_explicit(&w->mail, memory_order_relaxed) != NULL)
-            worker_mail(w);
         run_soon(w);
         wheel_advance(w);
         listeners_resume(w);
+        mail_flush(w); /* (what the round posted; the timers' too) */
         reap(w);
     }
     while (w->conns.next != &w->conns)
@@ -738,6 +759,7 @@ worker_main(void *arg)
         w->listeners = l->next;
         listener_close(w, l);
     }
+    mail_flush(w); /* (answers of what closing failed) */
     reap(w);
     INVARIANT(w->ntimers == 0);
     pool_epoch_quiesce(w->id);
@@ -758,6 +780,8 @@ worker_start_all(unsigned n)
         w->ep = epoll_create1(EPOLL_CLOEXEC);
         w->cmdfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         w->scratch = malloc(WORKER_SCRATCH);
+        w->out_head = calloc(n, sizeof(*w->out_head));
+        w->out_tail = calloc(n, sizeof(*w->out_tail));
         w->cmd_ev.handler = worker_commands;
         w->conns.next = w->conns.prev = &w->conns;
         pthread_mutex_init(&w->lock, NULL);
@@ -765,6 +789,7 @@ worker_start_all(unsigned n)
             w->wheel[s].prev = w->wheel[s].next = &w->wheel[s];
         e.data.ptr = &w->cmd_ev;
         if (w->ep < 0 || w->cmdfd < 0 || w->scratch == NULL ||
+            w->out_head == NULL || w->out_tail == NULL ||
             epoll_ctl(w->ep, EPOLL_CTL_ADD, w->cmdfd, &e) < 0 ||
             pthread_create(&w->thread, NULL, worker_main, w) != 0) {
             /* Workers 0..i-1 run; worker_stop_all() stops them. */
@@ -774,6 +799,8 @@ worker_start_all(unsigned n)
             if (w->cmdfd >= 0)
                 close(w->cmdfd);
             free(w->scratch);
+            free(w->out_head);
+            free(w->out_tail);
             pthread_mutex_destroy(&w->lock);
             errno = saved;
             return -1;
@@ -818,6 +845,8 @@ worker_stop_all(void)
         close(w->ep);
         close(w->cmdfd);
         free(w->scratch);
+        free(w->out_head);
+        free(w->out_tail);
         free(w->dead);
         pthread_mutex_destroy(&w->lock);
     }

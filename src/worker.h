@@ -95,9 +95,10 @@ struct worker {
     /* (atomic) messages posted to it, newest first (a lock-free stack
      * that the worker takes whole and reverses: worker_post) */
     _Atomic(struct worker_msg *) mail;
-    /* (atomic) it is about to wait in epoll_wait, or waits: a poster
-     * writes its eventfd (else it takes its mail before it waits) */
-    _Atomic bool sleeping;
+    /* What this worker posted to each worker during the current round of
+     * its loop, newest first, and the oldest: delivered at the round's
+     * end in one push and at most one wake-up (worker_post). */
+    struct worker_msg **out_head, **out_tail; /* [nworkers] */
     struct listener *listeners;
     struct worker_conn conns; /* every live connection: list head */
     struct worker_task *soon; /* run before the next wait */
