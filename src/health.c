@@ -401,7 +401,7 @@ probe_cb(struct control_watch *w, uint32_t events)
         err = errno;
     if (err == 0 && (events & EPOLLERR))
         err = ECONNREFUSED;
-    if (err == 0 && io_connected_to_self(w->fd))
+    if (err == 0 && io_connected_to_self(w->fd, &pr->s->addr.sa))
         err = ECONNREFUSED; /* our own port: the member is not there */
     if (err == 0 && probe_asks(pr->s)) {
         probe_ask(pr);

@@ -948,7 +948,7 @@ connect_new(struct worker *w, struct hclient *c, struct hmember *m)
         return;
     }
     if (connect(fd, (const struct sockaddr *)&s->addr.sa, s->addr.salen) == 0) {
-        if (io_connected_to_self(fd))
+        if (io_connected_to_self(fd, &s->addr.sa))
             connect_failed(w, c, false, ECONNREFUSED);
         else
             established(w, c);
@@ -1810,7 +1810,7 @@ backend_event(struct worker *w, struct ev *ev, uint32_t events)
         if (!(events & (EPOLLERR | EPOLLHUP))) {
             if (!(events & EPOLLOUT))
                 return;
-            if (io_connected_to_self(b->side.fd))
+            if (io_connected_to_self(b->side.fd, &b->m->server->addr.sa))
                 connect_failed(w, c, false, ECONNREFUSED);
             else
                 established(w, c);

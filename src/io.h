@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -44,30 +45,44 @@ struct io_side {
 };
 
 /*
- * Whether socket <fd>, whose connect just completed, is connected to
- * itself. TCP's simultaneous open lets a connect to a local port nobody
- * listens on succeed when the kernel picks that very port as the source
- * port (Linux, a port of the ephemeral range, after many refused tries):
- * every byte sent then comes back as the reply. When it is, the socket is
- * set to reset on close (no TIME_WAIT left holding the port its member
- * will listen on again) and true is returned: the caller closes it and
- * counts a refused connect, as Go's dialer does. Any thread.
+ * Whether socket <fd>, whose connect to <to> (numeric) just completed, is
+ * connected to itself. TCP's simultaneous open lets a connect to a local
+ * port nobody listens on succeed when the kernel picks that very port as
+ * the source port (Linux, a port of the ephemeral range, after many
+ * refused tries): every byte sent then comes back as the reply. Our end
+ * (one getsockname) is then <to> itself. When it is, the socket is set
+ * to reset on close (no TIME_WAIT left holding the port its member will
+ * listen on again) and true is returned: the caller closes it and counts
+ * a refused connect, as Go's dialer does. Any thread.
  */
 static inline bool
-io_connected_to_self(int fd)
+io_connected_to_self(int fd, const struct sockaddr_storage *to)
 {
-    struct sockaddr_storage a, b;
-    socklen_t la = sizeof(a), lb = sizeof(b);
+    struct sockaddr_storage a;
+    socklen_t la = sizeof(a);
     struct linger lg = {1, 0};
+    bool self = false;
 
-    memset(&a, 0, sizeof(a));
-    memset(&b, 0, sizeof(b));
-    if (getsockname(fd, (struct sockaddr *)&a, &la) < 0 ||
-        getpeername(fd, (struct sockaddr *)&b, &lb) < 0 || la != lb ||
-        a.ss_family == AF_UNIX || memcmp(&a, &b, la) != 0)
+    if (to->ss_family != AF_INET && to->ss_family != AF_INET6)
         return false;
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-    return true;
+    memset(&a, 0, sizeof(a));
+    if (getsockname(fd, (struct sockaddr *)&a, &la) < 0 ||
+        a.ss_family != to->ss_family)
+        return false;
+    if (a.ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)&a, *y = (const void *)to;
+
+        self = x->sin_port == y->sin_port &&
+               x->sin_addr.s_addr == y->sin_addr.s_addr;
+    } else {
+        const struct sockaddr_in6 *x = (const void *)&a, *y = (const void *)to;
+
+        self = x->sin6_port == y->sin6_port &&
+               memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
+    }
+    if (self)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    return self;
 }
 
 /* A side for <fd> (-1: not open yet) whose events go to <handler>. */

@@ -300,7 +300,7 @@ rc_open(struct rconn *c, const struct conf_addr *a, uint32_t timeout_ms,
     rc = poll(&pfd, 1, (int)timeout_ms);
     if (rc > 0 && getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
         soerr = errno;
-    if (rc > 0 && soerr == 0 && io_connected_to_self(c->fd))
+    if (rc > 0 && soerr == 0 && io_connected_to_self(c->fd, &a->sa))
         soerr = ECONNREFUSED; /* our own port: nobody listens there */
     if (rc <= 0 || soerr != 0) {
         snprintf(err, errlen, "connect to %s: %s", a->text,

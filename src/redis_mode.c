@@ -1008,11 +1008,16 @@ static bool
 multi_gate(struct rclient *c, struct rreq *r, const struct parsed *pr,
            const struct redis_command *cmd, const char *name)
 {
-    bool fits = cmd != NULL && arity_fits(cmd, pr);
-    const char *err = pr->rq->err ? pr->rq->err : "bad request";
+    bool fits;
+    const char *err;
 
+    /* (outside a block, only MULTI EXEC DISCARD WATCH UNWATCH -- refused
+     * in the table -- are this gate's: no name compared per request) */
     if (!c->multi_refused)
-        return multi_outside(c, r, pr, cmd, name);
+        return cmd != NULL && cmd->kind == REDIS_REFUSED &&
+               multi_outside(c, r, pr, cmd, name);
+    fits = cmd != NULL && arity_fits(cmd, pr);
+    err = pr->rq->err ? pr->rq->err : "bad request";
     if (strcmp(name, "exec") == 0) {
         c->multi_refused = false;
         if (fits)

@@ -1510,7 +1510,7 @@ conn_event(struct worker *w, struct ev *ev, uint32_t events)
         if (!(events & (EPOLLERR | EPOLLHUP))) {
             if (!(events & EPOLLOUT))
                 return;
-            if (io_connected_to_self(s->side.fd)) {
+            if (io_connected_to_self(s->side.fd, &s->m->server->addr.sa)) {
                 /* the member is down and we reached our own port: every
                  * request would come back as its reply */
                 log_info_limited(10,

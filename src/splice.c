@@ -454,7 +454,7 @@ connect_next(struct worker *w, struct splice *c)
             0) {
             if (io_side_register(w, &c->backend) < 0)
                 goto refuse;
-            if (io_connected_to_self(fd)) {
+            if (io_connected_to_self(fd, &s->addr.sa)) {
                 connect_failed(w, c, false, ECONNREFUSED);
                 return;
             }
@@ -778,7 +778,7 @@ backend_event(struct worker *w, struct ev *ev, uint32_t events)
              * would come back to it. */
             if (!(events & EPOLLOUT))
                 return;
-            if (io_connected_to_self(c->backend.fd))
+            if (io_connected_to_self(c->backend.fd, &c->server->addr.sa))
                 connect_failed(w, c, false, ECONNREFUSED);
             else
                 connect_established(w, c);
