@@ -83,8 +83,9 @@ struct replica_stats {
     _Atomic uint64_t cleaned;        /* copies deleted from members that
                                         left the key's set */
     /* Not a counter: the copies have not all been compared since chashd
-     * started (writes may have been on their way when it stopped): reads
-     * are majority reads meanwhile (request_rep.c). */
+     * started (writes may have been on their way when it stopped, or
+     * replicas was raised): meanwhile the first request of each key
+     * waits for its key's comparison (request_rep.c, verify_first). */
     _Atomic bool verifying;
 };
 

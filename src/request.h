@@ -284,7 +284,7 @@ void request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
  * once every worker stopped starting the pool's requests and had every
  * request it sent them answered, and they go on once every member
  * answered it -- so it falls between the same two writes of each key on
- * every member (request_rep.c). A member that misses it is compared
+ * every member (request_repair.c). A member that misses it is compared
  * whole. Otherwise request_send, fragment by fragment.
  */
 void request_send_every(struct rreq *r, const struct pool_snapshot *snap,
@@ -393,7 +393,7 @@ int request_gate(struct rreq *r, const struct pool_snapshot *snap,
 
 /*
  * A repair of one key of a replicated pool (replica.c's repairer asks,
- * request_rep.c runs it): its home worker, the one every request of the
+ * request_repair.c runs it): its home worker, the one every request of the
  * key goes through, holds the key's requests, reads every member's copy,
  * writes the copy the members that hold the current one agree on where
  * it differs (or where a member is behind), deletes it on <leavers>, and

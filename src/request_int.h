@@ -2,7 +2,8 @@
  * else sees: a worker's connections to a member (struct rserver), the
  * engine's per-worker state (struct rworker), and the few steps of a
  * fragment's life that both the engine (request.c) and its replication
- * (request_rep.c: a key's home worker, copies, quorums, repairs) take.
+ * (request_rep.c: a key's home worker, copies, quorums; request_repair.c:
+ * repairs, barriers, ordered fan-outs) take.
  * Worker threads only; nothing here is shared between threads unless a
  * field says so.
  * SPDX-License-Identifier: BSD-2-Clause
@@ -154,6 +155,70 @@ void request_frag_done(struct rfrag *f);
 void request_frag_fail(struct rfrag *f, int kind);
 /* Free a request (and what its fragments hold). */
 void request_req_free(struct rreq *r);
+
+/* ---- replication's internals (request_rep.c, request_repair.c) ---------- */
+
+/* Something waiting for a held key: a request (struct rrep) or another
+ * repair of the same key. */
+struct rheld {
+    struct rheld *next;
+    bool job; /* a repair: it takes the hold when its turn comes */
+};
+
+/* A key of this home being repaired, and what waits for it. Keyed by the
+ * ring hash: the keys of one hash tag are held together. */
+struct rhold {
+    struct rhold *next;
+    const struct pool *pool; /* identity only (the waiters hold refs) */
+    uint64_t hash;
+    struct rheld *head, *tail;
+};
+
+/* The worker that runs every request of a key of ring hash <hash>. */
+unsigned request_rep_home(uint64_t hash);
+/* A key's hold (request_rep.c): the repair of <p>'s key of <hash> on
+ * <rw> (NULL: none runs), a new one, a waiter queued behind it, and its
+ * end (what waited runs, up to the next repair of the key). */
+struct rhold *request_hold_find(struct rworker *rw, const struct pool *p,
+                                uint64_t hash);
+struct rhold *request_hold_make(struct rworker *rw, const struct pool *p,
+                                uint64_t hash);
+void request_hold_push(struct rhold *h, struct rheld *x);
+void request_hold_release(struct rworker *rw, struct rhold *h);
+/* A request that waited (x->job false) arrives at its home <w> again. */
+void request_rep_arrive_held(struct worker *w, struct rheld *x);
+/* What waited when the worker exits: a request is answered with the
+ * error, a repair fails. */
+void request_held_fail(struct rheld *x);
+/* A fragment whose answer never comes (every worker exited). */
+void request_orphan_drop(struct rfrag *f);
+/* The key of <hash> of <p> is compared since chashd started (or being
+ * compared): false when it was already. */
+bool request_verified_put(struct rworker *rw, const struct pool *p,
+                          uint64_t hash);
+/* A RESP bulk string or nil at <buf> (one whole reply): 1 with its bytes,
+ * 0 for nil, -1 otherwise. */
+int request_resp_bulk(const char *buf, size_t len, const char **out,
+                      size_t *outlen);
+
+/* request_repair.c. A repair reaches its home <w>; a waiting one
+ * (x->job) takes the hold it waited for, arrives again, or fails. */
+void request_job_arrive(struct worker *w, struct request_repair *r);
+void request_job_take_hold(struct rheld *x);
+void request_job_resume(struct rheld *x);
+void request_job_fail_held(struct rheld *x);
+/* A repair's request, a fan-out's copy: answered. */
+void request_job_report(struct rreq *q);
+void request_pause_report(struct rreq *copy);
+/* <x> (a request, or a repair when <job>) of pool <p> waits when an
+ * ordered fan-out pauses the pool on <rw>: true then. */
+bool request_pause_hold(struct rworker *rw, const struct pool *p,
+                        struct rheld *x, bool job);
+/* The repair holding <h> is over while the pool is paused: what waited
+ * behind it joins the pause's queue, first. True when it did. */
+bool request_pause_take_held(struct rworker *rw, struct rhold *h);
+/* Worker exit: barriers and pauses of <rw>. */
+void request_repair_close(struct rworker *rw);
 
 /* request_rep.c, called by the engine. A copy of a replicated request, or
  * a repair's own request, is answered (its one fragment done): it reports
