@@ -23,6 +23,7 @@
 #include "pool.h"
 #include "rconn.h"
 #include "request.h"
+#include "u64set.h"
 
 /* A member that could not be reached is tried again after this. */
 #define RETRY_MS 1000
@@ -591,14 +592,10 @@ struct batch {
     size_t failed, undecided;
 };
 
-/* Keys a pass has handed out already (by 64-bit hash: a collision makes
- * a key skipped in this pass, repaired in the next one it is noted in;
- * the whole comparisons never clear what they skipped, see seen_put). */
-struct seen {
-    uint64_t *h; /* open addressing, 0: empty */
-    size_t cap, n;
-    bool full; /* SEEN_MAX reached: duplicates allowed */
-};
+/* Keys a pass has handed out already, by 64-bit hash (a collision makes a
+ * key skipped in this pass, repaired in the next one it is noted in; the
+ * whole comparisons never clear what they skipped): beyond SEEN_MAX, a key
+ * may be handed out twice (harmless). */
 
 /* A member compared whole in this pass, from the log's generation when
  * the pass began. */
@@ -651,7 +648,7 @@ struct repairer {
     size_t nwho;
     struct rconn *conns; /* [nwho] */
     struct batch *batch;
-    struct seen seen;
+    struct u64set seen;
 };
 
 static struct repairer **repairers;
@@ -830,48 +827,6 @@ batch_clean(struct repairer *rp)
     return clean;
 }
 
-static bool
-seen_put(struct seen *s, uint64_t h)
-{
-    size_t i;
-
-    h |= 1; /* (0 marks an empty slot) */
-    if (s->full)
-        return true;
-    if ((s->n + 1) * 2 > s->cap) {
-        size_t ncap = s->cap ? s->cap * 2 : 4096;
-        uint64_t *nh;
-
-        if (s->n >= SEEN_MAX || (nh = calloc(ncap, sizeof(*nh))) == NULL) {
-            s->full = true;
-            return true;
-        }
-        for (size_t k = 0; k < s->cap; k++)
-            if (s->h[k] != 0) {
-                size_t j = (size_t)s->h[k] & (ncap - 1);
-
-                while (nh[j] != 0)
-                    j = (j + 1) & (ncap - 1);
-                nh[j] = s->h[k];
-            }
-        free(s->h);
-        s->h = nh;
-        s->cap = ncap;
-    }
-    for (i = (size_t)h & (s->cap - 1); s->h[i] != 0; i = (i + 1) & (s->cap - 1))
-        if (s->h[i] == h)
-            return false;
-    s->h[i] = h;
-    s->n++;
-    return true;
-}
-
-static void
-seen_reset(struct seen *s)
-{
-    free(s->h);
-    memset(s, 0, sizeof(*s));
-}
 
 /*
  * Hand the repair of <key> to its home worker: with <holders> (<nh>) to
@@ -887,8 +842,11 @@ submit(struct repairer *rp, const char *key, size_t klen,
     uint64_t h = key_hash(rp->snap, key, klen);
 
     if (atomic_load(&rp->stop) ||
-        !seen_put(&rp->seen, chash_hash(CHASH_HASH_XXH3, key, klen) ^
-                                 (uint64_t)(uintptr_t)leaver))
+        u64set_put(&rp->seen,
+                   (chash_hash(CHASH_HASH_XXH3, key, klen) ^
+                    (uint64_t)(uintptr_t)leaver) |
+                       1,
+                   SEEN_MAX) == 0)
         return;
     if (!batch_wait(rp, REPAIR_WINDOW - 1)) {
         rp->failed = true;
@@ -937,7 +895,7 @@ drain(struct repairer *rp)
 {
     bool ok = batch_wait(rp, 0);
 
-    seen_reset(&rp->seen);
+    u64set_clear(&rp->seen);
     return batch_clean(rp) && ok;
 }
 
@@ -1477,7 +1435,7 @@ repairer_main(void *arg)
         fill(rp);
     for (size_t i = 0; i < rp->nwho; i++)
         rc_free(&rp->conns[i]);
-    seen_reset(&rp->seen);
+    u64set_clear(&rp->seen);
     atomic_store(&rp->done, true);
     return NULL;
 }

@@ -17,6 +17,7 @@
 
 #include "clock.h"
 #include "request.h"
+#include "u64set.h"
 
 #define REQUEST_OF(ptr, type, field)                                           \
     ((type *)((char *)(ptr)-offsetof(type, field)))
@@ -119,8 +120,7 @@ struct rworker {
     size_t ncache[3];
     /* the keys (by pool and ring hash) whose copies this home compared
      * since chashd started, while their pool verifies (request_rep) */
-    uint64_t *verified;
-    size_t vcap, vn;
+    struct u64set verified;
 };
 
 static inline size_t

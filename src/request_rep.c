@@ -1150,39 +1150,11 @@ verified_key(const struct pool *p, uint64_t hash)
 bool
 request_verified_put(struct rworker *rw, const struct pool *p, uint64_t hash)
 {
-    uint64_t k = verified_key(p, hash);
-    size_t i;
+    int rc = u64set_put(&rw->verified, verified_key(p, hash), VERIFIED_MAX);
 
-    if ((rw->vn + 1) * 2 > rw->vcap) {
-        size_t ncap = rw->vcap ? rw->vcap * 2 : 1024;
-        uint64_t *nv;
-
-        if (rw->vn >= VERIFIED_MAX ||
-            (nv = calloc(ncap, sizeof(*nv))) == NULL) {
-            free(rw->verified);
-            rw->verified = NULL;
-            rw->vcap = rw->vn = 0;
-            return true; /* compared again: harmless */
-        }
-        for (size_t j = 0; j < rw->vcap; j++)
-            if (rw->verified[j] != 0) {
-                size_t q = (size_t)rw->verified[j] & (ncap - 1);
-
-                while (nv[q] != 0)
-                    q = (q + 1) & (ncap - 1);
-                nv[q] = rw->verified[j];
-            }
-        free(rw->verified);
-        rw->verified = nv;
-        rw->vcap = ncap;
-    }
-    for (i = (size_t)k & (rw->vcap - 1); rw->verified[i] != 0;
-         i = (i + 1) & (rw->vcap - 1))
-        if (rw->verified[i] == k)
-            return false;
-    rw->verified[i] = k;
-    rw->vn++;
-    return true;
+    if (rc < 0)
+        u64set_clear(&rw->verified); /* compared again: harmless */
+    return rc != 0;
 }
 
 
@@ -1218,13 +1190,10 @@ verify_first(struct rworker *rw, struct rrep *rep)
 
     if (!atomic_load_explicit(&rep->pool->rstats.verifying,
                               memory_order_relaxed)) {
-        if (rw->verified != NULL && rw->vn > 0 && rw->nholds == 0) {
+        if (rw->verified.n > 0 && rw->nholds == 0)
             /* (a pool verified: what was remembered may go; another
              * still verifying compares its keys again) */
-            free(rw->verified);
-            rw->verified = NULL;
-            rw->vcap = rw->vn = 0;
-        }
+            u64set_clear(&rw->verified);
         return false;
     }
     if (!request_verified_put(rw, rep->pool, rep->hash))
@@ -1428,8 +1397,7 @@ request_held_fail(struct rheld *x)
 void
 request_rep_close(struct rworker *rw)
 {
-    free(rw->verified);
-    rw->verified = NULL;
+    u64set_clear(&rw->verified);
     cache_free(rw);
     request_repair_close(rw);
     for (size_t b = 0; b < HOLD_BUCKETS; b++) {
