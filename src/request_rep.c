@@ -390,6 +390,21 @@ rep_free(struct rrep *rep, struct rworker *rw)
     }
 }
 
+/* At least <need> bytes at *<p> (*<cap> of them now). 0 or -1. */
+static int
+room(char **p, size_t *cap, size_t need)
+{
+    char *n;
+
+    if (*cap >= need)
+        return 0;
+    if ((n = realloc(*p, need)) == NULL)
+        return -1;
+    *p = n;
+    *cap = need;
+    return 0;
+}
+
 /* A request with room for <len> bytes and <keyslen> of keys, from <rw>'s
  * cache; NULL when out of memory. */
 static struct rrep *
@@ -401,22 +416,9 @@ rep_get(struct rworker *rw, size_t len, size_t keyslen)
         memset(rep, 0, offsetof(struct rrep, m));
     else if ((rep = calloc(1, sizeof(*rep))) == NULL)
         return NULL;
-    if (rep->reqcap < len + 1) {
-        char *n = realloc(rep->req, len + 1);
-
-        if (n == NULL)
-            goto fail;
-        rep->req = n;
-        rep->reqcap = len + 1;
-    }
-    if (rep->keyscap < keyslen + 1) {
-        char *n = realloc(rep->keys, keyslen + 1);
-
-        if (n == NULL)
-            goto fail;
-        rep->keys = n;
-        rep->keyscap = keyslen + 1;
-    }
+    if (room(&rep->req, &rep->reqcap, len + 1) < 0 ||
+        room(&rep->keys, &rep->keyscap, keyslen + 1) < 0)
+        goto fail;
     return rep;
 fail:
     free(rep->req);
