@@ -72,40 +72,43 @@ LIB_SRC   := $(wildcard lib/*.c)
 LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
 CLI_SRC   := $(wildcard cli/*.c)
 CLI_OBJ   := $(CLI_SRC:%.c=$(B)/%.o)
-D_SRC     := $(wildcard src/*.c src/proto/*.c)
+D_LAYERS  := base conf proto loop model data control api
+D_SRC     := src/main.c $(foreach l,$(D_LAYERS),$(wildcard src/$(l)/*.c))
 D_OBJ     := $(D_SRC:%.c=$(B)/%.o)
 # chash uses exactly one piece of the daemon: the config loader.
-CLI_DOBJ  := $(B)/src/conf.o $(B)/src/etcd_codec.o
+CLI_DOBJ  := $(B)/src/conf/conf.o $(B)/src/conf/etcd_codec.o
 
 # Unit tests: tests/unit/test_X.c becomes $(B)/tests/test_X and links
 # libchash plus the daemon modules listed in UT_MODS_test_X (paths under
 # src/ without .o), never the whole daemon: a test links what it tests,
 # and a link error names a dependency nobody listed. A test of libchash
-# alone needs no line. To give a test one more module (say src/io.c),
+# alone needs no line. To give a test one more module (say src/loop/io.c),
 # append it to its line:
-#     UT_MODS_test_pool += io
+#     UT_MODS_test_pool += loop/io
 # and a new test tests/unit/test_Y.c needs only its own UT_MODS_test_Y.
 # (pool reaches membership through health: a health transition is a
 # membership event.)
-UT_MODS_test_report    := report
-UT_MODS_test_conf      := conf etcd_codec
-UT_MODS_test_log       := log text
-UT_MODS_test_pool      := pool conf log health control invariant builder \
-                          membership report state text proto/proto proto/tcp \
+UT_MODS_test_report    := model/report
+UT_MODS_test_conf      := conf/conf conf/etcd_codec
+UT_MODS_test_log       := base/log base/text
+UT_MODS_test_pool      := model/pool conf/conf base/log control/health \
+                          loop/control base/invariant loop/builder \
+                          control/membership model/report model/state base/text proto/proto proto/tcp \
                           proto/redis proto/memcache proto/error proto/http \
-                          migration \
-                          stats metrics rconn replica access_log etcd \
-                          etcd_codec hot
-UT_MODS_test_state     := state conf etcd_codec
+                          control/migration \
+                          base/stats api/metrics loop/rconn control/replica \
+                          loop/access_log control/etcd \
+                          conf/etcd_codec control/hot
+UT_MODS_test_state     := model/state conf/conf conf/etcd_codec
 UT_MODS_test_migration := $(UT_MODS_test_pool)
 UT_MODS_test_tcp       := proto/proto proto/tcp proto/redis proto/memcache \
-                          proto/error proto/http conf etcd_codec
+                          proto/error proto/http conf/conf conf/etcd_codec
 UT_MODS_test_redis     := proto/redis proto/error
 UT_MODS_test_memcache  := proto/memcache proto/error
 UT_MODS_test_http      := proto/http proto/tcp
 UT_MODS_test_proxy     := proto/proxy
-UT_MODS_test_access_log := access_log log invariant text
-UT_MODS_test_etcd      := etcd_codec
+UT_MODS_test_access_log := loop/access_log base/log base/invariant base/text
+UT_MODS_test_etcd      := conf/etcd_codec
 UT_MODS_test_hot       :=
 UT_MODS_test_health    := $(UT_MODS_test_pool)
 UT_SRC    := $(wildcard tests/unit/test_*.c)
@@ -121,6 +124,10 @@ all: $(TARGETS)
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CHASH_CPPFLAGS) $(CPPFLAGS) $(CHASH_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+# The daemon's files name each other's headers by layer ("base/log.h"),
+# as the CLI names the config loader's; lib/ sees only include/.
+$(D_OBJ) $(CLI_OBJ): CHASH_CPPFLAGS += -Isrc
 
 # Unit tests see the library's and the daemon's internal headers.
 $(UT_OBJ): CHASH_CPPFLAGS += -Ilib -Isrc
@@ -138,7 +145,7 @@ $(B)/chash: $(CLI_OBJ) $(CLI_DOBJ) $(B)/libchash.a
 	$(CC) $(CHASH_LDFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(CLI_DOBJ) \
 	    $(B)/libchash.a $(LIBDEPS) $(DLIBS)
 
-# The tcp fast path (src/fastpath.c): src/bpf/fastpath.bpf.c built by
+# The tcp fast path (src/data/fastpath.c): src/data/bpf/fastpath.bpf.c built by
 # clang for the BPF target, its object embedded in chashd as a byte array
 # and loaded through libbpf. Without clang or libbpf chashd is built
 # without it (`chashd -t` says so).
@@ -150,17 +157,17 @@ FP_LIBS   :=
 ifeq ($(FASTPATH),1)
 FP_OBJ    := $(B)/bpf/fastpath_obj.o
 FP_LIBS   := $(shell pkg-config --libs libbpf)
-$(B)/src/fastpath.o: CHASH_CPPFLAGS += -DCHASH_FASTPATH=1
-$(B)/src/fastpath.o: $(FP_OBJ)
+$(B)/src/data/fastpath.o: CHASH_CPPFLAGS += -DCHASH_FASTPATH=1
+$(B)/src/data/fastpath.o: $(FP_OBJ)
 endif
 
-$(B)/bpf/fastpath.bpf.o: src/bpf/fastpath.bpf.c src/bpf/fastpath_abi.h
+$(B)/bpf/fastpath.bpf.o: src/data/bpf/fastpath.bpf.c src/data/bpf/fastpath_abi.h
 	@mkdir -p $(dir $@)
 	$(BPF_CLANG) -target bpf -O2 -g -Wall \
 	    -I/usr/include/$(shell $(BPF_CLANG) -print-multiarch) -c -o $@ $<
 
 $(B)/bpf/fastpath_obj.c: $(B)/bpf/fastpath.bpf.o
-	@{ echo '/* generated from src/bpf/fastpath.bpf.c: do not edit */'; \
+	@{ echo '/* generated from src/data/bpf/fastpath.bpf.c: do not edit */'; \
 	  echo '#include <stddef.h>'; \
 	  echo 'extern const unsigned char fastpath_bpf_obj[];'; \
 	  echo 'extern const size_t fastpath_bpf_obj_len;'; \
@@ -343,8 +350,8 @@ uninstall:
 	fi
 
 format:
-	clang-format -i include/chash/*.h lib/*.[ch] cli/*.[ch] src/*.[ch] \
-	    src/proto/*.[ch] tests/unit/*.c tests/fuzz/*.c
+	clang-format -i include/chash/*.h lib/*.[ch] cli/*.[ch] src/*.c \
+	    src/*/*.[ch] tests/unit/*.c tests/fuzz/*.c
 
 clean:
 	rm -rf $(BUILD)

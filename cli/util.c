@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../src/conf.h"
-#include "../src/ring.h"
+#include "conf/conf.h"
+#include "conf/ring.h"
 
 int
 cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)

@@ -12,7 +12,7 @@
 #include <stdio.h>
 
 #include "chash/chash.h"
-#include "../src/ring.h"
+#include "conf/ring.h"
 
 /* Exit statuses shared by every subcommand (see cli.h). */
 #define CLI_EXIT_OK 0

@@ -2,7 +2,7 @@
  * member's: one line, from the mode's texts (struct proto_error_texts).
  * SPDX-License-Identifier: BSD-2-Clause
  */
-#include "proto.h"
+#include "proto/proto.h"
 
 /* Append <s> at <out>[*<w>], up to <room>, CR and LF made blanks: an
  * error reply is one line whatever the detail says. */

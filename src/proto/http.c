@@ -3,14 +3,14 @@
  * contract is in http.h; why each refusal is there, in doc/http.md.
  * SPDX-License-Identifier: BSD-2-Clause
  */
-#include "http.h"
+#include "proto/http.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
-#include "../conf.h"
-#include "tcp.h"
+#include "conf/conf.h"
+#include "proto/tcp.h"
 
 const struct proto proto_http = {
     .name = "http",

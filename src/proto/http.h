@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "proto.h"
+#include "proto/proto.h"
 
 struct conf_key_source;
 

@@ -16,11 +16,11 @@
  * client's reply.
  * SPDX-License-Identifier: BSD-2-Clause
  */
-#include "memcache.h"
+#include "proto/memcache.h"
 
 #include <string.h>
 
-#include "../conf.h"
+#include "conf/conf.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -1,13 +1,13 @@
 /* proto.c -- the table of mode plug-ins.
  * SPDX-License-Identifier: BSD-2-Clause
  */
-#include "proto.h"
+#include "proto/proto.h"
 
-#include "../conf.h"
-#include "http.h"
-#include "memcache.h"
-#include "redis.h"
-#include "tcp.h"
+#include "conf/conf.h"
+#include "proto/http.h"
+#include "proto/memcache.h"
+#include "proto/redis.h"
+#include "proto/tcp.h"
 
 const struct proto *
 proto_find(int mode)

@@ -22,7 +22,7 @@
  * protocol is refused on its first bytes, not after a timeout.
  * SPDX-License-Identifier: BSD-2-Clause
  */
-#include "proxy.h"
+#include "proto/proxy.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -30,7 +30,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../conf.h"
+#include "conf/conf.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -39,14 +39,14 @@
  * - replies are what a Redis member sends to a RESP2 client: + - : $ *,
  *   nested. RESP3 types never reach us (HELLO is answered by chashd).
  */
-#include "redis.h"
+#include "proto/redis.h"
 
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "../conf.h"
+#include "conf/conf.h"
 
 /* Redis' own limits, and ours where it has none a proxy can live with. */
 #define REDIS_ARGS_MAX (1024 * 1024)   /* arguments in one request */

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto.h"
+#include "proto/proto.h"
 
 extern const struct proto proto_redis;
 

@@ -3,7 +3,7 @@
  * the same text names the same member.
  * SPDX-License-Identifier: BSD-2-Clause
  */
-#include "tcp.h"
+#include "proto/tcp.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../conf.h"
+#include "conf/conf.h"
 
 const struct proto proto_tcp = {
     .name = "tcp",

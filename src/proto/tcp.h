@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <sys/socket.h>
 
-#include "proto.h"
+#include "proto/proto.h"
 
 extern const struct proto proto_tcp;
 

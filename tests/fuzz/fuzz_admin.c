@@ -23,10 +23,10 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
-#include "admin.h"
-#include "membership.h"
-#include "state.h"
-#include "text.h"
+#include "api/admin.h"
+#include "control/membership.h"
+#include "model/state.h"
+#include "base/text.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

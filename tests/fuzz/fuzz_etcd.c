@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "etcd_codec.h"
+#include "conf/etcd_codec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

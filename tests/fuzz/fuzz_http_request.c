@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conf.h"
+#include "conf/conf.h"
 #include "proto/http.h"
 #include "proto/proto.h"
 

@@ -13,8 +13,8 @@
 
 #include <jansson.h>
 
-#include "conf.h"
-#include "state.h"
+#include "conf/conf.h"
+#include "model/state.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -21,9 +21,9 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "access_log.h"
-#include "conf.h"
-#include "pool.h"
+#include "loop/access_log.h"
+#include "conf/conf.h"
+#include "model/pool.h"
 
 /* 2026-12-01T17:05:33.123Z (calendar.timegm in Python, times 1000). */
 #define T0 1796144733123ull

@@ -24,7 +24,7 @@
 #include <cmocka.h>
 
 #include "chash/chash.h"
-#include "conf.h"
+#include "conf/conf.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "etcd_codec.h"
+#include "conf/etcd_codec.h"
 
 static void
 check_b64(const char *plain, const char *enc)

@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
-#include "conf.h"
-#include "health.h"
+#include "conf/conf.h"
+#include "control/health.h"
 
 static struct conf_health
 http_check(const char *path, const char *host, uint32_t expect)

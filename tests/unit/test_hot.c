@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "hot.h"
+#include "control/hot.h"
 
 static void
 note(struct hot *h, uint64_t now, const char *key)

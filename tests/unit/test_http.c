@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "conf.h"
+#include "conf/conf.h"
 #include "proto/http.h"
 #include "proto/proto.h"
 

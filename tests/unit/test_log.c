@@ -17,7 +17,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "log.h"
+#include "base/log.h"
 
 /* The log goes to a temporary file each test reads back line by line. */
 struct capture {

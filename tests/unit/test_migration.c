@@ -14,10 +14,10 @@
 
 #include <cmocka.h>
 
-#include "conf.h"
-#include "migration.h"
-#include "pool.h"
-#include "request.h"
+#include "conf/conf.h"
+#include "control/migration.h"
+#include "model/pool.h"
+#include "data/request.h"
 
 static int
 result(const char *reply)

@@ -17,9 +17,9 @@
 #include <cmocka.h>
 
 #include "chash/chash.h"
-#include "conf.h"
-#include "log.h"
-#include "pool.h"
+#include "conf/conf.h"
+#include "base/log.h"
+#include "model/pool.h"
 
 #define NKEYS 2000
 

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "conf.h"
+#include "conf/conf.h"
 #include "proto/proxy.h"
 
 #define V2_SIG "\r\n\r\n\0\r\nQUIT\n"

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "report.h"
+#include "model/report.h"
 
 static double
 num(json_t *j, const char *key)

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "conf.h"
+#include "conf/conf.h"
 #include "proto/proto.h"
 #include "proto/http.h"
 #include "proto/memcache.h"

@@ -1,0 +1,158 @@
+/* engine.c -- the table of connection engines, by mode.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#include "data/engine.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "loop/access_log.h"
+#include "conf/conf.h"
+#include "control/health.h"
+#include "base/invariant.h"
+#include "proto/proxy.h"
+#include "base/log.h"
+#include "base/stats.h"
+#include "loop/worker.h"
+#include "model/pool.h"
+#include "data/http.h"
+#include "data/request.h"
+#include "data/splice.h"
+
+engine_accept_fn *
+engine_accept(int mode)
+{
+    switch (mode) {
+    case CONF_MODE_TCP:
+        return splice_accept;
+    case CONF_MODE_HTTP:
+        return http_accept;
+    case CONF_MODE_REDIS:
+    case CONF_MODE_MEMCACHE:
+        return request_accept;
+    default:
+        return NULL;
+    }
+}
+
+void
+engine_listening(struct worker *w, struct pool *p)
+{
+    int mode = pool_snapshot(p)->set.mode;
+
+    if (mode == CONF_MODE_REDIS || mode == CONF_MODE_MEMCACHE)
+        request_preconnect(w, p);
+}
+
+bool
+engine_admit(struct worker *w, struct pool *p, int fd)
+{
+    const struct pool_snapshot *snap = pool_snapshot(p);
+    struct stats_pool *st = &p->stats[w->id];
+    uint64_t active;
+
+    stats_add(&st->accepted, 1);
+    active = atomic_fetch_add_explicit(&p->active, 1, memory_order_relaxed);
+    if (snap->set.client_connections > 0 &&
+        active >= snap->set.client_connections) {
+        atomic_fetch_sub_explicit(&p->active, 1, memory_order_relaxed);
+        stats_add(&st->refused_limit, 1);
+        log_info_limited(10,
+                         "pool %s: client refused: client_connections %u "
+                         "reached",
+                         p->name, snap->set.client_connections);
+        close(fd);
+        return false;
+    }
+    return true;
+}
+
+void
+engine_count_decision(struct stats_pool *st, int decision)
+{
+    switch (decision) {
+    case POOL_FIRST_CHOICE:
+        stats_add(&st->first_choice, 1);
+        break;
+    case POOL_SPILLED:
+        stats_add(&st->spilled, 1);
+        break;
+    case POOL_FAILED_OVER:
+        stats_add(&st->failed_over, 1);
+        break;
+    case POOL_REFUSED_ERROR:
+        stats_add(&st->refused_error, 1);
+        break;
+    default:
+        stats_add(&st->no_member, 1);
+        break;
+    }
+}
+
+void
+engine_connect_failed(struct worker *w, struct pool *p, struct server *s,
+                      bool timeout, int err)
+{
+    uint32_t fails;
+
+    stats_add(&s->stats[w->id].connect_failures, 1);
+    if (timeout)
+        stats_add(&s->stats[w->id].connect_timeouts, 1);
+    fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
+    health_passive_failure(p, fails);
+    log_info_limited(10, "pool %s: connect to %s (%s) failed: %s", p->name,
+                     s->name, s->addr.text,
+                     timeout ? "timed out" : strerror(err));
+}
+
+size_t
+engine_proxy_hello(int fd, int version, const struct sockaddr *src,
+                   socklen_t srclen, const struct sockaddr *dst,
+                   socklen_t dstlen, char *out)
+{
+    struct sockaddr_storage self;
+    socklen_t selflen = sizeof(self);
+    size_t n;
+
+    if (dst == NULL) {
+        if (getsockname(fd, (struct sockaddr *)&self, &selflen) < 0)
+            selflen = 0; /* an UNKNOWN / LOCAL header then */
+        dst = (const struct sockaddr *)&self;
+        dstlen = selflen;
+    }
+    n = proxy_write(version, src, srclen, dst, dstlen, out, PROXY_WRITE_MAX);
+    INVARIANT(n > 0); /* PROXY_WRITE_MAX always fits */
+    return n;
+}
+
+void
+engine_release_member(struct pool *p, struct server **s, bool *counted)
+{
+    if (*s == NULL)
+        return;
+    if (*counted) {
+        atomic_fetch_sub_explicit(&(*s)->active, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&p->active_backends, 1, memory_order_relaxed);
+        *counted = false;
+    }
+    server_unref(*s);
+    *s = NULL;
+}
+
+void
+engine_access_entry(struct access_entry *e, const struct pool *p,
+                    const struct sockaddr_storage *peer, socklen_t peerlen,
+                    const struct server *s, int routing, uint32_t attempts)
+{
+    e->pool = p->name;
+    e->client = peerlen > 0 ? (const struct sockaddr *)peer : NULL;
+    e->client_len = peerlen;
+    if (s != NULL) {
+        e->member = s->name;
+        e->member_addr = s->addr.text;
+    }
+    e->routing = routing;
+    e->retries = attempts > 1 ? attempts - 1 : 0;
+}
