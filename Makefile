@@ -93,15 +93,16 @@ UT_MODS_test_conf      := conf/conf conf/etcd_codec
 UT_MODS_test_log       := base/log base/text
 UT_MODS_test_pool      := model/pool conf/conf base/log control/health \
                           loop/control base/invariant loop/builder \
-                          control/membership model/report model/state base/text proto/proto proto/tcp \
+                          control/membership model/report model/state base/text proto/modes proto/tcp \
                           proto/redis proto/memcache proto/error proto/http \
-                          control/migration \
+                          control/migration model/migration_view \
+                          model/fence \
                           base/stats api/metrics loop/rconn control/replica \
                           loop/access_log control/etcd \
                           conf/etcd_codec control/hot
 UT_MODS_test_state     := model/state conf/conf conf/etcd_codec
 UT_MODS_test_migration := $(UT_MODS_test_pool)
-UT_MODS_test_tcp       := proto/proto proto/tcp proto/redis proto/memcache \
+UT_MODS_test_tcp       := proto/modes proto/tcp proto/redis proto/memcache \
                           proto/error proto/http conf/conf conf/etcd_codec
 UT_MODS_test_redis     := proto/redis proto/error
 UT_MODS_test_memcache  := proto/memcache proto/error
@@ -213,7 +214,7 @@ unit: $(UT_BIN)
 # 60% of the time of one. TEST_JOBS=1 runs them one by one.
 TEST_JOBS ?= 2
 integration: all
-	@if ls tests/integration/test_*.py >/dev/null 2>&1; then \
+	@if ls tests/integration/*/test_*.py >/dev/null 2>&1; then \
 	    CHASH_BUILD=$(abspath $(B)) CHASH_SANITIZE=$(SANITIZE) \
 	    $(PYTHON) -m pytest -q $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS)) \
 	        tests/integration; \
@@ -222,10 +223,7 @@ integration: all
 # The tcp suite once more with the kernel's fast path: `integration` runs
 # tcp pools with chashd's splice (fast_path's default, off), this one with
 # fast_path: sockmap where the kernel loads it; both ways must pass.
-TCP_SUITE := $(wildcard tests/integration/test_chashd_*.py) \
-             tests/integration/test_proxy_protocol.py \
-             tests/integration/test_access_log.py \
-             tests/integration/test_fastpath.py
+TCP_SUITE := $(wildcard tests/integration/tcp/test_*.py)
 integration-fastpath: all
 	CHASH_BUILD=$(abspath $(B)) CHASH_SANITIZE=$(SANITIZE) \
 	    CHASHD_FAST_PATH=sockmap $(PYTHON) -m pytest -q \
@@ -285,14 +283,14 @@ valgrind: deps
 	@$(PYTHON) scripts/valgrind --build $(B)
 
 # reliability: the suite of doc/reliability.md in one command -- the fault
-# suites (tests/integration/test_faults_*.py), every fuzzer for
+# suites (tests/integration/faults/), every fuzzer for
 # FUZZ_SECONDS (default 60), valgrind's subset, then a soak of DURATION.
 # Stops at the first part that fails.
 reliability: deps
 	@$(MAKE) --no-print-directory all
 	CHASH_BUILD=$(abspath $(B)) CHASH_SANITIZE=$(SANITIZE) \
 	    $(PYTHON) -m pytest -q $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS)) \
-	    tests/integration/test_faults_*.py
+	    tests/integration/faults
 	scripts/fuzz
 	@$(MAKE) --no-print-directory valgrind
 	@$(MAKE) --no-print-directory soak DURATION=$(DURATION)

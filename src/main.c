@@ -36,9 +36,10 @@
 #include "model/pool.h"
 #include "control/replica.h"
 #include "data/request.h"
-#include "proto/proto.h"
+#include "proto/modes.h"
 #include "model/state.h"
 #include "loop/worker.h"
+#include "data/dispatch.h"
 
 #define ERRLEN 1024
 
@@ -1126,6 +1127,7 @@ main(int argc, char **argv)
             }
         }
         fast_path_start(conf, conf->workers, false, err, sizeof(err));
+        worker_set_hooks(&dispatch_worker_hooks);
         if (worker_start_all(conf->workers) < 0) {
             log_error("cannot start the workers: %s", strerror(errno));
             free(fds);

@@ -22,31 +22,13 @@
 #include "base/stats.h"
 
 static struct {
-    double start_unix;     /* process start, Unix seconds */
-    struct timespec start; /* the same, monotonic, for uptime */
     uint64_t reloads_ok, reloads_failed;
 } M;
 
 void
 metrics_init(void)
 {
-    struct timespec now;
-
-    if (M.start_unix != 0)
-        return;
-    clock_gettime(CLOCK_REALTIME, &now);
-    M.start_unix = (double)now.tv_sec + now.tv_nsec / 1e9;
-    clock_gettime(CLOCK_MONOTONIC, &M.start);
-}
-
-double
-metrics_uptime(void)
-{
-    struct timespec now;
-
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - M.start.tv_sec) +
-           (now.tv_nsec - M.start.tv_nsec) / 1e9;
+    stats_process_start();
 }
 
 void
@@ -56,21 +38,6 @@ metrics_note_reload(bool ok)
         M.reloads_ok++;
     else
         M.reloads_failed++;
-}
-
-void
-metrics_label_escape(FILE *f, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '\\')
-            fputs("\\\\", f);
-        else if (*s == '"')
-            fputs("\\\"", f);
-        else if (*s == '\n')
-            fputs("\\n", f);
-        else
-            fputc(*s, f);
-    }
 }
 
 static void
@@ -83,7 +50,7 @@ static void
 pool_labels(FILE *f, const struct pool *p)
 {
     fputs("{pool=\"", f);
-    metrics_label_escape(f, p->name);
+    stats_label_escape(f, p->name);
     fputc('"', f);
 }
 
@@ -92,7 +59,7 @@ member_labels(FILE *f, const struct pool *p, const struct server *s)
 {
     pool_labels(f, p);
     fputs(",member=\"", f);
-    metrics_label_escape(f, s->name);
+    stats_label_escape(f, s->name);
     fputc('"', f);
 }
 
@@ -571,10 +538,10 @@ metrics_render(size_t *len)
     fprintf(f, "chashd_build_info{version=\"%s\"} 1\n", CHASH_VERSION_STRING);
     family(f, "chashd_uptime_seconds", "gauge",
            "Seconds since chashd started.");
-    fprintf(f, "chashd_uptime_seconds %.3f\n", metrics_uptime());
+    fprintf(f, "chashd_uptime_seconds %.3f\n", stats_uptime());
     family(f, "chashd_start_time_seconds", "gauge",
            "Start time of chashd since the Unix epoch, in seconds.");
-    fprintf(f, "chashd_start_time_seconds %.3f\n", M.start_unix);
+    fprintf(f, "chashd_start_time_seconds %.3f\n", stats_start_unix());
     family(f, "chashd_config_reloads_total", "counter",
            "Config reloads (SIGHUP), by result.");
     fprintf(f, "chashd_config_reloads_total{result=\"success\"} %llu\n",

@@ -4,6 +4,55 @@
 #include "base/stats.h"
 
 #include <string.h>
+#include <time.h>
+
+static struct {
+    double unix_s;         /* process start, Unix seconds */
+    struct timespec mono; /* the same, monotonic, for uptime */
+} stats_start;
+
+void
+stats_process_start(void)
+{
+    struct timespec now;
+
+    if (stats_start.unix_s != 0)
+        return;
+    clock_gettime(CLOCK_REALTIME, &now);
+    stats_start.unix_s = (double)now.tv_sec + now.tv_nsec / 1e9;
+    clock_gettime(CLOCK_MONOTONIC, &stats_start.mono);
+}
+
+double
+stats_uptime(void)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - stats_start.mono.tv_sec) +
+           (now.tv_nsec - stats_start.mono.tv_nsec) / 1e9;
+}
+
+double
+stats_start_unix(void)
+{
+    return stats_start.unix_s;
+}
+
+void
+stats_label_escape(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\')
+            fputs("\\\\", f);
+        else if (*s == '"')
+            fputs("\\\"", f);
+        else if (*s == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*s, f);
+    }
+}
 
 void
 stats_server_sum(const struct stats_server *slots, size_t nslots,

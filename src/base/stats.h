@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /*
  * Two kinds of counters:
@@ -60,6 +61,16 @@ struct stats_server {
     _Atomic uint64_t latency[STATS_LATENCY_BUCKETS];
     _Atomic uint64_t latency_sum_us;
 } __attribute__((aligned(64)));
+
+/* Routing decisions, made by the router (model/pool.h),
+ * counted per pool in stats_pool and named in access log lines. */
+enum stats_decision {
+    STATS_FIRST_CHOICE,
+    STATS_SPILLED,
+    STATS_FAILED_OVER,
+    STATS_REFUSED_ERROR,
+    STATS_NO_MEMBER
+};
 
 /* Per pool, per worker: every routing decision is counted once. */
 struct stats_pool {
@@ -147,5 +158,18 @@ void stats_server_sum(const struct stats_server *slots, size_t nslots,
                       struct stats_server_sum *out);
 void stats_pool_sum(const struct stats_pool *slots, size_t nslots,
                     struct stats_pool_sum *out);
+
+/* Note the process start (for uptime); call once at start-up, later calls
+ * are ignored. */
+void stats_process_start(void);
+/* Seconds since stats_process_start (any thread). */
+double stats_uptime(void);
+/* The process start as Unix seconds (0 before stats_process_start). */
+double stats_start_unix(void);
+
+/* Write <s> as a Prometheus label value (without quotes): backslash,
+ * double quote and newline escaped, as the text format requires. Every
+ * module that exposes its own metrics uses it. */
+void stats_label_escape(FILE *f, const char *s);
 
 #endif /* CHASHD_STATS_H */

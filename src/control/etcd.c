@@ -30,6 +30,7 @@
 #include "base/log.h"
 #include "control/membership.h"
 #include "control/migration.h"
+#include "model/fence.h"
 #include "model/pool.h"
 #include "model/state.h"
 
@@ -180,7 +181,7 @@ static struct {
  * would still send moving keys to their old owners -- writes lost. So a
  * copy pool answers no key while
  *   - the lease may have expired: no renewal is known to reach past
- *     F.until_ms (the send time of the last granted or renewed lease, plus
+ *     the fence's until (the send time of the last granted or renewed lease, plus
  *     its TTL, less a margin); the session's calls may block, so the
  *     workers compare the time themselves;
  *   - or the lease was lost and this instance is not back yet: a new
@@ -193,8 +194,6 @@ static struct {
 #define FENCE_MARGIN_MS 250 /* at most; a tenth of shorter leases */
 
 static struct {
-    _Atomic uint64_t until_ms; /* monotonic; 0: no lease granted yet */
-    atomic_bool rejoining;
     int64_t rejoin_lease; /* under E.mu; the new lease, 0: none yet */
     bool said;            /* control thread: the fence is logged */
     uint64_t fences;      /* control thread: times it was raised */
@@ -210,9 +209,8 @@ fence_lease(uint64_t sent_ms, int64_t ttl_s)
     /* etcd counts the TTL from when it took the call, after <sent_ms>,
      * and revokes later still (its expiry check runs every 500 ms); the
      * margin covers the workers' coarse clock and a slow clock here */
-    atomic_store(&F.until_ms,
-                 sent_ms + ttl -
-                     (ttl / 10 < FENCE_MARGIN_MS ? ttl / 10 : FENCE_MARGIN_MS));
+    fence_until(sent_ms + ttl -
+                (ttl / 10 < FENCE_MARGIN_MS ? ttl / 10 : FENCE_MARGIN_MS));
 }
 
 /* The session: the lease is lost; fenced until this instance is back. */
@@ -221,19 +219,10 @@ fence_rejoin(void)
 {
     pthread_mutex_lock(&E.mu);
     F.rejoin_lease = 0;
-    atomic_store(&F.rejoining, true);
+    fence_rejoining(true);
     pthread_mutex_unlock(&E.mu);
 }
 
-bool
-etcd_fenced(uint64_t now_ms)
-{
-    uint64_t until = atomic_load_explicit(&F.until_ms, memory_order_relaxed);
-
-    return until != 0 &&
-           (now_ms >= until ||
-            atomic_load_explicit(&F.rejoining, memory_order_relaxed));
-}
 
 static void
 post(struct emsg *m)
@@ -1144,7 +1133,7 @@ session_main(void *arg)
                 lease = jint(json_object_get(out, "ID"));
                 fence_lease(sent, jint(json_object_get(out, "TTL")));
                 pthread_mutex_lock(&E.mu);
-                if (atomic_load(&F.rejoining))
+                if (fence_is_rejoining())
                     F.rejoin_lease = lease; /* back once seen under it */
                 pthread_mutex_unlock(&E.mu);
                 refused_said = false;
@@ -1461,11 +1450,11 @@ fence_check(void)
 {
     json_t *me = json_object_get(C.instances, cfg.instance);
 
-    if (!atomic_load(&F.rejoining) || C.pending_pubs > 0 || me == NULL)
+    if (!fence_is_rejoining() || C.pending_pubs > 0 || me == NULL)
         return;
     pthread_mutex_lock(&E.mu);
     if (F.rejoin_lease != 0 && jint(json_array_get(me, 2)) == F.rejoin_lease)
-        atomic_store(&F.rejoining, false);
+        fence_rejoining(false);
     pthread_mutex_unlock(&E.mu);
 }
 
@@ -1487,7 +1476,7 @@ fenced_pools(void)
 static void
 fence_tick(uint64_t now_ms)
 {
-    bool fenced = etcd_fenced(now_ms) && fenced_pools();
+    bool fenced = fence_up(now_ms) && fenced_pools();
 
     if (fenced && !F.said) {
         F.said = true;
@@ -1496,7 +1485,7 @@ fence_tick(uint64_t now_ms)
                  "every key with an error until it is registered again "
                  "(another instance may move keys without it)",
                  cfg.instance,
-                 atomic_load(&F.rejoining)
+                 fence_is_rejoining()
                      ? "lost its lease"
                      : "could not renew its lease in time: it may have "
                        "expired");
@@ -2773,7 +2762,7 @@ etcd_cluster_json(void)
     /* the fence of copy pools: up now, and how often it was */
     json_object_set_new(
         json_object_get(r, "etcd"), "fenced",
-        json_boolean(etcd_fenced(clock_ms()) && fenced_pools()));
+        json_boolean(fence_up(clock_ms()) && fenced_pools()));
     json_object_set_new(json_object_get(r, "etcd"), "fences",
                         json_integer((json_int_t)F.fences));
     insts = json_array();
@@ -2877,7 +2866,7 @@ etcd_metrics(FILE *f)
             "# HELP chashd_etcd_fences_total Times the fence went up.\n"
             "# TYPE chashd_etcd_fences_total counter\n"
             "chashd_etcd_fences_total %" PRIu64 "\n",
-            etcd_fenced(clock_ms()) && fenced_pools() ? 1 : 0, F.fences);
+            fence_up(clock_ms()) && fenced_pools() ? 1 : 0, F.fences);
     fprintf(f,
             "# HELP chashd_etcd_applied_revision The etcd revision this "
             "instance has applied.\n"

@@ -41,11 +41,6 @@ void etcd_set_listen(etcd_listen_fn *fn);
 /* Does <p> take its members from etcd (and etcd runs)? */
 bool etcd_pool(const struct pool *p);
 
-/* Whether pools that copy keys and take their members from etcd must
- * answer no key at <now_ms> (CLOCK_MONOTONIC): this instance's lease may
- * have expired, or it lost it and is not registered again yet (the other
- * instances may move keys without it). Any thread. */
-bool etcd_fenced(uint64_t now_ms);
 
 /* GET /api/cluster. */
 json_t *etcd_cluster_json(void);

@@ -27,7 +27,7 @@
 #include "base/log.h"
 #include "control/membership.h"
 #include "model/pool.h"
-#include "proto/proto.h"
+#include "proto/modes.h"
 #include "proto/redis.h"
 #include "model/state.h"
 
@@ -585,6 +585,12 @@ health_tick(uint64_t now, void *arg)
 int
 health_init(void)
 {
+    static const struct pool_hooks hooks = {
+        .member_failing = health_passive_failure,
+        .member_leaving = health_cancel,
+    };
+
+    pool_set_hooks(&hooks);
     passive.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     passive.cb = passive_cb;
     if (passive.fd < 0 || control_watch_add(&passive, EPOLLIN) < 0)

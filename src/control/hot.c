@@ -18,7 +18,6 @@
 #include "conf/conf.h"
 #include "loop/control.h"
 #include "control/membership.h"
-#include "api/metrics.h"
 #include "model/pool.h"
 #include "base/stats.h"
 
@@ -380,9 +379,9 @@ hot_metrics(FILE *f)
             hot_key_text(k->key, k->len < HOT_KEY_MAX ? k->len : HOT_KEY_MAX,
                          k->len, text, sizeof(text));
             fputs("chashd_hot_key_requests_per_second{pool=\"", f);
-            metrics_label_escape(f, v->pool);
+            stats_label_escape(f, v->pool);
             fputs("\",key=\"", f);
-            metrics_label_escape(f, text);
+            stats_label_escape(f, text);
             fprintf(f, "\"} %.3f\n", k->rate);
         }
     fputs("# HELP chashd_member_requests_per_second Requests sent to a "
@@ -392,9 +391,9 @@ hot_metrics(FILE *f)
     for (const struct hview *v = views; v != NULL; v = v->next)
         for (size_t i = 0; i < v->nmem; i++) {
             fputs("chashd_member_requests_per_second{pool=\"", f);
-            metrics_label_escape(f, v->pool);
+            stats_label_escape(f, v->pool);
             fputs("\",member=\"", f);
-            metrics_label_escape(f, v->mem[i].name);
+            stats_label_escape(f, v->mem[i].name);
             fprintf(f, "\"} %.3f\n", v->mem[i].rate);
         }
     fputs("# HELP chashd_member_load_ratio A member's part of the pool's "
@@ -412,9 +411,9 @@ hot_metrics(FILE *f)
             if (share <= 0)
                 continue;
             fputs("chashd_member_load_ratio{pool=\"", f);
-            metrics_label_escape(f, v->pool);
+            stats_label_escape(f, v->pool);
             fputs("\",member=\"", f);
-            metrics_label_escape(f, v->mem[i].name);
+            stats_label_escape(f, v->mem[i].name);
             fprintf(f, "\"} %.3f\n", (v->mem[i].rate / total) / share);
         }
     }

@@ -19,7 +19,7 @@
 #include "conf/conf.h"
 #include "loop/control.h"
 #include "base/log.h"
-#include "api/metrics.h"
+#include "base/stats.h"
 #include "model/pool.h"
 #include "loop/rconn.h"
 #include "data/request.h"
@@ -1793,9 +1793,9 @@ member_gauge(FILE *f, const char *name, const char *help, bool readable)
             struct server *s = p->servers[j];
 
             fprintf(f, "%s{pool=\"", name);
-            metrics_label_escape(f, p->name);
+            stats_label_escape(f, p->name);
             fprintf(f, "\",member=\"");
-            metrics_label_escape(f, s->name);
+            stats_label_escape(f, s->name);
             fprintf(f, "\"} %zu\n",
                     readable ? (size_t)replica_readable(s)
                              : replica_pending(s));
@@ -1859,7 +1859,7 @@ replica_metrics(FILE *f)
             if (p->cfg.replicas <= 1)
                 continue;
             fprintf(f, "%s{pool=\"", fam[k].name);
-            metrics_label_escape(f, p->name);
+            stats_label_escape(f, p->name);
             fprintf(f, "\"} %" PRIu64 "\n", atomic_load(v));
         }
     }

@@ -1,4 +1,7 @@
-/* engine.c -- the table of connection engines, by mode.
+/* engine.c -- what every connection engine does alike: admit a client,
+ * count a routing decision, account a member's failed connect, give a
+ * member back, fill an access log line, write a PROXY header. The table
+ * of engines by mode sits above them (data/dispatch.c).
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "data/engine.h"
@@ -10,41 +13,12 @@
 
 #include "loop/access_log.h"
 #include "conf/conf.h"
-#include "control/health.h"
 #include "base/invariant.h"
 #include "proto/proxy.h"
 #include "base/log.h"
 #include "base/stats.h"
 #include "loop/worker.h"
 #include "model/pool.h"
-#include "data/http.h"
-#include "data/request.h"
-#include "data/splice.h"
-
-engine_accept_fn *
-engine_accept(int mode)
-{
-    switch (mode) {
-    case CONF_MODE_TCP:
-        return splice_accept;
-    case CONF_MODE_HTTP:
-        return http_accept;
-    case CONF_MODE_REDIS:
-    case CONF_MODE_MEMCACHE:
-        return request_accept;
-    default:
-        return NULL;
-    }
-}
-
-void
-engine_listening(struct worker *w, struct pool *p)
-{
-    int mode = pool_snapshot(p)->set.mode;
-
-    if (mode == CONF_MODE_REDIS || mode == CONF_MODE_MEMCACHE)
-        request_preconnect(w, p);
-}
 
 bool
 engine_admit(struct worker *w, struct pool *p, int fd)
@@ -73,16 +47,16 @@ void
 engine_count_decision(struct stats_pool *st, int decision)
 {
     switch (decision) {
-    case POOL_FIRST_CHOICE:
+    case STATS_FIRST_CHOICE:
         stats_add(&st->first_choice, 1);
         break;
-    case POOL_SPILLED:
+    case STATS_SPILLED:
         stats_add(&st->spilled, 1);
         break;
-    case POOL_FAILED_OVER:
+    case STATS_FAILED_OVER:
         stats_add(&st->failed_over, 1);
         break;
-    case POOL_REFUSED_ERROR:
+    case STATS_REFUSED_ERROR:
         stats_add(&st->refused_error, 1);
         break;
     default:
@@ -95,13 +69,10 @@ void
 engine_connect_failed(struct worker *w, struct pool *p, struct server *s,
                       bool timeout, int err)
 {
-    uint32_t fails;
-
     stats_add(&s->stats[w->id].connect_failures, 1);
     if (timeout)
         stats_add(&s->stats[w->id].connect_timeouts, 1);
-    fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
-    health_passive_failure(p, fails);
+    pool_member_failed(p, s);
     log_info_limited(10, "pool %s: connect to %s (%s) failed: %s", p->name,
                      s->name, s->addr.text,
                      timeout ? "timed out" : strerror(err));

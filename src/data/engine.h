@@ -1,7 +1,7 @@
-/* engine.h -- which connection engine serves a mode: the tcp splice today
- * (bytes both ways between a client and one member); the request engine
- * of the store and http modes beside it later. The worker's listeners
- * hand each accepted client to it.
+/* engine.h -- what the connection engines (splice.c, http.c, request.c)
+ * share: admitting a client, routing counts, a member's failed connect,
+ * access log entries, PROXY headers. Which engine serves a mode is
+ * dispatch.h's.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #ifndef CHASHD_ENGINE_H
@@ -21,20 +21,12 @@ struct pool;
 typedef void engine_accept_fn(struct worker *w, struct listener *l, int fd,
                               const struct sockaddr *peer, socklen_t peerlen);
 
-/* The engine of <mode> (enum conf_mode), or NULL when that mode is not
- * served yet. */
-engine_accept_fn *engine_accept(int mode);
-
-/* Worker <w> has started listening for pool <p> (at start, or the pool
- * came with a reload): the engine's chance to get ready (preconnect). */
-void engine_listening(struct worker *w, struct pool *p);
-
 /* A client of pool <p> accepted by worker <w>: counted, and admitted
  * (true: <p>'s `active` counts it, the engine's to give back at its
  * close) or refused at `client_connections` (false: <fd> is closed). */
 bool engine_admit(struct worker *w, struct pool *p, int fd);
 
-/* Count routing decision <decision> (enum pool_decision) in <st>, the
+/* Count routing decision <decision> (enum stats_decision) in <st>, the
  * worker's stats slot of the pool. */
 struct stats_pool;
 void engine_count_decision(struct stats_pool *st, int decision);

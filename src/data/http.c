@@ -27,8 +27,7 @@
 #include "chash/chash.h"
 #include "conf/conf.h"
 #include "data/engine.h"
-#include "control/health.h"
-#include "control/hot.h"
+#include "model/hotkeys.h"
 #include "base/invariant.h"
 #include "loop/io.h"
 #include "base/log.h"
@@ -165,7 +164,7 @@ struct hclient {
     bool decided;
     bool stale_retried; /* a reused connection that was closed */
     bool timed_out;     /* the last failure was a timeout */
-    int routing;        /* the last routing decision (enum pool_decision) */
+    int routing;        /* the last routing decision (enum stats_decision) */
     size_t key_link;    /* the hash_key link the key came from */
     uint64_t req_in;    /* bytes of it read from the client */
     uint64_t req_out;   /* bytes of its answer for the client */
@@ -992,14 +991,14 @@ connect_next(struct worker *w, struct hclient *c)
     }
     s = snap->ring != NULL
             ? pool_choose(c->pool, snap, c->hash, c->tried, ntried, &decision)
-            : (decision = POOL_NO_MEMBER, NULL);
+            : (decision = STATS_NO_MEMBER, NULL);
     if (!c->decided || s == NULL)
         engine_count_decision(st, decision);
     c->decided = true;
     c->routing = decision;
     if (s == NULL) {
         respond(w, c, 503,
-                decision == POOL_REFUSED_ERROR
+                decision == STATS_REFUSED_ERROR
                     ? "the key's member is not up (on_failure: error)"
                     : "no member can take the request",
                 false, 1);
@@ -1081,9 +1080,7 @@ member_failed(struct worker *w, struct hclient *c, const char *why,
             stats_add(&s->stats[w->id].request_failures, 1);
         if (!c->answered)
             stats_add(&s->stats[w->id].early_closes, 1);
-        fails =
-            atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
-        health_passive_failure(c->pool, fails);
+        fails = pool_member_failed(c->pool, s);
         log_info_limited(10,
                          "pool %s: member %s (%s) %s (%u failures in a row)",
                          c->pool->name, s->name, s->addr.text, why, fails);

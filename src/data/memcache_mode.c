@@ -25,7 +25,6 @@
 
 #include "chash/chash.h"
 #include "conf/conf.h"
-#include "api/metrics.h"
 #include "model/pool.h"
 #include "proto/memcache.h"
 #include "base/stats.h"
@@ -551,7 +550,7 @@ stats(struct rreq *r, const struct pool_snapshot *snap)
                 "\r\nSTAT bytes_written %" PRIu64
                 "\r\nSTAT pool %s\r\nSTAT members %zu\r\n"
                 "STAT members_up %zu\r\nEND\r\n",
-                (long)getpid(), metrics_uptime(), (long)time(NULL),
+                (long)getpid(), stats_uptime(), (long)time(NULL),
                 VERSION_TEXT, (unsigned)pool_workers(),
                 atomic_load_explicit(&p->active, memory_order_relaxed),
                 ps.accepted, ps.requests, ps.fragments, ps.local, ps.refused,

@@ -25,7 +25,7 @@
 
 #include "chash/chash.h"
 #include "conf/conf.h"
-#include "control/migration.h"
+#include "model/migration_view.h"
 #include "model/pool.h"
 #include "proto/redis.h"
 

@@ -27,14 +27,13 @@
 #include "base/clock.h"
 #include "conf/conf.h"
 #include "data/engine.h"
-#include "control/etcd.h"
-#include "control/health.h"
-#include "control/hot.h"
+#include "model/fence.h"
+#include "model/hotkeys.h"
 #include "base/invariant.h"
 #include "base/log.h"
 #include "model/pool.h"
 #include "data/memcache_mode.h"
-#include "control/migration.h"
+#include "model/migration_view.h"
 #include "proto/memcache.h"
 #include "proto/redis.h"
 #include "data/redis_mode.h"
@@ -572,7 +571,7 @@ request_key_member(const struct pool_snapshot *snap, const char *key,
     *why = "no member owns any key";
     if (snap->ring == NULL)
         return NULL;
-    if (snap->set.etcd_fence && etcd_fenced(clock_coarse_ms())) {
+    if (snap->set.etcd_fence && fence_up(clock_coarse_ms())) {
         *why = "this chashd may have lost its etcd lease: a pool that "
                "copies keys answers none until it is registered again";
         return NULL;
@@ -878,9 +877,7 @@ conn_fail(struct rserver *s, int kind, int err)
      * nothing in flight (Redis' `timeout`): the next request reconnects. */
     if (err != ECONNABORTED && (s->nfifo > 0 || s->state == RS_CONNECTING ||
                                 kind != PROTO_ERR_CLOSED)) {
-        uint32_t fails =
-            atomic_fetch_add_explicit(&srv->fails, 1, memory_order_relaxed) + 1;
-
+        pool_member_failed(p, srv);
         log_info_limited(10, "pool %s: member %s (%s): %s; %zu requests failed",
                          p->name, srv->name, srv->addr.text, strerror(err),
                          s->nfifo);
@@ -890,7 +887,6 @@ conn_fail(struct rserver *s, int kind, int err)
             stats_add(&st->request_timeouts, s->nfifo);
         else
             stats_add(&st->request_failures, s->nfifo);
-        health_passive_failure(p, fails);
     }
     /* We drop a connection the member may still read requests from:
      * with replicas, it must drop them too before it is repaired. */
@@ -1373,10 +1369,7 @@ conn_replies(struct rserver *s)
             stats_add(&s->m->server->stats[s->w->id].request_errors, 1);
         request_latency(s, f);
         if (rp.member_failure) {
-            uint32_t fails = atomic_fetch_add_explicit(&s->m->server->fails, 1,
-                                                       memory_order_relaxed) +
-                             1;
-            health_passive_failure(s->m->pool, fails);
+            pool_member_failed(s->m->pool, s->m->server);
         } else if (atomic_load_explicit(&s->m->server->fails,
                                         memory_order_relaxed) != 0) {
             atomic_store_explicit(&s->m->server->fails, 0,

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 
 #include "loop/io.h"
+#include "model/migration_view.h"
 #include "proto/proto.h"
 #include "loop/worker.h"
 
@@ -174,7 +175,7 @@ struct request_mode {
     /*
      * What the reply <buf> (<len> bytes) to step <step> (0: gate_build's)
      * of the gate for <key> (before the client's request <command>) says:
-     * enum request_gate_result. GATE_NEXT (GATE_NEXT_OLD): <next> holds
+     * enum migration_gate. GATE_NEXT (GATE_NEXT_OLD): <next> holds
      * the request of the next step, for the new (old) owner, and *<sent>
      * its command index.
      */
@@ -183,15 +184,6 @@ struct request_mode {
                        int *sent);
 };
 
-enum request_gate_result {
-    GATE_MOVED,   /* the key was moved (or copied: a warm-up) */
-    GATE_ABSENT,  /* the old owner did not have it (moved already, or none) */
-    GATE_RETRY,   /* the new owner has a copy (an earlier failed move):
-                     again, overwriting it */
-    GATE_FAILED,  /* not moved: the request must not run */
-    GATE_NEXT,    /* one more step, on the new owner */
-    GATE_NEXT_OLD /* one more step, on the old owner */
-};
 
 /* A client of a store pool. */
 struct rclient {

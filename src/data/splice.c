@@ -29,7 +29,6 @@
 #include "data/engine.h"
 #include "chash/chash.h"
 #include "conf/conf.h"
-#include "control/health.h"
 #include "base/invariant.h"
 #include "base/log.h"
 #include "model/pool.h"
@@ -267,8 +266,7 @@ member_failed(struct worker *w, struct splice *c, const char *why)
         return;
     c->blamed = true;
     stats_add(&s->stats[w->id].early_closes, 1);
-    fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
-    health_passive_failure(c->pool, fails);
+    fails = pool_member_failed(c->pool, s);
     log_info_limited(10,
                      "pool %s: member %s (%s) %s before its first byte (%u "
                      "failures in a row)",
@@ -396,7 +394,7 @@ connect_next(struct worker *w, struct splice *c)
 
         if (c->attempts > snap->set.retries) {
             stats_add(&st->no_member, 1);
-            c->routing = POOL_NO_MEMBER;
+            c->routing = STATS_NO_MEMBER;
             log_info_limited(10,
                              "pool %s: client refused: %u connects failed "
                              "(retries: %u)",
@@ -410,7 +408,7 @@ connect_next(struct worker *w, struct splice *c)
         c->routing = decision;
         if (s == NULL) {
             log_info_limited(10, "pool %s: client refused: %s", c->pool->name,
-                             decision == POOL_REFUSED_ERROR
+                             decision == STATS_REFUSED_ERROR
                                  ? "its member is not up (on_failure: error)"
                                  : "no member can take it");
             goto refuse;

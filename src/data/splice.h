@@ -65,7 +65,7 @@ struct splice {
     /* for the access log (access_log.h) */
     uint64_t sent_down; /* bytes passed from the member to the client */
     uint64_t start_ms;  /* w->now_ms at accept */
-    int routing;        /* the last enum pool_decision, once <decided> */
+    int routing;        /* the last enum stats_decision, once <decided> */
     struct sockaddr_storage peer; /* the client as logged: the socket's
                                      peer, or the PROXY header's source
                                      when one was taken */

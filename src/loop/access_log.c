@@ -32,7 +32,7 @@ static const int access_syslog_priority = LOG_DAEMON | LOG_INFO;
 #include "conf/conf.h"
 #include "base/invariant.h"
 #include "base/log.h"
-#include "model/pool.h"
+#include "base/stats.h"
 #include "base/text.h"
 
 struct access_log {
@@ -44,18 +44,18 @@ struct access_log {
 };
 
 static const char *const routing_names[] = {
-    [POOL_FIRST_CHOICE] = "first",      [POOL_SPILLED] = "spilled",
-    [POOL_FAILED_OVER] = "failed_over", [POOL_REFUSED_ERROR] = "refused",
-    [POOL_NO_MEMBER] = "no_member",
+    [STATS_FIRST_CHOICE] = "first",      [STATS_SPILLED] = "spilled",
+    [STATS_FAILED_OVER] = "failed_over", [STATS_REFUSED_ERROR] = "refused",
+    [STATS_NO_MEMBER] = "no_member",
 };
 _Static_assert(sizeof(routing_names) / sizeof(routing_names[0]) ==
-                   POOL_NO_MEMBER + 1,
+                   STATS_NO_MEMBER + 1,
                "a routing decision without a name");
 
 const char *
 access_routing_name(int routing)
 {
-    if (routing < 0 || routing > POOL_NO_MEMBER)
+    if (routing < 0 || routing > STATS_NO_MEMBER)
         return "-";
     return routing_names[routing];
 }
@@ -353,7 +353,7 @@ format_json(struct text_line *l, const struct access_entry *e,
     put_json_cstr(l, "member", e->member);
     put_json_cstr(l, "member_addr", e->member_addr);
     put_json_cstr(l, "routing",
-                  e->routing >= 0 && e->routing <= POOL_NO_MEMBER
+                  e->routing >= 0 && e->routing <= STATS_NO_MEMBER
                       ? access_routing_name(e->routing)
                       : NULL);
     putf(l, ",\"retries\":%u,\"duration_ms\":%llu", e->retries,

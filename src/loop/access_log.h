@@ -35,7 +35,7 @@
 /*
  * One line's fields. Strings are borrowed for the call. <method> NULL makes
  * a tcp line; set, the http fields follow. The routing names come from
- * pool.h's enum pool_decision: first, spilled, failed_over, refused,
+ * pool.h's enum stats_decision: first, spilled, failed_over, refused,
  * no_member.
  */
 struct access_entry {
@@ -47,7 +47,7 @@ struct access_entry {
     socklen_t client_len;
     const char *member;      /* the member's name, NULL: none */
     const char *member_addr; /* its address as configured, NULL: none */
-    int routing;             /* enum pool_decision, or ACCESS_NO_ROUTING */
+    int routing;             /* enum stats_decision, or ACCESS_NO_ROUTING */
     uint32_t retries;        /* connects tried after the first */
     uint64_t duration_ms;    /* accept (tcp) or request start (http) to end */
     uint64_t bytes_in;       /* read from the client */
@@ -122,7 +122,7 @@ size_t access_log_format(int format, const struct access_entry *e, char *buf,
                          size_t len);
 
 /* "first", "spilled", "failed_over", "refused", "no_member" for enum
- * pool_decision; "-" otherwise. */
+ * stats_decision; "-" otherwise. */
 const char *access_routing_name(int routing);
 
 #endif /* CHASHD_ACCESS_LOG_H */

@@ -2,7 +2,9 @@
  * its own SO_REUSEPORT listening socket per pool, a timer wheel, deferred
  * frees, and a command queue the control thread fills (listeners in and
  * out, exit). Events and timers carry their handlers: this file knows no
- * connection type (the engines do: engine.h).
+ * connection type and no pool: what a listener's pool means (its engine,
+ * its references, its snapshots' epochs) comes from the hooks the layers
+ * above register (worker_set_hooks; main.c).
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "loop/worker.h"
@@ -23,10 +25,17 @@
 
 #include "base/clock.h"
 #include "conf/conf.h"
-#include "data/engine.h"
 #include "base/invariant.h"
 #include "base/log.h"
-#include "model/pool.h"
+
+/* The layers above (worker_set_hooks); set before worker_start_all. */
+static struct worker_hooks hooks;
+
+void
+worker_set_hooks(const struct worker_hooks *h)
+{
+    hooks = *h;
+}
 
 enum cmd_type {
     CMD_ADD_LISTENER,
@@ -190,10 +199,7 @@ address_foreign(const struct conf_addr *addr)
 static bool
 address_ours(const struct conf_addr *addr)
 {
-    for (size_t i = 0; i < pool_count(); i++)
-        if (conf_addr_equal(&pool_at(i)->cfg.listen, addr))
-            return true;
-    return false;
+    return hooks.address_ours != NULL && hooks.address_ours(addr);
 }
 
 /*
@@ -349,7 +355,7 @@ listener_close(struct worker *w, struct listener *l)
         epoll_ctl(w->ep, EPOLL_CTL_DEL, l->fd, NULL);
     close(l->fd);
     l->fd = -1;
-    pool_unref(l->pool);
+    hooks.pool_unref(l->pool);
     l->pool = NULL;
     worker_defer_free(w, l);
 }
@@ -371,7 +377,6 @@ listener_event(struct worker *w, struct ev *ev, uint32_t events)
     for (int i = 0; i < 64 && l->fd >= 0 && !l->paused; i++) {
         struct sockaddr_storage peer;
         socklen_t peerlen = sizeof(peer);
-        engine_accept_fn *accept_fn;
         int fd = accept4(l->fd, (struct sockaddr *)&peer, &peerlen,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
 
@@ -381,17 +386,12 @@ listener_event(struct worker *w, struct ev *ev, uint32_t events)
                 /* Clients wait in the backlog until descriptors free up. */
                 log_warn("pool %s: accept: %s; pausing new connections for "
                          "%dms",
-                         l->pool->name, strerror(errno), ACCEPT_PAUSE_MS);
+                         hooks.pool_name(l->pool), strerror(errno), ACCEPT_PAUSE_MS);
                 worker_pause_accepting(w);
             }
             return;
         }
-        accept_fn = engine_accept(pool_snapshot(l->pool)->set.mode);
-        if (accept_fn == NULL) {
-            close(fd); /* a mode without an engine never gets a listener */
-            continue;
-        }
-        accept_fn(w, l, fd, (const struct sockaddr *)&peer, peerlen);
+        hooks.accept(w, l, fd, (const struct sockaddr *)&peer, peerlen);
     }
 }
 
@@ -407,7 +407,7 @@ worker_push(struct worker *w, int type, struct pool *p, int fd)
     cmd->pool = p;
     cmd->fd = fd;
     if (p != NULL)
-        pool_ref(p);
+        hooks.pool_ref(p);
     /* FIFO: a DEL after an ADD of the same fd must run in that order. */
     pthread_mutex_lock(&w->lock);
     for (pp = &w->cmds; *pp != NULL; pp = &(*pp)->next)
@@ -591,7 +591,7 @@ worker_commands(struct worker *w, struct ev *ev, uint32_t events)
             }
             l->next = w->listeners;
             w->listeners = l;
-            engine_listening(w, l->pool);
+            hooks.listening(w, l);
             break;
         }
         case CMD_DEL_LISTENER:
@@ -621,7 +621,7 @@ worker_commands(struct worker *w, struct ev *ev, uint32_t events)
             break;
         }
         if (cmd->pool != NULL)
-            pool_unref(cmd->pool);
+            hooks.pool_unref(cmd->pool);
         free(cmd);
     }
     worker_mail(w);
@@ -734,9 +734,9 @@ worker_main(void *arg)
 
         /* Hold no snapshot while blocked: the control thread may free
          * retired ones meanwhile. */
-        pool_epoch_quiesce(w->id);
+        hooks.quiesce(w->id);
         n = epoll_wait(w->ep, evs, 256, timeout);
-        pool_epoch_enter(w->id);
+        hooks.enter(w->id);
         w->now_ms = clock_coarse_ms();
         if (n < 0 && errno != EINTR) {
             log_error("worker %u: epoll_wait: %s", w->id, strerror(errno));
@@ -762,7 +762,7 @@ worker_main(void *arg)
     mail_flush(w); /* (answers of what closing failed) */
     reap(w);
     INVARIANT(w->ntimers == 0);
-    pool_epoch_quiesce(w->id);
+    hooks.quiesce(w->id);
     return NULL;
 }
 
@@ -839,7 +839,7 @@ worker_stop_all(void)
             if (cmd->type == CMD_ADD_LISTENER)
                 close(cmd->fd);
             if (cmd->pool != NULL)
-                pool_unref(cmd->pool);
+                hooks.pool_unref(cmd->pool);
             free(cmd);
         }
         close(w->ep);

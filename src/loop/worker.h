@@ -120,6 +120,30 @@ struct worker {
 };
 
 /*
+ * What a worker needs from the layers above it, registered once before
+ * worker_start_all (main.c: the engines' table, data/engine.c). The loop
+ * holds a listener's pool only as a pointer it passes back.
+ */
+struct worker_hooks {
+    /* a client <fd> accepted on <l> from <peer>: the engine of the
+     * listener's pool owns it from here (closes it on any failure) */
+    void (*accept)(struct worker *w, struct listener *l, int fd,
+                   const struct sockaddr *peer, socklen_t peerlen);
+    /* <w> started listening on <l> (at start, or its pool came with a
+     * reload): the engine's chance to get ready (preconnect) */
+    void (*listening)(struct worker *w, struct listener *l);
+    void (*pool_ref)(struct pool *p);
+    void (*pool_unref)(struct pool *p);
+    const char *(*pool_name)(const struct pool *p);
+    /* whether one of our pools listens on <addr> now (control thread) */
+    bool (*address_ours)(const struct conf_addr *addr);
+    /* the snapshot epochs: entered after each wait, quiescent before */
+    void (*enter)(unsigned worker);
+    void (*quiesce)(unsigned worker);
+};
+void worker_set_hooks(const struct worker_hooks *h);
+
+/*
  * Start <n> workers (threads). Signals must already be blocked in the
  * calling thread (the workers inherit the mask). 0 or -1.
  */

@@ -15,12 +15,11 @@
 #include "loop/access_log.h"
 #include "loop/builder.h"
 #include "base/clock.h"
-#include "control/health.h"
-#include "control/hot.h"
+#include "model/hotkeys.h"
 #include "base/invariant.h"
 #include "base/log.h"
-#include "control/migration.h"
-#include "proto/proto.h"
+#include "model/migration_view.h"
+#include "proto/modes.h"
 #include "conf/ring.h"
 #include "model/state.h"
 
@@ -209,6 +208,25 @@ server_unref(struct server *s)
     free(s);
 }
 
+static struct pool_hooks pool_hooks;
+
+void
+pool_set_hooks(const struct pool_hooks *h)
+{
+    pool_hooks = *h;
+}
+
+uint32_t
+pool_member_failed(struct pool *p, struct server *s)
+{
+    uint32_t fails =
+        atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
+
+    if (pool_hooks.member_failing != NULL)
+        pool_hooks.member_failing(p, fails);
+    return fails;
+}
+
 void
 pool_ref(struct pool *p)
 {
@@ -366,7 +384,8 @@ pool_list_remove(struct pool *p, size_t i)
     struct server *s = p->servers[i];
 
     INVARIANT(i < p->nservers && s->pool == p);
-    health_cancel(s);
+    if (pool_hooks.member_leaving != NULL)
+        pool_hooks.member_leaving(s);
     s->pool = NULL;
     server_update_state(s);
     memmove(&p->servers[i], &p->servers[i + 1],
@@ -1318,8 +1337,8 @@ pool_member_set_admin(struct pool *p, const char *name, int admin)
         p->cfg.ring.algo != CHASH_ALGO_JUMP)
         ramp_start(p, s, 0.0);
     snprintf(s->reason, sizeof(s->reason), "by the operator");
-    if (admin == STATE_ADMIN_MAINT)
-        health_cancel(s);
+    if (admin == STATE_ADMIN_MAINT && pool_hooks.member_leaving != NULL)
+        pool_hooks.member_leaving(s);
     p->placement++;
     pool_schedule(p);
     return 0;
@@ -1459,7 +1478,7 @@ pool_choose(struct pool *p, const struct pool_snapshot *snap, uint64_t hash,
     bool skipped = false, spilled = false;
     uint64_t total = 0;
 
-    *decision = POOL_NO_MEMBER;
+    *decision = STATS_NO_MEMBER;
     if (snap->ring == NULL)
         return NULL;
     if (bounded)
@@ -1472,11 +1491,11 @@ pool_choose(struct pool *p, const struct pool_snapshot *snap, uint64_t hash,
         if (server_usable(s) && !tried_has(tried, ntried, s->id)) {
             if (!bounded) {
                 atomic_fetch_add_explicit(&s->active, 1, memory_order_relaxed);
-                *decision = POOL_FIRST_CHOICE;
+                *decision = STATS_FIRST_CHOICE;
                 return s;
             }
             if (server_take_within(s, snapshot_cap(snap, i, factor, total))) {
-                *decision = POOL_FIRST_CHOICE;
+                *decision = STATS_FIRST_CHOICE;
                 return s;
             }
         }
@@ -1501,7 +1520,7 @@ pool_choose(struct pool *p, const struct pool_snapshot *snap, uint64_t hash,
             struct server *s = snap->servers[pref[i]];
             if (!server_usable(s) || tried_has(tried, ntried, s->id)) {
                 if (error && i == 0) {
-                    *decision = POOL_REFUSED_ERROR;
+                    *decision = STATS_REFUSED_ERROR;
                     goto out;
                 }
                 skipped = true;
@@ -1526,9 +1545,9 @@ pool_choose(struct pool *p, const struct pool_snapshot *snap, uint64_t hash,
         atomic_fetch_add_explicit(&pick->active, 1, memory_order_relaxed);
     }
     if (pick != NULL)
-        *decision = skipped   ? POOL_FAILED_OVER
-                    : spilled ? POOL_SPILLED
-                              : POOL_FIRST_CHOICE;
+        *decision = skipped   ? STATS_FAILED_OVER
+                    : spilled ? STATS_SPILLED
+                              : STATS_FIRST_CHOICE;
 out:
     if (pref != fast)
         free(pref);

@@ -141,7 +141,7 @@ struct pool_settings {
     bool preconnect;
     char hash_tag[3];
     int migration;   /* enum conf_migration */
-    bool etcd_fence; /* copy pool with members from etcd: etcd_fenced() */
+    bool etcd_fence; /* copy pool with members from etcd: fence_up() */
     uint32_t migration_timeout_ms; /* MIGRATE's timeout */
     uint32_t replicas;             /* members per key (1: no replication) */
     uint32_t write_quorum;         /* acknowledgements a write needs */
@@ -296,6 +296,26 @@ void pool_remove(struct pool *p);
 struct pool *pool_find(const char *name);
 size_t pool_count(void);
 struct pool *pool_at(size_t i);
+
+/*
+ * What the control plane hears from the pools below it: hooks registered
+ * once at start (main.c: control/health.c's), each may be NULL (unit
+ * tests). The one way up from the data path and the model.
+ */
+struct pool_hooks {
+    /* worker: a member of <p> failed <fails> connects or requests in a
+     * row (health ejects it at the pool's server_failure_limit) */
+    void (*member_failing)(struct pool *p, uint32_t fails);
+    /* control thread: <s> leaves its pool or goes to maint: cancel what
+     * is in flight for it (a health probe) */
+    void (*member_leaving)(struct server *s);
+};
+void pool_set_hooks(const struct pool_hooks *h);
+
+/* Worker: member <s> of <p> failed once more (a connect, a connection
+ * with requests on it, a request the member answered wrongly): its run
+ * of failures grows, and the hook hears of it. Returns the run. */
+uint32_t pool_member_failed(struct pool *p, struct server *s);
 
 /* References (any thread). The last unref frees. */
 void pool_ref(struct pool *p);
@@ -453,15 +473,6 @@ struct pool_snapshot *pool_snapshot_of(struct pool *p,
 /* Keep <snap> alive past its retirement (control thread), until unpinned. */
 void pool_snapshot_pin(struct pool_snapshot *snap);
 void pool_snapshot_unpin(struct pool_snapshot *snap);
-
-/* Routing decisions, counted per pool in stats_pool. */
-enum pool_decision {
-    POOL_FIRST_CHOICE,
-    POOL_SPILLED,
-    POOL_FAILED_OVER,
-    POOL_REFUSED_ERROR,
-    POOL_NO_MEMBER
-};
 
 /*
  * Pick the member for key hash <hash> in <snap> (worker): preference order

@@ -204,8 +204,4 @@ struct proto_error_texts {
 size_t proto_error_reply(const struct proto_error_texts *t, char *out,
                          size_t cap, int kind, const char *msg);
 
-/* The table of <mode> (enum conf_mode), or NULL when that mode is not
- * implemented yet. */
-const struct proto *proto_find(int mode);
-
 #endif /* CHASHD_PROTO_H */

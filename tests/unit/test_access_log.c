@@ -48,7 +48,7 @@ tcp_entry(const struct sockaddr_in *client)
         .client_len = sizeof(*client),
         .member = "b",
         .member_addr = "127.0.0.1:9002",
-        .routing = POOL_FIRST_CHOICE,
+        .routing = STATS_FIRST_CHOICE,
         .retries = 0,
         .duration_ms = 12,
         .bytes_in = 345,
@@ -125,7 +125,7 @@ test_text_tcp_line(void **state)
                         "127.0.0.1:9002 first retries=0 12ms 345B/6789B\n");
     /* Refused after two retries: no member, the decision that ended it. */
     e.member = e.member_addr = NULL;
-    e.routing = POOL_NO_MEMBER;
+    e.routing = STATS_NO_MEMBER;
     e.retries = 2;
     e.bytes_out = 0;
     assert_string_equal(text(&e),
@@ -152,7 +152,7 @@ test_text_http_line(void **state)
                                   "key=cookie:session\n");
     /* chashd answered itself: its reason, quoted. */
     e.status = 502;
-    e.routing = POOL_FAILED_OVER;
+    e.routing = STATS_FAILED_OVER;
     e.retries = 1;
     e.key_source = "source_ip";
     e.error = "502 member reset";
@@ -191,13 +191,13 @@ static void
 test_routing_names(void **state)
 {
     (void)state;
-    assert_string_equal(access_routing_name(POOL_FIRST_CHOICE), "first");
-    assert_string_equal(access_routing_name(POOL_SPILLED), "spilled");
-    assert_string_equal(access_routing_name(POOL_FAILED_OVER), "failed_over");
-    assert_string_equal(access_routing_name(POOL_REFUSED_ERROR), "refused");
-    assert_string_equal(access_routing_name(POOL_NO_MEMBER), "no_member");
+    assert_string_equal(access_routing_name(STATS_FIRST_CHOICE), "first");
+    assert_string_equal(access_routing_name(STATS_SPILLED), "spilled");
+    assert_string_equal(access_routing_name(STATS_FAILED_OVER), "failed_over");
+    assert_string_equal(access_routing_name(STATS_REFUSED_ERROR), "refused");
+    assert_string_equal(access_routing_name(STATS_NO_MEMBER), "no_member");
     assert_string_equal(access_routing_name(ACCESS_NO_ROUTING), "-");
-    assert_string_equal(access_routing_name(POOL_NO_MEMBER + 1), "-");
+    assert_string_equal(access_routing_name(STATS_NO_MEMBER + 1), "-");
 }
 
 /* A request line that tries everything: quotes and backslashes to break
@@ -303,7 +303,7 @@ test_json_fields(void **state)
     json_decref(j);
 
     /* http without a response, with chashd's reason. */
-    e.routing = POOL_NO_MEMBER;
+    e.routing = STATS_NO_MEMBER;
     http_fields(&e, "POST", "/", 1);
     e.status = 0;
     e.key_source = NULL;
@@ -365,7 +365,7 @@ test_worst_case_fits(void **state)
     e.pool = e.member = e.member_addr = e.key_source = e.error = big;
     e.client = (const struct sockaddr *)&c;
     e.client_len = sizeof(c);
-    e.routing = POOL_REFUSED_ERROR;
+    e.routing = STATS_REFUSED_ERROR;
     e.retries = UINT32_MAX;
     /* jansson reads integers up to INT64_MAX: one digit short of the
      * widest, which the text line below takes. */

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "control/hot.h"
+#include "model/hotkeys.h"
 
 static void
 note(struct hot *h, uint64_t now, const char *key)

@@ -89,7 +89,7 @@ test_first_choice_is_the_ring_owner(void **state)
         struct server *s = pool_choose(p, snap, h, NULL, 0, &d);
         assert_non_null(s);
         assert_ptr_equal(s, snap->servers[chash_ring_lookup(snap->ring, h)]);
-        assert_int_equal(d, POOL_FIRST_CHOICE);
+        assert_int_equal(d, STATS_FIRST_CHOICE);
     }
     drop_pool(p, c);
 }
@@ -115,11 +115,11 @@ test_failover_takes_the_next_preference(void **state)
         chash_ring_lookup_n(snap->ring, h, pref, 2);
         if (snap->servers[pref[0]] == dead) {
             assert_ptr_equal(s, snap->servers[pref[1]]);
-            assert_int_equal(d, POOL_FAILED_OVER);
+            assert_int_equal(d, STATS_FAILED_OVER);
             moved++;
         } else {
             assert_ptr_equal(s, snap->servers[pref[0]]);
-            assert_int_equal(d, POOL_FIRST_CHOICE);
+            assert_int_equal(d, STATS_FIRST_CHOICE);
         }
     }
     assert_true(moved > NKEYS / 6);
@@ -144,7 +144,7 @@ test_tried_members_are_skipped(void **state)
         tried[1] = snap->servers[pref[1]]->id;
         assert_ptr_equal(pool_choose(p, snap, h, tried, 1, &d),
                          snap->servers[pref[1]]);
-        assert_int_equal(d, POOL_FAILED_OVER);
+        assert_int_equal(d, STATS_FAILED_OVER);
         assert_ptr_equal(pool_choose(p, snap, h, tried, 2, &d),
                          snap->servers[pref[2]]);
     }
@@ -172,7 +172,7 @@ test_error_policy_refuses_when_the_owner_is_unusable(void **state)
         struct server *s = pool_choose(p, snap, h, NULL, 0, &d);
         if (owner == dead) {
             assert_null(s);
-            assert_int_equal(d, POOL_REFUSED_ERROR);
+            assert_int_equal(d, STATS_REFUSED_ERROR);
         } else {
             assert_ptr_equal(s, owner);
         }
@@ -226,7 +226,7 @@ test_bounded_load_respects_the_cap(void **state)
     s = pool_choose(p, snap, h, NULL, 0, &d);
     assert_non_null(s);
     assert_ptr_not_equal(s, owner);
-    assert_int_equal(d, POOL_SPILLED);
+    assert_int_equal(d, STATS_SPILLED);
     /* the pick, its new connection taken, is within
      * ceil(1.25 * 31 * points / W) */
     for (size_t i = 0; i < snap->n; i++) {
@@ -242,7 +242,7 @@ test_bounded_load_respects_the_cap(void **state)
     atomic_store(&owner->active, 0);
     atomic_store(&p->active_backends, 0);
     assert_ptr_equal(pool_choose(p, snap, h, NULL, 0, &d), owner);
-    assert_int_equal(d, POOL_FIRST_CHOICE);
+    assert_int_equal(d, STATS_FIRST_CHOICE);
     drop_pool(p, c);
 }
 
@@ -270,7 +270,7 @@ test_bounded_load_last_slot_goes_once(void **state)
     b = pool_choose(p, snap, h, NULL, 0, &d);
     assert_ptr_equal(a, owner);
     assert_ptr_not_equal(b, owner);
-    assert_int_equal(d, POOL_SPILLED);
+    assert_int_equal(d, STATS_SPILLED);
     assert_true((double)atomic_load(&owner->active) <= cap);
     atomic_store(&owner->active, 0);
     atomic_store(&b->active, 0);
@@ -319,7 +319,7 @@ test_bounded_load_looks_past_sixteen_full_members(void **state)
     s = pool_choose(p, snap, h, NULL, 0, &d);
     assert_non_null(s);
     assert_ptr_equal(s, snap->servers[pref[16]]);
-    assert_int_equal(d, POOL_SPILLED);
+    assert_int_equal(d, STATS_SPILLED);
     for (int i = 0; i < 16; i++)
         atomic_store(&snap->servers[pref[i]]->active, 0);
     atomic_store(&p->active_backends, 0);

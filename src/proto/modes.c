@@ -1,7 +1,8 @@
-/* proto.c -- the table of mode plug-ins.
+/* modes.c -- the table of mode plug-ins: the one place that knows every
+ * codec (the codecs know only proto.h, so this table sits above them).
  * SPDX-License-Identifier: BSD-2-Clause
  */
-#include "proto/proto.h"
+#include "proto/modes.h"
 
 #include "conf/conf.h"
 #include "proto/http.h"

@@ -1,0 +1,18 @@
+/* dispatch.h -- which connection engine serves a mode: the tcp splice
+ * (bytes both ways between a client and one member), the http engine,
+ * the request engine of the store modes. The worker's listeners hand each
+ * accepted client to it through the hooks main.c registers.
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+#ifndef CHASHD_DISPATCH_H
+#define CHASHD_DISPATCH_H
+
+#include "loop/worker.h"
+
+/* The worker loop's hooks (worker_set_hooks): a client accepted on a
+ * pool's listener goes to the engine of the pool's mode, read from the
+ * current snapshot (a reload may change the mode while the listener is
+ * kept); pools referenced and snapshots' epochs kept by model/pool. */
+extern const struct worker_hooks dispatch_worker_hooks;
+
+#endif /* CHASHD_DISPATCH_H */
