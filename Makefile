@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: BSD-2-Clause
 #
 #   make                      build/libchash.{a,so}, build/chash, build/chashd
-#   make test                 unit tests (cmocka) and integration tests (pytest;
-#                             the tcp ones twice: kernel fast path, splice)
+#   make test                 the layer check, unit tests (cmocka) and
+#                             integration tests (pytest; the tcp ones twice:
+#                             kernel fast path, splice)
 #   make test SANITIZE=address,undefined   the same, built in build/sanitize
 #   make run                  the demo (chashd --demo, three local backends)
 #   make install [PREFIX=/usr/local] [DESTDIR=]   and make uninstall
@@ -96,6 +97,7 @@ UT_MODS_test_pool      := model/pool conf/conf base/log control/health \
                           control/membership model/report model/state base/text proto/modes proto/tcp \
                           proto/redis proto/memcache proto/error proto/http \
                           control/migration model/migration_view \
+                          model/replica_log \
                           model/fence \
                           base/stats api/metrics loop/rconn control/replica \
                           loop/access_log control/etcd \
@@ -119,6 +121,7 @@ UT_BIN    := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)
 TARGETS := $(B)/libchash.a $(B)/libchash.so $(B)/chash $(B)/chashd
 
 .PHONY: all test unit integration integration-fastpath run bench fuzz clean \
+        layers \
         deps format install uninstall soak valgrind reliability
 all: $(TARGETS)
 
@@ -229,8 +232,15 @@ integration-fastpath: all
 	    CHASHD_FAST_PATH=sockmap $(PYTHON) -m pytest -q \
 	    $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS)) $(TCP_SUITE)
 
+# layers: the house's order (scripts/layers, doc/internals/architecture.md):
+# every #include and every call points down src/'s layers, no circles in
+# src/, lib/ or cli/. Fails naming the upward edge or the circle.
+layers: all
+	@$(PYTHON) scripts/layers --build $(B)
+
 test: deps
 	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory layers
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory integration-fastpath

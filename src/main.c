@@ -1127,7 +1127,7 @@ main(int argc, char **argv)
             }
         }
         fast_path_start(conf, conf->workers, false, err, sizeof(err));
-        worker_set_hooks(&dispatch_worker_hooks);
+        dispatch_init();
         if (worker_start_all(conf->workers) < 0) {
             log_error("cannot start the workers: %s", strerror(errno));
             free(fds);

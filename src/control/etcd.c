@@ -140,7 +140,7 @@ struct ewrite {
     bool lease;  /* its puts go under the instance's lease */
     bool raw;    /* answered as soon as etcd answers (not once applied) */
     char pool[128];
-    etcd_done_fn *done;
+    membership_remote_done_fn *done;
     void *arg;
     /* the answer */
     int status;
@@ -1815,7 +1815,7 @@ lock_written(int status, uint64_t rev, const char *msg, void *arg)
  * answers; <lease>: its puts go under our lease. */
 static void
 mig_txn(const char *pool, json_t *cmps, json_t *ops, bool lease,
-        etcd_done_fn *done, void *arg)
+        membership_remote_done_fn *done, void *arg)
 {
     struct ewrite *w = calloc(1, sizeof(*w));
 
@@ -2282,7 +2282,7 @@ writes_tick(uint64_t now_ms, void *arg)
                  "has not applied it within %d s (its watch: %s); the other "
                  "instances apply it from etcd",
                  w->rev, WRITE_APPLY_MS / 1000, C.state);
-        write_answer(w, ETCD_WRITTEN_NOT_APPLIED, w->rev, msg);
+        write_answer(w, MEMBERSHIP_WRITTEN_NOT_APPLIED, w->rev, msg);
     }
 }
 
@@ -2400,6 +2400,11 @@ dup_or_null(const char *s)
     return s ? strdup(s) : NULL;
 }
 
+static const struct membership_remote etcd_remote = {
+    .owns = etcd_pool,
+    .write = etcd_member_write,
+};
+
 int
 etcd_start(const struct conf *conf, char *err, size_t errlen)
 {
@@ -2409,6 +2414,7 @@ etcd_start(const struct conf *conf, char *err, size_t errlen)
         any |= conf->pools[i].members_from == CONF_MEMBERS_ETCD;
     if (!any || !conf->etcd.enabled)
         return 0;
+    membership_set_remote(&etcd_remote);
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
         snprintf(err, errlen, "etcd: cannot initialise libcurl");
         return -1;
@@ -2590,7 +2596,7 @@ etcd_stop(void)
 /* The compare and the operation of <o> into <cmps>, <ops>. 0, or an HTTP
  * status with <msg>. */
 static int
-write_op(struct cpool *cp, const char *pool, const struct etcd_op *o,
+write_op(struct cpool *cp, const char *pool, const struct membership_remote_op *o,
          json_t *cmps, json_t *ops, char *msg, size_t msglen)
 {
     char key[768];
@@ -2657,8 +2663,8 @@ write_op(struct cpool *cp, const char *pool, const struct etcd_op *o,
 }
 
 void
-etcd_member_write(struct pool *p, const struct etcd_op *ops, size_t n,
-                  const json_t *migration, etcd_done_fn *done, void *arg)
+etcd_member_write(struct pool *p, const struct membership_remote_op *ops, size_t n,
+                  const json_t *migration, membership_remote_done_fn *done, void *arg)
 {
     struct cpool *cp = cpool_find(p->name);
     json_t *cmps, *jops;

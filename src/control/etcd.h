@@ -15,6 +15,8 @@
 
 #include <jansson.h>
 
+#include "control/membership.h"
+
 struct conf;
 struct pool;
 
@@ -47,34 +49,11 @@ json_t *etcd_cluster_json(void);
 /* The chashd_etcd_* families into <f> (nothing without etcd). */
 void etcd_metrics(FILE *f);
 
-/*
- * A change of members of etcd pool <p> made through the admin API, as one
- * etcd transaction (every instance applies it at one revision):
- *   op 'a' add <name> at <address> with <weight> (create if absent),
- *   op 'u' update <name>'s weight (<weight> > 0) and/or state (<state>
- *          "up", "drain", "maint"; NULL: unchanged), compare-and-swap on
- *          the record's revision,
- *   op 'r' remove <name> (guarded by its revision).
- * <done>(<status>, <rev>, <msg>, <arg>) runs once on the control thread:
- * status 0 once this instance has applied revision <rev>;
- * ETCD_WRITTEN_NOT_APPLIED when etcd took it (<rev>) but this instance did
- * not apply it in 10 s (its watch is down: <msg> says so); 400 a bad name
- * or too many operations; 404 no such record; 409 a record changed
- * meanwhile (or exists); 503 etcd cannot be reached. Nothing changes
- * unless status is 0. <migration>, when not NULL, is the descriptor of
- * the migration the change starts (migration.h), created in the same
- * transaction, which fails (409) while another migration runs.
- */
-#define ETCD_WRITTEN_NOT_APPLIED 202
-struct etcd_op {
-    char op;
-    const char *name;
-    const char *address;
-    uint32_t weight;
-    const char *state;
-};
-typedef void etcd_done_fn(int status, uint64_t rev, const char *msg, void *arg);
-void etcd_member_write(struct pool *p, const struct etcd_op *ops, size_t n,
-                       const json_t *migration, etcd_done_fn *done, void *arg);
+/* A change of members of etcd pool <p> made through the admin API, as one
+ * etcd transaction (every instance applies it at one revision): the
+ * membership_remote's write (membership.h), registered by etcd_start. */
+void etcd_member_write(struct pool *p, const struct membership_remote_op *ops,
+                       size_t n, const json_t *migration,
+                       membership_remote_done_fn *done, void *arg);
 
 #endif /* CHASHD_ETCD_H */

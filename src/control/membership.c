@@ -22,7 +22,6 @@
 #include "base/log.h"
 #include "control/migration.h"
 #include "model/pool.h"
-#include "control/etcd.h"
 #include "conf/etcd_codec.h"
 #include "model/report.h"
 #include "model/state.h"
@@ -423,9 +422,36 @@ membership_tick(uint64_t now_ms, void *arg)
     pool_tick(now_ms, ramp_done, NULL);
 }
 
+/* The shared store of members (etcd), while it runs. */
+static struct membership_remote remote;
+
+void
+membership_set_remote(const struct membership_remote *r)
+{
+    if (r != NULL)
+        remote = *r;
+    else
+        memset(&remote, 0, sizeof(remote));
+}
+
+static bool
+remote_owns(const struct pool *p)
+{
+    return remote.owns != NULL && remote.owns(p);
+}
+
+static void membership_migration_save(const char *pool, json_t *m);
+static void membership_migration_leave(struct pool *p, const char *name);
+
 int
 membership_init(void)
 {
+    static const struct migration_host host = {
+        .save = membership_migration_save,
+        .leave = membership_migration_leave,
+    };
+
+    migration_set_host(&host);
     return control_tick_add(membership_tick, NULL);
 }
 
@@ -1628,13 +1654,13 @@ pending_apply(struct pending *pc)
     return 0;
 }
 
-/* What etcd said of a write (etcd_member_write's <status>, <rev>, <msg>)
+/* What etcd said of a write (the remote write's <status>, <rev>, <msg>)
  * into <res>, whose report was computed before the write. */
 static void
 etcd_result(struct membership_result *res, const char *pool, int status,
             uint64_t rev, const char *msg)
 {
-    if (status != 0 && status != ETCD_WRITTEN_NOT_APPLIED) {
+    if (status != 0 && status != MEMBERSHIP_WRITTEN_NOT_APPLIED) {
         json_decref(res->report);
         res->report = NULL;
         refuse(res,
@@ -1648,7 +1674,7 @@ etcd_result(struct membership_result *res, const char *pool, int status,
     report_flags(res->report, false, true);
     json_object_set_new(res->report, "etcd_revision",
                         json_integer((json_int_t)rev));
-    if (status == ETCD_WRITTEN_NOT_APPLIED)
+    if (status == MEMBERSHIP_WRITTEN_NOT_APPLIED)
         json_object_set_new(res->report, "warning", json_string(msg));
 }
 
@@ -1676,7 +1702,7 @@ static void
 etcd_submit(struct pending *pc)
 {
     struct server *s = pool_server_find(pc->p, pc->name);
-    struct etcd_op op = {.name = pc->name};
+    struct membership_remote_op op = {.name = pc->name};
     json_t *desc = NULL;
     bool copy = pc->migrate && pool_copies(pc->p);
     bool leave = copy && pc->rq.op == MEMBERSHIP_REMOVE;
@@ -1721,7 +1747,7 @@ etcd_submit(struct pending *pc)
             return;
         }
     }
-    etcd_member_write(pc->p, &op, 1, desc, etcd_written, pc);
+    remote.write(pc->p, &op, 1, desc, etcd_written, pc);
     json_decref(desc);
 }
 
@@ -1813,7 +1839,7 @@ pending_reported(struct report_job *rj)
         pending_finish(pc);
         return;
     }
-    if (etcd_pool(p)) {
+    if (remote_owns(p)) {
         /* the change goes to etcd; every instance applies it from there */
         etcd_submit(pc);
         return;
@@ -2493,7 +2519,7 @@ membership_change(struct pool *p, const struct membership_request *rq,
         pending_finish(pc);
         return;
     }
-    if (rq->op == MEMBERSHIP_RESET && etcd_pool(p)) {
+    if (rq->op == MEMBERSHIP_RESET && remote_owns(p)) {
         refuse(&pc->res, MEMBERSHIP_ECONFLICT,
                "pool %s takes its members from etcd: there is no runtime "
                "override to reset (etcd's records are its membership)",
@@ -2546,7 +2572,7 @@ static void
 batch_reported(struct report_job *rj)
 {
     struct batch *bt = (struct batch *)rj;
-    struct etcd_op *eo;
+    struct membership_remote_op *eo;
 
     if (rj->report == NULL) {
         refuse(&bt->res, MEMBERSHIP_ECONFLICT, "pool %s: %s", bt->p->name,
@@ -2592,7 +2618,7 @@ batch_reported(struct report_job *rj)
         eo[i].weight = o->has_weight ? o->weight : o->op == MEMBERSHIP_ADD;
         eo[i].state = o->has_admin ? state_admin_name(o->admin) : NULL;
     }
-    etcd_member_write(bt->p, eo, bt->n, NULL, batch_written, bt);
+    remote.write(bt->p, eo, bt->n, NULL, batch_written, bt);
     free(eo);
 }
 
@@ -2721,7 +2747,7 @@ membership_batch(struct pool *p, const struct membership_batch_op *ops,
             return;
         }
     }
-    if (!etcd_pool(p) && !dry_run) {
+    if (!remote_owns(p) && !dry_run) {
         refuse(&bt->res, MEMBERSHIP_EINVAL,
                "pool %s: a batch of changes is one etcd transaction: it is "
                "for pools with members_from: etcd (change this pool one "
@@ -2788,7 +2814,7 @@ membership_result_deinit(struct membership_result *res)
 
 /* ---- migrations ---------------------------------------------------------- */
 
-void
+static void
 membership_migration_save(const char *pool, json_t *m)
 {
     char err[400];
@@ -2816,7 +2842,7 @@ membership_migration_saved(const char *pool)
     return state != NULL ? state_migration(state, pool) : NULL;
 }
 
-void
+static void
 membership_migration_leave(struct pool *p, const char *name)
 {
     char warn[512];

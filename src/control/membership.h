@@ -101,6 +101,46 @@ void membership_model_report(struct pool *p, struct membership_model *mm,
 /* Register with the control loop (the ramp tick). 0 or -1. */
 int membership_init(void);
 
+/*
+ * Pools whose members live in a shared store (etcd): their changes are
+ * written there, and applied here when the store says so. The store
+ * (control/etcd.c) registers itself while it runs; membership never names
+ * it. A change of <p> is a list of operations (one transaction):
+ *   op 'a' add <name> at <address> with <weight> (create if absent),
+ *   op 'u' update <name>'s weight (<weight> > 0) and/or state (<state>
+ *          "up", "drain", "maint"; NULL: unchanged), compare-and-swap on
+ *          the record's revision,
+ *   op 'r' remove <name> (guarded by its revision).
+ * <done>(<status>, <rev>, <msg>, <arg>) runs once on the control thread:
+ * status 0 once this instance has applied revision <rev>;
+ * MEMBERSHIP_WRITTEN_NOT_APPLIED when the store took it (<rev>) but this
+ * instance did not apply it in 10 s (<msg> says why); 400 a bad name or
+ * too many operations; 404 no such record; 409 a record changed meanwhile
+ * (or exists); 503 the store cannot be reached. Nothing changes unless
+ * status is 0. <migration>, when not NULL, is the descriptor of the
+ * migration the change starts (migration.h), created in the same
+ * transaction, which fails (409) while another migration runs.
+ */
+#define MEMBERSHIP_WRITTEN_NOT_APPLIED 202
+struct membership_remote_op {
+    char op;
+    const char *name;
+    const char *address;
+    uint32_t weight;
+    const char *state;
+};
+typedef void membership_remote_done_fn(int status, uint64_t rev,
+                                       const char *msg, void *arg);
+struct membership_remote {
+    /* whether <p> takes its members from the store */
+    bool (*owns)(const struct pool *p);
+    void (*write)(struct pool *p, const struct membership_remote_op *ops,
+                  size_t n, const json_t *migration,
+                  membership_remote_done_fn *done, void *arg);
+};
+/* Register the store (NULL: none runs). */
+void membership_set_remote(const struct membership_remote *r);
+
 /* Called once per membership_change(); <res> is valid during the call. */
 typedef void membership_done_fn(struct membership_result *res, void *arg);
 
@@ -198,12 +238,6 @@ json_t *membership_changes_json(void);
  * last one (0 when none). */
 uint64_t membership_pool_changes(const char *pool, double *last_moved);
 
-/* migration.c: keep <pool>'s running migration <m> in the state file
- * (NULL: it ended) and write the file. A failed write is logged. */
-void membership_migration_save(const char *pool, json_t *m);
-/* migration.c: member <name> of <p> has given away its keys: it leaves
- * the pool (logged, persisted). */
-void membership_migration_leave(struct pool *p, const char *name);
 /* The migration the state file holds for <pool> (borrowed), or NULL. */
 json_t *membership_migration_saved(const char *pool);
 

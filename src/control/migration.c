@@ -25,11 +25,9 @@
 #include "base/clock.h"
 #include "conf/conf.h"
 #include "loop/control.h"
-#include "control/etcd.h"
 #include "model/fence.h"
 #include "base/invariant.h"
 #include "base/log.h"
-#include "control/membership.h"
 #include "model/pool.h"
 #include "loop/rconn.h"
 #include "data/request.h"
@@ -144,6 +142,28 @@ static migration_barrier_fn *barrier;
 static const struct migration_etcd_ops *etcd_ops;
 /* A copier's end of a stage that etcd did not apply is sent again. */
 #define COPIED_AGAIN_MS 2000
+
+static struct migration_host host;
+
+void
+migration_set_host(const struct migration_host *h)
+{
+    host = *h;
+}
+
+static void
+host_save(const char *pool, json_t *m)
+{
+    if (host.save != NULL)
+        host.save(pool, m);
+}
+
+static void
+host_leave(struct pool *p, const char *name)
+{
+    if (host.leave != NULL)
+        host.leave(p, name);
+}
 
 void
 migration_set_barrier(migration_barrier_fn *fn)
@@ -1180,7 +1200,7 @@ save(struct migration *m)
         return; /* etcd holds it (the descriptor), not the state file */
     j = saved_json(m);
 
-    membership_migration_save(m->pool->name, j);
+    host_save(m->pool->name, j);
     json_decref(j);
     m->saved_ms = clock_ms();
 }
@@ -1341,7 +1361,7 @@ migration_cancel(struct pool *p)
     running_del(m);
     migration_view_unref(m->view);
     if (!m->warmup && !m->etcd)
-        membership_migration_save(p->name, NULL);
+        host_save(p->name, NULL);
     migration_free(m);
 }
 
@@ -1576,7 +1596,7 @@ finished(struct pool *p, const struct pool_change *chg, void *arg)
     m->new_snap = NULL;
     running_del(m);
     if (!m->warmup && !m->etcd)
-        membership_migration_save(p->name, NULL);
+        host_save(p->name, NULL);
     migration_free(m);
 }
 
@@ -1601,7 +1621,7 @@ finish(struct migration *m)
     }
     /* (in etcd, the transaction that ended it removed them) */
     for (size_t i = 0; !m->etcd && i < m->nleaving; i++)
-        membership_migration_leave(p, m->leaving[i]);
+        host_leave(p, m->leaving[i]);
     pool_schedule(p);
     if (pool_on_published(p, finished, m) != 0)
         finished(p, NULL, m);

@@ -44,6 +44,18 @@ struct server;
 typedef unsigned migration_barrier_fn(struct migration_drain *d);
 void migration_set_barrier(migration_barrier_fn *fn);
 
+/* What a migration asks of the membership above it (control/membership.c
+ * registers it in membership_init; unset in a unit test without one). */
+struct migration_host {
+    /* keep <pool>'s running migration <m> in the state file (NULL: it
+     * ended) and write the file; a failed write is logged */
+    void (*save)(const char *pool, json_t *m);
+    /* member <name> of <p> has given away its keys: it leaves the pool
+     * (logged, persisted) */
+    void (*leave)(struct pool *p, const char *name);
+};
+void migration_set_host(const struct migration_host *h);
+
 /* Register with the control loop. 0 or -1. */
 int migration_init(void);
 /* Stop every copier (exit): the state file keeps where they were. */

@@ -10,6 +10,8 @@
 #include "conf/conf.h"
 #include "data/engine.h"
 #include "data/http.h"
+#include "data/memcache_mode.h"
+#include "data/redis_mode.h"
 #include "data/request.h"
 #include "data/splice.h"
 #include "model/pool.h"
@@ -62,7 +64,7 @@ dispatch_address_ours(const struct conf_addr *addr)
     return false;
 }
 
-const struct worker_hooks dispatch_worker_hooks = {
+static const struct worker_hooks dispatch_worker_hooks = {
     .accept = dispatch_accept,
     .listening = dispatch_listening,
     .pool_ref = pool_ref,
@@ -72,3 +74,10 @@ const struct worker_hooks dispatch_worker_hooks = {
     .enter = pool_epoch_enter,
     .quiesce = pool_epoch_quiesce,
 };
+
+void
+dispatch_init(void)
+{
+    request_register_modes(&redis_request_mode, &memcache_request_mode);
+    worker_set_hooks(&dispatch_worker_hooks);
+}

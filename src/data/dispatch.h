@@ -7,12 +7,11 @@
 #ifndef CHASHD_DISPATCH_H
 #define CHASHD_DISPATCH_H
 
-#include "loop/worker.h"
-
-/* The worker loop's hooks (worker_set_hooks): a client accepted on a
- * pool's listener goes to the engine of the pool's mode, read from the
- * current snapshot (a reload may change the mode while the listener is
- * kept); pools referenced and snapshots' epochs kept by model/pool. */
-extern const struct worker_hooks dispatch_worker_hooks;
+/* Wire the engines before the workers start: the worker loop's hooks (a
+ * client accepted on a pool's listener goes to the engine of the pool's
+ * mode, read from the current snapshot: a reload may change the mode
+ * while the listener is kept; pools referenced and snapshots' epochs kept
+ * by model/pool) and the request engine's store modes. */
+void dispatch_init(void);
 
 #endif /* CHASHD_DISPATCH_H */

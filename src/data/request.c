@@ -32,12 +32,10 @@
 #include "base/invariant.h"
 #include "base/log.h"
 #include "model/pool.h"
-#include "data/memcache_mode.h"
 #include "model/migration_view.h"
 #include "proto/memcache.h"
 #include "proto/redis.h"
-#include "data/redis_mode.h"
-#include "control/replica.h"
+#include "model/replica_log.h"
 
 #define OF REQUEST_OF
 
@@ -962,15 +960,24 @@ conn_abandon(struct rserver *s, int kind)
     }
 }
 
-/* The store mode serving pools of <snap>'s mode: its routing and its
- * member connections' handshake. */
-static const struct request_mode *
-mode_of(const struct pool_snapshot *snap)
+/* The store modes, registered at start (data/dispatch.c): the engine
+ * calls them through their tables and knows none by name. */
+static const struct request_mode *request_modes[2]; /* redis, memcache */
+
+void
+request_register_modes(const struct request_mode *redis,
+                       const struct request_mode *memcache)
+{
+    request_modes[0] = redis;
+    request_modes[1] = memcache;
+}
+
+const struct request_mode *
+request_mode_of(const struct pool_snapshot *snap)
 {
     INVARIANT(snap->set.mode == CONF_MODE_REDIS ||
               snap->set.mode == CONF_MODE_MEMCACHE);
-    return snap->set.mode == CONF_MODE_MEMCACHE ? &memcache_request_mode
-                                                : &redis_request_mode;
+    return request_modes[snap->set.mode == CONF_MODE_MEMCACHE];
 }
 
 /* Start connecting <s>: the handshake (AUTH, SELECT) goes first. 0, or -1
@@ -1577,7 +1584,7 @@ request_preconnect(struct worker *w, struct pool *p)
     for (size_t i = 0; i < snap->n; i++) {
         struct rmember *m =
             member_get(rw, snap->servers[i], p, snap->set.server_connections,
-                       mode_of(snap));
+                       request_mode_of(snap));
 
         for (size_t c = 0; m != NULL && c < m->nconns; c++) {
             if (m->conns[c] == NULL &&
@@ -2808,7 +2815,7 @@ request_accept(struct worker *w, struct listener *l, int fd,
     c->w = w;
     c->pool = p;
     pool_ref(p);
-    c->mode = mode_of(snap);
+    c->mode = request_mode_of(snap);
     c->id = ++rw->next_client_id;
     c->link.close = link_close;
     c->more.run = client_more;

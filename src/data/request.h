@@ -184,6 +184,14 @@ struct request_mode {
                        int *sent);
 };
 
+/* The store modes' tables (redis_mode.c, memcache_mode.c), registered once
+ * at start by data/dispatch.c: the engine names no mode. */
+void request_register_modes(const struct request_mode *redis,
+                            const struct request_mode *memcache);
+/* The table of the mode of <snap> (a redis or memcache pool's). */
+struct pool_snapshot;
+const struct request_mode *request_mode_of(const struct pool_snapshot *snap);
+
 
 /* A client of a store pool. */
 struct rclient {

@@ -33,12 +33,10 @@
 #include "conf/conf.h"
 #include "base/invariant.h"
 #include "base/log.h"
-#include "data/memcache_mode.h"
 #include "model/pool.h"
 #include "proto/memcache.h"
 #include "proto/proto.h"
-#include "data/redis_mode.h"
-#include "control/replica.h"
+#include "model/replica_log.h"
 #include "loop/worker.h"
 
 /* A read not answered after this fraction of the pool's timeout is also

@@ -18,12 +18,10 @@
 #include "conf/conf.h"
 #include "base/invariant.h"
 #include "base/log.h"
-#include "data/memcache_mode.h"
 #include "model/pool.h"
 #include "proto/memcache.h"
 #include "proto/proto.h"
-#include "data/redis_mode.h"
-#include "control/replica.h"
+#include "model/replica_log.h"
 #include "loop/worker.h"
 
 /* ---- repairs ------------------------------------------------------------- */
@@ -708,8 +706,7 @@ request_job_arrive(struct worker *w, struct request_repair *r)
     job->w = w;
     job->rw = rw;
     job->memcache = snap->set.mode == CONF_MODE_MEMCACHE;
-    job->mode = snap->set.mode == CONF_MODE_MEMCACHE ? &memcache_request_mode
-                                                     : &redis_request_mode;
+    job->mode = request_mode_of(snap);
     job->hash = r->hash;
     job->truth = -1;
     if (request_pause_hold(rw, r->pool, &job->held, true))

@@ -13,7 +13,7 @@
 #include <sys/types.h>
 
 #include "conf/conf.h"
-#include "control/replica.h"
+#include "model/replica_log.h"
 #include "base/stats.h"
 
 struct proto;

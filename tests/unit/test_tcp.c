@@ -17,6 +17,7 @@
 #include "conf/conf.h"
 #include "proto/proto.h"
 #include "proto/http.h"
+#include "proto/modes.h"
 #include "proto/memcache.h"
 #include "proto/redis.h"
 #include "proto/tcp.h"
