@@ -1,6 +1,8 @@
 /* chash.c -- the public face of libchash: validate and copy a membership,
  * hand it to the chosen algorithm, and answer lookups, shares, diffs and
- * flows through one dispatch.
+ * flows through one dispatch. An algorithm is a row of algo_ops and
+ * nothing more: what differs between them is in struct chash__ops
+ * (internal.h, which also gives the order of lib/).
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "chash/chash.h"
@@ -11,15 +13,6 @@
 
 #include "hash.h"
 #include "internal.h"
-
-static const char *const algo_names[CHASH_ALGO_COUNT] = {
-    [CHASH_ALGO_RING] = "ring",
-    [CHASH_ALGO_MAGLEV] = "maglev",
-    [CHASH_ALGO_RENDEZVOUS] = "rendezvous",
-    [CHASH_ALGO_JUMP] = "jump",
-    [CHASH_ALGO_KETAMA] = "ketama",
-    [CHASH_ALGO_NGINX] = "nginx",
-};
 
 static const struct chash__ops *const algo_ops[CHASH_ALGO_COUNT] = {
     [CHASH_ALGO_RING] = &chash__ring_ops,
@@ -52,7 +45,7 @@ chash_algo_name(int algo)
 {
     if (algo < 0 || algo >= CHASH_ALGO_COUNT)
         return NULL;
-    return algo_names[algo];
+    return algo_ops[algo]->name;
 }
 
 int
@@ -61,43 +54,9 @@ chash_algo_from_name(const char *name)
     if (name == NULL)
         return -CHASH_EALGO;
     for (int i = 0; i < CHASH_ALGO_COUNT; i++)
-        if (strcmp(algo_names[i], name) == 0)
+        if (strcmp(algo_ops[i]->name, name) == 0)
             return i;
     return -CHASH_EALGO;
-}
-
-/* Sort member indexes <order>[0..n) by <cmp> of the members, stably.
- * qsort has no context argument in C11 and a file-static one would race
- * between threads creating rings, so this is a small bottom-up merge sort
- * using <tmp> (n entries) as scratch. */
-void
-chash__sort_members(const struct chash_ring *r, uint32_t *order, uint32_t *tmp,
-                    size_t n, chash__member_cmp cmp)
-{
-    uint32_t *src = order, *dst = tmp;
-
-    for (size_t width = 1; width < n; width *= 2) {
-        for (size_t lo = 0; lo < n; lo += 2 * width) {
-            size_t mid = lo + width < n ? lo + width : n;
-            size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-            size_t i = lo, j = mid, k = lo;
-            while (i < mid && j < hi) {
-                if (cmp(&r->members[src[i]], &r->members[src[j]]) <= 0)
-                    dst[k++] = src[i++];
-                else
-                    dst[k++] = src[j++];
-            }
-            while (i < mid)
-                dst[k++] = src[i++];
-            while (j < hi)
-                dst[k++] = src[j++];
-        }
-        uint32_t *t = src;
-        src = dst;
-        dst = t;
-    }
-    if (src != order)
-        memcpy(order, src, n * sizeof(*src));
 }
 
 static int
@@ -106,46 +65,27 @@ name_cmp(const struct chash__member *a, const struct chash__member *b)
     return strcmp(a->name, b->name);
 }
 
-static uint64_t
-mix64(uint64_t acc, uint64_t v)
-{
-    /* A cheap order-sensitive fold (splitmix64 finaliser over the sum). */
-    acc ^= v + 0x9e3779b97f4a7c15ULL + (acc << 6) + (acc >> 2);
-    acc ^= acc >> 30;
-    acc *= 0xbf58476d1ce4e5b9ULL;
-    acc ^= acc >> 27;
-    acc *= 0x94d049bb133111ebULL;
-    acc ^= acc >> 31;
-    return acc;
-}
-
-/* The checksum covers the algorithm, the hash, and who owns what: for a
- * continuum every point's position and owner name; otherwise the members
- * by name with their points (jump: in array order, its identity). */
+/* The checksum covers the algorithm, the hash, and who owns what, as the
+ * algorithm's checksum op folds it (a continuum: every point's position
+ * and owner name); by default the members by name with their points. */
 static uint64_t
 ring_checksum(const struct chash_ring *r)
 {
-    uint64_t acc = mix64((uint64_t)r->cfg.algo, (uint64_t)r->cfg.hash);
+    uint64_t acc =
+        chash__checksum_mix((uint64_t)r->cfg.algo, (uint64_t)r->cfg.hash);
     uint64_t *nh = malloc((r->nmembers ? r->nmembers : 1) * sizeof(*nh));
 
     if (nh == NULL)
         return 0;
     for (size_t m = 0; m < r->nmembers; m++)
         nh[m] = chash__xxh3(r->members[m].name, r->members[m].namelen);
-    if (r->cont.npoints > 0) {
-        for (size_t i = 0; i < r->cont.npoints; i++) {
-            acc = mix64(acc, r->cont.pos[i]);
-            acc = mix64(acc, nh[r->cont.owner[i]]);
-        }
-    } else if (r->cfg.algo == CHASH_ALGO_MAGLEV) {
-        /* maglev's table is exposed through lookup of each entry */
-        for (size_t e = 0; e < r->cfg.table_size; e++)
-            acc = mix64(acc, nh[r->ops->lookup(r, e)]);
+    if (r->ops->checksum != NULL) {
+        acc = r->ops->checksum(r, acc, nh);
     } else {
         for (size_t k = 0; k < r->nmembers; k++) {
-            size_t m = r->cfg.algo == CHASH_ALGO_JUMP ? k : r->by_name[k];
-            acc = mix64(acc, nh[m]);
-            acc = mix64(acc, r->members[m].points);
+            size_t m = r->by_name[k];
+            acc = chash__checksum_mix(acc, nh[m]);
+            acc = chash__checksum_mix(acc, r->members[m].points);
         }
     }
     free(nh);
@@ -186,56 +126,15 @@ check_config(const struct chash_config *in, struct chash_config *cfg)
     return 0;
 }
 
-/* A member over CHASH_MAX_MEMBER_POINTS is refused by create (EWEIGHT):
- * counted at the cap, so a caller's size check does not hide that error
- * behind its own. */
-static uint64_t
-cap_points(uint64_t points)
-{
-    return points > CHASH_MAX_MEMBER_POINTS ? CHASH_MAX_MEMBER_POINTS : points;
-}
-
-/* nginx places 160 points per unit of weight (nginx.c). */
-#define NGINX_POINTS_PER_WEIGHT 160
-
 uint64_t
 chash_ring_points_needed(const struct chash_config *cfg_in,
                          const struct chash_member *members, size_t n)
 {
     struct chash_config cfg;
-    uint64_t total = 0, wsum = 0, ppw;
-    size_t nlive = 0;
 
     if (check_config(cfg_in, &cfg) != 0 || (members == NULL && n > 0))
         return 0;
-    switch (cfg.algo) {
-    case CHASH_ALGO_MAGLEV:
-        return cfg.table_size;
-    case CHASH_ALGO_RENDEZVOUS:
-    case CHASH_ALGO_JUMP:
-        return n; /* no points: O(n) state */
-    case CHASH_ALGO_KETAMA:
-        for (size_t i = 0; i < n; i++) {
-            wsum += members[i].weight;
-            nlive += members[i].weight > 0;
-        }
-        if (wsum > UINT32_MAX)
-            return UINT64_MAX; /* create refuses it (EWEIGHT) */
-        for (size_t i = 0; i < n; i++)
-            if (members[i].weight > 0)
-                total += cap_points(chash__ketama_points(
-                    members[i].weight, (uint32_t)wsum, (uint32_t)nlive));
-        return total;
-    case CHASH_ALGO_NGINX:
-        ppw = NGINX_POINTS_PER_WEIGHT;
-        break;
-    default:
-        ppw = cfg.points_per_weight;
-        break;
-    }
-    for (size_t i = 0; i < n; i++)
-        total += cap_points((uint64_t)members[i].weight * ppw);
-    return total;
+    return algo_ops[cfg.algo]->points_needed(&cfg, members, n);
 }
 
 int
@@ -320,26 +219,6 @@ out:
     return rc;
 }
 
-size_t
-chash__continuum_lookup(const struct chash_ring *r, uint64_t hash)
-{
-    return r->cont.owner[chash__continuum_find(&r->cont, hash << r->pos_shift)];
-}
-
-void
-chash__continuum_ring_shares(struct chash_ring *r)
-{
-    chash__continuum_shares(&r->cont, r->share, r->nmembers);
-}
-
-void
-chash__continuum_ring_diff(const struct chash_ring *a,
-                           const struct chash_ring *b, chash__segment_fn fn,
-                           void *ctx)
-{
-    chash__continuum_diff(&a->cont, &b->cont, fn, ctx);
-}
-
 uint64_t
 chash_ring_hash(const struct chash_ring *r, const void *key, size_t len)
 {
@@ -398,28 +277,6 @@ chash_ring_lookup_n(const struct chash_ring *r, uint64_t hash, size_t *out,
     if (n > r->nowners)
         n = r->nowners;
     return r->ops->lookup_n(r, hash, out, n);
-}
-
-/* Walk the continuum clockwise from the position of <hash>, collecting distinct
- * owners. Distinctness is checked against what was taken so far: n is small in
- * every use (replicas, failover), and the walk ends after one lap. */
-size_t
-chash__continuum_lookup_n(const struct chash_ring *r, uint64_t hash,
-                          size_t *out, size_t n)
-{
-    const struct chash__continuum *c = &r->cont;
-    size_t i = chash__continuum_find(c, hash << r->pos_shift), got = 0;
-
-    for (size_t step = 0; step < c->npoints && got < n; step++) {
-        size_t o = c->owner[i], k;
-        for (k = 0; k < got && out[k] != o; k++)
-            ;
-        if (k == got)
-            out[got++] = o;
-        if (++i == c->npoints)
-            i = 0;
-    }
-    return got;
 }
 
 static bool
@@ -529,9 +386,9 @@ diff_segment(void *ctx, size_t from, size_t to, double fraction)
 
 /* Sampled diff for algorithms without an exact one: 2^20 hashes evenly
  * spaced over the 64-bit space, each standing for 2^-20 of it. */
-void
-chash__sampled_diff(const struct chash_ring *a, const struct chash_ring *b,
-                    chash__segment_fn fn, void *ctx)
+static void
+sampled_diff(const struct chash_ring *a, const struct chash_ring *b,
+             chash__segment_fn fn, void *ctx)
 {
     const size_t samples = (size_t)1 << 20;
     const uint64_t step = (uint64_t)1 << 44;
@@ -561,11 +418,11 @@ run_diff(const struct chash_ring *a, const struct chash_ring *b,
         if (a->cont.npoints > 0 && b->cont.npoints > 0)
             chash__continuum_diff(&a->cont, &b->cont, diff_segment, d);
         else
-            chash__sampled_diff(a, b, diff_segment, d);
+            sampled_diff(a, b, diff_segment, d);
     } else if (a->ops->diff != NULL) {
         a->ops->diff(a, b, diff_segment, d);
     } else {
-        chash__sampled_diff(a, b, diff_segment, d);
+        sampled_diff(a, b, diff_segment, d);
     }
     if (d->moved > 1.0)
         d->moved = 1.0;
@@ -657,13 +514,16 @@ size_t
 chash_ring_memory(const struct chash_ring *r)
 {
     size_t bytes = sizeof(*r) + chash__continuum_memory(&r->cont);
+    /* By the configured algorithm, not r->ops: a zoned ring counts as a
+     * ring of its algorithm. */
+    const struct chash__ops *algo = algo_ops[r->cfg.algo];
 
     bytes += r->nmembers *
              (sizeof(*r->members) + sizeof(*r->by_name) + sizeof(*r->share));
     for (size_t m = 0; m < r->nmembers; m++)
         bytes += r->members[m].namelen + 1;
-    if (r->cfg.algo == CHASH_ALGO_MAGLEV)
-        bytes += (size_t)r->cfg.table_size * sizeof(uint32_t);
+    if (algo->state_memory != NULL)
+        bytes += algo->state_memory(&r->cfg);
     return bytes;
 }
 

@@ -1,6 +1,8 @@
 /* continuum.c -- the sorted-points engine behind the ring, ketama and nginx
- * algorithms: build with a bucket index, O(1) expected successor lookup,
- * exact shares from arcs, and exact diffs by merging two point arrays.
+ * algorithms (and zring's flattened rings): build with a bucket index, O(1)
+ * expected successor lookup, exact shares from arcs, exact diffs by merging
+ * two point arrays, and the ring operations built on them that those
+ * algorithms put in their ops tables. Calls nothing else in lib/.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "internal.h"
@@ -234,4 +236,61 @@ chash__continuum_diff(const struct chash__continuum *a,
     if (!first)
         run_add(&r, a->owner[0], b->owner[0], UINT64_MAX - prev);
     run_add(&r, SIZE_MAX, SIZE_MAX, 1); /* flush */
+}
+
+/* ---- ring operations over r->cont, for the algorithms' ops tables ----- */
+
+size_t
+chash__continuum_lookup(const struct chash_ring *r, uint64_t hash)
+{
+    return r->cont.owner[chash__continuum_find(&r->cont, hash << r->pos_shift)];
+}
+
+/* Walk the continuum clockwise from the position of <hash>, collecting distinct
+ * owners. Distinctness is checked against what was taken so far: n is small in
+ * every use (replicas, failover), and the walk ends after one lap. */
+size_t
+chash__continuum_lookup_n(const struct chash_ring *r, uint64_t hash,
+                          size_t *out, size_t n)
+{
+    const struct chash__continuum *c = &r->cont;
+    size_t i = chash__continuum_find(c, hash << r->pos_shift), got = 0;
+
+    for (size_t step = 0; step < c->npoints && got < n; step++) {
+        size_t o = c->owner[i], k;
+        for (k = 0; k < got && out[k] != o; k++)
+            ;
+        if (k == got)
+            out[got++] = o;
+        if (++i == c->npoints)
+            i = 0;
+    }
+    return got;
+}
+
+void
+chash__continuum_ring_shares(struct chash_ring *r)
+{
+    chash__continuum_shares(&r->cont, r->share, r->nmembers);
+}
+
+void
+chash__continuum_ring_diff(const struct chash_ring *a,
+                           const struct chash_ring *b, chash__segment_fn fn,
+                           void *ctx)
+{
+    chash__continuum_diff(&a->cont, &b->cont, fn, ctx);
+}
+
+/* Every point's position and its owner's name hash, in position order:
+ * two continua with the same points and owner names sum the same. */
+uint64_t
+chash__continuum_ring_checksum(const struct chash_ring *r, uint64_t acc,
+                               const uint64_t *name_hash)
+{
+    for (size_t i = 0; i < r->cont.npoints; i++) {
+        acc = chash__checksum_mix(acc, r->cont.pos[i]);
+        acc = chash__checksum_mix(acc, name_hash[r->cont.owner[i]]);
+    }
+    return acc;
 }

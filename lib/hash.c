@@ -10,7 +10,8 @@
 #include <xxhash.h>
 #include <zlib.h>
 
-#include "internal.h"
+#include "chash/chash.h"
+#include "hash_compat.h"
 
 uint64_t
 chash__xxh3(const void *key, size_t len)
@@ -227,6 +228,16 @@ crc32_ieee(const void *key, size_t len)
     return chash__crc32(0, key, len);
 }
 
+/* Cache::Memcached's "crc32" (twemproxy's and libhashkit's too): the top
+ * 15 bits of the standard CRC-32. Here rather than in hash_compat.c so
+ * that file needs nothing of this one. */
+static uint64_t
+crc32_15(const void *key, size_t len)
+{
+    uint32_t crc = chash__crc32(0, key, len);
+    return (crc >> 16) & 0x7fff;
+}
+
 /* The one table: id, config name, function, width. Order follows the
  * enum so chash__hash_get is an array index. */
 static const struct chash__hash_entry table[CHASH_HASH_COUNT] = {
@@ -238,7 +249,7 @@ static const struct chash__hash_entry table[CHASH_HASH_COUNT] = {
     {CHASH_HASH_CRC32, "crc32a", crc32_ieee, 32},
     {CHASH_HASH_ONE_AT_A_TIME, "one_at_a_time", chash__one_at_a_time, 32},
     {CHASH_HASH_CRC16, "crc16", chash__crc16, 32},
-    {CHASH_HASH_CRC32_15, "crc32", chash__crc32_15, 32},
+    {CHASH_HASH_CRC32_15, "crc32", crc32_15, 32},
     {CHASH_HASH_FNV1_64, "fnv1_64", chash__fnv1_64, 32},
     {CHASH_HASH_FNV1A_64_TW, "fnv1a_64", chash__fnv1a_64_tw, 32},
     {CHASH_HASH_FNV1_32, "fnv1_32", chash__fnv1_32, 32},

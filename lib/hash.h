@@ -1,4 +1,6 @@
-/* hash.h -- the one table of key hash functions, shared by every algorithm.
+/* hash.h -- the one table of key hash functions, shared by every algorithm,
+ * and the raw functions and mixers the algorithms use directly (hash.c).
+ * Includes nothing of lib/: the bottom of the order in internal.h.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #ifndef CHASH_HASH_H
@@ -41,16 +43,14 @@ uint64_t chash__xxh64_seed(const void *key, size_t len, uint64_t seed);
 void chash__md5(const void *key, size_t len, unsigned char digest[16]);
 uint32_t chash__crc32(uint32_t crc, const void *buf, size_t len);
 
-/* twemproxy/libhashkit functions (hash_compat.c). */
-uint64_t chash__one_at_a_time(const void *key, size_t len);
-uint64_t chash__crc16(const void *key, size_t len);
-uint64_t chash__crc32_15(const void *key, size_t len);
-uint64_t chash__fnv1_64(const void *key, size_t len);
-uint64_t chash__fnv1a_64_tw(const void *key, size_t len);
-uint64_t chash__fnv1_32(const void *key, size_t len);
-uint64_t chash__fnv1a_32(const void *key, size_t len);
-uint64_t chash__hsieh(const void *key, size_t len);
-uint64_t chash__murmur2_tw(const void *key, size_t len);
-uint64_t chash__jenkins(const void *key, size_t len);
+/* Spread a 32-bit hash over 64 bits: h<<32 | h. */
+static inline uint64_t
+chash__widen(uint64_t h, int bits)
+{
+    return bits == 32 ? (h << 32) | (h & 0xffffffffu) : h;
+}
+
+/* The twemproxy/libhashkit functions are declared in hash_compat.h: only
+ * hash.c's table names them. */
 
 #endif /* CHASH_HASH_H */

@@ -1,9 +1,11 @@
 /* hash_compat.c -- the key hash functions of twemproxy and libmemcached
  * (libhashkit), written from their definitions with every quirk kept:
  * bytes are sign-extended where those projects read a (signed) char.
+ * Self-contained: Cache::Memcached's "crc32", built on zlib's CRC-32, is
+ * in hash.c beside it, so this file calls nothing else in lib/.
  * SPDX-License-Identifier: BSD-2-Clause
  */
-#include "hash.h"
+#include "hash_compat.h"
 
 #include <string.h>
 
@@ -66,14 +68,6 @@ chash__crc16(const void *key, size_t len)
     for (size_t i = 0; i < len; i++)
         crc = (crc << 8) ^ crc16tab[((crc >> 8) ^ schar(p, i)) & 0xff];
     return crc;
-}
-
-/* Cache::Memcached's "crc32": the top 15 bits of the standard CRC-32. */
-uint64_t
-chash__crc32_15(const void *key, size_t len)
-{
-    uint32_t crc = chash__crc32(0, key, len);
-    return (crc >> 16) & 0x7fff;
 }
 
 uint64_t

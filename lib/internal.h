@@ -1,6 +1,47 @@
-/* internal.h -- libchash internals shared by the algorithm files: the ring
- * object, the per-algorithm operations and the continuum engine.
+/* internal.h -- libchash internals shared by the modules of lib/: the
+ * continuum engine, the member helpers, the ring object and the
+ * per-algorithm operations chash.c dispatches through.
  * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * The order of lib/ (lowest layer first). A module uses -- calls, or names
+ * a table or object of -- only modules of lower layers; modules of one
+ * layer never use each other. So nothing calls up and there is no circle.
+ * Below, each .c file of lib/ with its layer and the lib modules it may
+ * use (what nm shows it needs from the other objects of lib/ must stay
+ * within that list):
+ *
+ *   module        layer  may use
+ *   hash_compat   0      -
+ *   hash          1      hash_compat
+ *   continuum     2      -
+ *   member        2      -
+ *   ring          3      hash continuum member
+ *   ketama        3      hash continuum member
+ *   nginx         3      hash continuum member
+ *   maglev        3      hash
+ *   jump          3      hash
+ *   rendezvous    3      hash
+ *   chash         4      hash continuum member ring ketama nginx maglev jump
+ *                        rendezvous
+ *   zring         5      chash continuum member
+ *
+ * Layer 0-1: key hash functions (hash.h, hash_compat.h: they include
+ * nothing of lib/). Layer 2: what several algorithms share -- continuum.c
+ * the sorted points (build, find, shares, diff, and the ready-made ring
+ * operations over them), member.c the member sort and point counts.
+ * Layer 3: one file per algorithm, each exporting one struct chash__ops
+ * and nothing else. Layer 4: chash.c, the public ring API, which knows
+ * the algorithms only as rows of its table of ops: whatever differs
+ * between algorithms is an op or a field of struct chash__ops, never an
+ * `if (algo == ...)` in chash.c. Layer 5: zring.c, zones over rings, a
+ * client of the ring API (it builds its rings with chash_ring_create).
+ * A zoned ring's own ops live in zring.c and are reached from chash.c only
+ * through r->ops, a pointer, never by name.
+ *
+ * Headers: hash.h (module hash) and hash_compat.h (module hash_compat)
+ * include no lib/ header; this one includes only chash/chash.h and is
+ * included from layer 2 up. Its inline functions belong to the module
+ * their section names.
  */
 #ifndef CHASH_INTERNAL_H
 #define CHASH_INTERNAL_H
@@ -15,6 +56,8 @@
 #define CHASH__HIDDEN __attribute__((visibility("hidden")))
 
 struct chash_ring;
+
+/* ---- the continuum engine (continuum.c) ------------------------------- */
 
 /*
  * A continuum: points sorted by position on a 64-bit circle, each owned
@@ -91,11 +134,34 @@ void chash__continuum_diff(const struct chash__continuum *a,
                            const struct chash__continuum *b,
                            chash__segment_fn fn, void *ctx);
 
-/* What each algorithm provides. The lookup fast paths of the continuum
- * algorithms are dispatched directly in chash.c; these are the rest. */
+/* ---- the ring object and the operations of an algorithm --------------- */
+
+/* The checksum's fold (chash_ring_checksum): a cheap order-sensitive mix,
+ * the splitmix64 finaliser over the sum. Inline so that every checksum op
+ * folds the same way wherever it lives. */
+static inline uint64_t
+chash__checksum_mix(uint64_t acc, uint64_t v)
+{
+    acc ^= v + 0x9e3779b97f4a7c15ULL + (acc << 6) + (acc >> 2);
+    acc ^= acc >> 30;
+    acc *= 0xbf58476d1ce4e5b9ULL;
+    acc ^= acc >> 27;
+    acc *= 0x94d049bb133111ebULL;
+    acc ^= acc >> 31;
+    return acc;
+}
+
+/*
+ * What each algorithm provides; chash.c keeps one row per algorithm and
+ * nothing else of them. Whenever a ring has a continuum (r->cont.npoints
+ * > 0), chash.c answers lookups, batches and bounded lookups from it
+ * directly, without an indirect call (the ring's fast path); these ops
+ * are the rest. NULL is allowed where a field says so.
+ */
 struct chash__ops {
+    const char *name; /* config / CLI name (chash_algo_name) */
     int (*build)(struct chash_ring *r);
-    void (*deinit)(struct chash_ring *r);
+    void (*deinit)(struct chash_ring *r); /* NULL: no r->algo state */
     size_t (*lookup)(const struct chash_ring *r, uint64_t h);
     size_t (*lookup_n)(const struct chash_ring *r, uint64_t h, size_t *out,
                        size_t n);
@@ -107,6 +173,18 @@ struct chash__ops {
                  chash__segment_fn fn, void *ctx);
     uint64_t (*key_hash)(const struct chash_ring *r, const void *key,
                          size_t len);
+    /* chash_ring_points_needed: the points (or entries) a create of
+     * <members>[0..n) under <cfg> (defaults filled in) would allocate */
+    uint64_t (*points_needed)(const struct chash_config *cfg,
+                              const struct chash_member *members, size_t n);
+    /* fold who owns what into <acc> with chash__checksum_mix, <name_hash>
+     * being xxh3 of each member's name; NULL: the members in name order,
+     * each with its points */
+    uint64_t (*checksum)(const struct chash_ring *r, uint64_t acc,
+                         const uint64_t *name_hash);
+    /* bytes of algorithm state a ring of <cfg> holds beyond its members
+     * and continuum (chash_ring_memory); NULL: none counted */
+    size_t (*state_memory)(const struct chash_config *cfg);
     bool exact_diff;
 };
 
@@ -140,35 +218,11 @@ struct chash_ring {
     uint64_t checksum;
 };
 
-/* Sort member indexes <order>[0..n) stably by <cmp>; <tmp> is n entries
- * of scratch (chash.c). by_name uses it with strcmp; ketama with
- * twemproxy's server order. */
-typedef int (*chash__member_cmp)(const struct chash__member *a,
-                                 const struct chash__member *b);
-void chash__sort_members(const struct chash_ring *r, uint32_t *order,
-                         uint32_t *tmp, size_t n, chash__member_cmp cmp);
+/* ---- ready-made ring operations over r->cont (continuum.c) ------------ */
 
-/* twemproxy's points for a server of <weight> among <nlive> live servers
- * of <total> weight (ketama.c; chash_ring_points_needed counts with it). */
-uint32_t chash__ketama_points(uint32_t weight, uint32_t total,
-                              uint32_t nlive) CHASH__HIDDEN;
-
-/* Algorithm operation tables, one per file. */
-extern const struct chash__ops chash__ring_ops CHASH__HIDDEN;
-extern const struct chash__ops chash__maglev_ops CHASH__HIDDEN;
-extern const struct chash__ops chash__rendezvous_ops CHASH__HIDDEN;
-extern const struct chash__ops chash__jump_ops CHASH__HIDDEN;
-extern const struct chash__ops chash__ketama_ops CHASH__HIDDEN;
-extern const struct chash__ops chash__nginx_ops CHASH__HIDDEN;
-extern const struct chash__ops chash__zoned_ops CHASH__HIDDEN;
-extern const struct chash__ops chash__zoned_sampled_ops CHASH__HIDDEN;
-/* The sampled diff (2^20 hashes) of chash.c, for rings without an exact
- * one. */
-void chash__sampled_diff(const struct chash_ring *a, const struct chash_ring *b,
-                         chash__segment_fn fn, void *ctx) CHASH__HIDDEN;
-
-/* Ready-made operations for continuum algorithms (chash.c): lookup,
- * lookup_n (walk clockwise collecting distinct owners), shares and diff. */
+/* For the continuum algorithms' ops tables: lookup, lookup_n (walk
+ * clockwise collecting distinct owners), shares, diff (merge) and
+ * checksum (every point's position and owner name). */
 size_t chash__continuum_lookup(const struct chash_ring *r, uint64_t hash);
 size_t chash__continuum_lookup_n(const struct chash_ring *r, uint64_t hash,
                                  size_t *out, size_t n);
@@ -176,11 +230,33 @@ void chash__continuum_ring_shares(struct chash_ring *r);
 void chash__continuum_ring_diff(const struct chash_ring *a,
                                 const struct chash_ring *b,
                                 chash__segment_fn fn, void *ctx);
-/* Spread a 32-bit hash over 64 bits: h<<32 | h. */
-static inline uint64_t
-chash__widen(uint64_t h, int bits)
-{
-    return bits == 32 ? (h << 32) | (h & 0xffffffffu) : h;
-}
+uint64_t chash__continuum_ring_checksum(const struct chash_ring *r,
+                                        uint64_t acc,
+                                        const uint64_t *name_hash);
+
+/* ---- member helpers (member.c) ---------------------------------------- */
+
+/* Sort member indexes <order>[0..n) stably by <cmp>; <tmp> is n entries
+ * of scratch. chash.c's by_name uses it with strcmp; ketama with
+ * twemproxy's server order. */
+typedef int (*chash__member_cmp)(const struct chash__member *a,
+                                 const struct chash__member *b);
+void chash__sort_members(const struct chash_ring *r, uint32_t *order,
+                         uint32_t *tmp, size_t n, chash__member_cmp cmp);
+/* <points> counted for chash_ring_points_needed: capped at
+ * CHASH_MAX_MEMBER_POINTS. */
+uint64_t chash__cap_points(uint64_t points);
+/* The sum over <members>[0..n) of weight x <per_weight>, each capped. */
+uint64_t chash__points_by_weight(const struct chash_member *members, size_t n,
+                                 uint64_t per_weight);
+
+/* ---- the algorithms: one table each, in its own file ------------------ */
+
+extern const struct chash__ops chash__ring_ops CHASH__HIDDEN;
+extern const struct chash__ops chash__maglev_ops CHASH__HIDDEN;
+extern const struct chash__ops chash__rendezvous_ops CHASH__HIDDEN;
+extern const struct chash__ops chash__jump_ops CHASH__HIDDEN;
+extern const struct chash__ops chash__ketama_ops CHASH__HIDDEN;
+extern const struct chash__ops chash__nginx_ops CHASH__HIDDEN;
 
 #endif /* CHASH_INTERNAL_H */

@@ -39,16 +39,7 @@
 
 #include <stdlib.h>
 
-static inline uint64_t
-fmix64(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ULL;
-    k ^= k >> 33;
-    return k;
-}
+#include "hash.h"
 
 /* Lamping and Veach's jump: bucket in [0, n) for key <h>, n >= 1. */
 static size_t
@@ -91,7 +82,7 @@ next_choice(uint64_t h, size_t n, size_t k, const size_t *sorted)
 
     if (k == 0)
         return jump(h, n);
-    j = jump(fmix64(h + (uint64_t)k * 0x9e3779b97f4a7c15ULL), n - k);
+    j = jump(chash__fmix64(h + (uint64_t)k * 0x9e3779b97f4a7c15ULL), n - k);
     /* The j-th (0-based) bucket not chosen yet: step over the chosen
      * ones at or below it, in ascending order. */
     for (size_t i = 0; i < k && sorted[i] <= j; i++)
@@ -180,12 +171,38 @@ jump_key_hash(const struct chash_ring *r, const void *key, size_t len)
     return chash__widen(chash_hash(id, key, len), chash_hash_bits(id));
 }
 
+/* No points: O(n) state, one bucket a member. */
+static uint64_t
+jump_points_needed(const struct chash_config *cfg,
+                   const struct chash_member *members, size_t n)
+{
+    (void)cfg;
+    (void)members;
+    return n;
+}
+
+/* The members in array order, its identity (not by name as the others),
+ * each with its points (1, or 0 when drained). */
+static uint64_t
+jump_checksum(const struct chash_ring *r, uint64_t acc,
+              const uint64_t *name_hash)
+{
+    for (size_t m = 0; m < r->nmembers; m++) {
+        acc = chash__checksum_mix(acc, name_hash[m]);
+        acc = chash__checksum_mix(acc, r->members[m].points);
+    }
+    return acc;
+}
+
 const struct chash__ops chash__jump_ops = {
+    .name = "jump",
     .build = jump_build,
     .lookup = jump_lookup,
     .lookup_n = jump_lookup_n,
     .shares = jump_shares,
     .diff = NULL,
     .key_hash = jump_key_hash,
+    .points_needed = jump_points_needed,
+    .checksum = jump_checksum,
     .exact_diff = false,
 };

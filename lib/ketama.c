@@ -67,8 +67,8 @@ tw_name_cmp(const struct chash__member *a, const struct chash__member *b)
  * contract a multiply and an add into an FMA: each step is rounded to
  * binary32 exactly as twemproxy's x86-64 build rounds it.
  */
-uint32_t
-chash__ketama_points(uint32_t weight, uint32_t total, uint32_t nlive)
+static uint32_t
+ketama_points(uint32_t weight, uint32_t total, uint32_t nlive)
 {
     volatile float pct, x;
     volatile double d;
@@ -127,7 +127,7 @@ ketama_build(struct chash_ring *r)
         uint32_t m = order[k2];
         struct chash__member *mem = &r->members[m];
         uint32_t pps =
-            chash__ketama_points(mem->weight, (uint32_t)wsum, (uint32_t)nlive);
+            ketama_points(mem->weight, (uint32_t)wsum, (uint32_t)nlive);
         size_t kept;
         if (pps > CHASH_MAX_MEMBER_POINTS)
             goto out;
@@ -179,12 +179,38 @@ ketama_key_hash(const struct chash_ring *r, const void *key, size_t len)
     return chash_hash(r->cfg.hash, key, len) & 0xffffffffu;
 }
 
+/* What ketama_build allocates: the full weights' counts (ramps only
+ * shrink them), each capped. */
+static uint64_t
+ketama_points_needed(const struct chash_config *cfg,
+                     const struct chash_member *members, size_t n)
+{
+    uint64_t total = 0, wsum = 0;
+    size_t nlive = 0;
+
+    (void)cfg;
+    for (size_t i = 0; i < n; i++) {
+        wsum += members[i].weight;
+        nlive += members[i].weight > 0;
+    }
+    if (wsum > UINT32_MAX)
+        return UINT64_MAX; /* create refuses it (EWEIGHT) */
+    for (size_t i = 0; i < n; i++)
+        if (members[i].weight > 0)
+            total += chash__cap_points(ketama_points(
+                members[i].weight, (uint32_t)wsum, (uint32_t)nlive));
+    return total;
+}
+
 const struct chash__ops chash__ketama_ops = {
+    .name = "ketama",
     .build = ketama_build,
     .lookup = chash__continuum_lookup,
     .lookup_n = chash__continuum_lookup_n,
     .shares = chash__continuum_ring_shares,
     .diff = chash__continuum_ring_diff,
     .key_hash = ketama_key_hash,
+    .points_needed = ketama_points_needed,
+    .checksum = chash__continuum_ring_checksum,
     .exact_diff = true,
 };

@@ -300,7 +300,35 @@ maglev_key_hash(const struct chash_ring *r, const void *key, size_t len)
     return chash__widen(chash_hash(id, key, len), chash_hash_bits(id));
 }
 
+static uint64_t
+maglev_points_needed(const struct chash_config *cfg,
+                     const struct chash_member *members, size_t n)
+{
+    (void)members;
+    (void)n;
+    return cfg->table_size;
+}
+
+/* The table, entry by entry: each entry's owner name. */
+static uint64_t
+maglev_checksum(const struct chash_ring *r, uint64_t acc,
+                const uint64_t *name_hash)
+{
+    const struct maglev *mg = r->algo;
+
+    for (uint32_t e = 0; e < mg->size; e++)
+        acc = chash__checksum_mix(acc, name_hash[mg->table[e]]);
+    return acc;
+}
+
+static size_t
+maglev_state_memory(const struct chash_config *cfg)
+{
+    return (size_t)cfg->table_size * sizeof(uint32_t);
+}
+
 const struct chash__ops chash__maglev_ops = {
+    .name = "maglev",
     .build = maglev_build,
     .deinit = maglev_deinit,
     .lookup = maglev_lookup,
@@ -308,5 +336,8 @@ const struct chash__ops chash__maglev_ops = {
     .shares = maglev_shares,
     .diff = maglev_diff,
     .key_hash = maglev_key_hash,
+    .points_needed = maglev_points_needed,
+    .checksum = maglev_checksum,
+    .state_memory = maglev_state_memory,
     .exact_diff = true,
 };

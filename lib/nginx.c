@@ -159,12 +159,24 @@ nginx_key_hash(const struct chash_ring *r, const void *key, size_t len)
     return chash__crc32(0, key, len);
 }
 
+/* Before dedup: what nginx_build allocates. */
+static uint64_t
+nginx_points_needed(const struct chash_config *cfg,
+                    const struct chash_member *members, size_t n)
+{
+    (void)cfg;
+    return chash__points_by_weight(members, n, NGINX_POINTS);
+}
+
 const struct chash__ops chash__nginx_ops = {
+    .name = "nginx",
     .build = nginx_build,
     .lookup = chash__continuum_lookup,
     .lookup_n = chash__continuum_lookup_n,
     .shares = chash__continuum_ring_shares,
     .diff = chash__continuum_ring_diff,
     .key_hash = nginx_key_hash,
+    .points_needed = nginx_points_needed,
+    .checksum = chash__continuum_ring_checksum,
     .exact_diff = true,
 };

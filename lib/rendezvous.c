@@ -255,7 +255,18 @@ rz_key_hash(const struct chash_ring *r, const void *key, size_t len)
     return chash__widen(chash_hash(id, key, len), chash_hash_bits(id));
 }
 
+/* No points: O(n) state, one entry a member. */
+static uint64_t
+rz_points_needed(const struct chash_config *cfg,
+                 const struct chash_member *members, size_t n)
+{
+    (void)cfg;
+    (void)members;
+    return n;
+}
+
 const struct chash__ops chash__rendezvous_ops = {
+    .name = "rendezvous",
     .build = rz_build,
     .deinit = rz_deinit,
     .lookup = rz_lookup,
@@ -263,5 +274,7 @@ const struct chash__ops chash__rendezvous_ops = {
     .shares = rz_shares,
     .diff = NULL,
     .key_hash = rz_key_hash,
+    .points_needed = rz_points_needed,
+    .checksum = NULL, /* members by name with their points */
     .exact_diff = false,
 };

@@ -118,12 +118,22 @@ ring_key_hash(const struct chash_ring *r, const void *key, size_t len)
     return chash__widen(chash_hash(id, key, len), chash_hash_bits(id));
 }
 
+static uint64_t
+ring_points_needed(const struct chash_config *cfg,
+                   const struct chash_member *members, size_t n)
+{
+    return chash__points_by_weight(members, n, cfg->points_per_weight);
+}
+
 const struct chash__ops chash__ring_ops = {
+    .name = "ring",
     .build = ring_build,
     .lookup = chash__continuum_lookup,
     .lookup_n = chash__continuum_lookup_n,
     .shares = chash__continuum_ring_shares,
     .diff = chash__continuum_ring_diff,
     .key_hash = ring_key_hash,
+    .points_needed = ring_points_needed,
+    .checksum = chash__continuum_ring_checksum,
     .exact_diff = true,
 };

@@ -7,6 +7,8 @@
  * continuum algorithms (ring, ketama, nginx): every point of every ring is
  * a place where the owner may change, and the owner is constant between
  * two consecutive ones; the others are measured on 2^20 hashes.
+ * The top of lib/'s order (internal.h): a client of the ring API of
+ * chash.c, which never names anything of this file.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include <math.h>
@@ -524,7 +526,11 @@ zoned_shares(struct chash_ring *r)
     (void)r; /* copied from the zring at create */
 }
 
-const struct chash__ops chash__zoned_ops = {
+/* Not rows of chash.c's algorithm table: a zoned ring is never built by
+ * chash_ring_create, so build, name, points_needed, checksum and
+ * state_memory are not used (its config names the algorithm of its
+ * rings, which answers those). */
+static const struct chash__ops zoned_ops = {
     .build = NULL,
     .deinit = zoned_deinit,
     .lookup = zoned_lookup,
@@ -535,7 +541,7 @@ const struct chash__ops chash__zoned_ops = {
     .exact_diff = true,
 };
 
-const struct chash__ops chash__zoned_sampled_ops = {
+static const struct chash__ops zoned_sampled_ops = {
     .build = NULL,
     .deinit = zoned_deinit,
     .lookup = zoned_lookup,
@@ -572,8 +578,7 @@ chash_ring_create_zoned(const struct chash_config *cfg,
         return -CHASH_ENOMEM;
     }
     r->cfg = z->cfg;
-    r->ops =
-        z->flat.npoints > 0 ? &chash__zoned_ops : &chash__zoned_sampled_ops;
+    r->ops = z->flat.npoints > 0 ? &zoned_ops : &zoned_sampled_ops;
     r->algo = z;
     r->members = calloc(n, sizeof(*r->members));
     r->by_name = malloc(n * sizeof(*r->by_name));
