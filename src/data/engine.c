@@ -9,6 +9,9 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "loop/access_log.h"
@@ -17,6 +20,7 @@
 #include "proto/proxy.h"
 #include "base/log.h"
 #include "base/stats.h"
+#include "loop/io.h"
 #include "loop/worker.h"
 #include "model/pool.h"
 
@@ -26,6 +30,7 @@ engine_admit(struct worker *w, struct pool *p, int fd)
     const struct pool_snapshot *snap = pool_snapshot(p);
     struct stats_pool *st = &p->stats[w->id];
     uint64_t active;
+    int one = 1;
 
     stats_add(&st->accepted, 1);
     active = atomic_fetch_add_explicit(&p->active, 1, memory_order_relaxed);
@@ -40,6 +45,10 @@ engine_admit(struct worker *w, struct pool *p, int fd)
         close(fd);
         return false;
     }
+    /* (a unix socket's client refuses TCP_NODELAY: harmless) */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (snap->set.tcpkeepalive)
+        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
     return true;
 }
 
@@ -63,6 +72,29 @@ engine_count_decision(struct stats_pool *st, int decision)
         stats_add(&st->no_member, 1);
         break;
     }
+}
+
+int
+engine_member_dial(const struct server *s, bool keepalive, int *fd)
+{
+    int one = 1;
+
+    *fd = socket(s->addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                 0);
+    if (*fd < 0)
+        return ENGINE_NO_SOCKET;
+    if (keepalive)
+        setsockopt(*fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    if (s->addr.family != AF_UNIX)
+        setsockopt(*fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(*fd, (const struct sockaddr *)&s->addr.sa, s->addr.salen) ==
+        0) {
+        if (!io_connected_to_self(*fd, &s->addr.sa))
+            return ENGINE_CONNECTED;
+        errno = ECONNREFUSED;
+        return ENGINE_CONNECT_FAILED;
+    }
+    return errno == EINPROGRESS ? ENGINE_CONNECTING : ENGINE_CONNECT_FAILED;
 }
 
 void

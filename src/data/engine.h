@@ -23,7 +23,9 @@ typedef void engine_accept_fn(struct worker *w, struct listener *l, int fd,
 
 /* A client of pool <p> accepted by worker <w>: counted, and admitted
  * (true: <p>'s `active` counts it, the engine's to give back at its
- * close) or refused at `client_connections` (false: <fd> is closed). */
+ * close; its socket has the pool's options, TCP_NODELAY and
+ * tcpkeepalive's SO_KEEPALIVE) or refused at `client_connections`
+ * (false: <fd> is closed). */
 bool engine_admit(struct worker *w, struct pool *p, int fd);
 
 /* Count routing decision <decision> (enum stats_decision) in <st>, the
@@ -38,6 +40,27 @@ void engine_count_decision(struct stats_pool *st, int decision);
 struct server;
 void engine_connect_failed(struct worker *w, struct pool *p, struct server *s,
                            bool timeout, int err);
+
+/*
+ * A connection to member <s>, the one way every engine opens one: a
+ * non-blocking, close-on-exec socket, TCP_NODELAY over TCP, SO_KEEPALIVE
+ * when <keepalive> (the pool's tcpkeepalive), its connect started.
+ *   ENGINE_CONNECTING: in progress, *<fd> open (an output edge tells);
+ *   ENGINE_CONNECTED: at once (a unix socket, mostly), and not to itself;
+ *   ENGINE_NO_SOCKET: no descriptor (errno), *<fd> -1: not the member's
+ *     failure;
+ *   ENGINE_CONNECT_FAILED: refused at once, or connected to itself
+ *     (ECONNREFUSED; see io_connected_to_self), errno set, *<fd> still
+ *     open: the caller closes it as it closes a connection that fails
+ *     later, and counts the member's failure (engine_connect_failed).
+ */
+enum engine_dial {
+    ENGINE_CONNECTING,
+    ENGINE_CONNECTED,
+    ENGINE_NO_SOCKET,
+    ENGINE_CONNECT_FAILED
+};
+int engine_member_dial(const struct server *s, bool keepalive, int *fd);
 
 /* A connection (tcp) or request (http) is done with member *<s> of <p>:
  * its place in the bounded-load counts given back (when *<counted>) and

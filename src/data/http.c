@@ -36,7 +36,6 @@
 #include "proto/proxy.h"
 #include "proto/tcp.h"
 
-#define OF(ptr, type, field) ((type *)((char *)(ptr)-offsetof(type, field)))
 
 /* A request is kept whole for a retry while it is at most this large. */
 #define RETRY_MAX (64 * 1024)
@@ -302,7 +301,7 @@ out_empty(const struct io_side *side, const struct hbuf *b, size_t sent)
 static void
 hworker_close(struct worker *w, struct worker_conn *l)
 {
-    struct hworker *hw = OF(l, struct hworker, link);
+    struct hworker *hw = WORKER_OF(l, struct hworker, link);
 
     worker_conn_del(&hw->link);
     worker_timer_del(w, &hw->sweep);
@@ -331,7 +330,7 @@ hworker_close(struct worker *w, struct worker_conn *l)
 static void
 hworker_sweep(struct worker *w, struct timer *t)
 {
-    struct hworker *hw = OF(t, struct hworker, sweep);
+    struct hworker *hw = WORKER_OF(t, struct hworker, sweep);
 
     for (size_t i = 0; i < MEMBER_BUCKETS; i++) {
         struct hmember **pp = &hw->buckets[i];
@@ -440,7 +439,7 @@ conn_close(struct worker *w, struct hconn *b)
 static void
 conn_link_close(struct worker *w, struct worker_conn *l)
 {
-    conn_close(w, OF(l, struct hconn, link));
+    conn_close(w, WORKER_OF(l, struct hconn, link));
 }
 
 /* Close the member connection <c> is using (its request failed, or was
@@ -543,7 +542,7 @@ client_close(struct worker *w, struct hclient *c)
 static void
 client_link_close(struct worker *w, struct worker_conn *l)
 {
-    client_close(w, OF(l, struct hclient, link));
+    client_close(w, WORKER_OF(l, struct hclient, link));
 }
 
 /* ---- timers -------------------------------------------------------------- */
@@ -917,12 +916,11 @@ connect_new(struct worker *w, struct hclient *c, struct hmember *m)
     struct server *s = c->server;
     const struct pool_snapshot *snap = pool_snapshot(c->pool);
     struct hconn *b = calloc(1, sizeof(*b));
-    int fd, one = 1;
+    int fd = -1, dial;
 
-    fd = b != NULL ? socket(s->addr.family,
-                            SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)
-                   : -1;
-    if (fd < 0) {
+    dial = b != NULL ? engine_member_dial(s, snap->set.tcpkeepalive, &fd)
+                     : ENGINE_NO_SOCKET;
+    if (dial == ENGINE_NO_SOCKET) {
         int err = b != NULL ? errno : ENOMEM;
         free(b);
         log_warn("pool %s: socket: %s", c->pool->name, strerror(err));
@@ -938,23 +936,16 @@ connect_new(struct worker *w, struct hclient *c, struct hmember *m)
     b->c = c;
     c->be = b;
     worker_conn_add(w, &b->link);
-    if (snap->set.tcpkeepalive)
-        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-    if (s->addr.family != AF_UNIX)
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (dial == ENGINE_CONNECT_FAILED) {
+        connect_failed(w, c, false, errno);
+        return;
+    }
     if (io_side_register(w, &b->side) < 0) {
         connect_failed(w, c, false, errno);
         return;
     }
-    if (connect(fd, (const struct sockaddr *)&s->addr.sa, s->addr.salen) == 0) {
-        if (io_connected_to_self(fd, &s->addr.sa))
-            connect_failed(w, c, false, ECONNREFUSED);
-        else
-            established(w, c);
-        return;
-    }
-    if (errno != EINPROGRESS) {
-        connect_failed(w, c, false, errno);
+    if (dial == ENGINE_CONNECTED) {
+        established(w, c);
         return;
     }
     b->connecting = true;
@@ -1761,7 +1752,7 @@ run(struct worker *w, struct hclient *c)
 static void
 more_run(struct worker *w, struct worker_task *t)
 {
-    struct hclient *c = OF(t, struct hclient, more);
+    struct hclient *c = WORKER_OF(t, struct hclient, more);
 
     if (c->state != H_CLOSED)
         run(w, c);
@@ -1770,7 +1761,7 @@ more_run(struct worker *w, struct worker_task *t)
 static void
 client_event(struct worker *w, struct ev *ev, uint32_t events)
 {
-    struct hclient *c = OF(ev, struct hclient, side.ev);
+    struct hclient *c = WORKER_OF(ev, struct hclient, side.ev);
 
     if (c->state == H_CLOSED)
         return;
@@ -1786,7 +1777,7 @@ client_event(struct worker *w, struct ev *ev, uint32_t events)
 static void
 backend_event(struct worker *w, struct ev *ev, uint32_t events)
 {
-    struct hconn *b = OF(ev, struct hconn, side.ev);
+    struct hconn *b = WORKER_OF(ev, struct hconn, side.ev);
     struct hclient *c = b->c;
 
     if (b->side.fd < 0)
@@ -1825,7 +1816,7 @@ backend_event(struct worker *w, struct ev *ev, uint32_t events)
 static void
 timer_expired(struct worker *w, struct timer *t)
 {
-    struct hclient *c = OF(t, struct hclient, timer);
+    struct hclient *c = WORKER_OF(t, struct hclient, timer);
     uint32_t limit = state_limit(c);
 
     if (c->state == H_CLOSED || limit == 0)
@@ -1895,7 +1886,6 @@ http_accept(struct worker *w, struct listener *l, int fd,
     struct pool_snapshot *snap = pool_snapshot(p);
     struct hworker *hw = hworker_get(w);
     struct hclient *c;
-    int one = 1;
 
     if (!engine_admit(w, p, fd))
         return;
@@ -1910,9 +1900,6 @@ http_accept(struct worker *w, struct listener *l, int fd,
         memcpy(&c->peer, peer, peerlen);
         c->peerlen = peerlen;
     }
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (snap->set.tcpkeepalive)
-        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
     io_side_init(&c->side, fd, client_event);
     c->w = w;
     c->pool = p;

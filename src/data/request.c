@@ -37,7 +37,6 @@
 #include "proto/redis.h"
 #include "model/replica_log.h"
 
-#define OF REQUEST_OF
 
 /* Reads per connection per event before yielding (as the splice). */
 #define READS_PER_EVENT 8
@@ -331,7 +330,7 @@ members_sweep(struct rworker *rw)
 static void
 sweep_timer(struct worker *w, struct timer *t)
 {
-    struct rworker *rw = OF(t, struct rworker, sweep_timer);
+    struct rworker *rw = WORKER_OF(t, struct rworker, sweep_timer);
     bool any = false;
 
     members_sweep(rw);
@@ -344,7 +343,7 @@ sweep_timer(struct worker *w, struct timer *t)
 static void
 rworker_close(struct worker *w, struct worker_conn *l)
 {
-    struct rworker *rw = OF(l, struct rworker, link);
+    struct rworker *rw = WORKER_OF(l, struct rworker, link);
 
     /* a replica's read that fails over while the connections close must
      * not open new ones (request_send_on) */
@@ -989,7 +988,7 @@ conn_open(struct rserver *s)
     struct pool_snapshot *snap = pool_snapshot(s->m->pool);
     char hs[1024];
     unsigned replies = 0;
-    int n, fd, one = 1;
+    int n, fd, dial;
 
     n = s->m->mode->handshake(snap, hs, sizeof(hs), &replies);
     if (n < 0) {
@@ -1010,18 +1009,11 @@ conn_open(struct rserver *s)
         replies++;
         s->ident = true;
     }
-    fd =
-        socket(srv->addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
+    dial = engine_member_dial(srv, snap->set.tcpkeepalive, &fd);
+    if (dial == ENGINE_NO_SOCKET)
         return -1;
-    if (srv->addr.family != AF_UNIX)
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (snap->set.tcpkeepalive)
-        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
     io_side_init(&s->side, fd, conn_event);
-    if (connect(fd, (const struct sockaddr *)&srv->addr.sa, srv->addr.salen) <
-            0 &&
-        errno != EINPROGRESS) {
+    if (dial == ENGINE_CONNECT_FAILED) {
         int err = errno;
         io_side_close(&s->side);
         errno = err;
@@ -1447,7 +1439,7 @@ conn_read(struct rserver *s)
 static void
 conn_flush_task(struct worker *w, struct worker_task *t)
 {
-    struct rserver *s = OF(t, struct rserver, flush);
+    struct rserver *s = WORKER_OF(t, struct rserver, flush);
 
     (void)w;
     if (s->state == RS_READY)
@@ -1457,7 +1449,7 @@ conn_flush_task(struct worker *w, struct worker_task *t)
 static void
 conn_more(struct worker *w, struct worker_task *t)
 {
-    struct rserver *s = OF(t, struct rserver, more);
+    struct rserver *s = WORKER_OF(t, struct rserver, more);
 
     (void)w;
     if (s->state != RS_READY)
@@ -1497,7 +1489,7 @@ conn_name(struct rserver *s)
 static void
 conn_event(struct worker *w, struct ev *ev, uint32_t events)
 {
-    struct rserver *s = OF(ev, struct rserver, side.ev);
+    struct rserver *s = WORKER_OF(ev, struct rserver, side.ev);
 
     (void)w;
     if (s->state == RS_IDLE)
@@ -1550,7 +1542,7 @@ conn_event(struct worker *w, struct ev *ev, uint32_t events)
 static void
 conn_timer(struct worker *w, struct timer *t)
 {
-    struct rserver *s = OF(t, struct rserver, timer);
+    struct rserver *s = WORKER_OF(t, struct rserver, timer);
 
     if (s->state == RS_CONNECTING) {
         conn_fail(s, PROTO_ERR_TIMEOUT, ETIMEDOUT);
@@ -2192,7 +2184,7 @@ request_drain(struct worker *w, void *arg)
 static void
 mig_timer(struct worker *w, struct timer *t)
 {
-    struct rworker *rw = OF(t, struct rworker, mig_timer);
+    struct rworker *rw = WORKER_OF(t, struct rworker, mig_timer);
     struct rdrain **pp = &rw->drains;
     struct rgate *g, *wait;
 
@@ -2345,7 +2337,7 @@ client_linger(struct rclient *c)
 static void
 client_timer(struct worker *w, struct timer *t)
 {
-    struct rclient *c = OF(t, struct rclient, timer);
+    struct rclient *c = WORKER_OF(t, struct rclient, timer);
     struct rserver *s = c->stream_to;
 
     if (c->lingering) {
@@ -2653,7 +2645,7 @@ client_read(struct rclient *c)
 static void
 client_more(struct worker *w, struct worker_task *t)
 {
-    struct rclient *c = OF(t, struct rclient, more);
+    struct rclient *c = WORKER_OF(t, struct rclient, more);
 
     (void)w;
     if (c->closed)
@@ -2670,7 +2662,7 @@ client_more(struct worker *w, struct worker_task *t)
 static void
 client_event(struct worker *w, struct ev *ev, uint32_t events)
 {
-    struct rclient *c = OF(ev, struct rclient, side.ev);
+    struct rclient *c = WORKER_OF(ev, struct rclient, side.ev);
 
     (void)w;
     if (c->closed)
@@ -2785,7 +2777,7 @@ static void
 link_close(struct worker *w, struct worker_conn *l)
 {
     (void)w;
-    client_close(OF(l, struct rclient, link));
+    client_close(WORKER_OF(l, struct rclient, link));
 }
 
 void
@@ -2796,7 +2788,6 @@ request_accept(struct worker *w, struct listener *l, int fd,
     struct pool_snapshot *snap = pool_snapshot(p);
     struct rworker *rw = request_rworker(w);
     struct rclient *c;
-    int one = 1;
 
     (void)peer;
     (void)peerlen;
@@ -2808,9 +2799,6 @@ request_accept(struct worker *w, struct listener *l, int fd,
         close(fd);
         return;
     }
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (snap->set.tcpkeepalive)
-        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
     io_side_init(&c->side, fd, client_event);
     c->w = w;
     c->pool = p;

@@ -19,9 +19,6 @@
 #include "data/request.h"
 #include "base/u64set.h"
 
-#define REQUEST_OF(ptr, type, field)                                           \
-    ((type *)((char *)(ptr)-offsetof(type, field)))
-
 /* Buckets of a worker's member table (server id -> connections). */
 #define MEMBER_BUCKETS 256
 /* A replicated request's copy (or a repair's request) waits for its member

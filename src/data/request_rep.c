@@ -231,7 +231,7 @@ struct rrep {
 static struct rrep *
 rep_of_held(struct rheld *x)
 {
-    return REQUEST_OF(x, struct rrep, held);
+    return WORKER_OF(x, struct rrep, held);
 }
 
 /* The answer on its way back to the origin. */
@@ -442,7 +442,7 @@ request_orphan_drop(struct rfrag *f)
 static void
 reply_run(struct worker *w, struct worker_msg *m)
 {
-    struct rreply *rr = REQUEST_OF(m, struct rreply, msg);
+    struct rreply *rr = WORKER_OF(m, struct rreply, msg);
     struct rfrag *f = rr->f;
 
     f->error = rr->error;
@@ -457,7 +457,7 @@ reply_run(struct worker *w, struct worker_msg *m)
 static void
 reply_drop(struct worker_msg *m)
 {
-    struct rreply *rr = REQUEST_OF(m, struct rreply, msg);
+    struct rreply *rr = WORKER_OF(m, struct rreply, msg);
 
     request_orphan_drop(rr->f);
     free(rr);
@@ -802,7 +802,7 @@ rep_finish(struct rrep *rep)
 static void
 rep_timer(struct worker *w, struct timer *t)
 {
-    struct rrep *rep = REQUEST_OF(t, struct rrep, timer);
+    struct rrep *rep = WORKER_OF(t, struct rrep, timer);
 
     (void)w;
     if (rep->answered)
@@ -1057,13 +1057,13 @@ request_rep_arrive_held(struct worker *w, struct rheld *x)
 static void
 rep_msg_run(struct worker *w, struct worker_msg *m)
 {
-    rep_arrive(w, REQUEST_OF(m, struct rrep, msg));
+    rep_arrive(w, WORKER_OF(m, struct rrep, msg));
 }
 
 static void
 rep_msg_drop(struct worker_msg *m)
 {
-    struct rrep *rep = REQUEST_OF(m, struct rrep, msg);
+    struct rrep *rep = WORKER_OF(m, struct rrep, msg);
 
     request_orphan_drop(rep->f);
     rep_free(rep, NULL);

@@ -70,7 +70,7 @@ static void job_run(struct rjob *job);
 static struct rjob *
 job_of_held(struct rheld *x)
 {
-    return REQUEST_OF(x, struct rjob, held);
+    return WORKER_OF(x, struct rjob, held);
 }
 
 static void
@@ -673,7 +673,7 @@ request_job_report(struct rreq *q)
 static void
 job_msg_run(struct worker *w, struct worker_msg *m)
 {
-    request_job_arrive(w, REQUEST_OF(m, struct request_repair, msg));
+    request_job_arrive(w, WORKER_OF(m, struct request_repair, msg));
 }
 
 /* Repair <r> reached its home <w>: it runs, or waits behind another
@@ -740,7 +740,7 @@ job_hold(struct rjob *job)
 static void
 job_msg_drop(struct worker_msg *m)
 {
-    struct request_repair *r = REQUEST_OF(m, struct request_repair, msg);
+    struct request_repair *r = WORKER_OF(m, struct request_repair, msg);
 
     r->result = REPAIR_FAILED;
     r->done(r);
@@ -866,7 +866,7 @@ bar_clear(const struct rbar *x)
 static void
 bar_timer(struct worker *w, struct timer *t)
 {
-    struct rworker *rw = REQUEST_OF(t, struct rworker, bar_timer);
+    struct rworker *rw = WORKER_OF(t, struct rworker, bar_timer);
     struct rbar **pp = &rw->bars;
 
     while (*pp != NULL) {
@@ -887,7 +887,7 @@ bar_timer(struct worker *w, struct timer *t)
 static void
 bar_run(struct worker *w, struct worker_msg *m)
 {
-    struct rbar *x = REQUEST_OF(m, struct rbar, msg);
+    struct rbar *x = WORKER_OF(m, struct rbar, msg);
     struct rworker *rw = request_rworker(w);
     size_t cap = 0;
 
@@ -927,7 +927,7 @@ bar_run(struct worker *w, struct worker_msg *m)
 static void
 bar_drop(struct worker_msg *m)
 {
-    struct rbar *x = REQUEST_OF(m, struct rbar, msg);
+    struct rbar *x = WORKER_OF(m, struct rbar, msg);
 
     request_barrier_unref(x->b);
     free(x->marks);
@@ -1101,7 +1101,7 @@ static void bar_timer(struct worker *w, struct timer *t);
 static void
 pause_run(struct worker *w, struct worker_msg *m)
 {
-    struct rpw *x = REQUEST_OF(m, struct rpw, msg);
+    struct rpw *x = WORKER_OF(m, struct rpw, msg);
     struct rworker *rw = request_rworker(w);
     struct rpaused *pz;
     size_t cap = 0;
@@ -1147,7 +1147,7 @@ pause_run(struct worker *w, struct worker_msg *m)
 static void
 resume_run(struct worker *w, struct worker_msg *m)
 {
-    struct rpw *x = REQUEST_OF(m, struct rpw, msg);
+    struct rpw *x = WORKER_OF(m, struct rpw, msg);
     struct rworker *rw = w->requests;
     struct rpaused **pp = rw != NULL ? &rw->paused : NULL, *pz;
     struct rheld *q;
@@ -1176,7 +1176,7 @@ resume_run(struct worker *w, struct worker_msg *m)
 static void
 pw_drop(struct worker_msg *m)
 {
-    struct rpw *x = REQUEST_OF(m, struct rpw, msg);
+    struct rpw *x = WORKER_OF(m, struct rpw, msg);
 
     pause_unref(x->p);
     free(x->marks);
@@ -1216,7 +1216,7 @@ pause_post(struct rpause *p, bool resume)
 static void
 pause_go(struct worker *w, struct worker_msg *m)
 {
-    struct rpause *p = REQUEST_OF(m, struct rpause, msg);
+    struct rpause *p = WORKER_OF(m, struct rpause, msg);
 
     p->out = p->n + 1; /* (held through the sends) */
     for (size_t i = 0; i < p->n; i++) {
@@ -1253,7 +1253,7 @@ pause_go(struct worker *w, struct worker_msg *m)
 static void
 pause_go_drop(struct worker_msg *m)
 {
-    struct rpause *p = REQUEST_OF(m, struct rpause, msg);
+    struct rpause *p = WORKER_OF(m, struct rpause, msg);
 
     for (size_t i = 0; i < p->n; i++)
         request_orphan_drop(&p->r->frags[i]);

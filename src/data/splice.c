@@ -390,7 +390,7 @@ connect_next(struct worker *w, struct splice *c)
         size_t ntried =
             c->attempts < SPLICE_TRIED_MAX ? c->attempts : SPLICE_TRIED_MAX;
         struct server *s;
-        int decision, fd, one = 1;
+        int decision, fd, dial;
 
         if (c->attempts > snap->set.retries) {
             stats_add(&st->no_member, 1);
@@ -419,9 +419,8 @@ connect_next(struct worker *w, struct splice *c)
         c->counted = true; /* s->active: taken by pool_choose */
         atomic_fetch_add_explicit(&c->pool->active_backends, 1,
                                   memory_order_relaxed);
-        fd = socket(s->addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    0);
-        if (fd < 0) {
+        dial = engine_member_dial(s, snap->set.tcpkeepalive, &fd);
+        if (dial == ENGINE_NO_SOCKET) {
             int err = errno;
             release_server(c);
             if (err == EMFILE || err == ENFILE || err == ENOBUFS ||
@@ -444,22 +443,13 @@ connect_next(struct worker *w, struct splice *c)
             stats_add(&st->retries, 1); /* counted once a connect starts */
         c->backend.fd = fd;
         c->backend.eof_in = c->backend.shut_out = c->backend.failed = false;
-        if (snap->set.tcpkeepalive)
-            setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-        if (s->addr.family != AF_UNIX)
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (connect(fd, (const struct sockaddr *)&s->addr.sa, s->addr.salen) ==
-            0) {
+        if (dial == ENGINE_CONNECTED) {
             if (io_side_register(w, &c->backend) < 0)
                 goto refuse;
-            if (io_connected_to_self(fd, &s->addr.sa)) {
-                connect_failed(w, c, false, ECONNREFUSED);
-                return;
-            }
             connect_established(w, c);
             return;
         }
-        if (errno == EINPROGRESS) {
+        if (dial == ENGINE_CONNECTING) {
             if (io_side_register(w, &c->backend) < 0)
                 goto refuse;
             worker_timer_set(w, &c->timer, w->now_ms + c->connect_timeout_ms);
@@ -1047,7 +1037,6 @@ splice_accept(struct worker *w, struct listener *l, int fd,
     bool header = snap->set.accept_proxy;
     uint64_t hash = 0;
     struct splice *c;
-    int one = 1;
 
     if (!engine_admit(w, p, fd))
         return;
@@ -1062,9 +1051,6 @@ splice_accept(struct worker *w, struct listener *l, int fd,
         close(fd);
         return;
     }
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (snap->set.tcpkeepalive)
-        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
     io_side_init(&c->client, fd, client_event);
     io_side_init(&c->backend, -1, backend_event);
     c->link.close = link_close;

@@ -29,6 +29,11 @@ struct ev {
     void (*handler)(struct worker *w, struct ev *ev, uint32_t events);
 };
 
+/* The object of type <type> whose member <field> is at <ptr>: how a
+ * handler gets back what embeds its ev, timer, task or message. */
+#define WORKER_OF(ptr, type, field)                                            \
+    ((type *)((char *)(ptr)-offsetof(type, field)))
+
 /* A timer wheel entry, embedded in what it times. <on_expire> runs on the
  * worker when the deadline has passed (coarse: WHEEL_MS slots). */
 struct timer {
