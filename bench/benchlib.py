@@ -1,7 +1,9 @@
 # benchlib.py -- what bench/redis.sh and bench/memcache.sh share: the knobs
 # from the environment, the processes they start (and always stop), the
 # proxies' pool, nutcracker and chashd with 1 and 2 workers, the sizes of
-# the runs, the interleaved rounds and the tables of medians and ratios.
+# the runs, the interleaved rounds and the tables of medians and ratios;
+# and what bench/tcp.sh, redis.sh and http.sh share for BASE=: the table
+# "after / before" of one chashd build against another, with its verdict.
 # Standard library only; each script imports it from $BENCH_DIR.
 #
 # SPDX-License-Identifier: BSD-2-Clause
@@ -160,13 +162,13 @@ class Bench:
                 time.sleep(0.05)
         self.die("%s does not listen on %d" % (what, port))
 
-    def print_log(self, name):
-        """Say how many lines the log <name> of a chashd run at log_level
-        warn has, and the first of them."""
+    def print_log(self, name, who="chashd"):
+        """Say how many lines the log <name> of a chashd (<who>) run at
+        log_level warn has, and the first of them."""
         with open(self.path(name), errors="replace") as f:
             logged = f.read().splitlines()
-        print("chashd logged %d lines at log_level warn%s" % (
-            len(logged), ":" if logged else "."))
+        print("%s logged %d lines at log_level warn%s" % (
+            who, len(logged), ":" if logged else "."))
         for line in logged[:8]:
             print("  " + line)
 
@@ -198,14 +200,17 @@ class Bench:
         self.wait_port(port, p, "nutcracker")
         return port, p
 
-    def chashds(self, chashd, pool, want=ORDER, hint=""):
+    def chashds(self, chashd, pool, want=ORDER, hint="", suffix=""):
         """chashd with 1 and 2 workers (those of them in <want>), each with
         pool(port)'s pool, checked by chashd -t first (a failure names
-        <hint> too); {name: {"port", "pid"}}."""
+        <hint> too); {name + <suffix>: {"port", "pid"}}. A <suffix> starts
+        a second build's twins of the same targets (bench/redis.sh's
+        BASE=: "chashd-1w-before" runs what "chashd-1w" runs)."""
         out = {}
         for name, workers, cpus in CHASHDS:
             if name not in want:
                 continue
+            name += suffix
             port = free_port()
             conf = self.path(name + ".yml")
             with open(conf, "w") as f:
@@ -406,3 +411,115 @@ def print_ratios(results, cases, want=ORDER, judge=False):
         for title, (met, measured) in score.items():
             print("  %s: %s" % (title, "%d of %d lines MET" % (met, measured)
                                 if measured else "not measured"))
+
+
+# ---- after / before: BASE= in bench/tcp.sh, redis.sh, http.sh -----------
+# The issue's bar for a change that must cost nothing: req/s within 3%
+# (after / before >= x0.97) and CPU per request within 3% (<= x1.03), in
+# every case. p99 (and tcp.sh's machine CPU) are shown with the same 3%
+# rule but are not part of the bar: a p99 from a 2-core machine shared
+# with the load generator swings by far more than 3% between rounds.
+# (title, index in a row's figures, better when, limit, part of the bar)
+AB_METRICS = [("req/s", 0, ">=", 0.97, True),
+              ("CPU per request", 1, "<=", 1.03, True),
+              ("p99", 2, "<=", 1.03, False),
+              ("machine CPU per request", 3, "<=", 1.03, False)]
+
+
+def ab_ratio(after, before, i):
+    """after[i] / before[i]; None where either is missing (a failed run,
+    a figure that a case has not); 0 over 0 is x1."""
+    if after is None or before is None or i >= len(after):
+        return None
+    a, b = after[i], before[i]
+    if a is None or b is None:
+        return None
+    if not b:
+        return 1.0 if not a else None
+    return a / b
+
+
+def ab_judge(row, metric):
+    """(ratio, verdict) of <metric> in <row>: verdict "ok", "tick" (over
+    the limit, but CPU figures closer than the row's resolution: one
+    clock tick over each of the two runs, the finest /proc tells apart,
+    so no evidence), "over", "failed" (a run failed) or None (a figure
+    the case has not)."""
+    case, a, b = row[:3]
+    resolution = row[3] if len(row) > 3 else None
+    title, i, how, limit, judged = metric
+    x = ab_ratio(a, b, i)
+    if x is None:
+        return None, ("failed" if a is None or b is None else None)
+    if (x >= limit) if how == ">=" else (x <= limit):
+        return x, "ok"
+    if i == 1 and resolution and abs(a[i] - b[i]) < resolution:
+        return x, "tick"
+    return x, "over"
+
+
+def print_after_before(rows, after, before, columns=None):
+    """The table "after / before" and its verdict. <rows> are (case, a, b
+    [, resolution]): a and b the medians (throughput, CPU per request,
+    p99[, machine CPU per request]) of chashd <after> and chashd <before>
+    in that case, a None figure where the case has none, a None a or b
+    for a run that failed; resolution, if given, the CPU per request that
+    one clock tick over a's run and one over b's make: CPU figures closer
+    than that are the clock's noise. <columns>: the titles of the
+    figures. Then one
+    line per metric: every case within 3%, or which cases are not (a
+    failed run is not), and the bar: req/s and CPU per request."""
+    n = max((len(r) for row in rows for r in row[1:3] if r), default=3)
+    metrics = AB_METRICS[:n]
+    columns = columns or [m[0] for m in metrics]
+    print("after / before, per case (after = %s, before = %s): the ratios "
+          "of the medians" % (after, before))
+    print()
+    print("| case | " + " | ".join(columns) + " |")
+    print("|---|" + "---:|" * len(metrics))
+    for row in rows:
+        cells = []
+        for m in metrics:
+            x, verdict = ab_judge(row, m)
+            cells.append("x%.3f%s" % (x, " (< 2 ticks)"
+                                      if verdict == "tick" else "")
+                         if x is not None else verdict or "n/a")
+        print("| %s | %s |" % (row[0], " | ".join(cells)))
+    print()
+    bar, by_tick = True, 0
+    for m, column in zip(metrics, columns):
+        title, i, how, limit, judged = m
+        got = {"ok": [], "tick": [], "over": [], "failed": []}
+        for row in rows:
+            x, verdict = ab_judge(row, m)
+            if verdict:
+                got[verdict].append("%s x%.3f" % (row[0], x)
+                                    if x is not None else row[0])
+        measured = sum(len(v) for v in got.values())
+        ratios = [x for x in (ab_judge(row, m)[0] for row in rows)
+                  if x is not None]
+        span = ("; x%.3f..x%.3f" % (min(ratios), max(ratios))
+                if ratios else "")
+        line = "%s (after / before %s x%.2f%s): " % (
+            column, how, limit, "" if judged else "; shown, not in the bar")
+        bad = got["over"] + ["%s failed" % c for c in got["failed"]]
+        ticks = ("; closer than a clock tick per run, below what /proc "
+                 "resolves: %s" % "; ".join(got["tick"])
+                 if got["tick"] else "")
+        if not measured:
+            line += "not measured"
+        elif not bad:
+            line += "every case within 3%%%s (%d of %d%s%s)" % (
+                " or the clock's resolution" if ticks else "", measured,
+                measured, span, ticks)
+        else:
+            line += "NOT within 3%% in %d of %d cases%s: %s%s" % (
+                len(bad), measured, span, "; ".join(bad), ticks)
+            bar = bar and not judged
+        by_tick += len(got["tick"]) if judged else 0
+        print(line)
+    print("no regression (req/s and CPU per request within 3%% in every "
+          "case): %s%s" % ("MET" if bar else "MISSED", " (%d CPU figures "
+                           "only within the clock's resolution)" % by_tick
+                           if bar and by_tick else ""))
+    print()

@@ -14,6 +14,18 @@
 #
 #   B=build bench/http.sh   (DURATION=3 ROUNDS=3 to change)
 #
+#   BASE=<build dir>  its chashd ("chashd before"; B's is "after") runs as
+#                     one more proxy with the same config, in the same
+#                     rotated rounds; then a table "after / before" per
+#                     case (req/s, CPU per request, p99) and a verdict per
+#                     metric: within 3% (req/s >= x0.97, CPU per request
+#                     <= x1.03) in every case, or which cases not
+#   ONLY_CHASHD=1     no HAProxy, no nginx proxy (nor the ratios against
+#                     them): only chashd (and chashd before), for a
+#                     shorter BASE= run
+#
+#   B=build-new BASE=build-old ONLY_CHASHD=1 bench/http.sh
+#
 # The proxies, the members and wrk share the machine's cores: ROUNDS
 # interleaved rounds (the order rotates), and the medians are reported.
 # SPDX-License-Identifier: BSD-2-Clause
@@ -23,8 +35,27 @@ B=${B:-build}
 PY=/usr/bin/python3
 CHASHD=$(cd "$B" && pwd)/chashd
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
+BASE=${BASE:-}
+ONLY_CHASHD=${ONLY_CHASHD:-0}
+case $ONLY_CHASHD in
+0 | 1) ;;
+*)
+    echo "bench/http.sh: ONLY_CHASHD=$ONLY_CHASHD: want 0 or 1" >&2
+    exit 1
+    ;;
+esac
+CHASHD_BEFORE=
+if [ -n "$BASE" ]; then
+    [ -d "$BASE" ] || { echo "bench/http.sh: BASE=$BASE: not a directory" \
+                             "(want the build dir of the chashd before)" >&2
+                        exit 1; }
+    CHASHD_BEFORE=$(cd "$BASE" && pwd)/chashd
+fi
+PEERS=haproxy
+[ "$ONLY_CHASHD" = 0 ] || PEERS=
 
-for tool in nginx haproxy wrk "$CHASHD"; do
+# nginx serves the members even with ONLY_CHASHD=1
+for tool in nginx $PEERS wrk "$CHASHD" ${CHASHD_BEFORE:+"$CHASHD_BEFORE"}; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "bench/http.sh: $tool is missing (scripts/deps installs the" \
              "peers; make builds chashd)" >&2
@@ -32,7 +63,7 @@ for tool in nginx haproxy wrk "$CHASHD"; do
     fi
 done
 
-export CHASHD BENCH_DIR
+export CHASHD CHASHD_BEFORE ONLY_CHASHD BENCH_DIR
 exec $PY - <<'EOF'
 import os, re, statistics, subprocess, sys, time
 
@@ -42,6 +73,8 @@ import benchlib
 from benchlib import free_port
 
 CHASHD = os.environ["CHASHD"]
+CHASHD_BEFORE = os.environ["CHASHD_BEFORE"]     # "": no BASE=
+ONLY_CHASHD = os.environ["ONLY_CHASHD"] == "1"
 DURATION = benchlib.knob("http.sh", "DURATION", 3, 1)
 ROUNDS = benchlib.knob("http.sh", "ROUNDS", 3, 1)
 WORKERS = 2
@@ -70,45 +103,61 @@ m = bench.start(["nginx", "-p", bench.tmp, "-c", bench.path("members.conf"),
 for p in members:
     bench.wait_port(p, m, "members")
 
-# ---- the three proxies ----------------------------------------------------
-ports = {"chashd": free_port(), "haproxy": free_port(), "nginx": free_port()}
-with open(bench.path("chashd.yml"), "w") as f:
-    f.write("global:\n  admin: off\n  workers: %d\n  log_level: warn\n"
-            "web:\n  listen: 127.0.0.1:%d\n  mode: http\n"
-            "  hash_key: header:X-User\n  distribution: ring\n"
-            "  backlog: 4096\n  forward_headers: off\n  timeout: 30s\n"
-            "  servers:\n" % (WORKERS, ports["chashd"]) +
-            "".join("    - 127.0.0.1:%d:1 be-%d\n" % (p, i + 1)
-                    for i, p in enumerate(members)))
-with open(bench.path("haproxy.cfg"), "w") as f:
-    f.write("global\n  nbthread %d\n  maxconn 8000\n"
-            "defaults\n  mode http\n  timeout connect 1s\n"
-            "  timeout client 30s\n  timeout server 30s\n"
-            "frontend fe\n  bind 127.0.0.1:%d\n  default_backend be\n"
-            "backend be\n  balance hdr(X-User)\n  hash-type consistent\n"
-            % (WORKERS, ports["haproxy"]) +
-            "".join("  server be-%d 127.0.0.1:%d\n" % (i + 1, p)
-                    for i, p in enumerate(members)))
-with open(bench.path("nginx.conf"), "w") as f:
-    f.write("worker_processes %d; daemon off; pid %s;\n"
-            "error_log %s; events { worker_connections 16384; }\n"
-            "http { access_log off; keepalive_requests 1000000;\n"
-            "  upstream be { hash $http_x_user consistent;\n"
-            % (WORKERS, bench.path("p.pid"), bench.path("p.err")) +
-            "".join("    server 127.0.0.1:%d;\n" % p for p in members) +
-            "    keepalive 32; }\n"
-            "  server { listen 127.0.0.1:%d reuseport; location / {\n"
-            "    proxy_pass http://be; proxy_http_version 1.1;\n"
-            "    proxy_set_header Connection \"\"; } } }\n" % ports["nginx"])
-procs = {
-    "chashd": bench.start([CHASHD, "-c", bench.path("chashd.yml")],
-                          "chashd.log"),
-    "haproxy": bench.start(["haproxy", "-db", "-f",
-                            bench.path("haproxy.cfg")], "haproxy.log"),
-    "nginx": bench.start(["nginx", "-p", bench.tmp, "-c",
-                          bench.path("nginx.conf"), "-e", bench.path("p.err")],
-                         "nginx.log"),
-}
+# ---- the three proxies (and chashd before) ------------------------------
+# NAMES: who runs, in the order that rotates by one each round; with
+# BASE=, chashd before right after chashd: the two meet the same machine
+NAMES = ["chashd"] + (["chashd-before"] if CHASHD_BEFORE else []) + \
+    ([] if ONLY_CHASHD else ["haproxy", "nginx"])
+ports = {name: free_port() for name in NAMES}
+
+
+def chashd_conf(name):
+    # chashd and chashd before: the same config but for the port
+    with open(bench.path(name + ".yml"), "w") as f:
+        f.write("global:\n  admin: off\n  workers: %d\n  log_level: warn\n"
+                "web:\n  listen: 127.0.0.1:%d\n  mode: http\n"
+                "  hash_key: header:X-User\n  distribution: ring\n"
+                "  backlog: 4096\n  forward_headers: off\n  timeout: 30s\n"
+                "  servers:\n" % (WORKERS, ports[name]) +
+                "".join("    - 127.0.0.1:%d:1 be-%d\n" % (p, i + 1)
+                        for i, p in enumerate(members)))
+    return bench.path(name + ".yml")
+
+
+procs = {"chashd": bench.start([CHASHD, "-c", chashd_conf("chashd")],
+                               "chashd.log")}
+if CHASHD_BEFORE:
+    procs["chashd-before"] = bench.start(
+        [CHASHD_BEFORE, "-c", chashd_conf("chashd-before")],
+        "chashd-before.log")
+if not ONLY_CHASHD:
+    with open(bench.path("haproxy.cfg"), "w") as f:
+        f.write("global\n  nbthread %d\n  maxconn 8000\n"
+                "defaults\n  mode http\n  timeout connect 1s\n"
+                "  timeout client 30s\n  timeout server 30s\n"
+                "frontend fe\n  bind 127.0.0.1:%d\n  default_backend be\n"
+                "backend be\n  balance hdr(X-User)\n  hash-type consistent\n"
+                % (WORKERS, ports["haproxy"]) +
+                "".join("  server be-%d 127.0.0.1:%d\n" % (i + 1, p)
+                        for i, p in enumerate(members)))
+    with open(bench.path("nginx.conf"), "w") as f:
+        f.write("worker_processes %d; daemon off; pid %s;\n"
+                "error_log %s; events { worker_connections 16384; }\n"
+                "http { access_log off; keepalive_requests 1000000;\n"
+                "  upstream be { hash $http_x_user consistent;\n"
+                % (WORKERS, bench.path("p.pid"), bench.path("p.err")) +
+                "".join("    server 127.0.0.1:%d;\n" % p for p in members) +
+                "    keepalive 32; }\n"
+                "  server { listen 127.0.0.1:%d reuseport; location / {\n"
+                "    proxy_pass http://be; proxy_http_version 1.1;\n"
+                "    proxy_set_header Connection \"\"; } } }\n"
+                % ports["nginx"])
+    procs["haproxy"] = bench.start(["haproxy", "-db", "-f",
+                                   bench.path("haproxy.cfg")],
+                                  "haproxy.log")
+    procs["nginx"] = bench.start(["nginx", "-p", bench.tmp, "-c",
+                                 bench.path("nginx.conf"), "-e",
+                                 bench.path("p.err")], "nginx.log")
 for name, p in procs.items():
     bench.wait_port(ports[name], p, name)
 
@@ -165,17 +214,22 @@ def run(name, conns, path, close):
 
 CASES = [(conns, path, close) for close in (False, True)
          for conns in (50, 500) for path in ("/small", "/big")]
-NAMES = ["chashd", "haproxy", "nginx"]
-LABEL = {"chashd": "chashd", "haproxy": "HAProxy 2.6", "nginx": "nginx 1.22"}
+LABEL = {"chashd": "chashd", "chashd-before": "chashd before",
+         "haproxy": "HAProxy 2.6", "nginx": "nginx 1.22"}
 results = {}
-print("chashd vs HAProxy vs nginx: http, %d workers each, 4 nginx members, "
+print("%s: http, %d workers each, 4 nginx members, "
       "wrk -t2 -d%ds, X-User from 100000 values, on loopback (%d cores), "
       "%d interleaved rounds, medians (load average now: %s)"
-      % (WORKERS, DURATION, os.cpu_count(), ROUNDS,
+      % (" vs ".join(LABEL[name].split()[0] if name in ("haproxy", "nginx")
+                     else LABEL[name] for name in NAMES),
+         WORKERS, DURATION, os.cpu_count(), ROUNDS,
          " ".join(open("/proc/loadavg").read().split()[:3])))
+if CHASHD_BEFORE:
+    print("chashd (after): %s; chashd before: %s" % (CHASHD, CHASHD_BEFORE))
 print()
 for r in range(ROUNDS):
-    order = NAMES[r % 3:] + NAMES[:r % 3]
+    k = r % len(NAMES)
+    order = NAMES[k:] + NAMES[:k]
     for case in CASES:
         for name in order:
             subprocess.run(["wrk", "-t1", "-c4", "-d1s", "-s",
@@ -198,20 +252,43 @@ for case in CASES:
         med[(case, name)] = m
         print("| %s | %s | %.0f | %.2f | %.1f |" % (label, LABEL[name], *m))
 print()
-print("chashd / HAProxy and chashd / nginx, per case: req/s, p99, CPU per "
-      "request (target against HAProxy: req/s >= 1.2, p99 and CPU <= 1)")
-for case in CASES:
-    conns, path, close = case
-    label = "%-10s %3d conns %-5s" % ("close" if close else "keep-alive",
-                                      conns, "64 KB" if path == "/big"
-                                      else "2 B")
-    c = med[(case, "chashd")]
-    cells = []
-    for other in ("haproxy", "nginx"):
-        o = med[(case, other)]
-        cells.append("%s x%.2f, p99 x%.2f, CPU x%.2f" % (
-            other, c[0] / o[0] if o[0] else 0, c[1] / o[1] if o[1] else 0,
-            c[2] / o[2] if o[2] else 0))
-    print("  %s  %s" % (label, "; ".join(cells)))
+if ONLY_CHASHD:
+    print("ONLY_CHASHD=1: no HAProxy and no nginx proxy, no ratios against "
+          "them.")
+else:
+    print("chashd / HAProxy and chashd / nginx, per case: req/s, p99, CPU "
+          "per request (target against HAProxy: req/s >= 1.2, p99 and CPU "
+          "<= 1)")
+    for case in CASES:
+        conns, path, close = case
+        label = "%-10s %3d conns %-5s" % ("close" if close else "keep-alive",
+                                          conns, "64 KB" if path == "/big"
+                                          else "2 B")
+        c = med[(case, "chashd")]
+        cells = []
+        for other in ("haproxy", "nginx"):
+            o = med[(case, other)]
+            cells.append("%s x%.2f, p99 x%.2f, CPU x%.2f" % (
+                other, c[0] / o[0] if o[0] else 0, c[1] / o[1] if o[1] else 0,
+                c[2] / o[2] if o[2] else 0))
+        print("  %s  %s" % (label, "; ".join(cells)))
 bench.print_log("chashd.log")
+if CHASHD_BEFORE:
+    bench.print_log("chashd-before.log", "chashd before")
+    # after / before, per case; a CPU time is read in clock ticks: one
+    # tick over a run is 1/HZ s over the run's requests, the after's and
+    # the before's make the resolution
+    rows = []
+    for case in CASES:
+        conns, path, close = case
+        a, b = med[(case, "chashd")], med[(case, "chashd-before")]
+        rows.append(("%s, %d conns, %s" % (
+            "close" if close else "keep-alive", conns,
+            "64 KB" if path == "/big" else "2 B"),
+            (a[0], a[2], a[1]), (b[0], b[2], b[1]),
+            sum(1e6 / benchlib.HZ / max(1.0, m[0] * DURATION)
+                for m in (a, b))))
+    print()
+    benchlib.print_after_before(rows, CHASHD, CHASHD_BEFORE,
+                                ["req/s", "CPU us/req", "p99"])
 EOF

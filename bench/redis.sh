@@ -22,6 +22,18 @@
 #                  on 2 cores, where the servers need the other core)
 #   PIN=0          1: proxies with one thread on CPU 0, chashd 2 workers
 #                  on CPUs 0-1, redis-benchmark and the servers on CPU 1
+#   BASE=          a build dir: its chashd ("before"; B's is "after") runs
+#                  as twins of chashd 1 worker and 2 workers, the same
+#                  config and pinning, each right after its own in the
+#                  rotated order of every round; then a table "after /
+#                  before" per case (req/s, CPU per request, p99) and a
+#                  verdict per metric: within 3% (req/s >= x0.97, CPU per
+#                  request <= x1.03) in every case, or which cases not
+#   ONLY_CHASHD=0  1: no direct redis, no nutcracker (and no ratios
+#                  against them): only the chashd targets, for a shorter
+#                  BASE= run; the keys are then written through chashd
+#
+#   B=build-new BASE=build-old ONLY_CHASHD=1 bench/redis.sh
 #
 # SPDX-License-Identifier: BSD-2-Clause
 set -eu
@@ -30,8 +42,27 @@ B=${B:-build}
 PY=/usr/bin/python3
 CHASHD=$(cd "$B" && pwd)/chashd
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
+BASE=${BASE:-}
+ONLY_CHASHD=${ONLY_CHASHD:-0}
+case $ONLY_CHASHD in
+0 | 1) ;;
+*)
+    echo "bench/redis.sh: ONLY_CHASHD=$ONLY_CHASHD: want 0 or 1" >&2
+    exit 1
+    ;;
+esac
+CHASHD_BEFORE=
+if [ -n "$BASE" ]; then
+    [ -d "$BASE" ] || { echo "bench/redis.sh: BASE=$BASE: not a directory" \
+                             "(want the build dir of the chashd before)" >&2
+                        exit 1; }
+    CHASHD_BEFORE=$(cd "$BASE" && pwd)/chashd
+fi
+PEERS=nutcracker
+[ "$ONLY_CHASHD" = 0 ] || PEERS=
 
-for tool in redis-server redis-benchmark nutcracker taskset "$CHASHD"; do
+for tool in redis-server redis-benchmark $PEERS taskset "$CHASHD" \
+    ${CHASHD_BEFORE:+"$CHASHD_BEFORE"}; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "bench/redis.sh: $tool is missing (scripts/deps installs the" \
              "peers; make builds chashd)" >&2
@@ -39,7 +70,7 @@ for tool in redis-server redis-benchmark nutcracker taskset "$CHASHD"; do
     fi
 done
 
-export CHASHD BENCH_DIR
+export CHASHD CHASHD_BEFORE ONLY_CHASHD BENCH_DIR
 exec $PY - <<'EOF'
 import csv, os, re, subprocess, sys
 
@@ -49,6 +80,8 @@ import benchlib
 from benchlib import KEYSPACE, THREADS, Conn, encode, free_port, pinned
 
 CHASHD = os.environ["CHASHD"]
+CHASHD_BEFORE = os.environ["CHASHD_BEFORE"]     # "": no BASE=
+ONLY_CHASHD = os.environ["ONLY_CHASHD"] == "1"
 bench = benchlib.Bench("redis")
 
 
@@ -84,9 +117,11 @@ def pool_text(port):
                               redis=True)
 
 
-targets = {"direct": {"port": servers[0][0], "pid": servers[0][1].pid}}
-nc_port, p = bench.nutcracker(pool_text)
-targets["nutcracker"] = {"port": nc_port, "pid": p.pid}
+targets = {}
+if not ONLY_CHASHD:
+    targets["direct"] = {"port": servers[0][0], "pid": servers[0][1].pid}
+    nc_port, p = bench.nutcracker(pool_text)
+    targets["nutcracker"] = {"port": nc_port, "pid": p.pid}
 targets.update(bench.chashds(CHASHD, pool_text))
 # the cost of counting hot keys (hot_keys: track, the default): the same
 # chashd, 1 worker, with hot_keys: off
@@ -94,10 +129,24 @@ NOHOT = benchlib.start_chashd(bench, CHASHD, "chashd-1w-nohot", 1, "0",
                               lambda port: pool_text(port) +
                               "  hot_keys: off\n")
 targets["chashd-1w-nohot"] = NOHOT
+if CHASHD_BEFORE:
+    targets.update(bench.chashds(CHASHD_BEFORE, pool_text, suffix="-before",
+                                 hint="(the chashd of BASE=, %s)"
+                                 % CHASHD_BEFORE))
 
 ORDER = benchlib.ORDER + ["chashd-1w-nohot"]
+if CHASHD_BEFORE:
+    # each twin right after its own: the two meet the same machine
+    ORDER = [t for name in ORDER for t in (name, name + "-before")]
 LABEL = dict(benchlib.LABEL, direct="direct redis",
-             **{"chashd-1w-nohot": "chashd 1 worker, hot_keys off"})
+             **{"chashd-1w-nohot": "chashd 1 worker, hot_keys off",
+                "chashd-1w-before": "chashd 1 worker, before",
+                "chashd-2w-before": "chashd 2 workers, before"})
+# the keys go through nutcracker (the proxies' placement), or through
+# chashd 1 worker when there is no nutcracker: the same pool, the same
+# placement
+FILL_PORT, FILL_NAME = ((targets["chashd-1w"]["port"], "chashd 1 worker")
+                        if ONLY_CHASHD else (nc_port, "nutcracker"))
 
 
 # ---- the cases -------------------------------------------------------------
@@ -110,6 +159,7 @@ BIG = ("SET", "GET")       # the only tests run with 4096-byte values
 cases = benchlib.make_cases([t for t, _ in TESTS], BIG)   # (test, P, c, d)
 ARGS = dict(TESTS)
 results = benchlib.Results()
+sizes = {}          # (case, target) -> the -n of each run
 
 
 def run(case, target):
@@ -136,13 +186,25 @@ def run(case, target):
     v = next(csv.reader([rows[0]]))
     got = (float(v[1]), float(v[4]), float(v[6]), (c1 - c0) * 1e6 / n)
     results.add(case, target, got)
+    sizes.setdefault((case, target), []).append(n)
     return got
 
 
 # ---- rounds ------------------------------------------------------------------
 present = [t for t in ORDER if t in targets]
-print("redis-benchmark against direct redis, nutcracker and chashd (1 and 2")
-print("workers) on the same 3 redis-servers, fnv1a_64 + ketama,")
+if ONLY_CHASHD or CHASHD_BEFORE:
+    print("redis-benchmark against %s%s on the same 3 redis-servers, "
+          "fnv1a_64 + ketama," % (
+              "chashd (1 and 2 workers, 1 worker with hot_keys off)"
+              if ONLY_CHASHD else "direct redis, nutcracker and chashd (1 "
+              "and 2 workers)", ", and chashd before (1 and 2 workers)"
+              if CHASHD_BEFORE else ""))
+    if CHASHD_BEFORE:
+        print("after: %s, before: %s" % (CHASHD, CHASHD_BEFORE))
+else:
+    print("redis-benchmark against direct redis, nutcracker and chashd "
+          "(1 and 2")
+    print("workers) on the same 3 redis-servers, fnv1a_64 + ketama,")
 print(benchlib.settings("client"))
 print()
 
@@ -150,30 +212,37 @@ balance = None
 
 
 def prepare(rnd, d):
-    # a fresh keyspace of <d>-byte values for every read: through
-    # nutcracker (the proxies' placement), and all of it on the server
-    # the direct runs use
+    # a fresh keyspace of <d>-byte values for every read: through a
+    # proxy (the proxies' placement), and all of it on the server the
+    # direct runs use
     global balance
     for sport, _ in servers:
         Conn(sport).call("FLUSHALL")
-    populate(nc_port, d)
+    populate(FILL_PORT, d)
     if balance is None:
         balance = [int(Conn(sport).call("DBSIZE")[1:])
                    for sport, _ in servers]
-    populate(servers[0][0], d)
+    if "direct" in targets:
+        populate(servers[0][0], d)
 
 
 benchlib.rounds(cases, present, prepare, run)
 
-print("keys per server after writing the %d keys through nutcracker "
-      "(DBSIZE): %s" % (KEYSPACE, benchlib.shares("redis", balance)))
+print("keys per server after writing the %d keys through %s "
+      "(DBSIZE): %s" % (KEYSPACE, FILL_NAME,
+                        benchlib.shares("redis", balance)))
 print("LPUSH pushes to one key (redis-benchmark's \"mylist\"): one member "
       "takes it all through a proxy.")
 print("CPU us/req: the target process's own CPU time per request -- the "
       "redis-server itself for direct, the proxy for the others.")
 print()
-benchlib.print_table(results, cases, ORDER, LABEL)
-benchlib.print_ratios(results, cases)
+benchlib.print_table(results, cases, present, LABEL)
+if "nutcracker" in targets:
+    benchlib.print_ratios(results, cases)
+else:
+    print("ONLY_CHASHD=1: no direct redis and no nutcracker, no ratios "
+          "against them.")
+    print()
 # the hot key summary's cost: chashd 1 worker with it (the default) over
 # the same without, per case; one case swings by +-20% between rounds on
 # 2 cores, far more than the cost, so the target is judged on the median
@@ -198,4 +267,23 @@ if rps:
           "%s), CPU per request x%.3f (target <= x1.03: %s)"
           % (len(rps), mr, "MET" if mr >= 0.97 else "MISSED", mc,
              "MET" if mc <= 1.03 else "MISSED"))
+
+if CHASHD_BEFORE:
+    # after / before: chashd 1 worker and 2 workers against their twins;
+    # a CPU time is read in clock ticks: one tick is 1/HZ s over a run's
+    # requests, the after's and the before's make the resolution
+    def medians(case, target):
+        m = results.med(case, target)        # req/s, p50, p99, CPU
+        return m and (m[0], m[3], m[2])
+
+    def tick(case, target):
+        n = sizes.get((case, target))
+        return n and 1e6 / benchlib.HZ / statistics.median(n)
+    rows = [("%s, %s -P %d -c %d -d %d" % ((LABEL[name][7:],) + case),
+             medians(case, name), medians(case, name + "-before"),
+             (tick(case, name) or 0) + (tick(case, name + "-before") or 0))
+            for name in ("chashd-1w", "chashd-2w") for case in cases]
+    print()
+    benchlib.print_after_before(rows, CHASHD, CHASHD_BEFORE,
+                                ["req/s", "CPU us/req", "p99"])
 EOF
