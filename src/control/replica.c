@@ -155,9 +155,7 @@ key_hash(const struct pool_snapshot *snap, const char *key, size_t klen)
 static size_t
 set_of(const struct pool_snapshot *snap, uint64_t h, size_t *idx)
 {
-    if (snap->ring == NULL)
-        return 0;
-    return chash_ring_lookup_n(snap->ring, h, idx, snap->set.replicas);
+    return pool_replica_set(snap, h, idx);
 }
 
 /* The position of member <s> (by address: one server, one connection)

@@ -558,11 +558,21 @@ request_hot_note(const struct rreq *r, const struct pool_snapshot *snap,
                  hot_hash(key, len));
 }
 
+/* request_key_member's walk past a down owner: the next member up. */
+static bool
+usable_step(void *ctx, struct server *s, size_t idx, size_t pos)
+{
+    (void)ctx;
+    (void)idx;
+    (void)pos;
+    return server_usable(s);
+}
+
 struct server *
 request_key_member(const struct pool_snapshot *snap, const char *key,
                    size_t len, uint64_t *hash, const char **why)
 {
-    size_t off, n, idx, pref[16], np;
+    size_t off, n, idx;
     struct server *s;
 
     *why = "no member owns any key";
@@ -599,28 +609,10 @@ request_key_member(const struct pool_snapshot *snap, const char *key,
     if (snap->set.on_failure == CONF_ON_FAILURE_ERROR &&
         atomic_load(&s->state) != SERVER_REMOVED)
         return NULL;
-    np = chash_ring_lookup_n(snap->ring, *hash, pref, 16);
-    for (size_t i = 1; i < np; i++)
-        if (server_usable(snap->servers[pref[i]]))
-            return snap->servers[pref[i]];
-    if (np == 16 && snap->n > 16) {
-        /* the 16 first in the key's order are all out: the rest of it */
-        size_t *all = malloc(snap->n * sizeof(*all));
-
-        *why = "out of memory";
-        if (all == NULL)
-            return NULL;
-        np = chash_ring_lookup_n(snap->ring, *hash, all, snap->n);
-        s = NULL;
-        for (size_t i = 16; i < np && s == NULL; i++)
-            if (server_usable(snap->servers[all[i]]))
-                s = snap->servers[all[i]];
-        free(all);
-        if (s != NULL)
-            return s;
-    }
-    *why = "no member is up";
-    return NULL;
+    s = pool_walk(snap, *hash, 1, usable_step, NULL);
+    if (s == NULL)
+        *why = "no member is up";
+    return s;
 }
 
 struct server *

@@ -948,14 +948,14 @@ rep_run(struct rrep *rep)
     struct pool_snapshot *snap = pool_snapshot(rep->pool);
     const struct pool_settings *set = &snap->set;
     size_t idx[REPLICAS_MAX];
-    unsigned n = 0, replicas = set->replicas ? set->replicas : 1;
+    unsigned n = 0;
     bool filling = snap->fill != NULL && !snap->fill_same;
     uint64_t hedge = hedge_delay(set);
 
     rep->timer.on_expire = rep_timer;
     rep->chosen = -1;
     if (snap->ring != NULL && set->proto == rep->mode->proto)
-        n = (unsigned)chash_ring_lookup_n(snap->ring, rep->hash, idx, replicas);
+        n = (unsigned)pool_replica_set(snap, rep->hash, idx);
     if (n == 0) {
         rep_answer(rep, -1, "no member available: no member owns any key");
         rep_free(rep, rep->w->requests);

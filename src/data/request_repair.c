@@ -241,8 +241,7 @@ job_run(struct rjob *job)
     }
     if (snap->ring != NULL && snap->set.replicas > 1 &&
         snap->set.proto == job->mode->proto)
-        n = chash_ring_lookup_n(snap->ring, job->hash, idx,
-                                snap->set.replicas);
+        n = pool_replica_set(snap, job->hash, idx);
     for (size_t i = 0; i < n; i++)
         job_add(job, snap->servers[idx[i]], J_SET, cap);
     for (size_t i = 0; i < r->nholders; i++)

@@ -1467,89 +1467,129 @@ server_take_within(struct server *s, double cap)
 }
 
 struct server *
+pool_walk(const struct pool_snapshot *snap, uint64_t hash, size_t from,
+          pool_walk_fn *fn, void *ctx)
+{
+    size_t fast[PREF_FAST], *pref = fast, npref;
+    struct server *pick = NULL;
+
+    if (snap->ring == NULL)
+        return NULL;
+    npref = chash_ring_lookup_n(snap->ring, hash, pref,
+                                snap->n < PREF_FAST ? snap->n : PREF_FAST);
+    for (size_t i = from; i < npref && pick == NULL; i++)
+        if (fn(ctx, snap->servers[pref[i]], pref[i], i))
+            pick = snap->servers[pref[i]];
+    /* Rare: the first PREF_FAST were all passed over; the rest of the
+     * order, when there is more of it. */
+    if (pick == NULL && npref == PREF_FAST && snap->n > PREF_FAST &&
+        (pref = malloc(snap->n * sizeof(*pref))) != NULL) {
+        npref = chash_ring_lookup_n(snap->ring, hash, pref, snap->n);
+        for (size_t i = from > PREF_FAST ? from : PREF_FAST;
+             i < npref && pick == NULL; i++)
+            if (fn(ctx, snap->servers[pref[i]], pref[i], i))
+                pick = snap->servers[pref[i]];
+        free(pref);
+    }
+    return pick;
+}
+
+size_t
+pool_replica_set(const struct pool_snapshot *snap, uint64_t hash, size_t *idx)
+{
+    if (snap->ring == NULL)
+        return 0;
+    return chash_ring_lookup_n(snap->ring, hash, idx,
+                               snap->set.replicas ? snap->set.replicas : 1);
+}
+
+/* pool_choose's walk past the owner: what it saw on the way. */
+struct choose {
+    const struct pool_snapshot *snap;
+    const uint64_t *tried;
+    size_t ntried;
+    double factor;  /* balance_factor; 0: unbounded */
+    uint64_t total; /* live connections of the pool (bounded) */
+    bool error;     /* on_failure: error */
+    bool refused, skipped, spilled;
+    struct server *fallback; /* the first usable one over its cap */
+};
+
+static bool
+choose_step(void *ctx, struct server *s, size_t idx, size_t pos)
+{
+    struct choose *ch = ctx;
+
+    if (!server_usable(s) || tried_has(ch->tried, ch->ntried, s->id)) {
+        if (ch->error && pos == 0)
+            return ch->refused = true; /* stop: no member */
+        ch->skipped = true;
+        return false;
+    }
+    if (ch->factor <= 0) {
+        atomic_fetch_add_explicit(&s->active, 1, memory_order_relaxed);
+        return true;
+    }
+    if (server_take_within(s, snapshot_cap(ch->snap, idx, ch->factor,
+                                           ch->total)))
+        return true;
+    if (ch->fallback == NULL)
+        ch->fallback = s;
+    ch->spilled = true;
+    return false;
+}
+
+struct server *
 pool_choose(struct pool *p, const struct pool_snapshot *snap, uint64_t hash,
             const uint64_t *tried, size_t ntried, int *decision)
 {
-    size_t fast[PREF_FAST], *pref = fast, npref, want;
-    struct server *fallback = NULL, *pick = NULL;
-    double factor = snap->set.balance_factor;
-    bool error = snap->set.on_failure == CONF_ON_FAILURE_ERROR;
-    bool bounded = factor > 0 && snap->usable_points > 0;
-    bool skipped = false, spilled = false;
-    uint64_t total = 0;
+    struct choose ch = {
+        .snap = snap,
+        .tried = tried,
+        .ntried = ntried,
+        .factor = snap->usable_points > 0 ? snap->set.balance_factor : 0,
+        .error = snap->set.on_failure == CONF_ON_FAILURE_ERROR,
+    };
+    struct server *pick;
 
     *decision = STATS_NO_MEMBER;
     if (snap->ring == NULL)
         return NULL;
-    if (bounded)
-        total = atomic_load_explicit(&p->active_backends, memory_order_relaxed);
+    if (ch.factor > 0)
+        ch.total =
+            atomic_load_explicit(&p->active_backends, memory_order_relaxed);
     /* The common case: the owner is usable and within its cap. One
      * lookup, no preference list. */
     {
         size_t i = chash_ring_lookup(snap->ring, hash);
         struct server *s = snap->servers[i];
         if (server_usable(s) && !tried_has(tried, ntried, s->id)) {
-            if (!bounded) {
+            if (ch.factor <= 0) {
                 atomic_fetch_add_explicit(&s->active, 1, memory_order_relaxed);
                 *decision = STATS_FIRST_CHOICE;
                 return s;
             }
-            if (server_take_within(s, snapshot_cap(snap, i, factor, total))) {
+            if (server_take_within(s, snapshot_cap(snap, i, ch.factor,
+                                                   ch.total))) {
                 *decision = STATS_FIRST_CHOICE;
                 return s;
             }
         }
     }
-    want = snap->n < PREF_FAST ? snap->n : PREF_FAST;
-    for (int pass = 0; pass < 2 && pick == NULL; pass++) {
-        size_t start = pass == 0 ? 0 : PREF_FAST;
-        if (pass == 1) {
-            /* Rare: the first 16 preferences were all unusable or all at
-             * their cap. Members past them may still be within theirs: a
-             * fallback over its cap only when nobody is (a hot key in a
-             * big pool would otherwise pile onto its owner). */
-            if (snap->n <= PREF_FAST)
-                break;
-            pref = malloc(snap->n * sizeof(*pref));
-            if (pref == NULL)
-                break;
-            want = snap->n;
-        }
-        npref = chash_ring_lookup_n(snap->ring, hash, pref, want);
-        for (size_t i = start; i < npref; i++) {
-            struct server *s = snap->servers[pref[i]];
-            if (!server_usable(s) || tried_has(tried, ntried, s->id)) {
-                if (error && i == 0) {
-                    *decision = STATS_REFUSED_ERROR;
-                    goto out;
-                }
-                skipped = true;
-                continue;
-            }
-            if (!bounded) {
-                atomic_fetch_add_explicit(&s->active, 1, memory_order_relaxed);
-            } else if (!server_take_within(
-                           s, snapshot_cap(snap, pref[i], factor, total))) {
-                if (fallback == NULL)
-                    fallback = s;
-                spilled = true;
-                continue;
-            }
-            pick = s;
-            break;
-        }
+    pick = pool_walk(snap, hash, 0, choose_step, &ch);
+    if (ch.refused) {
+        *decision = STATS_REFUSED_ERROR;
+        return NULL;
     }
-    if (pick == NULL && fallback != NULL) {
-        /* Everybody is over the cap: the first usable one anyway. */
-        pick = fallback;
+    if (pick == NULL && ch.fallback != NULL) {
+        /* Everybody is over the cap: the first usable one anyway (a hot
+         * key in a big pool would otherwise pile onto its owner). */
+        pick = ch.fallback;
         atomic_fetch_add_explicit(&pick->active, 1, memory_order_relaxed);
     }
     if (pick != NULL)
-        *decision = skipped   ? STATS_FAILED_OVER
-                    : spilled ? STATS_SPILLED
-                              : STATS_FIRST_CHOICE;
-out:
-    if (pref != fast)
-        free(pref);
+        *decision = ch.skipped   ? STATS_FAILED_OVER
+                    : ch.spilled ? STATS_SPILLED
+                                 : STATS_FIRST_CHOICE;
     return pick;
 }

@@ -475,6 +475,27 @@ void pool_snapshot_pin(struct pool_snapshot *snap);
 void pool_snapshot_unpin(struct pool_snapshot *snap);
 
 /*
+ * The one walk of a key's preference order, every router's (pool_choose
+ * here; the store modes' request_key_member): <fn>(<ctx>, member, its
+ * index in <snap>'s members, its position in the order) for the members
+ * of <hash>'s order in <snap> from position <from> (0: the owner), until
+ * it returns true; that member, or NULL. The first 16 come from one
+ * chash_ring_lookup_n; the rest of the order only when they were all
+ * passed over. Any thread.
+ */
+/* The members of <hash>'s replica set in <snap> (a key's copies live
+ * there; the first is its primary): the first `replicas` (at least 1) of
+ * its preference order, their indexes into <idx> (room for REPLICAS_MAX);
+ * how many. Any thread. */
+size_t pool_replica_set(const struct pool_snapshot *snap, uint64_t hash,
+                        size_t *idx);
+
+typedef bool pool_walk_fn(void *ctx, struct server *s, size_t idx,
+                          size_t pos);
+struct server *pool_walk(const struct pool_snapshot *snap, uint64_t hash,
+                         size_t from, pool_walk_fn *fn, void *ctx);
+
+/*
  * Pick the member for key hash <hash> in <snap> (worker): preference order
  * from chash_ring_lookup_n, skipping members not usable and those whose
  * id is in <tried>[0..<ntried>) (connects that already failed); with a

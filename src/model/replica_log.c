@@ -526,9 +526,7 @@ in_set_hash(const struct pool_snapshot *snap, uint64_t hash,
 {
     size_t idx[REPLICAS_MAX], n;
 
-    if (snap->ring == NULL)
-        return false;
-    n = chash_ring_lookup_n(snap->ring, hash, idx, snap->set.replicas);
+    n = pool_replica_set(snap, hash, idx);
     for (size_t i = 0; i < n; i++) {
         const struct server *m = snap->servers[idx[i]];
 
