@@ -28,6 +28,7 @@
 #include "conf/conf.h"
 #include "data/engine.h"
 #include "model/hotkeys.h"
+#include "base/buf.h"
 #include "base/invariant.h"
 #include "loop/io.h"
 #include "base/log.h"
@@ -57,12 +58,6 @@
 /* The least time an accept_proxy client has to send its PROXY header
  * (the spec's advice), as the tcp mode's. */
 #define PROXY_WAIT_MIN_MS 3000
-
-/* A growable byte buffer: [off, len) live. */
-struct hbuf {
-    char *data;
-    size_t off, len, cap;
-};
 
 struct hclient;
 
@@ -138,11 +133,11 @@ struct hclient {
     char *logbuf; /* [ACCESS_METHOD_MAX + ACCESS_TARGET_MAX], lazily */
     size_t log_method, log_target;
     int state;      /* enum hstate */
-    struct hbuf in; /* from the client, not consumed yet */
-    struct hbuf up; /* to the member: [0, up_sent) sent */
+    struct buf in; /* from the client, not consumed yet */
+    struct buf up; /* to the member: [0, up_sent) sent */
     size_t up_sent;
-    struct hbuf down;  /* to the client, not taken yet */
-    struct hbuf rhead; /* the member's response head, arriving */
+    struct buf down;  /* to the client, not taken yet */
+    struct buf rhead; /* the member's response head, arriving */
     uint64_t in_cap;   /* the most <in> holds */
     uint64_t last_ms;  /* the timer's reference */
     /* the request */
@@ -193,69 +188,6 @@ static void backend_event(struct worker *w, struct ev *ev, uint32_t events);
 
 /* ---- buffers ------------------------------------------------------------- */
 
-static int
-hbuf_reserve(struct hbuf *b, size_t more)
-{
-    size_t need;
-    char *d;
-
-    if (b->off > 0 && b->off == b->len)
-        b->off = b->len = 0;
-    if (b->cap - b->len >= more)
-        return 0;
-    if (b->off > 0) {
-        memmove(b->data, b->data + b->off, b->len - b->off);
-        b->len -= b->off;
-        b->off = 0;
-        if (b->cap - b->len >= more)
-            return 0;
-    }
-    need = b->cap ? b->cap : 1024;
-    while (need - b->len < more)
-        need *= 2;
-    d = realloc(b->data, need);
-    if (d == NULL)
-        return -1;
-    b->data = d;
-    b->cap = need;
-    return 0;
-}
-
-static int
-hbuf_put(struct hbuf *b, const void *p, size_t n)
-{
-    if (n == 0)
-        return 0; /* nothing (and maybe no memory yet) */
-    if (hbuf_reserve(b, n) != 0)
-        return -1;
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-    return 0;
-}
-
-static int
-hbuf_str(struct hbuf *b, const char *s)
-{
-    return hbuf_put(b, s, strlen(s));
-}
-
-static void
-hbuf_free(struct hbuf *b)
-{
-    free(b->data);
-    memset(b, 0, sizeof(*b));
-}
-
-/* Empty <b> for the next request: its memory kept when small (no malloc
- * per request), given back when a large body grew it. */
-static void
-hbuf_reset(struct hbuf *b)
-{
-    if (b->cap > IO_BUF)
-        hbuf_free(b);
-    b->off = b->len = 0;
-}
-
 /*
  * Write what <b> holds from *<sent> to <side>, after what the side holds
  * itself. 1: all out; 0: some waits (an output edge will come); -1: the
@@ -263,7 +195,7 @@ hbuf_reset(struct hbuf *b)
  * them again); else <b> is emptied as it goes.
  */
 static int
-out_flush(struct io_side *side, struct hbuf *b, size_t *sent, bool keep)
+out_flush(struct io_side *side, struct buf *b, size_t *sent, bool keep)
 {
     if (side->len > 0) {
         if (io_side_flush(side) < 0)
@@ -291,7 +223,7 @@ out_flush(struct io_side *side, struct hbuf *b, size_t *sent, bool keep)
 
 /* Whether <side> and <b> have nothing waiting. */
 static bool
-out_empty(const struct io_side *side, const struct hbuf *b, size_t sent)
+out_empty(const struct io_side *side, const struct buf *b, size_t sent)
 {
     return side->len == 0 && sent >= b->len;
 }
@@ -527,10 +459,10 @@ client_close(struct worker *w, struct hclient *c)
     atomic_fetch_sub_explicit(&c->pool->active, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
     io_side_close(&c->side);
-    hbuf_free(&c->in);
-    hbuf_free(&c->up);
-    hbuf_free(&c->down);
-    hbuf_free(&c->rhead);
+    buf_free(&c->in);
+    buf_free(&c->up);
+    buf_free(&c->down);
+    buf_free(&c->rhead);
     free(c->logbuf);
     worker_conn_del(&c->link);
     pool_unref(c->pool);
@@ -669,7 +601,7 @@ request_end(struct worker *w, struct hclient *c, bool reusable)
     log_request(c);
     conn_release(w, c, reusable, snap->set.backend_keepalive);
     release_server(c);
-    hbuf_reset(&c->up);
+    buf_reset(&c->up, IO_BUF);
     c->up_sent = 0;
     c->rhead.off = c->rhead.len = 0;
     if (!c->keep_alive || c->close_after || !c->body_done || c->side.eof_in) {
@@ -699,7 +631,7 @@ respond(struct worker *w, struct hclient *c, int status, const char *detail,
     c->error = detail;
     c->req_out += n;
     stats_add(&c->pool->stats[w->id].refused, 1);
-    if (n == 0 || hbuf_put(&c->down, out, n) != 0)
+    if (n == 0 || buf_append(&c->down, out, n) != 0)
         c->close_after = true;
     log_debug("pool %s: %s answered %d: %s", c->pool->name, c->ip, status,
               detail ? detail : "");
@@ -734,12 +666,12 @@ static int
 build_head(struct hclient *c, const char *buf, const struct http_request *rq,
            const struct pool_settings *set)
 {
-    struct hbuf *b = &c->up;
+    struct buf *b = &c->up;
     char line[INET6_ADDRSTRLEN + 64];
     int rc = 0;
 
-    rc |= hbuf_put(b, buf + rq->line.off, rq->line.len);
-    rc |= hbuf_str(b, "\r\n");
+    rc |= buf_append(b, buf + rq->line.off, rq->line.len);
+    rc |= buf_str(b, "\r\n");
     for (size_t i = 0; i < rq->nheaders; i++) {
         const struct http_header *h = &rq->headers[i];
 
@@ -748,28 +680,28 @@ build_head(struct hclient *c, const char *buf, const struct http_request *rq,
         if (h->known == HTTP_H_X_FORWARDED_PROTO &&
             (set->forward_headers & CONF_FWD_X_FORWARDED_PROTO))
             continue; /* ours replaces it: this hop is plain http */
-        rc |= hbuf_put(b, buf + h->line.off, h->line.len);
+        rc |= buf_append(b, buf + h->line.off, h->line.len);
     }
     if (rq->upgrade)
-        rc |= hbuf_str(b, "Connection: upgrade\r\n");
+        rc |= buf_str(b, "Connection: upgrade\r\n");
     else if (rq->minor == 0)
-        rc |= hbuf_str(b, "Connection: keep-alive\r\n");
+        rc |= buf_str(b, "Connection: keep-alive\r\n");
     if (rq->body == HTTP_BODY_CHUNKED)
-        rc |= hbuf_str(b, "Transfer-Encoding: chunked\r\n");
+        rc |= buf_str(b, "Transfer-Encoding: chunked\r\n");
     if ((set->forward_headers & CONF_FWD_X_FORWARDED_FOR) && c->ip[0]) {
         snprintf(line, sizeof(line), "X-Forwarded-For: %s\r\n", c->ip);
-        rc |= hbuf_str(b, line);
+        rc |= buf_str(b, line);
     }
     if (set->forward_headers & CONF_FWD_X_FORWARDED_PROTO)
-        rc |= hbuf_str(b, "X-Forwarded-Proto: http\r\n");
+        rc |= buf_str(b, "X-Forwarded-Proto: http\r\n");
     if ((set->forward_headers & CONF_FWD_FORWARDED) && c->ip[0]) {
         snprintf(line, sizeof(line),
                  c->v6 ? "Forwarded: for=\"[%s]\";proto=http\r\n"
                        : "Forwarded: for=%s;proto=http\r\n",
                  c->ip);
-        rc |= hbuf_str(b, line);
+        rc |= buf_str(b, line);
     }
-    rc |= hbuf_str(b, "\r\n");
+    rc |= buf_str(b, "\r\n");
     return rc != 0 ? -1 : 0;
 }
 
@@ -812,7 +744,7 @@ request_start(struct worker *w, struct hclient *c, struct http_request *rq)
     c->retries = set->retries;
     c->max_body = set->client_max_request;
     stats_add(&c->pool->stats[w->id].requests, 1);
-    hbuf_reset(&c->up);
+    buf_reset(&c->up, IO_BUF);
     c->up_sent = 0;
     if (build_head(c, buf, rq, set) != 0) {
         c->in.off += rq->head;
@@ -1125,7 +1057,7 @@ client_read(struct worker *w, struct hclient *c)
             return 0; /* full: read once it is consumed */
         if (reads++ == PUMP_READS)
             return 1;
-        if (hbuf_reserve(&c->in, IO_BUF) != 0)
+        if (buf_reserve(&c->in, IO_BUF) != 0)
             return -1;
         room = c->in.cap - c->in.len;
         n = io_side_read(&c->side, c->in.data + c->in.len, room);
@@ -1182,7 +1114,7 @@ body_up(struct worker *w, struct hclient *c)
                          "the body is larger than client_max_request");
             return -1;
         }
-        if (hbuf_put(&c->up, p, n) != 0) {
+        if (buf_append(&c->up, p, n) != 0) {
             client_fault(w, c, 500, "out of memory");
             return -1;
         }
@@ -1199,28 +1131,28 @@ static int
 response_head(struct hclient *c, const char *buf,
               const struct http_response *rp)
 {
-    struct hbuf *b = &c->down;
+    struct buf *b = &c->down;
     const char *eol = memchr(buf, '\n', rp->head);
     int rc = 0;
 
-    rc |= hbuf_put(b, buf, (size_t)(eol - buf) + 1);
+    rc |= buf_append(b, buf, (size_t)(eol - buf) + 1);
     for (size_t i = 0; i < rp->nheaders; i++) {
         const struct http_header *h = &rp->headers[i];
         if (!h->hop_by_hop)
-            rc |= hbuf_put(b, buf + h->line.off, h->line.len);
+            rc |= buf_append(b, buf + h->line.off, h->line.len);
     }
     if (rp->body == HTTP_BODY_CHUNKED)
-        rc |= hbuf_str(b, "Transfer-Encoding: chunked\r\n");
+        rc |= buf_str(b, "Transfer-Encoding: chunked\r\n");
     if (pool_snapshot(c->pool)->set.member_header && c->server != NULL) {
-        rc |= hbuf_str(b, "X-Chash-Member: ");
-        rc |= hbuf_str(b, c->server->name);
-        rc |= hbuf_str(b, "\r\n");
+        rc |= buf_str(b, "X-Chash-Member: ");
+        rc |= buf_str(b, c->server->name);
+        rc |= buf_str(b, "\r\n");
     }
     if (c->close_after || !c->keep_alive)
-        rc |= hbuf_str(b, "Connection: close\r\n");
+        rc |= buf_str(b, "Connection: close\r\n");
     else if (c->minor == 0)
-        rc |= hbuf_str(b, "Connection: keep-alive\r\n");
-    rc |= hbuf_str(b, "\r\n");
+        rc |= buf_str(b, "Connection: keep-alive\r\n");
+    rc |= buf_str(b, "\r\n");
     return rc != 0 ? -1 : 0;
 }
 
@@ -1268,7 +1200,7 @@ down_put(struct hclient *c, const char *p, size_t n)
             m = 0;
         if ((size_t)m < pend) {
             c->down.off += (size_t)m; /* the sent mark (out_flush's) */
-            return hbuf_put(&c->down, p, n);
+            return buf_append(&c->down, p, n);
         }
         c->down.off = c->down.len = 0;
         p += (size_t)m - pend;
@@ -1276,7 +1208,7 @@ down_put(struct hclient *c, const char *p, size_t n)
         if (n == 0)
             return 0;
     }
-    return hbuf_put(&c->down, p, n);
+    return buf_append(&c->down, p, n);
 }
 
 /* Bytes of the response body: to the client, as the framing allows. */
@@ -1322,7 +1254,7 @@ head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
     size_t len = n;
 
     if (!direct) {
-        if (hbuf_put(&c->rhead, p, n) != 0) {
+        if (buf_append(&c->rhead, p, n) != 0) {
             client_close(w, c);
             return;
         }
@@ -1340,7 +1272,7 @@ head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
             /* keep the part of a head for the next read */
             if (direct) {
                 c->rhead.off = c->rhead.len = 0;
-                if (hbuf_put(&c->rhead, buf, len) != 0)
+                if (buf_append(&c->rhead, buf, len) != 0)
                     client_close(w, c);
             } else {
                 c->rhead.off = (size_t)(buf - c->rhead.data);
@@ -1361,7 +1293,7 @@ head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
             c->status = 101;
             c->req_out += len;
             log_request(c);
-            if (hbuf_put(&c->down, buf, len) != 0) {
+            if (buf_append(&c->down, buf, len) != 0) {
                 client_close(w, c);
                 return;
             }
@@ -1371,7 +1303,7 @@ head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
             c->state = H_TUNNEL;
             /* what the client sent after its request is the tunnel's */
             if (c->in.len > c->in.off &&
-                hbuf_put(&c->up, c->in.data + c->in.off,
+                buf_append(&c->up, c->in.data + c->in.off,
                          c->in.len - c->in.off) != 0) {
                 client_close(w, c);
                 return;
@@ -1383,7 +1315,7 @@ head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
         if (rp.status < 200) {
             /* 100 Continue and the like: an HTTP/1.0 client gets none. */
             c->req_out += c->minor == 1 ? rp.head : 0;
-            if (c->minor == 1 && hbuf_put(&c->down, buf, rp.head) != 0) {
+            if (c->minor == 1 && buf_append(&c->down, buf, rp.head) != 0) {
                 client_close(w, c);
                 return;
             }
@@ -1541,7 +1473,7 @@ tunnel(struct worker *w, struct hclient *c)
     for (int dir = 0; dir < 2; dir++) {
         struct io_side *from = dir == 0 ? &c->side : &b->side;
         struct io_side *to = dir == 0 ? &b->side : &c->side;
-        struct hbuf *q = dir == 0 ? &c->up : &c->down;
+        struct buf *q = dir == 0 ? &c->up : &c->down;
         size_t *sent = dir == 0 ? &c->up_sent : &c->down.off;
         int reads = 0, rc;
 
@@ -1565,7 +1497,7 @@ tunnel(struct worker *w, struct hclient *c)
             if (n == 0)
                 continue;
             c->last_ms = w->now_ms;
-            if (hbuf_put(q, w->scratch, (size_t)n) != 0)
+            if (buf_append(q, w->scratch, (size_t)n) != 0)
                 return -1;
         }
         if (from->eof_in && out_empty(to, q, *sent))

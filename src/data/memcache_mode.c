@@ -122,27 +122,27 @@ gate_kind(const char *buf, const struct proto_request *rq)
 /* <key> base64-encoded into <b> (a meta command's key, with flag b: any
  * bytes a text key or a decoded one may hold). */
 static int
-b64_append(struct rbuf *b, const char *key, size_t len)
+b64_append(struct buf *b, const char *key, size_t len)
 {
     char enc[(MC_KEY_MAX + 2) / 3 * 4];
 
     if (len > MC_KEY_MAX)
         return -1;
-    return rbuf_append(b, enc, mc_base64_encode(key, len, enc));
+    return buf_append(b, enc, mc_base64_encode(key, len, enc));
 }
 
 static int
 mc_gate_build(const struct pool_snapshot *snap, const struct server *to,
               const char *key, size_t len, int command, bool again,
-              struct rbuf *out, int *sent)
+              struct buf *out, int *sent)
 {
     (void)snap;
     (void)to;
     (void)again;
     (void)command;
     *sent = MC_MG;
-    if (rbuf_append(out, "mg ", 3) < 0 || b64_append(out, key, len) < 0 ||
-        rbuf_printf(out, " b v f t\r\n") < 0)
+    if (buf_append(out, "mg ", 3) < 0 || b64_append(out, key, len) < 0 ||
+        buf_printf(out, " b v f t\r\n") < 0)
         return -1;
     return 0;
 }
@@ -179,7 +179,7 @@ meta_flag(const char *line, size_t n, char f, long long *v)
  */
 static int
 mc_gate_result(int step, int command, const char *buf, size_t len,
-               const char *key, size_t klen, struct rbuf *next, int *sent)
+               const char *key, size_t klen, struct buf *next, int *sent)
 {
     const char *nl = memchr(buf, '\n', len);
     size_t line = nl != NULL ? (size_t)(nl - buf) + 1 : len;
@@ -193,9 +193,9 @@ mc_gate_result(int step, int command, const char *buf, size_t len,
 
         if (!del) /* the add on the new member: HD stored, NS it had one */
             return stored ? GATE_MOVED : GATE_ABSENT;
-        if (rbuf_append(next, "md ", 3) < 0 ||
+        if (buf_append(next, "md ", 3) < 0 ||
             b64_append(next, key, klen) < 0 ||
-            rbuf_append(next, " b\r\n", 4) < 0)
+            buf_append(next, " b\r\n", 4) < 0)
             return GATE_ABSENT;
         *sent = MC_MD;
         return GATE_NEXT_OLD;
@@ -208,10 +208,10 @@ mc_gate_result(int step, int command, const char *buf, size_t len,
     meta_flag(buf, line - 2, 'f', &flags);
     meta_flag(buf, line - 2, 't', &ttl);
     /* ms <key> <len> b ME F<flags> T<ttl>: add, with what it had */
-    if (rbuf_append(next, "ms ", 3) < 0 || b64_append(next, key, klen) < 0 ||
-        rbuf_printf(next, " %lld b ME F%lld T%lld\r\n", vlen, flags,
+    if (buf_append(next, "ms ", 3) < 0 || b64_append(next, key, klen) < 0 ||
+        buf_printf(next, " %lld b ME F%lld T%lld\r\n", vlen, flags,
                     ttl < 0 ? 0 : ttl) < 0 ||
-        rbuf_append(next, buf + line, (size_t)vlen + 2) < 0)
+        buf_append(next, buf + line, (size_t)vlen + 2) < 0)
         return GATE_ABSENT;
     *sent = MC_MS;
     return GATE_NEXT;
@@ -294,7 +294,7 @@ one_key(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
     const char *why;
     uint64_t hash = 0;
     struct server *s = member_of(r, snap, buf, rq, &hash, &why);
-    struct rbuf b = {0}, keys = {0};
+    struct buf b = {0}, keys = {0};
 
     if (s == NULL) {
         if (rq->flags & PROTO_REQ_NOREPLY)
@@ -312,13 +312,13 @@ one_key(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
     if (!(rq->flags & PROTO_REQ_NOREPLY)) {
         request_send_keyed(r, snap, &r->frags[0], s, hash, buf, rq->head, 0,
                            keys.data, keys.len);
-        rbuf_free(&keys);
+        buf_free(&keys);
         return 0;
     }
     if (mc_is_meta(rq->command)) {
         r->mode_data = &quiet_merge;
-        if (rbuf_append(&b, buf, rq->head) < 0 ||
-            rbuf_append(&b, "mn\r\n", 4) < 0)
+        if (buf_append(&b, buf, rq->head) < 0 ||
+            buf_append(&b, "mn\r\n", 4) < 0)
             goto oom;
     } else {
         /* the line up to its last word (noreply), then any value */
@@ -329,18 +329,18 @@ one_key(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
         r->mode_data = &noreply_merge;
         while (cut > 0 && buf[cut - 1] == ' ')
             cut--;
-        if (rbuf_append(&b, buf, cut) < 0 || rbuf_append(&b, "\r\n", 2) < 0 ||
-            rbuf_append(&b, buf + line, rq->head - line) < 0)
+        if (buf_append(&b, buf, cut) < 0 || buf_append(&b, "\r\n", 2) < 0 ||
+            buf_append(&b, buf + line, rq->head - line) < 0)
             goto oom;
     }
     request_send_keyed(r, snap, &r->frags[0], s, hash, b.data + b.off,
                        b.len - b.off, 0, keys.data, keys.len);
-    rbuf_free(&b);
-    rbuf_free(&keys);
+    buf_free(&b);
+    buf_free(&keys);
     return 0;
 oom:
-    rbuf_free(&b);
-    rbuf_free(&keys);
+    buf_free(&b);
+    buf_free(&keys);
     return -1;
 }
 
@@ -363,7 +363,7 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
                                                             : 0;
     struct request_route rt;
     struct merge *m;
-    struct rbuf keys = {0};
+    struct buf keys = {0};
     int rc = request_route(r, snap, buf, rq->keys, nkeys, &rt);
 
     if (rc <= 0)
@@ -415,14 +415,14 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
     }
     first = rq->command == MC_GAT || rq->command == MC_GATS ? 2 : 1;
     for (size_t f = 0; f < rt.nmembers; f++) {
-        struct rbuf b = {0};
+        struct buf b = {0};
         uint64_t fhash = 0;
         int bad = 0;
 
         /* the command word, and gat's exptime */
         for (size_t a = 0; a < first; a++) {
-            bad |= rbuf_append(&b, buf + rq->args[a].off, rq->args[a].len);
-            bad |= rbuf_append(&b, " ", 1);
+            bad |= buf_append(&b, buf + rq->args[a].off, rq->args[a].len);
+            bad |= buf_append(&b, " ", 1);
         }
         for (size_t i = 0; i < nkeys; i++) {
             if (rt.group[i] != f)
@@ -434,19 +434,19 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
                 fhash = rt.hash[i];
             if (warm_key(r, snap, buf, rq, i, rt.members[f], rt.hash[i],
                          &r->frags[f]) < 0) {
-                rbuf_free(&b);
+                buf_free(&b);
                 goto out;
             }
-            bad |= rbuf_append(&b, buf + rq->keys[i].off, rq->keys[i].len);
-            bad |= rbuf_append(&b, " ", 1);
+            bad |= buf_append(&b, buf + rq->keys[i].off, rq->keys[i].len);
+            bad |= buf_append(&b, " ", 1);
         }
         if (bad < 0) {
-            rbuf_free(&b);
+            buf_free(&b);
             goto out;
         }
         b.len--; /* the last space */
-        if (rbuf_append(&b, "\r\n", 2) < 0) {
-            rbuf_free(&b);
+        if (buf_append(&b, "\r\n", 2) < 0) {
+            buf_free(&b);
             goto out;
         }
         r->frags[f].member = f;
@@ -460,12 +460,12 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
                                rq->command == MC_GETS ? "gets" : "get",
                                b.data + word, b.len - word - 2);
         }
-        rbuf_free(&b);
+        buf_free(&b);
         keys.len = 0;
     }
     rc = 0;
 out:
-    rbuf_free(&keys);
+    buf_free(&keys);
     request_route_free(&rt);
     return rc;
 }
@@ -478,7 +478,7 @@ flush_all(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
 {
     bool quiet = rq->flags & PROTO_REQ_NOREPLY;
     size_t n = snap->ring != NULL ? snap->n : 0;
-    struct rbuf b = {0};
+    struct buf b = {0};
     struct merge *m;
 
     if (!snap->set.allow_fanout_admin) {
@@ -503,15 +503,15 @@ flush_all(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
 
         while (cut > 0 && buf[cut - 1] == ' ')
             cut--;
-        if (rbuf_append(&b, buf, cut) < 0 || rbuf_append(&b, "\r\n", 2) < 0) {
-            rbuf_free(&b);
+        if (buf_append(&b, buf, cut) < 0 || buf_append(&b, "\r\n", 2) < 0) {
+            buf_free(&b);
             return -1;
         }
         buf = b.data;
     }
     m = request_mode_data(r, sizeof(*m));
     if (m == NULL || request_frags(r, n) < 0) {
-        rbuf_free(&b);
+        buf_free(&b);
         return -1;
     }
     m->kind = MERGE_FLUSH;
@@ -521,7 +521,7 @@ flush_all(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
      * member) */
     request_send_every(r, snap, snap->servers, n, buf,
                        quiet ? b.len : rq->head);
-    rbuf_free(&b);
+    buf_free(&b);
     return 0;
 }
 
@@ -533,13 +533,13 @@ stats(struct rreq *r, const struct pool_snapshot *snap)
 {
     struct pool *p = r->client->pool;
     struct stats_pool_sum ps;
-    struct rbuf b = {0};
+    struct buf b = {0};
     size_t up = 0;
 
     stats_pool_sum(p->stats, pool_workers(), &ps);
     for (size_t i = 0; i < snap->n; i++)
         up += server_usable(snap->servers[i]);
-    rbuf_printf(&b,
+    buf_printf(&b,
                 "STAT pid %ld\r\nSTAT uptime %.0f\r\nSTAT time %ld\r\n"
                 "STAT version %s\r\nSTAT threads %u\r\n"
                 "STAT curr_connections %" PRIu64
@@ -560,7 +560,7 @@ stats(struct rreq *r, const struct pool_snapshot *snap)
         return;
     }
     request_answer(r, b.data, b.len);
-    rbuf_free(&b);
+    buf_free(&b);
 }
 
 static void
@@ -661,7 +661,7 @@ static void
 merge_get(struct rreq *r, struct merge *m)
 {
     size_t *at = calloc(r->nfrags, sizeof(*at));
-    struct rbuf *b = &r->reply;
+    struct buf *b = &r->reply;
     const char *err = "SERVER_ERROR out of memory";
 
     if (at == NULL)
@@ -683,12 +683,12 @@ merge_get(struct rreq *r, struct merge *m)
          * another key means this one missed */
         if (st == 1 && k.len == m->key[i].len &&
             memcmp(rep + *pos + k.off, m->text + m->key[i].off, k.len) == 0) {
-            if (rbuf_append(b, rep + *pos, block) < 0)
+            if (buf_append(b, rep + *pos, block) < 0)
                 goto fail;
             *pos += block;
         }
     }
-    if (rbuf_append(b, "END\r\n", 5) < 0)
+    if (buf_append(b, "END\r\n", 5) < 0)
         goto fail;
     r->done = true;
     free(at);

@@ -47,7 +47,7 @@ struct merge {
     uint32_t *pos;    /* [nkeys] its place in that fragment's reply */
     size_t member;    /* MERGE_SCAN: the member scanned; RANDOM: start */
     size_t nmembers;  /* MERGE_SCAN: members in the cursor's order */
-    struct rbuf text; /* MERGE_INFO: chashd's own sections */
+    struct buf text; /* MERGE_INFO: chashd's own sections */
     bool keyspace;    /* MERGE_INFO: the keyspace section is wanted */
 };
 
@@ -106,16 +106,16 @@ answer(struct rreq *r, const char *text)
 static void
 answer_bulk(struct rreq *r, const char *s, size_t n)
 {
-    struct rbuf b = {0};
+    struct buf b = {0};
 
-    if (rbuf_printf(&b, "$%zu\r\n", n) < 0 || rbuf_append(&b, s, n) < 0 ||
-        rbuf_append(&b, "\r\n", 2) < 0) {
-        rbuf_free(&b);
+    if (buf_printf(&b, "$%zu\r\n", n) < 0 || buf_append(&b, s, n) < 0 ||
+        buf_append(&b, "\r\n", 2) < 0) {
+        buf_free(&b);
         request_error(r, PROTO_ERR_REQUEST, "out of memory");
         return;
     }
     request_answer(r, b.data, b.len);
-    rbuf_free(&b);
+    buf_free(&b);
 }
 
 /* An error reply "-<text>" (a code word first: ERR, NOAUTH, ...). */
@@ -153,7 +153,7 @@ command_name(const struct parsed *pr, char *out, size_t cap)
 
 /* ---- migration ----------------------------------------------------------- */
 
-static int bulk(struct rbuf *b, const char *s, size_t n);
+static int bulk(struct buf *b, const char *s, size_t n);
 
 /*
  * While a migration runs: whether the keys of <pr> can be served where
@@ -202,7 +202,7 @@ gate_keys(struct rreq *r, const struct pool_snapshot *snap,
 static int
 redis_gate_build(const struct pool_snapshot *snap, const struct server *to,
                  const char *key, size_t len, int command, bool replace,
-                 struct rbuf *out, int *sent)
+                 struct buf *out, int *sent)
 {
     char host[64], port[8], db[16], timeout[16];
     const char *pw = snap->set.redis_auth;
@@ -216,7 +216,7 @@ redis_gate_build(const struct pool_snapshot *snap, const struct server *to,
         return -1;
     snprintf(db, sizeof(db), "%d", snap->set.redis_db);
     snprintf(timeout, sizeof(timeout), "%u", snap->set.migration_timeout_ms);
-    rc = rbuf_printf(out, "*%zu\r\n$7\r\nMIGRATE\r\n", nargs);
+    rc = buf_printf(out, "*%zu\r\n$7\r\nMIGRATE\r\n", nargs);
     rc = rc < 0 ? rc : bulk(out, host, strlen(host));
     rc = rc < 0 ? rc : bulk(out, port, strlen(port));
     rc = rc < 0 ? rc : bulk(out, "", 0);
@@ -235,7 +235,7 @@ redis_gate_build(const struct pool_snapshot *snap, const struct server *to,
 
 static int
 redis_gate_result(int step, int command, const char *buf, size_t len,
-                  const char *key, size_t klen, struct rbuf *next, int *sent)
+                  const char *key, size_t klen, struct buf *next, int *sent)
 {
     (void)step;
     (void)command;
@@ -249,7 +249,7 @@ redis_gate_result(int step, int command, const char *buf, size_t len,
 /* The keys of <pr>, packed for request_send_keyed into <out>. 0 or -1. */
 static int
 pack_keys(const struct pool_snapshot *snap, const struct parsed *pr,
-          struct rbuf *out)
+          struct buf *out)
 {
     const struct proto_request *rq = pr->rq;
 
@@ -268,7 +268,7 @@ send_whole(struct rreq *r, const struct pool_snapshot *snap,
            const struct parsed *pr, struct server *s, uint64_t hash)
 {
     const struct redis_command *cmd;
-    struct rbuf keys = {0};
+    struct buf keys = {0};
     int rc = gate_keys(r, snap, pr, NULL, s, NULL);
 
     if (rc <= 0)
@@ -287,7 +287,7 @@ send_whole(struct rreq *r, const struct pool_snapshot *snap,
     r->rep_one = cmd != NULL && (cmd->flags & REDIS_VOLATILE);
     request_send_keyed(r, snap, &r->frags[0], s, hash, pr->buf, pr->len,
                        pr->rq->body, keys.data, keys.len);
-    rbuf_free(&keys);
+    buf_free(&keys);
     return 0;
 }
 
@@ -374,22 +374,22 @@ merge_new(struct rreq *r, int kind)
 
 /* Append "*<n>\r\n$<len>\r\n<command>\r\n" to <b>: a fragment's header. */
 static int
-frag_header(struct rbuf *b, const struct parsed *pr, size_t nargs)
+frag_header(struct buf *b, const struct parsed *pr, size_t nargs)
 {
     size_t n;
     const char *name = arg(pr, 0, &n);
 
-    return rbuf_printf(b, "*%zu\r\n$%zu\r\n", nargs, n) < 0 ||
-                   rbuf_append(b, name, n) < 0 || rbuf_append(b, "\r\n", 2) < 0
+    return buf_printf(b, "*%zu\r\n$%zu\r\n", nargs, n) < 0 ||
+                   buf_append(b, name, n) < 0 || buf_append(b, "\r\n", 2) < 0
                ? -1
                : 0;
 }
 
 static int
-bulk(struct rbuf *b, const char *s, size_t n)
+bulk(struct buf *b, const char *s, size_t n)
 {
-    return rbuf_printf(b, "$%zu\r\n", n) < 0 || rbuf_append(b, s, n) < 0 ||
-                   rbuf_append(b, "\r\n", 2) < 0
+    return buf_printf(b, "$%zu\r\n", n) < 0 || buf_append(b, s, n) < 0 ||
+                   buf_append(b, "\r\n", 2) < 0
                ? -1
                : 0;
 }
@@ -408,7 +408,7 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
     size_t nkeys = rq->nkeys;
     struct request_route rt;
     struct merge *m = NULL;
-    struct rbuf keys = {0};
+    struct buf keys = {0};
     int rc = request_route(r, snap, pr->buf, rq->keys, nkeys, &rt);
 
     if (rc <= 0)
@@ -430,14 +430,14 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
     if (m->frag == NULL || m->pos == NULL)
         goto out;
     for (size_t f = 0; f < rt.nmembers; f++) {
-        struct rbuf b = {0};
+        struct buf b = {0};
         size_t mine = 0;
         uint64_t fhash = 0;
 
         for (size_t i = 0; i < nkeys; i++)
             mine += rt.group[i] == f;
         if (frag_header(&b, pr, 1 + mine * (size_t)pairs) < 0) {
-            rbuf_free(&b);
+            buf_free(&b);
             goto out;
         }
         for (size_t i = 0; i < nkeys; i++) {
@@ -447,7 +447,7 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
                 continue;
             if (request_key_pack(snap, &keys, pr->buf + rq->keys[i].off,
                                  rq->keys[i].len) < 0) {
-                rbuf_free(&b);
+                buf_free(&b);
                 goto out;
             }
             m->frag[i] = (uint32_t)f;
@@ -458,23 +458,23 @@ split(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
                 size_t n;
                 const char *v = arg(pr, a + (size_t)k, &n);
                 if (bulk(&b, v, n) < 0) {
-                    rbuf_free(&b);
+                    buf_free(&b);
                     goto out;
                 }
             }
         }
         if (gate_keys(r, snap, pr, rt.owner, rt.members[f], &r->frags[f]) < 0) {
-            rbuf_free(&b);
+            buf_free(&b);
             goto out;
         }
         request_send_keyed(r, snap, &r->frags[f], rt.members[f], fhash, b.data,
                            b.len, 0, keys.data, keys.len);
-        rbuf_free(&b);
+        buf_free(&b);
         keys.len = 0;
     }
     rc = 0;
 out:
-    rbuf_free(&keys);
+    buf_free(&keys);
     request_route_free(&rt);
     return rc;
 }
@@ -560,7 +560,7 @@ scan(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr)
     size_t n = fanout_members(snap), idx;
     uint64_t cursor, mine;
     struct merge *m;
-    struct rbuf b = {0};
+    struct buf b = {0};
     char num[24];
 
     if (n == 0) {
@@ -590,10 +590,10 @@ scan(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr)
     }
     request_send(r, &r->frags[0], fanout_at(snap, idx),
                  fanout_at(snap, idx)->id, b.data, b.len, 0);
-    rbuf_free(&b);
+    buf_free(&b);
     return 0;
 fail:
-    rbuf_free(&b);
+    buf_free(&b);
     return -1;
 }
 
@@ -602,9 +602,9 @@ fail:
 static void
 answer_hello(struct rreq *r, const struct pool_snapshot *snap)
 {
-    struct rbuf b = {0};
+    struct buf b = {0};
 
-    rbuf_printf(&b,
+    buf_printf(&b,
                 "*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n"
                 "$6\r\n7.0.15\r\n$5\r\nproto\r\n:2\r\n$2\r\nid\r\n:%" PRIu64
                 "\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n"
@@ -616,7 +616,7 @@ answer_hello(struct rreq *r, const struct pool_snapshot *snap)
         return;
     }
     request_answer(r, b.data, b.len);
-    rbuf_free(&b);
+    buf_free(&b);
 }
 
 /* AUTH [user] password (and HELLO's AUTH): 0 accepted, -1 answered. */
@@ -653,15 +653,15 @@ check_auth(struct rreq *r, const struct pool_snapshot *snap,
 static void
 answer_command(struct rreq *r, const struct parsed *pr)
 {
-    struct rbuf b = {0};
+    struct buf b = {0};
     size_t total = redis_command_count();
 
     if (pr->rq->nargs >= 2 && arg_is(pr, 1, "count")) {
-        rbuf_printf(&b, ":%zu\r\n", total);
+        buf_printf(&b, ":%zu\r\n", total);
     } else if (pr->rq->nargs >= 2 && arg_is(pr, 1, "docs")) {
-        rbuf_printf(&b, "*0\r\n");
+        buf_printf(&b, "*0\r\n");
     } else if (pr->rq->nargs >= 2 && arg_is(pr, 1, "list")) {
-        rbuf_printf(&b, "*%zu\r\n", total);
+        buf_printf(&b, "*%zu\r\n", total);
         for (size_t i = 0; i < total; i++) {
             const char *name = redis_command_at((int)i)->name;
             bulk(&b, name, strlen(name));
@@ -672,7 +672,7 @@ answer_command(struct rreq *r, const struct parsed *pr)
          * last key, step (the six fields every client reads). */
         size_t want = pr->rq->nargs <= 2 ? total : pr->rq->nargs - 2;
 
-        rbuf_printf(&b, "*%zu\r\n", want);
+        buf_printf(&b, "*%zu\r\n", want);
         for (size_t i = 0; i < want; i++) {
             const struct redis_command *cmd;
             int idx = (int)i;
@@ -684,16 +684,16 @@ answer_command(struct rreq *r, const struct parsed *pr)
             }
             cmd = redis_command_at(idx);
             if (cmd == NULL) {
-                rbuf_printf(&b, "*-1\r\n");
+                buf_printf(&b, "*-1\r\n");
                 continue;
             }
-            rbuf_printf(&b, "*6\r\n");
+            buf_printf(&b, "*6\r\n");
             bulk(&b, cmd->name, strlen(cmd->name));
-            rbuf_printf(&b, ":%d\r\n*%d\r\n", cmd->arity,
+            buf_printf(&b, ":%d\r\n*%d\r\n", cmd->arity,
                         cmd->flags & REDIS_WRITE ? 1 : 0);
             if (cmd->flags & REDIS_WRITE)
-                rbuf_printf(&b, "+write\r\n");
-            rbuf_printf(&b, ":%d\r\n:%d\r\n:%d\r\n",
+                buf_printf(&b, "+write\r\n");
+            buf_printf(&b, ":%d\r\n:%d\r\n:%d\r\n",
                         cmd->kind == REDIS_NUMKEYS ? 0 : cmd->first,
                         cmd->kind == REDIS_NUMKEYS ? 0 : cmd->last,
                         cmd->kind == REDIS_NUMKEYS ? 0 : cmd->step);
@@ -716,14 +716,14 @@ answer_command(struct rreq *r, const struct parsed *pr)
         return;
     }
     request_answer(r, b.data, b.len);
-    rbuf_free(&b);
+    buf_free(&b);
 }
 
 static void
 answer_client(struct rreq *r, const struct parsed *pr)
 {
     struct rclient *c = r->client;
-    struct rbuf b = {0};
+    struct buf b = {0};
     size_t n;
     const char *a;
 
@@ -744,9 +744,9 @@ answer_client(struct rreq *r, const struct parsed *pr)
         else
             answer_bulk(r, c->name, strlen(c->name));
     } else if (pr->rq->nargs == 2 && arg_is(pr, 1, "id")) {
-        rbuf_printf(&b, ":%" PRIu64 "\r\n", c->id);
+        buf_printf(&b, ":%" PRIu64 "\r\n", c->id);
         request_answer(r, b.data, b.len);
-        rbuf_free(&b);
+        buf_free(&b);
     } else if (pr->rq->nargs >= 2 && arg_is(pr, 1, "setinfo")) {
         answer(r, "+OK\r\n"); /* library name and version: nothing to do */
     } else {
@@ -764,16 +764,16 @@ static void
 answer_time(struct rreq *r)
 {
     struct timeval tv;
-    struct rbuf b = {0};
+    struct buf b = {0};
     char s[24], us[24];
 
     gettimeofday(&tv, NULL);
     snprintf(s, sizeof(s), "%ld", (long)tv.tv_sec);
     snprintf(us, sizeof(us), "%ld", (long)tv.tv_usec);
-    rbuf_printf(&b, "*2\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(s), s,
+    buf_printf(&b, "*2\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(s), s,
                 strlen(us), us);
     request_answer(r, b.data, b.len);
-    rbuf_free(&b);
+    buf_free(&b);
 }
 
 /* INFO [section]: chashd's sections now, the members' keyspace summed
@@ -796,14 +796,14 @@ info(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr)
     m->keyspace = ks;
     stats_pool_sum(p->stats, pool_workers(), &ps);
     if (server)
-        rbuf_printf(&m->text,
+        buf_printf(&m->text,
                     "# Server\r\nredis_version:7.0.15\r\n"
                     "chashd_version:%s\r\nredis_mode:standalone\r\n"
                     "process_id:%ld\r\nchashd_pool:%s\r\n"
                     "chashd_members:%zu\r\n\r\n",
                     CHASH_VERSION_STRING, (long)getpid(), p->name, snap->n);
     if (stats)
-        rbuf_printf(&m->text,
+        buf_printf(&m->text,
                     "# Clients\r\nconnected_clients:%" PRIu64
                     "\r\n\r\n# Stats\r\ntotal_connections_received:%" PRIu64
                     "\r\ntotal_commands_processed:%" PRIu64 "\r\n\r\n",
@@ -811,13 +811,13 @@ info(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr)
                     ps.accepted, ps.requests);
     if (!ks) {
         /* answered from chashd's own sections alone */
-        struct rbuf b = {0};
+        struct buf b = {0};
 
-        rbuf_printf(&b, "$%zu\r\n", m->text.len);
-        rbuf_append(&b, m->text.data, m->text.len);
-        rbuf_append(&b, "\r\n", 2);
+        buf_printf(&b, "$%zu\r\n", m->text.len);
+        buf_append(&b, m->text.data, m->text.len);
+        buf_append(&b, "\r\n", 2);
         request_answer(r, b.data, b.len);
-        rbuf_free(&b);
+        buf_free(&b);
         return 0;
     }
     return fanout(r, snap, keyspace, sizeof(keyspace) - 1, m);
@@ -1175,7 +1175,7 @@ static void
 merge_by_key(struct rreq *r, struct merge *m)
 {
     struct proto_span **el = calloc(r->nfrags, sizeof(*el));
-    struct rbuf b = {0};
+    struct buf b = {0};
 
     if (el == NULL)
         goto oom;
@@ -1195,13 +1195,13 @@ merge_by_key(struct rreq *r, struct merge *m)
             goto out;
         }
     }
-    rbuf_printf(&b, "*%zu\r\n", m->nkeys);
+    buf_printf(&b, "*%zu\r\n", m->nkeys);
     for (size_t i = 0; i < m->nkeys; i++) {
         size_t len;
         const char *rep = frag_reply(&r->frags[m->frag[i]], &len);
         const struct proto_span *e = &el[m->frag[i]][m->pos[i]];
 
-        if (rbuf_append(&b, rep + e->off, e->len) < 0)
+        if (buf_append(&b, rep + e->off, e->len) < 0)
             goto oom;
     }
     request_answer(r, b.data, b.len);
@@ -1212,7 +1212,7 @@ out:
     for (size_t f = 0; el != NULL && f < r->nfrags; f++)
         free(el[f]);
     free(el);
-    rbuf_free(&b);
+    buf_free(&b);
 }
 
 static void
@@ -1222,7 +1222,7 @@ merge_scan(struct rreq *r, struct merge *m)
     const char *rep = frag_reply(&r->frags[0], &len);
     struct proto_span el[2];
     uint64_t next = 0, ours;
-    struct rbuf b = {0};
+    struct buf b = {0};
     char num[24];
     const char *c;
 
@@ -1248,10 +1248,10 @@ merge_scan(struct rreq *r, struct merge *m)
         ours = next * m->nmembers + m->member;
     }
     snprintf(num, sizeof(num), "%" PRIu64, ours);
-    rbuf_printf(&b, "*2\r\n$%zu\r\n%s\r\n", strlen(num), num);
-    rbuf_append(&b, rep + el[1].off, el[1].len);
+    buf_printf(&b, "*2\r\n$%zu\r\n%s\r\n", strlen(num), num);
+    buf_append(&b, rep + el[1].off, el[1].len);
     request_answer(r, b.data, b.len);
-    rbuf_free(&b);
+    buf_free(&b);
     return;
 bad:
     request_error(r, PROTO_ERR_REQUEST,
@@ -1264,7 +1264,7 @@ merge_info(struct rreq *r, struct merge *m)
 {
     uint64_t keys[16] = {0}, expires[16] = {0};
     bool seen[16] = {false};
-    struct rbuf b = {0};
+    struct buf b = {0};
 
     for (size_t f = 0; f < r->nfrags; f++) {
         size_t len;
@@ -1287,18 +1287,18 @@ merge_info(struct rreq *r, struct merge *m)
             p = nl + 1;
         }
     }
-    rbuf_append(&m->text, "# Keyspace\r\n", 12);
+    buf_append(&m->text, "# Keyspace\r\n", 12);
     for (unsigned db = 0; db < 16; db++)
         if (seen[db])
-            rbuf_printf(&m->text,
+            buf_printf(&m->text,
                         "db%u:keys=%" PRIu64 ",expires=%" PRIu64
                         ",avg_ttl=0\r\n",
                         db, keys[db], expires[db]);
-    rbuf_printf(&b, "$%zu\r\n", m->text.len);
-    rbuf_append(&b, m->text.data, m->text.len);
-    rbuf_append(&b, "\r\n", 2);
+    buf_printf(&b, "$%zu\r\n", m->text.len);
+    buf_append(&b, m->text.data, m->text.len);
+    buf_append(&b, "\r\n", 2);
     request_answer(r, b.data, b.len);
-    rbuf_free(&b);
+    buf_free(&b);
 }
 
 static void
@@ -1306,7 +1306,7 @@ redis_complete(struct rreq *r)
 {
     struct merge *m = r->mode_data;
     const struct rfrag *err = request_first_error(r);
-    struct rbuf b = {0};
+    struct buf b = {0};
     size_t len;
     const char *rep;
 
@@ -1335,11 +1335,11 @@ redis_complete(struct rreq *r)
             }
             sum += v;
         }
-        rbuf_printf(&b, ":%lld\r\n", sum);
+        buf_printf(&b, ":%lld\r\n", sum);
         break;
     }
     case MERGE_OK:
-        rbuf_printf(&b, "+OK\r\n");
+        buf_printf(&b, "+OK\r\n");
         break;
     case MERGE_CONCAT: {
         size_t total = 0;
@@ -1357,14 +1357,14 @@ redis_complete(struct rreq *r)
             }
             total += (size_t)n;
         }
-        rbuf_printf(&b, "*%zu\r\n", total);
+        buf_printf(&b, "*%zu\r\n", total);
         for (size_t f = 0; f < r->nfrags; f++) {
             const char *body;
             rep = frag_reply(&r->frags[f], &len);
             /* the elements follow the first line "*<n>\r\n" */
             body = memchr(rep, '\n', len);
             if (body != NULL)
-                rbuf_append(&b, body + 1, len - (size_t)(body + 1 - rep));
+                buf_append(&b, body + 1, len - (size_t)(body + 1 - rep));
         }
         break;
     }
@@ -1387,7 +1387,7 @@ redis_complete(struct rreq *r)
             request_answer(r, rep, len);
             return;
         }
-        rbuf_printf(&b, "$-1\r\n");
+        buf_printf(&b, "$-1\r\n");
         break;
     case MERGE_INFO:
         merge_info(r, m);
@@ -1398,7 +1398,7 @@ redis_complete(struct rreq *r)
         return;
     }
     request_answer(r, b.data, b.len);
-    rbuf_free(&b);
+    buf_free(&b);
 }
 
 static void
@@ -1410,7 +1410,7 @@ redis_release(struct rreq *r)
         return;
     free(m->frag);
     free(m->pos);
-    rbuf_free(&m->text);
+    buf_free(&m->text);
     free(m);
     r->mode_data = NULL;
 }

@@ -140,83 +140,6 @@ static struct rserver *send_to(struct rreq *r, struct rfrag *f,
 static void mig_timer(struct worker *w, struct timer *t);
 static void sweep_timer(struct worker *w, struct timer *t);
 
-/* ---- buffers ------------------------------------------------------------- */
-
-static int
-rbuf_reserve(struct rbuf *b, size_t more)
-{
-    size_t live = b->len - b->off, cap;
-    char *d;
-
-    if (b->off > 0 && b->off == b->len)
-        b->off = b->len = 0;
-    if (b->len + more <= b->cap)
-        return 0;
-    /* Move the live bytes down when they fill at most half of it: a
-     * buffer consumed from the front stays small, and each move follows
-     * at least half a buffer consumed or appended (amortised constant per
-     * byte). Else it grows, at least doubling: a large buffer read slowly
-     * at its front and filled at its end (a 64 MB value for a slow
-     * client) is never copied whole per append. */
-    if (b->off > 0 && live + more <= b->cap / 2) {
-        memmove(b->data, b->data + b->off, live);
-        b->len = live;
-        b->off = 0;
-        return 0;
-    }
-    cap = b->cap ? b->cap * 2 : 512;
-    while (cap < live + more)
-        cap *= 2;
-    d = malloc(cap);
-    if (d == NULL)
-        return -1;
-    if (live > 0)
-        memcpy(d, b->data + b->off, live);
-    free(b->data);
-    b->data = d;
-    b->len = live;
-    b->off = 0;
-    b->cap = cap;
-    return 0;
-}
-
-int
-rbuf_append(struct rbuf *b, const void *data, size_t len)
-{
-    if (len == 0)
-        return 0;
-    if (rbuf_reserve(b, len) < 0)
-        return -1;
-    memcpy(b->data + b->len, data, len);
-    b->len += len;
-    return 0;
-}
-
-int
-rbuf_printf(struct rbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-
-    va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || rbuf_reserve(b, (size_t)n + 1) < 0)
-        return -1;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-    return 0;
-}
-
-void
-rbuf_free(struct rbuf *b)
-{
-    free(b->data);
-    memset(b, 0, sizeof(*b));
-}
-
 
 /* ---- the worker's members ------------------------------------------------ */
 
@@ -285,7 +208,7 @@ static bool
 conn_idle(const struct rserver *s)
 {
     return s->head == NULL && s->lhead == NULL && s->stream_from == NULL &&
-           s->reply_to == NULL && rbuf_size(&s->out) == 0;
+           s->reply_to == NULL && buf_size(&s->out) == 0;
 }
 
 /* Close the connections of members that left their pool (an admin remove,
@@ -365,7 +288,7 @@ rworker_close(struct worker *w, struct worker_conn *l)
         rw->gwait = g->next;
         g->next = NULL;
         g->frag.error = true;
-        rbuf_append(&g->frag.reply, "-ERR chashd is stopping\r\n", 25);
+        buf_append(&g->frag.reply, "-ERR chashd is stopping\r\n", 25);
         gate_done(g);
     }
     for (size_t b = 0; b < MEMBER_BUCKETS; b++) {
@@ -416,9 +339,9 @@ req_free(struct rreq *r)
         r->client->mode->release(r);
     for (size_t i = 0; i < r->nfrags; i++) {
         free(r->frags[i].keys);
-        rbuf_free(&r->frags[i].reply);
-        rbuf_free(&r->frags[i].pending);
-        rbuf_free(&r->frags[i].bkeys);
+        buf_free(&r->frags[i].reply);
+        buf_free(&r->frags[i].pending);
+        buf_free(&r->frags[i].bkeys);
         free(r->frags[i].gate_error);
         server_unref(r->frags[i].hold_to);
         while (r->frags[i].gates != NULL) {
@@ -429,7 +352,7 @@ req_free(struct rreq *r)
     }
     if (r->frags != &r->one)
         free(r->frags);
-    rbuf_free(&r->reply);
+    buf_free(&r->reply);
     free(r);
 }
 
@@ -646,7 +569,7 @@ request_first_error(const struct rreq *r)
 void
 request_answer(struct rreq *r, const char *reply, size_t len)
 {
-    if (rbuf_append(&r->reply, reply, len) < 0 && r->client != NULL)
+    if (buf_append(&r->reply, reply, len) < 0 && r->client != NULL)
         r->client->closing = true; /* out of memory: close, in order */
     r->done = true;
 }
@@ -667,7 +590,7 @@ reply_is_error(const struct rreq *r)
     if (r->nfrags == 1 && r->mode_data == NULL)
         return r->frags[0].error;
     return r->mode->is_error(r->reply.data + r->reply.off,
-                             rbuf_size(&r->reply));
+                             buf_size(&r->reply));
 }
 
 /* <r>'s last fragment is answered: merge, or it was the reply itself. */
@@ -690,7 +613,7 @@ frag_data(struct rfrag *f, const char *data, size_t len)
     struct rreq *r = f->req;
     bool merged = r->nfrags > 1 || r->mode_data != NULL || f->gate != NULL;
 
-    return rbuf_append(merged ? &f->reply : &r->reply, data, len);
+    return buf_append(merged ? &f->reply : &r->reply, data, len);
 }
 
 /* <f> is answered (its reply complete, or failed). Orphaned requests
@@ -899,7 +822,7 @@ conn_fail(struct rserver *s, int kind, int err)
             worker_soon(s->w, &f->streamer->more);
             f->streamer = NULL;
         }
-        rbuf_free(&f->pending);
+        buf_free(&f->pending);
     }
     conn_reset(s);
     while (list != NULL) {
@@ -937,15 +860,15 @@ conn_abandon(struct rserver *s, int kind)
     conn_fail(s, kind, ECONNABORTED);
     while (later != NULL) {
         struct rfrag *f = later;
-        struct rbuf b = f->pending;
+        struct buf b = f->pending;
         struct rclient *streamer = f->streamer;
 
         later = f->next;
         f->next = NULL;
         f->streamer = NULL;
         memset(&f->pending, 0, sizeof(f->pending));
-        conn_queue(s, f, b.data + b.off, rbuf_size(&b), streamer);
-        rbuf_free(&b);
+        conn_queue(s, f, b.data + b.off, buf_size(&b), streamer);
+        buf_free(&b);
         if (streamer != NULL && !streamer->stream_wait)
             worker_soon(s->w, &streamer->more); /* its turn now */
     }
@@ -1022,15 +945,15 @@ conn_open(struct rserver *s)
                      s->w->now_ms + snap->set.connect_timeout_ms);
     if (n > 0) {
         /* ahead of anything queued */
-        struct rbuf b = {0};
-        if (rbuf_append(&b, hs, (size_t)n) < 0 ||
-            rbuf_append(&b, s->out.data + s->out.off, rbuf_size(&s->out)) < 0) {
-            rbuf_free(&b);
+        struct buf b = {0};
+        if (buf_append(&b, hs, (size_t)n) < 0 ||
+            buf_append(&b, s->out.data + s->out.off, buf_size(&s->out)) < 0) {
+            buf_free(&b);
             io_side_close(&s->side);
             errno = ENOMEM;
             return -1;
         }
-        rbuf_free(&s->out);
+        buf_free(&s->out);
         s->out = b;
         s->swallow = replies;
     }
@@ -1057,8 +980,8 @@ static void
 conn_destroy(struct rserver *s)
 {
     conn_fail(s, PROTO_ERR_CLOSED, ECONNABORTED);
-    rbuf_free(&s->out);
-    rbuf_free(&s->in);
+    buf_free(&s->out);
+    buf_free(&s->in);
     worker_defer_free(s->w, s);
 }
 
@@ -1078,9 +1001,9 @@ static void
 conn_flush(struct rserver *s)
 {
     s->open = NULL; /* the batch is closed: its line goes now */
-    while (s->state == RS_READY && rbuf_size(&s->out) > 0) {
+    while (s->state == RS_READY && buf_size(&s->out) > 0) {
         ssize_t n =
-            write(s->side.fd, s->out.data + s->out.off, rbuf_size(&s->out));
+            write(s->side.fd, s->out.data + s->out.off, buf_size(&s->out));
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -1091,10 +1014,10 @@ conn_flush(struct rserver *s)
         s->out.off += (size_t)n;
         stats_add(&s->m->server->stats[s->w->id].bytes_out, (uint64_t)n);
     }
-    if (rbuf_size(&s->out) == 0)
+    if (buf_size(&s->out) == 0)
         s->out.off = s->out.len = 0;
     /* The client streaming to us may have stopped at OUT_HIGH. */
-    if (s->stream_from != NULL && rbuf_size(&s->out) < OUT_HIGH / 2)
+    if (s->stream_from != NULL && buf_size(&s->out) < OUT_HIGH / 2)
         worker_soon(s->w, &s->stream_from->more);
 }
 
@@ -1120,7 +1043,7 @@ conn_queue(struct rserver *s, struct rfrag *f, const char *buf, size_t len,
         /* a replicated request answers its client by its own clock
          * (request_rep.c); its connection goes only when stuck */
         f->deadline_ms = s->w->now_ms + request_stuck_ms(timeout);
-    if (rbuf_append(wait ? &f->pending : &s->out, buf, len) < 0) {
+    if (buf_append(wait ? &f->pending : &s->out, buf, len) < 0) {
         kind = PROTO_ERR_CLOSED;
         goto fail;
     }
@@ -1188,13 +1111,13 @@ conn_stream_done(struct rserver *s)
         s->lhead = f->next;
         if (s->lhead == NULL)
             s->ltail = NULL;
-        if (rbuf_append(&s->out, f->pending.data + f->pending.off,
-                        rbuf_size(&f->pending)) < 0) {
+        if (buf_append(&s->out, f->pending.data + f->pending.off,
+                        buf_size(&f->pending)) < 0) {
             fifo_push(&s->head, &s->tail, f);
             conn_fail(s, PROTO_ERR_CLOSED, ENOMEM);
             return;
         }
-        rbuf_free(&f->pending);
+        buf_free(&f->pending);
         fifo_push(&s->head, &s->tail, f);
         if (f->streamer != NULL) {
             s->stream_from = f->streamer;
@@ -1257,12 +1180,12 @@ conn_replies(struct rserver *s)
 {
     const struct proto *pr = s->m->mode->proto;
 
-    while (rbuf_size(&s->in) > 0 && !s->paused) {
+    while (buf_size(&s->in) > 0 && !s->paused) {
         struct rfrag *f;
         struct proto_reply rp = {0};
         struct proto_request ctx = {0};
         const char *buf = s->in.data + s->in.off;
-        size_t len = rbuf_size(&s->in);
+        size_t len = buf_size(&s->in);
         int st;
 
         if (s->reply_left > 0) {
@@ -1289,7 +1212,7 @@ conn_replies(struct rserver *s)
                  * Then the value is held for the slow client instead (at
                  * most its size: conn_queue lifts the pause when a
                  * request comes). */
-                if (rbuf_size(&to->req->reply) > REPLY_HIGH && s->head == NULL)
+                if (buf_size(&to->req->reply) > REPLY_HIGH && s->head == NULL)
                     s->paused = true;
             }
             continue;
@@ -1387,7 +1310,7 @@ conn_replies(struct rserver *s)
         }
         conn_arm(s);
     }
-    if (rbuf_size(&s->in) == 0)
+    if (buf_size(&s->in) == 0)
         s->in.off = s->in.len = 0;
 }
 
@@ -1403,7 +1326,7 @@ conn_read(struct rserver *s)
             worker_soon(s->w, &s->more);
             return;
         }
-        if (rbuf_reserve(&s->in, 16 * 1024) < 0) {
+        if (buf_reserve(&s->in, 16 * 1024) < 0) {
             conn_fail(s, PROTO_ERR_CLOSED, ENOMEM);
             return;
         }
@@ -1651,14 +1574,14 @@ request_send_batch(struct rreq *r, struct rfrag *f, struct server *srv,
     struct rserver *s = send_to(r, f, srv, hash);
     struct rfrag *o;
     size_t cmdlen = strlen(cmd), nkeys = 0;
-    struct rbuf line = {0};
+    struct buf line = {0};
 
     if (s == NULL)
         return;
     for (size_t i = 0; i < keyslen; i++)
         nkeys += keys[i] != ' ' && (i == 0 || keys[i - 1] == ' ');
     f->batch = kind;
-    if (rbuf_append(&f->bkeys, keys, keyslen) < 0) {
+    if (buf_append(&f->bkeys, keys, keyslen) < 0) {
         stats_sub(&srv->stats[s->w->id].inflight, 1);
         frag_fail(f, PROTO_ERR_CLOSED);
         return;
@@ -1666,14 +1589,14 @@ request_send_batch(struct rreq *r, struct rfrag *f, struct server *srv,
     o = s->open;
     if (o != NULL && o->batch == kind && o->riders < BATCH_MAX &&
         s->open_len + 1 + keyslen <= BATCH_LINE_MAX &&
-        s->open_keys + nkeys <= BATCH_KEYS_MAX && rbuf_size(&s->out) >= 2) {
+        s->open_keys + nkeys <= BATCH_KEYS_MAX && buf_size(&s->out) >= 2) {
         /* ride on <o>'s line: " <keys>" before its CRLF */
         uint32_t timeout = request_snapshot(r->client)->set.timeout_ms;
 
         s->out.len -= 2;
-        if (rbuf_append(&s->out, " ", 1) < 0 ||
-            rbuf_append(&s->out, keys, keyslen) < 0 ||
-            rbuf_append(&s->out, "\r\n", 2) < 0) {
+        if (buf_append(&s->out, " ", 1) < 0 ||
+            buf_append(&s->out, keys, keyslen) < 0 ||
+            buf_append(&s->out, "\r\n", 2) < 0) {
             stats_sub(&srv->stats[s->w->id].inflight, 1);
             conn_fail(s, PROTO_ERR_CLOSED, ENOMEM);
             frag_fail(f, PROTO_ERR_CLOSED);
@@ -1689,10 +1612,10 @@ request_send_batch(struct rreq *r, struct rfrag *f, struct server *srv,
         s->sent++;
         return;
     }
-    if (rbuf_append(&line, cmd, cmdlen) < 0 || rbuf_append(&line, " ", 1) < 0 ||
-        rbuf_append(&line, keys, keyslen) < 0 ||
-        rbuf_append(&line, "\r\n", 2) < 0) {
-        rbuf_free(&line);
+    if (buf_append(&line, cmd, cmdlen) < 0 || buf_append(&line, " ", 1) < 0 ||
+        buf_append(&line, keys, keyslen) < 0 ||
+        buf_append(&line, "\r\n", 2) < 0) {
+        buf_free(&line);
         stats_sub(&srv->stats[s->w->id].inflight, 1);
         frag_fail(f, PROTO_ERR_CLOSED);
         return;
@@ -1703,7 +1626,7 @@ request_send_batch(struct rreq *r, struct rfrag *f, struct server *srv,
         s->open_len = line.len - 2;
         s->open_keys = nkeys;
     }
-    rbuf_free(&line);
+    buf_free(&line);
 }
 
 void
@@ -1859,7 +1782,7 @@ gate_free(struct rgate *g)
     server_unref(g->from);
     server_unref(g->to);
     pool_unref(g->pool);
-    rbuf_free(&g->frag.reply);
+    buf_free(&g->frag.reply);
     free(g->key);
     free(g);
 }
@@ -1871,22 +1794,22 @@ gate_send(struct rgate *g)
 {
     struct rreq *r = g->frag.req;
     struct rserver *s;
-    struct rbuf cmd = {0};
+    struct buf cmd = {0};
 
-    rbuf_free(&g->frag.reply);
+    buf_free(&g->frag.reply);
     g->frag.error = false;
     if (r->client == NULL || g->opens->abandoned) {
         /* its client left: nothing will run, nothing needs moving */
         g->frag.error = true;
-        rbuf_append(&g->frag.reply, "-ERR client gone\r\n", 18);
+        buf_append(&g->frag.reply, "-ERR client gone\r\n", 18);
         gate_done(g);
         return;
     }
     if (r->mode->gate_build(request_snapshot(r->client), g->to, g->key, g->len,
                             r->command, g->tries > 0, &cmd, &g->command) < 0) {
-        rbuf_free(&cmd);
+        buf_free(&cmd);
         g->frag.error = true;
-        rbuf_append(&g->frag.reply, "-ERR out of memory\r\n", 20);
+        buf_append(&g->frag.reply, "-ERR out of memory\r\n", 20);
         gate_done(g);
         return;
     }
@@ -1894,7 +1817,7 @@ gate_send(struct rgate *g)
     s = send_to(r, &g->frag, g->from, g->hash);
     if (s != NULL)
         conn_queue(s, &g->frag, cmd.data, cmd.len, NULL);
-    rbuf_free(&cmd);
+    buf_free(&cmd);
 }
 
 /* Send <g> once its migration's drain barrier has passed; until then it
@@ -1920,7 +1843,7 @@ gate_go(struct rgate *g)
             "(another chashd instance does not answer); try again\r\n";
 
         g->frag.error = true;
-        rbuf_append(&g->frag.reply, held, sizeof(held) - 1);
+        buf_append(&g->frag.reply, held, sizeof(held) - 1);
         gate_done(g);
         return;
     }
@@ -1945,8 +1868,8 @@ gate_done(struct rgate *g)
     struct rreq *r = f->req;
     struct stats_pool *st = &g->pool->stats[g->w->id];
     const char *rep = g->frag.reply.data + g->frag.reply.off;
-    size_t len = rbuf_size(&g->frag.reply);
-    struct rbuf next = {0};
+    size_t len = buf_size(&g->frag.reply);
+    struct buf next = {0};
     int res = len > 0 ? r->mode->gate_result(g->step, r->command, rep, len,
                                              g->key, g->len, &next, &g->command)
                       : GATE_FAILED;
@@ -1958,21 +1881,21 @@ gate_done(struct rgate *g)
          * fragment will take (the same key's hash): before it, in order;
          * or back to the old owner, on the gate's connection there */
         if (r->client == NULL || f->abandoned) {
-            rbuf_free(&next);
+            buf_free(&next);
             res = GATE_ABSENT;
         } else {
             g->step++;
-            rbuf_free(&g->frag.reply);
+            buf_free(&g->frag.reply);
             g->frag.error = false;
             s = res == GATE_NEXT ? send_to(r, &g->frag, g->to, f->hold_hash)
                                  : send_to(r, &g->frag, g->from, g->hash);
             if (s != NULL)
                 conn_queue(s, &g->frag, next.data, next.len, NULL);
-            rbuf_free(&next);
+            buf_free(&next);
             return;
         }
     }
-    rbuf_free(&next);
+    buf_free(&next);
     if (res == GATE_RETRY && g->tries < 3 && r->client != NULL &&
         !f->abandoned) {
         g->tries++;
@@ -2024,7 +1947,7 @@ hold(struct rreq *r, struct rfrag *f, struct server *srv, uint64_t hash,
     struct rgate *g;
     unsigned n = 0;
 
-    if (rbuf_append(&f->pending, buf, len) < 0) {
+    if (buf_append(&f->pending, buf, len) < 0) {
         while ((g = f->gates) != NULL) {
             f->gates = g->next;
             gate_free(g);
@@ -2090,19 +2013,19 @@ client_release(struct rclient *c)
 
             f->error = true;
             frag_data(f, buf, n);
-            rbuf_free(&f->pending);
+            buf_free(&f->pending);
             if (f->hold_stream > 0) {
                 c->stream_to = NULL; /* its value is read and dropped */
                 worker_soon(c->w, &c->more);
             }
             frag_done(f);
         } else if ((s = send_to(r, f, srv, f->hold_hash)) != NULL) {
-            struct rbuf b = f->pending;
+            struct buf b = f->pending;
 
             memset(&f->pending, 0, sizeof(f->pending));
-            conn_queue(s, f, b.data + b.off, rbuf_size(&b),
+            conn_queue(s, f, b.data + b.off, buf_size(&b),
                        f->hold_stream > 0 ? c : NULL);
-            rbuf_free(&b);
+            buf_free(&b);
             if (f->hold_stream > 0)
                 worker_soon(c->w, &c->more); /* its value may go now */
         } else if (f->hold_stream > 0) {
@@ -2227,9 +2150,9 @@ client_writev(struct rclient *c)
     ssize_t w;
 
     for (r = c->head; r != NULL && n < WRITE_BATCH; r = r->next) {
-        if (rbuf_size(&r->reply) > 0) {
+        if (buf_size(&r->reply) > 0) {
             iov[n].iov_base = r->reply.data + r->reply.off;
-            iov[n].iov_len = rbuf_size(&r->reply);
+            iov[n].iov_len = buf_size(&r->reply);
             n++;
         }
         if (!r->done)
@@ -2249,7 +2172,7 @@ client_writev(struct rclient *c)
     stats_add(&c->pool->stats[c->w->id].bytes_out, (uint64_t)w);
     for (r = c->head; r != NULL && w > 0; r = r->next) {
         size_t k =
-            rbuf_size(&r->reply) < (size_t)w ? rbuf_size(&r->reply) : (size_t)w;
+            buf_size(&r->reply) < (size_t)w ? buf_size(&r->reply) : (size_t)w;
         r->reply.off += k;
         w -= (ssize_t)k;
     }
@@ -2264,9 +2187,9 @@ client_flush(struct rclient *c)
     while (c->head != NULL && !c->closed) {
         struct rreq *r = c->head;
 
-        if (rbuf_size(&r->reply) > 0) {
+        if (buf_size(&r->reply) > 0) {
             /* the batch ran out, or the socket is full */
-            if (client_writev(c) < 0 || rbuf_size(&r->reply) > 0)
+            if (client_writev(c) < 0 || buf_size(&r->reply) > 0)
                 return;
         }
         /* A member paused for this reply can go on. */
@@ -2339,7 +2262,7 @@ client_timer(struct worker *w, struct timer *t)
     c->stall_armed = false;
     if (s == NULL || c->stream_wait || c->stream_left == 0)
         return; /* the value went through (or failed) meanwhile */
-    if (rbuf_size(&s->out) > OUT_HIGH / 2 ||
+    if (buf_size(&s->out) > OUT_HIGH / 2 ||
         w->now_ms < c->stream_seen_ms + STREAM_STALL_MS) {
         /* the member is the slow one, or bytes came meanwhile */
         c->stall_armed = true;
@@ -2436,16 +2359,16 @@ client_stream(struct rclient *c)
     if (c->stream_wait || c->stream_held)
         return false; /* another client's value goes first, or a
                          migration's gate */
-    while (c->stream_left > 0 && rbuf_size(&c->in) > 0) {
-        size_t n = rbuf_size(&c->in);
+    while (c->stream_left > 0 && buf_size(&c->in) > 0) {
+        size_t n = buf_size(&c->in);
         struct rserver *s = c->stream_to;
 
         if (n > c->stream_left)
             n = (size_t)c->stream_left;
         if (s != NULL) {
-            if (rbuf_size(&s->out) > OUT_HIGH)
+            if (buf_size(&s->out) > OUT_HIGH)
                 return false; /* back-pressure: conn_flush wakes us */
-            if (rbuf_append(&s->out, c->in.data + c->in.off, n) < 0) {
+            if (buf_append(&s->out, c->in.data + c->in.off, n) < 0) {
                 conn_fail(s, PROTO_ERR_CLOSED, ENOMEM);
                 continue;
             }
@@ -2500,7 +2423,7 @@ client_parse(struct rclient *c)
 
         if (c->stream_left > 0 && !client_stream(c))
             break;
-        if (rbuf_size(&c->in) == 0)
+        if (buf_size(&c->in) == 0)
             break;
         rq.keys = c->keys;
         rq.keycap = c->keycap;
@@ -2512,7 +2435,7 @@ client_parse(struct rclient *c)
         rq.value_max = snap->set.item_size_max;
         rq.whole = snap->set.replicas > 1;
         rq.progress = &c->progress;
-        st = pr->parse_request(c->in.data + c->in.off, rbuf_size(&c->in), &rq);
+        st = pr->parse_request(c->in.data + c->in.off, buf_size(&c->in), &rq);
         if (st != PROTO_AGAIN || rq.head > 0)
             memset(&c->progress, 0, sizeof(c->progress)); /* a new one */
         if (st == PROTO_KEYS) {
@@ -2580,7 +2503,7 @@ client_parse(struct rclient *c)
             c->stream_to = NULL;
         }
     }
-    if (rbuf_size(&c->in) == 0)
+    if (buf_size(&c->in) == 0)
         c->in.off = c->in.len = 0;
     client_flush(c);
 }
@@ -2595,13 +2518,13 @@ client_read(struct rclient *c)
         ssize_t n;
 
         if (c->stream_to != NULL &&
-            (c->stream_wait || rbuf_size(&c->stream_to->out) > OUT_HIGH))
+            (c->stream_wait || buf_size(&c->stream_to->out) > OUT_HIGH))
             return; /* back-pressure from the member's connection */
         if (reads++ == READS_PER_EVENT) {
             worker_soon(c->w, &c->more);
             return;
         }
-        if (rbuf_reserve(&c->in, 16 * 1024) < 0) {
+        if (buf_reserve(&c->in, 16 * 1024) < 0) {
             client_close(c);
             return;
         }
@@ -2622,7 +2545,7 @@ client_read(struct rclient *c)
         /* The client sent FIN: answer what it asked, then close. A value
          * it was in the middle of, and has not sent whole, fails (and
          * the member connection it held with it). */
-        if (c->stream_left > rbuf_size(&c->in)) {
+        if (c->stream_left > buf_size(&c->in)) {
             client_unstream(c, PROTO_ERR_CLOSED);
             c->stream_left = 0;
             c->in.off = c->in.len = 0;
@@ -2711,7 +2634,7 @@ client_unstream(struct rclient *c, int kind)
             s->nfifo--;
             f->streamer = NULL;
             f->next = NULL;
-            rbuf_free(&f->pending);
+            buf_free(&f->pending);
             frag_fail(f, kind);
         }
         return;
@@ -2757,7 +2680,7 @@ client_close(struct rclient *c)
     atomic_fetch_sub_explicit(&c->w->nconns, 1, memory_order_relaxed);
     pool_unref(c->pool);
     c->pool = NULL;
-    rbuf_free(&c->in);
+    buf_free(&c->in);
     free(c->keys);
     free(c->args);
     free(c->scratch);

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 
 #include "loop/io.h"
+#include "base/buf.h"
 #include "model/migration_view.h"
 #include "proto/proto.h"
 #include "loop/worker.h"
@@ -33,12 +34,6 @@ struct rgate;
 struct rrep;
 struct rjob;
 struct rpause;
-
-/* A growable byte buffer: bytes [off, len) are live. */
-struct rbuf {
-    char *data;
-    size_t off, len, cap;
-};
 
 /*
  * One piece of a request on its way to one member, and back. A plain
@@ -56,21 +51,21 @@ struct rfrag {
     uint32_t *keys;       /* split: indexes of the request's keys it
                              carries, in the client's order (owned) */
     size_t nkeys;
-    struct rbuf reply; /* its reply, when the request merges them */
+    struct buf reply; /* its reply, when the request merges them */
     bool done;
     bool error;           /* its reply (or its failure) is an error */
     uint64_t deadline_ms; /* `timeout`: answered by then, or failed */
     /* Queued behind another client's value being streamed to the same
      * connection: its bytes wait here, and <streamer> is its own client
      * when a value of its own follows them. */
-    struct rbuf pending;
+    struct buf pending;
     struct rclient *streamer;
     /* Batched (request_send_batch): its kind, the keys it asks for (as
      * the line carries them), and, for the first of a batch, how many
      * fragments that follow it in the FIFO ride on its line (one line,
      * one reply, split by the mode's unbatch). */
     int batch;
-    struct rbuf bkeys;
+    struct buf bkeys;
     uint32_t riders;
     /* Migration (request_gate): the keys that must leave their old owner
      * before this fragment may run on its new one. While any gate is on
@@ -100,7 +95,7 @@ struct rreq {
     struct rfrag *frags;             /* [nfrags] */
     size_t nfrags, pending;          /* fragments, and those not answered yet */
     struct rfrag one;                /* the fragment of a plain request */
-    struct rbuf reply;               /* what the client gets, in order */
+    struct buf reply;               /* what the client gets, in order */
     bool done;                       /* <reply> is complete */
     bool streaming;                  /* its reply body is still arriving */
     bool quit;                       /* close once it is answered */
@@ -171,7 +166,7 @@ struct request_mode {
      */
     int (*gate_build)(const struct pool_snapshot *snap, const struct server *to,
                       const char *key, size_t len, int command, bool again,
-                      struct rbuf *out, int *sent);
+                      struct buf *out, int *sent);
     /*
      * What the reply <buf> (<len> bytes) to step <step> (0: gate_build's)
      * of the gate for <key> (before the client's request <command>) says:
@@ -180,7 +175,7 @@ struct request_mode {
      * its command index.
      */
     int (*gate_result)(int step, int command, const char *buf, size_t len,
-                       const char *key, size_t klen, struct rbuf *next,
+                       const char *key, size_t klen, struct buf *next,
                        int *sent);
 };
 
@@ -202,7 +197,7 @@ struct rclient {
     struct pool *pool; /* (ref held) */
     const struct request_mode *mode;
     uint64_t id;              /* CLIENT ID */
-    struct rbuf in;           /* bytes read, not yet parsed */
+    struct buf in;           /* bytes read, not yet parsed */
     struct rreq *head, *tail; /* requests in order */
     size_t nreqs;
     struct proto_span *keys, *args; /* parse arrays, grown on demand */
@@ -294,7 +289,7 @@ void request_send_every(struct rreq *r, const struct pool_snapshot *snap,
 /* Append key <k> (<len> bytes) to <keys>, packed for request_send_keyed
  * -- only in a pool of <snap> with replicas (the others need no keys:
  * nothing is done). 0 or -1 (out of memory). */
-int request_key_pack(const struct pool_snapshot *snap, struct rbuf *keys,
+int request_key_pack(const struct pool_snapshot *snap, struct buf *keys,
                      const char *k, size_t len);
 
 /*
@@ -310,13 +305,6 @@ void request_send_batch(struct rreq *r, struct rfrag *f, struct server *s,
 
 /* For unbatch: <len> bytes of <f>'s reply. */
 void request_frag_reply(struct rfrag *f, const char *data, size_t len);
-
-/* Append bytes to <b> (grows it). 0 or -1 (out of memory). */
-int rbuf_append(struct rbuf *b, const void *data, size_t len);
-/* printf into <b>. 0 or -1. */
-int rbuf_printf(struct rbuf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void rbuf_free(struct rbuf *b);
 
 /* <r> routes <key> (<len> bytes): counted in its worker's hot key
  * summary of the pool (hot.h) when the pool tracks them. */

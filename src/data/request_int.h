@@ -52,8 +52,8 @@ struct rserver {
     struct worker *w;
     struct rmember *m;         /* its member (owns it) */
     int state;                 /* enum rs_state */
-    struct rbuf out;           /* bytes for the member, in FIFO order */
-    struct rbuf in;            /* bytes from it, replies not parsed yet */
+    struct buf out;           /* bytes for the member, in FIFO order */
+    struct buf in;            /* bytes from it, replies not parsed yet */
     struct rfrag *head, *tail; /* queued, waiting for their replies */
     size_t nfifo;
     unsigned swallow;            /* handshake replies still to drop */
@@ -119,12 +119,6 @@ struct rworker {
      * since chashd started, while their pool verifies (request_rep) */
     struct u64set verified;
 };
-
-static inline size_t
-rbuf_size(const struct rbuf *b)
-{
-    return b->len - b->off;
-}
 
 /* The engine's state of worker <w>, made on first use; NULL when out of
  * memory. */

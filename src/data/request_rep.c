@@ -221,7 +221,7 @@ struct rrep {
     bool cur[REPLICAS_MAX];         /* current for the key (replica.h):
                                        its reply counts */
     bool judged[REPLICAS_MAX];      /* noted (or found right) already */
-    struct rbuf reply[REPLICAS_MAX];
+    struct buf reply[REPLICAS_MAX];
     char *req; /* what each member is sent */
     size_t reqcap;
     char *keys; /* packed (request_key_pack) */
@@ -280,15 +280,6 @@ cache_put(struct rworker *rw, int kind, void *p)
     return true;
 }
 
-/* An rbuf emptied for reuse: its memory kept unless large. */
-static void
-rbuf_reset(struct rbuf *b)
-{
-    if (b->cap > CACHE_BUF_MAX)
-        rbuf_free(b);
-    b->off = b->len = 0;
-}
-
 /* A copy (a request of no client with one fragment), from <rw>'s cache. */
 static struct rreq *
 copy_get(struct rworker *rw)
@@ -296,7 +287,7 @@ copy_get(struct rworker *rw)
     struct rreq *q = cache_get(rw, CACHE_COPY);
 
     if (q != NULL) {
-        struct rbuf keep = q->reply;
+        struct buf keep = q->reply;
 
         memset(q, 0, sizeof(*q));
         q->reply = keep;
@@ -314,10 +305,10 @@ copy_get(struct rworker *rw)
 static void
 copy_put(struct rworker *rw, struct rreq *q)
 {
-    rbuf_free(&q->one.pending);
-    rbuf_free(&q->one.reply);
-    rbuf_free(&q->one.bkeys);
-    rbuf_reset(&q->reply);
+    buf_free(&q->one.pending);
+    buf_free(&q->one.reply);
+    buf_free(&q->one.bkeys);
+    buf_reset(&q->reply, CACHE_BUF_MAX);
     if (q->one.keys != NULL || q->one.gate_error != NULL ||
         q->one.hold_to != NULL || q->one.gates != NULL ||
         !cache_put(rw, CACHE_COPY, q)) {
@@ -340,13 +331,13 @@ cache_free(struct rworker *rw)
         free(rep->req);
         free(rep->keys);
         for (unsigned i = 0; i < REPLICAS_MAX; i++)
-            rbuf_free(&rep->reply[i]);
+            buf_free(&rep->reply[i]);
         free(rep);
     }
     while ((p = cache_get(rw, CACHE_COPY)) != NULL) {
         struct rreq *q = p;
 
-        rbuf_free(&q->reply);
+        buf_free(&q->reply);
         free(q);
     }
     while ((p = cache_get(rw, CACHE_REPLY)) != NULL)
@@ -354,14 +345,14 @@ cache_free(struct rworker *rw)
 }
 
 int
-request_key_pack(const struct pool_snapshot *snap, struct rbuf *keys,
+request_key_pack(const struct pool_snapshot *snap, struct buf *keys,
                  const char *k, size_t len)
 {
     uint32_t n = (uint32_t)len;
 
     if (snap->set.replicas <= 1)
         return 0;
-    return rbuf_append(keys, &n, sizeof(n)) < 0 || rbuf_append(keys, k, len) < 0
+    return buf_append(keys, &n, sizeof(n)) < 0 || buf_append(keys, k, len) < 0
                ? -1
                : 0;
 }
@@ -376,14 +367,14 @@ rep_free(struct rrep *rep, struct rworker *rw)
     for (unsigned i = 0; i < rep->n; i++)
         server_unref(rep->m[i]);
     for (unsigned i = 0; i < REPLICAS_MAX; i++)
-        rbuf_reset(&rep->reply[i]);
+        buf_reset(&rep->reply[i], CACHE_BUF_MAX);
     pool_unref(rep->pool);
     if (rep->reqcap > CACHE_BUF_MAX || rep->keyscap > CACHE_BUF_MAX ||
         !cache_put(rw, CACHE_REP, rep)) {
         free(rep->req);
         free(rep->keys);
         for (unsigned i = 0; i < REPLICAS_MAX; i++)
-            rbuf_free(&rep->reply[i]);
+            buf_free(&rep->reply[i]);
         free(rep);
     }
 }
@@ -422,7 +413,7 @@ fail:
     free(rep->req);
     free(rep->keys);
     for (unsigned i = 0; i < REPLICAS_MAX; i++)
-        rbuf_free(&rep->reply[i]);
+        buf_free(&rep->reply[i]);
     free(rep);
     return NULL;
 }
@@ -518,7 +509,7 @@ rep_answer(struct rrep *rep, int i, const char *msg)
     rep->chosen = i;
     if (i >= 0) {
         rep_deliver(rep, rep->reply[i].data + rep->reply[i].off,
-                    rbuf_size(&rep->reply[i]), rep->st[i] == REP_ERROR);
+                    buf_size(&rep->reply[i]), rep->st[i] == REP_ERROR);
     } else {
         char buf[512], text[400];
         const struct proto *pr = rep->mode->proto;
@@ -537,10 +528,10 @@ static bool
 rep_same(const struct rrep *rep, unsigned a, unsigned b)
 {
     return rep->st[a] == rep->st[b] &&
-           rbuf_size(&rep->reply[a]) == rbuf_size(&rep->reply[b]) &&
+           buf_size(&rep->reply[a]) == buf_size(&rep->reply[b]) &&
            memcmp(rep->reply[a].data + rep->reply[a].off,
                   rep->reply[b].data + rep->reply[b].off,
-                  rbuf_size(&rep->reply[a])) == 0;
+                  buf_size(&rep->reply[a])) == 0;
 }
 
 static bool
@@ -829,7 +820,7 @@ rep_report(struct rreq *copy)
     struct rrep *rep = copy->rep;
     unsigned i = copy->rep_idx;
     struct rfrag *f = &copy->one;
-    struct rbuf t;
+    struct buf t;
 
     rep->st[i] = f->failed ? REP_FAILED : f->error ? REP_ERROR : REP_OK;
     t = rep->reply[i];

@@ -166,15 +166,15 @@ job_reachable(const struct server *s)
 
 /* RESP: "*<n>" then each argument as a bulk string, into <b>. */
 static int
-resp_cmd(struct rbuf *b, size_t argc, const char *const *argv,
+resp_cmd(struct buf *b, size_t argc, const char *const *argv,
          const size_t *lens)
 {
-    if (rbuf_printf(b, "*%zu\r\n", argc) < 0)
+    if (buf_printf(b, "*%zu\r\n", argc) < 0)
         return -1;
     for (size_t i = 0; i < argc; i++)
-        if (rbuf_printf(b, "$%zu\r\n", lens[i]) < 0 ||
-            rbuf_append(b, argv[i], lens[i]) < 0 ||
-            rbuf_append(b, "\r\n", 2) < 0)
+        if (buf_printf(b, "$%zu\r\n", lens[i]) < 0 ||
+            buf_append(b, argv[i], lens[i]) < 0 ||
+            buf_append(b, "\r\n", 2) < 0)
             return -1;
     return 0;
 }
@@ -184,13 +184,13 @@ static void
 job_read(struct rjob *job)
 {
     struct request_repair *r = job->r;
-    struct rbuf a = {0}, b = {0};
+    struct buf a = {0}, b = {0};
     int ok;
 
     if (job->memcache) {
-        ok = rbuf_append(&a, "mg ", 3) == 0 &&
-             rbuf_append(&a, r->key, r->klen) == 0 &&
-             rbuf_append(&a, " v f t\r\n", 8) == 0;
+        ok = buf_append(&a, "mg ", 3) == 0 &&
+             buf_append(&a, r->key, r->klen) == 0 &&
+             buf_append(&a, " v f t\r\n", 8) == 0;
     } else {
         const char *dump[] = {"DUMP", r->key}, *pttl[] = {"PTTL", r->key};
         size_t l[] = {4, r->klen};
@@ -216,8 +216,8 @@ job_read(struct rjob *job)
             job_send(job, i, 1, -1, b.data, b.len);
         }
     }
-    rbuf_free(&a);
-    rbuf_free(&b);
+    buf_free(&a);
+    buf_free(&b);
     job->out--;
 }
 
@@ -517,26 +517,26 @@ static void
 job_put(struct rjob *job, size_t i, const struct jmember *w)
 {
     struct request_repair *r = job->r;
-    struct rbuf b = {0};
+    struct buf b = {0};
     int ok;
 
     if (job->memcache) {
         if (!w->present) {
-            ok = rbuf_append(&b, "md ", 3) == 0 &&
-                 rbuf_append(&b, r->key, r->klen) == 0 &&
-                 rbuf_append(&b, "\r\n", 2) == 0;
+            ok = buf_append(&b, "md ", 3) == 0 &&
+                 buf_append(&b, r->key, r->klen) == 0 &&
+                 buf_append(&b, "\r\n", 2) == 0;
         } else {
             const char *sp = memchr(w->val, ' ', w->len);
             unsigned long long flags = strtoull(w->val, NULL, 10);
             size_t n = sp != NULL ? w->len - (size_t)(sp + 1 - w->val) : 0;
 
-            ok = sp != NULL && rbuf_append(&b, "ms ", 3) == 0 &&
-                 rbuf_append(&b, r->key, r->klen) == 0 &&
-                 rbuf_printf(&b, " %zu F%llu T%lld\r\n", n, flags,
+            ok = sp != NULL && buf_append(&b, "ms ", 3) == 0 &&
+                 buf_append(&b, r->key, r->klen) == 0 &&
+                 buf_printf(&b, " %zu F%llu T%lld\r\n", n, flags,
                              w->ttl_ms > 0 ? (w->ttl_ms + 999) / 1000 : 0) ==
                      0 &&
-                 rbuf_append(&b, sp + 1, n) == 0 &&
-                 rbuf_append(&b, "\r\n", 2) == 0;
+                 buf_append(&b, sp + 1, n) == 0 &&
+                 buf_append(&b, "\r\n", 2) == 0;
         }
     } else if (!w->present) {
         const char *del[] = {"DEL", r->key};
@@ -554,13 +554,13 @@ job_put(struct rjob *job, size_t i, const struct jmember *w)
     }
     if (!ok) {
         job->jm[i].st = J_FAILED;
-        rbuf_free(&b);
+        buf_free(&b);
         return;
     }
     job->jm[i].st = J_WRITING;
     job_send(job, i, 0, job->memcache ? (w->present ? MC_MS : MC_MD) : -1,
              b.data, b.len);
-    rbuf_free(&b);
+    buf_free(&b);
 }
 
 static void job_done(struct rjob *job);
@@ -641,7 +641,7 @@ request_job_report(struct rreq *q)
             m->st = J_FAILED;
         else if (m->st == J_READING)
             job_take(job, i, which, q->reply.data + q->reply.off,
-                     rbuf_size(&q->reply), q->one.error);
+                     buf_size(&q->reply), q->one.error);
     } else if (m->st == J_WRITING) {
         if (failed || q->one.error)
             m->st = J_FAILED;
@@ -1275,7 +1275,7 @@ request_pause_report(struct rreq *copy)
                                         : "it refused a flush");
     f->error = copy->one.error;
     if (request_frag_data(f, copy->reply.data + copy->reply.off,
-                          rbuf_size(&copy->reply)) < 0 &&
+                          buf_size(&copy->reply)) < 0 &&
         f->req->client != NULL)
         f->req->client->closing = true;
     copy->pause = NULL;
