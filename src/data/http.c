@@ -205,8 +205,7 @@ out_flush(struct io_side *side, struct buf *b, size_t *sent, bool keep)
     }
     while (*sent < b->len) {
         /* straight from <b>, whatever its size: no second copy */
-        ssize_t m =
-            send(side->fd, b->data + *sent, b->len - *sent, MSG_NOSIGNAL);
+        ssize_t m = io_side_send(side, b->data + *sent, b->len - *sent);
         if (m < 0) {
             if (errno == EINTR)
                 continue;
@@ -1174,7 +1173,7 @@ response_done(struct worker *w, struct hclient *c, bool extra)
 }
 
 /* <n> bytes for the client, after what waits in c->down: both go in one
- * sendmsg(2) when the socket's own buffer is empty (no copy of <p>), and
+ * write when the socket's own buffer is empty (no copy of <p>), and
  * what the socket does not take is queued. -1: the client is gone. */
 static int
 down_put(struct hclient *c, const char *p, size_t n)
@@ -1182,18 +1181,18 @@ down_put(struct hclient *c, const char *p, size_t n)
     if (c->side.len == 0) {
         size_t pend = c->down.len - c->down.off;
         struct iovec iov[2];
-        struct msghdr msg = {.msg_iov = iov};
+        int niov = 0;
         ssize_t m;
 
         if (pend > 0) {
             iov[0].iov_base = c->down.data + c->down.off;
             iov[0].iov_len = pend;
-            msg.msg_iovlen = 1;
+            niov = 1;
         }
-        iov[msg.msg_iovlen].iov_base = (void *)(uintptr_t)p;
-        iov[msg.msg_iovlen].iov_len = n;
-        msg.msg_iovlen++;
-        m = sendmsg(c->side.fd, &msg, MSG_NOSIGNAL);
+        iov[niov].iov_base = (void *)(uintptr_t)p;
+        iov[niov].iov_len = n;
+        niov++;
+        m = io_side_sendv(&c->side, iov, niov);
         if (m < 0 && errno != EAGAIN && errno != EINTR)
             return -1;
         if (m < 0)

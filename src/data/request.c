@@ -1003,7 +1003,7 @@ conn_flush(struct rserver *s)
     s->open = NULL; /* the batch is closed: its line goes now */
     while (s->state == RS_READY && buf_size(&s->out) > 0) {
         ssize_t n =
-            write(s->side.fd, s->out.data + s->out.off, buf_size(&s->out));
+            io_side_send(&s->side, s->out.data + s->out.off, buf_size(&s->out));
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -2161,7 +2161,7 @@ client_writev(struct rclient *c)
     if (n == 0)
         return 0;
     do
-        w = writev(c->side.fd, iov, (int)n);
+        w = io_side_sendv(&c->side, iov, (int)n);
     while (w < 0 && errno == EINTR);
     if (w < 0) {
         if (errno == EAGAIN)
@@ -2223,7 +2223,7 @@ client_flush(struct rclient *c)
          * reset the connection, and its kernel drop our last reply unread.
          * Send FIN, read and drop what comes, close at its FIN or after
          * a bound. */
-        shutdown(c->side.fd, SHUT_WR);
+        io_side_shutdown(&c->side);
         c->lingering = true;
         worker_timer_set(c->w, &c->timer, c->w->now_ms + LINGER_MS);
         worker_soon(c->w, &c->more);

@@ -6,6 +6,7 @@
 #include "loop/io.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/sockios.h>
@@ -16,6 +17,70 @@
 
 #include "base/invariant.h"
 
+/* ---- the plain transport: the kernel's socket calls ---------------------- */
+
+static ssize_t
+plain_read(struct io_side *s, void *buf, size_t cap)
+{
+    return read(s->fd, buf, cap);
+}
+
+static ssize_t
+plain_writev(struct io_side *s, const struct iovec *iov, int n, bool more)
+{
+    int flags = more ? MSG_MORE | MSG_NOSIGNAL : MSG_NOSIGNAL;
+    struct msghdr msg = {.msg_iov = (struct iovec *)(uintptr_t)iov,
+                         .msg_iovlen = (size_t)n};
+
+    if (n == 1)
+        return send(s->fd, iov[0].iov_base, iov[0].iov_len, flags);
+    return sendmsg(s->fd, &msg, flags);
+}
+
+static int
+plain_shutdown(struct io_side *s)
+{
+    return shutdown(s->fd, SHUT_WR);
+}
+
+static void
+plain_close(struct io_side *s)
+{
+    close(s->fd); /* also leaves the epoll set */
+}
+
+static unsigned
+plain_wants(const struct io_side *s)
+{
+    (void)s;
+    return 0; /* reads wait for input, writes for output: nothing more */
+}
+
+const struct io_transport io_plain = {
+    .name = "plain",
+    .read = plain_read,
+    .writev = plain_writev,
+    .shutdown = plain_shutdown,
+    .close = plain_close,
+    .wants = plain_wants,
+};
+
+/* ---- sides --------------------------------------------------------------- */
+
+ssize_t
+io_side_send(struct io_side *s, const void *buf, size_t n)
+{
+    struct iovec iov = {.iov_base = (void *)(uintptr_t)buf, .iov_len = n};
+
+    return s->tp->writev(s, &iov, 1, false);
+}
+
+ssize_t
+io_side_sendv(struct io_side *s, const struct iovec *iov, int n)
+{
+    return s->tp->writev(s, iov, n, false);
+}
+
 void
 io_side_init(struct io_side *s, int fd,
              void (*handler)(struct worker *w, struct ev *ev, uint32_t events))
@@ -23,6 +88,7 @@ io_side_init(struct io_side *s, int fd,
     memset(s, 0, sizeof(*s));
     s->ev.handler = handler;
     s->fd = fd;
+    s->tp = &io_plain;
 }
 
 int
@@ -64,7 +130,7 @@ void
 io_side_close(struct io_side *s)
 {
     if (s->fd >= 0)
-        close(s->fd); /* also leaves the epoll set */
+        s->tp->close(s);
     s->fd = -1;
     s->readable = s->rdhup = false;
     free(s->buf);
@@ -76,7 +142,7 @@ ssize_t
 io_side_read(struct io_side *s, void *buf, size_t cap)
 {
     for (;;) {
-        ssize_t n = read(s->fd, buf, cap);
+        ssize_t n = s->tp->read(s, buf, cap);
 
         if (n > 0) {
             /* A short read drained the socket: a later byte makes a new
@@ -121,7 +187,11 @@ io_side_write(struct io_side *to, const char *buf, size_t n, bool more)
     INVARIANT(to->len == 0 && n <= IO_BUF);
     /* A FIN is known to follow: let the last bytes leave with it, in one
      * segment (the shutdown or the next plain write pushes). */
-    m = send(to->fd, buf, n, more ? MSG_MORE | MSG_NOSIGNAL : MSG_NOSIGNAL);
+    {
+        struct iovec iov = {.iov_base = (void *)(uintptr_t)buf, .iov_len = n};
+
+        m = to->tp->writev(to, &iov, 1, more);
+    }
     if (m < 0) {
         if (errno != EAGAIN && errno != EINTR)
             return -1;
@@ -143,7 +213,7 @@ io_side_flush(struct io_side *to)
     size_t before = to->len;
 
     while (to->len > 0) {
-        ssize_t n = write(to->fd, to->buf + to->off, to->len);
+        ssize_t n = io_side_send(to, to->buf + to->off, to->len);
         if (n < 0) {
             if (errno == EAGAIN)
                 return (ssize_t)(before - to->len); /* an edge will come */
@@ -169,7 +239,7 @@ io_side_shutdown(struct io_side *to)
     /* Both ends have sent FIN: close() will finish the pair, no shutdown
      * needed. */
     if (!to->eof_in)
-        shutdown(to->fd, SHUT_WR);
+        to->tp->shutdown(to);
     to->shut_out = true;
 }
 

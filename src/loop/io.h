@@ -17,12 +17,42 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include "loop/worker.h"
 
 /* The most a side buffers for a peer that cannot take more: back-pressure
  * starts there. As large as one read of the worker's scratch buffer. */
 #define IO_BUF WORKER_SCRATCH
+
+struct io_side;
+
+/*
+ * A transport: how a side's bytes cross its socket. io_plain (the
+ * kernel's socket calls) is every side's today; a TLS transport (a
+ * library's session over the same descriptor) plugs in here, and every
+ * engine's reads and writes already go through it. Each returns as the
+ * system call it stands for does: bytes moved, 0 at EOF (read), or -1
+ * with errno -- EAGAIN: not now, an edge will come; <wants> then says
+ * which edge a transport waits for (a TLS handshake may need to read
+ * before it can write). Two paths move bytes without user space and
+ * exist only over io_plain: the splice engine's splice(2) pipes and the
+ * kernel's sockmap fast path; and a PROXY header is peeked from the raw
+ * socket, before any transport's bytes.
+ */
+#define IO_WANT_READ 1u
+#define IO_WANT_WRITE 2u
+struct io_transport {
+    const char *name;
+    ssize_t (*read)(struct io_side *s, void *buf, size_t cap);
+    /* <more>: more bytes follow soon, hold the segment (MSG_MORE) */
+    ssize_t (*writev)(struct io_side *s, const struct iovec *iov, int n,
+                      bool more);
+    int (*shutdown)(struct io_side *s); /* no more bytes from us */
+    void (*close)(struct io_side *s);   /* the descriptor and the session */
+    unsigned (*wants)(const struct io_side *s);
+};
+extern const struct io_transport io_plain;
 
 /*
  * One end of a connection. Registered once, edge-triggered (no epoll_ctl
@@ -42,6 +72,8 @@ struct io_side {
     char *buf;
     size_t off, len;
     int outq; /* its kernel send queue at the last idle check */
+    const struct io_transport *tp; /* io_plain unless told otherwise */
+    void *tp_state;                /* the transport's (a TLS session) */
 };
 
 /*
@@ -85,10 +117,18 @@ io_connected_to_self(int fd, const struct sockaddr_storage *to)
     return self;
 }
 
-/* A side for <fd> (-1: not open yet) whose events go to <handler>. */
+/* A side for <fd> (-1: not open yet) whose events go to <handler>, over
+ * io_plain. */
 void io_side_init(struct io_side *s, int fd,
                   void (*handler)(struct worker *w, struct ev *ev,
                                   uint32_t events));
+
+/* Write straight to <s> through its transport, nothing kept: the bytes
+ * written, or -1 with errno (EAGAIN: none now, an output edge will
+ * come). For engines that keep their own output (the request and http
+ * engines' buffers). */
+ssize_t io_side_send(struct io_side *s, const void *buf, size_t n);
+ssize_t io_side_sendv(struct io_side *s, const struct iovec *iov, int n);
 
 /* Register <s> for input, output and hang-up edges, once. 0 or -1. */
 int io_side_register(struct worker *w, struct io_side *s);
