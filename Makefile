@@ -76,12 +76,18 @@ CLI_OBJ   := $(CLI_SRC:%.c=$(B)/%.o)
 D_LAYERS  := base conf proto loop model data control api
 D_SRC     := src/main.c $(foreach l,$(D_LAYERS),$(wildcard src/$(l)/*.c))
 D_OBJ     := $(D_SRC:%.c=$(B)/%.o)
+# A module is src/<layer>/<name>.c with its parts src/<layer>/<name>_*.c
+# (conf/conf is conf.c, conf_addr.c, conf_check.c...; the parts share
+# <name>_int.h). with_parts turns module names into the files' stems.
+with_parts = $(foreach m,$(1),$(m) \
+    $(patsubst src/%.c,%,$(sort $(wildcard src/$(m)_*.c))))
 # chash uses exactly one piece of the daemon: the config loader.
-CLI_DOBJ  := $(B)/src/conf/conf.o $(B)/src/conf/etcd_codec.o
+CLI_DOBJ  := $(patsubst %,$(B)/src/%.o,$(call with_parts,conf/conf)) \
+             $(B)/src/conf/etcd_codec.o
 
 # Unit tests: tests/unit/test_X.c becomes $(B)/tests/test_X and links
 # libchash plus the daemon modules listed in UT_MODS_test_X (paths under
-# src/ without .o), never the whole daemon: a test links what it tests,
+# src/ without .o; a module brings its parts), never the whole daemon: a test links what it tests,
 # and a link error names a dependency nobody listed. A test of libchash
 # alone needs no line. To give a test one more module (say src/loop/io.c),
 # append it to its line:
@@ -190,13 +196,14 @@ $(B)/chashd: $(D_OBJ) $(FP_OBJ) $(B)/libchash.a
 
 .SECONDEXPANSION:
 $(UT_BIN): $(B)/tests/%: $(B)/tests/unit/%.o \
-    $$(addprefix $(B)/src/,$$(addsuffix .o,$$(UT_MODS_$$*))) $(B)/libchash.a
+    $$(addprefix $(B)/src/,$$(addsuffix .o,$$(call with_parts,$$(UT_MODS_$$*)))) \
+    $(B)/libchash.a
 	$(CC) $(CHASH_LDFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) \
 	    $(B)/libchash.a $(LIBDEPS) $(DLIBS) -lcmocka
 
 # tests/diff/http_diff: chashd's http parser against libhttp-parser
 # (libhttp-parser-dev) on generated requests; run by
-# tests/integration/test_http_parser_diff.py. Two objects: the two
+# tests/integration/http/test_http_parser_diff.py. Two objects: the two
 # parsers' headers cannot meet in one file (both name HTTP_GET...).
 HTTP_DIFF_OBJ := $(B)/tests/diff/http_diff.o $(B)/tests/diff/hp_side.o
 $(HTTP_DIFF_OBJ): CHASH_CPPFLAGS += -Isrc
@@ -273,7 +280,7 @@ soak: deps
 	@$(PYTHON) scripts/soak --build $(B) --duration $(DURATION) \
 	    --out $(B)/soak
 
-# jepsen: tests/integration/jepsen_util.py's checker over every scenario
+# jepsen: tests/integration/lib/jepsen_util.py's checker over every scenario
 # (mode x fault x workers) for DURATION in total, default 2m here (not
 # soak's 5m: DURATION counts only when given); prints a table, fails on
 # any anomaly; histories of the failing scenarios in build/jepsen

@@ -88,7 +88,7 @@ void cli_members_free(struct cli_members *ms);
  * The ring a subcommand works on (sim, lookup, plot): given on the command
  * line (--members, --algo, --hash, --points, --table-size) or taken from a
  * pool of a chashd config (--config FILE --pool NAME), loaded with the
- * daemon's own loader (src/conf.h) so the ring is the one chashd builds.
+ * daemon's own loader (src/conf/conf.h) so the ring is the one chashd builds.
  * Zero-initialise, feed every option to cli_ring_option(), then call
  * cli_ring_setup() once; free with cli_ring_deinit().
  */

@@ -1,5 +1,7 @@
-/* main.c -- chashd: options, start-up, signals (reload, drain, stop) and
- * the reload that diffs pools and members against the running config.
+/* main.c -- chashd: the wiring. Options, start-up in order (each layer's
+ * init, the hooks between layers, the pools and their listeners),
+ * signals (SIGHUP reload, SIGUSR1 reopen the logs, SIGTERM/SIGINT drain
+ * and stop) and the shutdown in order. The reload is control/reload.c.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include <errno.h>
@@ -18,28 +20,29 @@
 #include <unistd.h>
 
 #include "chash/chash.h"
-#include "loop/access_log.h"
 #include "api/admin.h"
-#include "loop/builder.h"
+#include "api/metrics.h"
 #include "base/clock.h"
+#include "base/log.h"
+#include "base/notify.h"
 #include "conf/conf.h"
-#include "loop/control.h"
 #include "control/etcd.h"
-#include "data/fastpath.h"
 #include "control/health.h"
 #include "control/hot.h"
-#include "base/log.h"
 #include "control/membership.h"
 #include "control/migration.h"
-#include "api/metrics.h"
-#include "base/notify.h"
-#include "model/pool.h"
+#include "control/reload.h"
 #include "control/replica.h"
-#include "data/request.h"
-#include "proto/modes.h"
-#include "model/state.h"
-#include "loop/worker.h"
 #include "data/dispatch.h"
+#include "data/fastpath.h"
+#include "data/request.h"
+#include "loop/access_log.h"
+#include "loop/builder.h"
+#include "loop/control.h"
+#include "loop/worker.h"
+#include "model/pool.h"
+#include "model/state.h"
+#include "proto/modes.h"
 
 #define ERRLEN 1024
 
@@ -68,13 +71,21 @@ static const char usage[] =
     "signals: SIGHUP reloads the config, SIGTERM/SIGINT drain and stop,\n"
     "SIGUSR1 reopens the log file and the pools' access log files.\n";
 
-/* What the process runs on. */
-static struct conf *conf;      /* the running config */
-static const char *conf_path;  /* NULL: the embedded demo config */
-static int cli_log_level = -1; /* --log-level, -1 when not given */
-static char *pid_file;         /* our copy: the config may be reloaded */
-static bool pid_file_cli;      /* --pid-file given */
+/* What the command line asks for besides the config (which goes straight
+ * into the reload_process). */
+struct cmdline {
+    const char *log_file; /* --log, NULL: stderr */
+    const char *pid_file; /* --pid-file, NULL: the config's */
+    int log_format;       /* --log-format */
+    bool test;            /* -t */
+    bool demo;            /* --demo */
+};
+
+/* What the process runs on: the running config, what a reload keeps from
+ * the command line, whether we drain (control/reload.h). */
+static struct reload_process proc = {.log_level = -1};
 static struct control_watch sigwatch = {.fd = -1};
+static uint64_t drain_deadline_ms;
 
 /* The repairer hands each key's repair to its home worker (request.h). */
 static const struct replica_engine replica_engine = {
@@ -83,86 +94,16 @@ static const struct replica_engine replica_engine = {
     .barrier_passed = request_barrier_passed,
     .barrier_unref = request_barrier_unref,
 };
-static bool draining;
-static uint64_t drain_deadline_ms;
 
-static struct conf *
-load(char *err, size_t errlen)
-{
-    if (conf_path != NULL)
-        return conf_load(conf_path, err, errlen);
-    return conf_load_string("<embedded>", conf_default_yaml,
-                            strlen(conf_default_yaml), err, errlen);
-}
+/* The api layer's part of a reload: the admin API's token and address,
+ * the reload counter. */
+static const struct reload_hooks reload_hooks = {
+    .check = admin_reload_check,
+    .apply = admin_reconfigure,
+    .verdict = metrics_note_reload,
+};
 
-/*
- * What chashd can run today; conf_load accepts more (the modes still to
- * come). The one check `chashd -t`, the start and every reload make, so
- * -t refuses exactly what a start would. 0, or -1 with "file:line: message" in
- * <err>.
- */
-static int
-check_supported(const struct conf *c, char *err, size_t errlen)
-{
-    for (size_t i = 0; i < c->npools; i++) {
-        const struct conf_pool *cp = &c->pools[i];
-        if (proto_find(cp->mode) == NULL) {
-            /* A pool that is memcache by default (no `mode:`, no
-             * `redis:`) says so: it was likely meant to be tcp. */
-            snprintf(err, errlen,
-                     "%s:%d: pool '%s': mode %s is not supported yet%s%s%s",
-                     c->file, cp->line, cp->name, conf_mode_name(cp->mode),
-                     cp->mode_source == CONF_MODE_SRC_DEFAULT ? " (" : "",
-                     cp->mode_source == CONF_MODE_SRC_DEFAULT
-                         ? conf_mode_source_name(cp->mode_source)
-                         : "",
-                     cp->mode_source == CONF_MODE_SRC_DEFAULT ? ")" : "");
-            return -1;
-        }
-        if (cp->distribution >= CHASH_ALGO_COUNT) {
-            snprintf(err, errlen,
-                     "%s:%d: pool '%s': distribution %s is not supported by "
-                     "chashd yet (use a consistent one: ring, maglev, "
-                     "rendezvous, jump, ketama, nginx)",
-                     c->file, cp->line, cp->name,
-                     conf_dist_name(cp->distribution));
-            return -1;
-        }
-        if (cp->listen.family == AF_UNIX && cp->mode == CONF_MODE_TCP) {
-            snprintf(err, errlen,
-                     "%s:%d: pool '%s': listen on a unix socket is not "
-                     "supported in mode tcp (the key is the client's IP "
-                     "address)",
-                     c->file, cp->listen_line, cp->name);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/*
- * Every access log file of <c> can be opened (and is created when
- * missing): a reload that could not open one is refused whole, before
- * anything changes, as one that cannot bind a listener. pool_create and
- * pool_reconfigure then open them for good. 0, or -1 with the pool, the
- * file and why in <err>.
- */
-static int
-check_access_logs(const struct conf *c, char *err, size_t errlen)
-{
-    char why[320];
-
-    for (size_t i = 0; i < c->npools; i++) {
-        const struct conf_pool *cp = &c->pools[i];
-
-        if (cp->access_log != NULL &&
-            access_log_check(cp->access_log, why, sizeof(why)) < 0) {
-            snprintf(err, errlen, "pool %s: access_log: %s", cp->name, why);
-            return -1;
-        }
-    }
-    return 0;
-}
+/* ---- helpers of the start ------------------------------------------------ */
 
 /* SIGUSR1: each pool's access log file under its path again (after a
  * rotation), as the daemon's log. */
@@ -176,32 +117,6 @@ access_logs_reopen(void)
             log_error("pool %s: cannot reopen the access log %s: %s", p->name,
                       access_log_where(p->access_log), strerror(errno));
     }
-}
-
-/*
- * Create the directory holding <path> when it is missing: mode 0755, one
- * level (its own parent must exist), so the shipped /run/chashd/chashd.pid
- * and /var/lib/chashd/state.json work on a fresh machine. 0, or -1 with
- * errno.
- */
-static int
-make_parent_dir(const char *path)
-{
-    char *dir = strdup(path), *slash;
-    int rc = 0, saved;
-
-    if (dir == NULL)
-        return -1;
-    slash = strrchr(dir, '/');
-    if (slash != NULL && slash != dir) {
-        *slash = '\0';
-        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-            rc = -1;
-    }
-    saved = errno;
-    free(dir);
-    errno = saved;
-    return rc;
 }
 
 static void
@@ -221,18 +136,6 @@ raise_nofile(void)
     log_info("open files limit: %llu", (unsigned long long)rl.rlim_cur);
 }
 
-/* Hand <fds> (one per worker) to the workers as <p>'s listeners. */
-static void
-pool_listen_start(struct pool *p, int *fds)
-{
-    for (unsigned i = 0; i < worker_count(); i++) {
-        p->lfds[i] = fds[i];
-        if (worker_add_listener(i, p, fds[i]) < 0)
-            log_error("pool %s: cannot hand a listener to worker %u", p->name,
-                      i);
-    }
-}
-
 /* pool_on_published at start-up: every change the start made to <p> is
  * live (or failed): its listeners go to the workers. */
 static void
@@ -241,7 +144,7 @@ listen_when_published(struct pool *p, const struct pool_change *chg, void *arg)
     (void)chg;
     (void)arg;
     if (!p->removed)
-        pool_listen_start(p, p->lfds);
+        reload_listen_start(p, p->lfds);
 }
 
 /* etcd's: a copy pool's members are etcd's now (etcd_defers_listen). */
@@ -249,509 +152,49 @@ static void
 listen_now(struct pool *p)
 {
     if (!p->removed)
-        pool_listen_start(p, p->lfds);
+        reload_listen_start(p, p->lfds);
 }
 
-static void
-pool_listen_stop(struct pool *p)
+/* A migration's drain barrier goes to every worker. */
+static unsigned
+drain_workers(struct migration_drain *d)
 {
+    unsigned n = 0;
+
     for (unsigned i = 0; i < worker_count(); i++) {
-        if (p->lfds[i] >= 0)
-            worker_del_listener(i, p->lfds[i]);
-        p->lfds[i] = -1;
+        atomic_fetch_add(&d->refs, 1);
+        if (worker_call(i, request_drain, d) == 0)
+            n++;
+        else
+            migration_drain_unref(d);
     }
+    return n;
 }
 
-/* ---- reload -------------------------------------------------------------- */
-
-static size_t reload_failed; /* pools a reload left as they were */
-
-/* Whether a tcp pool of <c> asks for the kernel's fast path. */
-static bool
-fast_path_wanted(const struct conf *c)
-{
-    for (size_t i = 0; i < c->npools; i++)
-        if (c->pools[i].mode == CONF_MODE_TCP &&
-            c->pools[i].fast_path == CONF_FAST_PATH_SOCKMAP)
-            return true;
-    return false;
-}
-
-/*
- * Load the tcp fast path once a tcp pool asks for it (at start, or with
- * the first reload that brings one), for <workers> workers; else, or when
- * the kernel or our privileges refuse it, one line says why those pools
- * splice in user space. Once per process: the answer does not change.
- * <why> gets the reason (or ""); returns whether it runs.
- */
-static bool
-fast_path_start(const struct conf *c, unsigned workers, bool quiet, char *why,
-                size_t whylen)
-{
-    static bool tried;
-    static char reason[256];
-
-    if (!tried && fast_path_wanted(c)) {
-        tried = true;
-        if (fastpath_init(workers, reason, sizeof(reason)) == 0) {
-            if (!quiet)
-                log_info("fast path: sockmap loaded: the bytes of tcp pools "
-                         "with fast_path: sockmap move in the kernel");
-        } else if (!quiet) {
-            log_warn("fast path: sockmap unavailable, tcp pools splice in "
-                     "user space: %s",
-                     reason);
-        }
-    }
-    snprintf(why, whylen, "%s", reason);
-    return fastpath_ready();
-}
-
+/* Start-up: resume the migrations the state file holds. One that cannot
+ * be resumed stays in the file (for a start with a config that has its
+ * members again) and is logged: its keys may still be on old owners. */
 static void
-reload_reported(void *arg)
+migrations_resume(void)
 {
-    (void)arg;
-    if (reload_failed == 0)
-        log_info("reload: done, %zu pools", pool_count());
-    else
-        log_error("reload: applied with %zu pools left as they were, %zu "
-                  "pools",
-                  reload_failed, pool_count());
-}
+    for (size_t i = 0; i < pool_count(); i++) {
+        struct pool *p = pool_at(i);
+        json_t *saved = membership_migration_saved(p->name);
+        char err[512];
 
-/*
- * Pool <p> is reloaded with <cp>, and keys move (<pl>): the members the
- * reload removes stay (drained) until their keys have moved, and the
- * migration is in place before the new ring is built. 0 or -1 (logged).
- */
-static int
-reload_migration(struct pool *p, struct conf_pool *cp,
-                 const struct migration_plan *pl)
-{
-    const char *names[64];
-    size_t n = 0;
-    char err[ERRLEN];
-
-    for (size_t k = 0; k < pl->nleaving; k++) {
-        const struct server *s = pl->leaving[k];
-
-        if (n < 64)
-            names[n++] = s->name;
-        if (conf_pool_add_server(cp, s->name, s->addr.text, s->weight) != 0) {
-            log_error("reload: pool %s: out of memory", p->name);
-            return -1;
-        }
-    }
-    if (pl->nleaving > 64) {
-        log_error("reload: pool %s: at most 64 members may leave at once",
-                  p->name);
-        return -1;
-    }
-    if (migration_prepare(p, "reload", names, n, 0, pl->keys_total, err,
-                          sizeof(err)) != 0) {
-        log_error("reload: %s", err);
-        return -1;
-    }
-    return 0;
-}
-
-/* A reload's migration is live: drain, then copy. */
-static void
-reload_migration_live(struct pool *p, const struct pool_change *chg, void *arg)
-{
-    (void)arg;
-    if (chg != NULL)
-        migration_start(p);
-}
-
-/*
- * Apply config <nc> (loaded by a reload), or refuse it whole: a file that
- * did not load (NULL, <err> says why), a mode we cannot run or an address
- * we cannot bind leaves the running config untouched. Established
- * connections are never touched. Takes <nc>. 0 or -1.
- */
-static int
-reload_apply(struct conf *nc, char *err)
-{
-    unsigned nw = worker_count();
-    int **fds = NULL;
-    struct migration_plan *plans = NULL;
-    size_t i, failed = 0, nplans = nc != NULL ? nc->npools : 0;
-    int rc = -1;
-
-    for (i = 0; nc != NULL && i < nc->nwarnings; i++)
-        log_warn("reload: %s", nc->warnings[i]);
-    if (nc == NULL || check_supported(nc, err, ERRLEN) < 0 ||
-        check_access_logs(nc, err, ERRLEN) < 0 ||
-        admin_reload_check(nc, err, ERRLEN) < 0 ||
-        etcd_reload_check(nc, err, ERRLEN) < 0 ||
-        membership_state_apply(nc, err, ERRLEN) < 0) {
-        log_error("reload refused, the running config stays: %s", err);
-        metrics_note_reload(false);
-        conf_destroy(nc);
-        return -1;
-    }
-    /* etcd pools keep the members etcd gave, not the config's seeds */
-    etcd_conf_apply(nc);
-    {
-        char why[256];
-        fast_path_start(nc, nw, false, why, sizeof(why));
-    }
-    /* migration: copy pools whose keys move: checked before anything
-     * changes (a joining member must be empty; one migration at a time) */
-    plans = calloc(nc->npools ? nc->npools : 1, sizeof(*plans));
-    if (plans == NULL) {
-        membership_state_abandon();
-        goto nomem;
-    }
-    for (i = 0; i < nc->npools; i++) {
-        struct pool *p = pool_find(nc->pools[i].name);
-
-        if (p != NULL &&
-            (migration_reload_plan(p, &nc->pools[i], &plans[i], err, ERRLEN) <
-                 0 ||
-             replica_reload_check(p, &nc->pools[i], err, ERRLEN) < 0)) {
-            log_error("reload refused, the running config stays: %s", err);
-            metrics_note_reload(false);
-            membership_state_abandon();
-            goto out;
-        }
-    }
-    /* Bind every new or moved listener first: a bind failure refuses the
-     * reload before anything has changed. */
-    fds = calloc(nc->npools, sizeof(*fds));
-    if (fds == NULL) {
-        membership_state_abandon();
-        goto nomem;
-    }
-    for (i = 0; i < nc->npools; i++) {
-        const struct conf_pool *cp = &nc->pools[i];
-        struct pool *p = pool_find(cp->name);
-        if (p != NULL && conf_pool_same_listen(&p->cfg, cp))
+        if (saved == NULL)
             continue;
-        fds[i] = malloc(sizeof(int) * nw);
-        if (fds[i] == NULL)
-            goto nomem;
-        if (listener_open(&cp->listen, cp->backlog, cp->listen_perm, fds[i], nw,
-                          err, ERRLEN) < 0) {
-            free(fds[i]);
-            fds[i] = NULL;
-            log_error("reload refused, the running config stays: pool %s: "
-                      "%s",
-                      cp->name, err);
-            metrics_note_reload(false);
-            membership_state_abandon();
-            goto out;
-        }
-    }
-    /* Pools gone. */
-    for (size_t j = pool_count(); j-- > 0;) {
-        struct pool *p = pool_at(j);
-        if (conf_pool_find(nc, p->name) == NULL) {
-            pool_listen_stop(p);
-            pool_remove(p);
-        }
-    }
-    /* Pools kept or new. */
-    for (i = 0; i < nc->npools; i++) {
-        const struct conf_pool *cp = &nc->pools[i];
-        struct pool *p = pool_find(cp->name);
-        if (p == NULL) {
-            /* A new pool has no traffic to protect: full weight at once,
-             * like at start-up (ramping every member from 0 would only
-             * refuse its first clients). */
-            if (pool_create(cp, true, &p, err, ERRLEN) < 0) {
-                /* Only out of memory gets here, after the sockets were
-                 * bound: close them now (the cleanup below skips a
-                 * reload that went ahead), so no client connects to a
-                 * port nobody serves. */
-                log_error("reload: %s", err);
-                for (unsigned w = 0; fds[i] != NULL && w < nw; w++)
-                    close(fds[i][w]);
-                free(fds[i]);
-                fds[i] = NULL;
-                failed++;
-                continue;
-            }
-            log_info("pool %s: added by reload, listening on %s", p->name,
-                     cp->listen.text);
-        } else {
-            if (fds[i] != NULL) {
-                log_info("pool %s: listen %s -> %s", p->name,
-                         p->cfg.listen.text, cp->listen.text);
-                pool_listen_stop(p);
-            }
-            if (plans[i].change &&
-                reload_migration(p, &nc->pools[i], &plans[i]) < 0) {
-                failed++;
-                continue;
-            }
-            if (pool_reconfigure(p, cp, err, ERRLEN) < 0) {
-                log_error("reload: %s", err);
-                if (plans[i].change)
-                    migration_cancel(p);
-                failed++;
-            } else if (plans[i].change) {
-                for (size_t k = 0; k < plans[i].nleaving; k++)
-                    pool_member_set_admin(p, plans[i].leaving[k]->name,
-                                          STATE_ADMIN_DRAIN);
-                if (pool_on_published(p, reload_migration_live, NULL) != 0)
-                    migration_start(p);
-            }
-        }
-        if (fds[i] != NULL && etcd_defers_listen(p) && !etcd_listening(p)) {
-            /* etcd starts it (etcd_set_listen) */
-            memcpy(p->lfds, fds[i], nw * sizeof(*fds[i]));
-            free(fds[i]);
-            fds[i] = NULL;
-        }
-        if (fds[i] != NULL) {
-            pool_listen_start(p, fds[i]);
-            free(fds[i]);
-            fds[i] = NULL;
-        }
-    }
-    admin_reconfigure(nc);
-    if (nc->workers != conf->workers)
-        log_warn("reload: workers %u -> %u needs a restart; still %u",
-                 conf->workers, nc->workers, nw);
-    if (!pid_file_cli &&
-        strcmp(nc->pid_file ? nc->pid_file : "", pid_file ? pid_file : "") != 0)
-        log_warn("reload: pid_file %s -> %s needs a restart; still %s",
-                 pid_file ? pid_file : "(none)",
-                 nc->pid_file ? nc->pid_file : "(none)",
-                 pid_file ? pid_file : "(none)");
-    if (nc->state_file != NULL && make_parent_dir(nc->state_file) < 0)
-        log_warn("reload: cannot create the directory of state_file %s: %s",
-                 nc->state_file, strerror(errno));
-    if (cli_log_level < 0)
-        log_set_level(nc->log_level);
-    conf_destroy(conf);
-    conf = nc;
-    nc = NULL;
-    /* A pool that could not be created or reconfigured (out of memory)
-     * keeps running as before; the reload is not reported as a success. */
-    metrics_note_reload(failed == 0);
-    rc = failed == 0 ? 0 : -1;
-    /* "reload: done" once the reload's migration reports are logged (they
-     * are computed on the builder thread). */
-    reload_failed = failed;
-    membership_state_settle(reload_reported, NULL);
-    goto out;
-nomem:
-    log_error("reload refused: out of memory");
-    metrics_note_reload(false);
-out:
-    if (fds != NULL) {
-        for (i = 0; nc != NULL && i < nc->npools; i++) {
-            if (fds[i] == NULL)
-                continue;
-            for (unsigned w = 0; w < nw; w++)
-                close(fds[i][w]);
-            free(fds[i]);
-        }
-        free(fds);
-    }
-    for (i = 0; plans != NULL && i < nplans; i++)
-        migration_plan_free(&plans[i]);
-    free(plans);
-    conf_destroy(nc);
-    return rc;
-}
-
-/*
- * A reload loads the file on the builder thread: reading it, resolving
- * its host names (getaddrinfo can block for seconds when a resolver is
- * down) and checking its rings (seconds for millions of points) must not
- * stall health checks, ramps and the admin API. It is applied on the
- * control thread once loaded. A SIGHUP during a reload runs one more.
- */
-struct reload_job {
-    struct builder_job job;
-    struct conf *nc;
-    char err[ERRLEN];
-};
-
-/* Builder thread: each server of a migration: copy pool says how many
- * keys it holds (a joining one must hold none; reload_apply checks). */
-static void
-reload_probe(struct conf *nc)
-{
-    for (size_t i = 0; i < nc->npools; i++) {
-        struct conf_pool *cp = &nc->pools[i];
-        struct migration_probe pr = {0};
-        const char **addrs;
-        int64_t *keys;
-
-        if (cp->migration != CONF_MIGRATION_COPY || cp->nservers == 0)
+        if (p->cfg.migration != CONF_MIGRATION_COPY) {
+            log_error("pool %s: the state file holds a migration, but the "
+                      "pool is not 'migration: copy' now: not resumed; keys "
+                      "may still be on their old owners",
+                      p->name);
             continue;
-        addrs = calloc(cp->nservers, sizeof(*addrs));
-        keys = calloc(cp->nservers, sizeof(*keys));
-        if (addrs == NULL || keys == NULL) {
-            free(addrs);
-            free(keys);
-            continue; /* not probed: a joining member is refused */
         }
-        for (size_t k = 0; k < cp->nservers; k++)
-            addrs[k] = cp->servers[k].addr.text;
-        pr.addresses = addrs;
-        pr.n = cp->nservers;
-        pr.auth = cp->redis_auth;
-        pr.db = cp->redis_db;
-        pr.flush = -1;
-        pr.timeout_ms = 1000;
-        pr.keys = keys;
-        migration_probe(&pr);
-        for (size_t k = 0; k < cp->nservers; k++) {
-            cp->servers[k].probed = true;
-            cp->servers[k].keys = keys[k];
-        }
-        free(addrs);
-        free(keys);
-    }
-}
-
-static bool reloading;    /* a reload job is in flight */
-static bool reload_again; /* SIGHUP came meanwhile */
-
-static void reload_start(void);
-
-static void
-reload_work(struct builder_job *job)
-{
-    struct reload_job *rj = (struct reload_job *)job;
-
-    rj->nc = load(rj->err, sizeof(rj->err));
-    if (rj->nc != NULL)
-        reload_probe(rj->nc);
-}
-
-static void
-reload_loaded(struct builder_job *job)
-{
-    struct reload_job *rj = (struct reload_job *)job;
-    int rc;
-
-    reloading = false;
-    if (job->cancelled || draining) {
-        conf_destroy(rj->nc); /* stopping: not applied */
-        free(rj);
-        return;
-    }
-    if (reload_apply(rj->nc, rj->err) == 0)
-        rc =
-            notify_send("READY=1", "serving %zu pools; reloaded", pool_count());
-    else
-        rc = notify_send("READY=1",
-                         "serving %zu pools; the last reload was "
-                         "refused or partial (see the log)",
-                         pool_count());
-    if (rc < 0)
-        log_warn("cannot notify the service manager: %s", strerror(errno));
-    free(rj);
-    if (reload_again) {
-        reload_again = false;
-        reload_start();
-    }
-}
-
-static void
-reload_start(void)
-{
-    struct reload_job *rj;
-
-    if (reloading) {
-        reload_again = true;
-        return;
-    }
-    rj = calloc(1, sizeof(*rj));
-    if (rj == NULL) {
-        log_error("reload refused: out of memory");
-        metrics_note_reload(false);
-        return;
-    }
-    if (notify_reloading("reloading the config") < 0)
-        log_warn("cannot notify the service manager: %s", strerror(errno));
-    log_info("reload: loading %s", conf_path ? conf_path : "<embedded>");
-    rj->job.work = reload_work;
-    rj->job.done = reload_loaded;
-    reloading = true;
-    builder_submit(&rj->job);
-}
-
-/* ---- signals and ticks --------------------------------------------------- */
-
-static uint32_t
-max_shutdown_timeout(void)
-{
-    uint32_t t = 0;
-
-    for (size_t i = 0; i < pool_count(); i++)
-        if (pool_at(i)->cfg.shutdown_timeout_ms > t)
-            t = pool_at(i)->cfg.shutdown_timeout_ms;
-    return t;
-}
-
-static void
-signal_cb(struct control_watch *w, uint32_t events)
-{
-    struct signalfd_siginfo si;
-
-    (void)events;
-    while (read(w->fd, &si, sizeof(si)) == sizeof(si)) {
-        switch (si.ssi_signo) {
-        case SIGHUP:
-            if (draining) {
-                log_warn("SIGHUP ignored: stopping");
-                break;
-            }
-            reload_start();
-            break;
-        case SIGUSR1:
-            if (log_reopen() < 0)
-                log_error("cannot reopen the log: %s", strerror(errno));
-            access_logs_reopen();
-            break;
-        case SIGTERM:
-        case SIGINT:
-            if (draining) {
-                log_info("second stop signal: closing %llu connections now",
-                         (unsigned long long)worker_connections());
-                control_stop(0);
-                break;
-            }
-            draining = true;
-            drain_deadline_ms = clock_ms() + max_shutdown_timeout();
-            worker_stop_accepting();
-            log_info("%s: stopped accepting; draining %llu connections for "
-                     "up to %ums",
-                     si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT",
-                     (unsigned long long)worker_connections(),
-                     max_shutdown_timeout());
-            if (notify_send("STOPPING=1", "draining %llu connections",
-                            (unsigned long long)worker_connections()) < 0)
-                log_warn("cannot notify the service manager: %s",
-                         strerror(errno));
-            break;
-        }
-    }
-}
-
-static void
-main_tick(uint64_t now, void *arg)
-{
-    (void)arg;
-    pool_reclaim();
-    if (draining) {
-        uint64_t left = worker_connections();
-        if (left == 0) {
-            log_info("drained: all connections closed");
-            control_stop(0);
-        } else if (now >= drain_deadline_ms) {
-            log_info("shutdown_timeout reached: closing %llu connections",
-                     (unsigned long long)left);
-            control_stop(0);
-        }
+        if (migration_resume(p, saved, err, sizeof(err)) != 0)
+            log_error("pool %s: cannot resume its migration: %s; keys may "
+                      "still be on their old owners",
+                      p->name, err);
     }
 }
 
@@ -769,7 +212,8 @@ write_pid_file(const char *path)
     char *tmp = NULL, line[32];
     int fd, n, saved;
 
-    if (make_parent_dir(path) < 0 || asprintf(&tmp, "%s.XXXXXX", path) < 0)
+    if (reload_make_parent_dir(path) < 0 ||
+        asprintf(&tmp, "%s.XXXXXX", path) < 0)
         return -1;
     fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
@@ -818,24 +262,6 @@ remove_pid_file(const char *path)
         unlink(path);
 }
 
-/* ---- main ---------------------------------------------------------------- */
-
-static int usage_error(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-
-static int
-usage_error(const char *fmt, ...)
-{
-    va_list ap;
-
-    fprintf(stderr, "chashd: ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n%s", usage);
-    return 2;
-}
-
 /* ", migration copy (the default of 'mode: redis')" for a store pool, ""
  * for the others: what a membership change does to its data. */
 static const char *
@@ -863,51 +289,159 @@ migration_phrase(const struct conf_pool *cp, char *buf, size_t cap)
     return buf;
 }
 
-/* A migration's drain barrier goes to every worker. */
-static unsigned
-drain_workers(struct migration_drain *d)
-{
-    unsigned n = 0;
+/* ---- signals and ticks --------------------------------------------------- */
 
-    for (unsigned i = 0; i < worker_count(); i++) {
-        atomic_fetch_add(&d->refs, 1);
-        if (worker_call(i, request_drain, d) == 0)
-            n++;
-        else
-            migration_drain_unref(d);
-    }
-    return n;
+static uint32_t
+max_shutdown_timeout(void)
+{
+    uint32_t t = 0;
+
+    for (size_t i = 0; i < pool_count(); i++)
+        if (pool_at(i)->cfg.shutdown_timeout_ms > t)
+            t = pool_at(i)->cfg.shutdown_timeout_ms;
+    return t;
 }
 
-/* Start-up: resume the migrations the state file holds. One that cannot
- * be resumed stays in the file (for a start with a config that has its
- * members again) and is logged: its keys may still be on old owners. */
+/* SIGTERM or SIGINT (<signo>): the first drains, the second stops now. */
 static void
-migrations_resume(void)
+stop_signal(uint32_t signo)
 {
-    for (size_t i = 0; i < pool_count(); i++) {
-        struct pool *p = pool_at(i);
-        json_t *saved = membership_migration_saved(p->name);
-        char err[512];
+    if (proc.draining) {
+        log_info("second stop signal: closing %llu connections now",
+                 (unsigned long long)worker_connections());
+        control_stop(0);
+        return;
+    }
+    proc.draining = true;
+    drain_deadline_ms = clock_ms() + max_shutdown_timeout();
+    worker_stop_accepting();
+    log_info("%s: stopped accepting; draining %llu connections for "
+             "up to %ums",
+             signo == SIGTERM ? "SIGTERM" : "SIGINT",
+             (unsigned long long)worker_connections(), max_shutdown_timeout());
+    if (notify_send("STOPPING=1", "draining %llu connections",
+                    (unsigned long long)worker_connections()) < 0)
+        log_warn("cannot notify the service manager: %s", strerror(errno));
+}
 
-        if (saved == NULL)
-            continue;
-        if (p->cfg.migration != CONF_MIGRATION_COPY) {
-            log_error("pool %s: the state file holds a migration, but the "
-                      "pool is not 'migration: copy' now: not resumed; keys "
-                      "may still be on their old owners",
-                      p->name);
-            continue;
+static void
+signal_cb(struct control_watch *w, uint32_t events)
+{
+    struct signalfd_siginfo si;
+
+    (void)events;
+    while (read(w->fd, &si, sizeof(si)) == sizeof(si)) {
+        switch (si.ssi_signo) {
+        case SIGHUP:
+            if (proc.draining) {
+                log_warn("SIGHUP ignored: stopping");
+                break;
+            }
+            reload_start();
+            break;
+        case SIGUSR1:
+            if (log_reopen() < 0)
+                log_error("cannot reopen the log: %s", strerror(errno));
+            access_logs_reopen();
+            break;
+        case SIGTERM:
+        case SIGINT:
+            stop_signal(si.ssi_signo);
+            break;
         }
-        if (migration_resume(p, saved, err, sizeof(err)) != 0)
-            log_error("pool %s: cannot resume its migration: %s; keys may "
-                      "still be on their old owners",
-                      p->name, err);
     }
 }
 
-int
-main(int argc, char **argv)
+static void
+main_tick(uint64_t now, void *arg)
+{
+    (void)arg;
+    pool_reclaim();
+    if (proc.draining) {
+        uint64_t left = worker_connections();
+        if (left == 0) {
+            log_info("drained: all connections closed");
+            control_stop(0);
+        } else if (now >= drain_deadline_ms) {
+            log_info("shutdown_timeout reached: closing %llu connections",
+                     (unsigned long long)left);
+            control_stop(0);
+        }
+    }
+}
+
+/* ---- options and the config ---------------------------------------------- */
+
+static int usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+static int
+usage_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "chashd: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n%s", usage);
+    return 2;
+}
+
+/* One option <opt> (getopt_long's answer) into <cl> and proc: -1 to go
+ * on, or the exit code (0 for --version and --help, 2 for a bad one). */
+static int
+parse_option(int opt, char **argv, struct cmdline *cl)
+{
+    switch (opt) {
+    case 'c':
+        proc.conf_path = optarg;
+        return -1;
+    case 't':
+        cl->test = true;
+        return -1;
+    case 'D':
+        cl->demo = true;
+        return -1;
+    case 'p':
+        cl->pid_file = optarg;
+        return -1;
+    case 'l':
+        if (optarg[0] == '\0')
+            return usage_error("--log: expected stderr, syslog or a "
+                               "file");
+        cl->log_file = optarg;
+        return -1;
+    case 'F':
+        cl->log_format = log_format_from_name(optarg);
+        if (cl->log_format < 0)
+            return usage_error("--log-format '%s': expected text or json",
+                               optarg);
+        return -1;
+    case 'L':
+        proc.log_level = log_level_from_name(optarg);
+        if (proc.log_level < 0)
+            return usage_error("--log-level '%s': expected error, warn, "
+                               "info or debug",
+                               optarg);
+        return -1;
+    case 'V':
+        printf("chashd %s (libchash %s)\n", CHASH_VERSION_STRING,
+               CHASH_VERSION_STRING);
+        return 0;
+    case 'h':
+        fputs(usage, stdout);
+        return 0;
+    case ':':
+        return usage_error("option '%s' needs a value", argv[optind - 1]);
+    default:
+        return usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+}
+
+/* The command line into <cl> and proc: -1 to go on, or the exit code. */
+static int
+parse_args(int argc, char **argv, struct cmdline *cl)
 {
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -921,72 +455,35 @@ main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *log_file = NULL, *cli_pid_file = NULL;
-    char err[ERRLEN];
-    bool test = false, demo = false;
-    sigset_t mask;
-    int c, log_format = LOG_FORMAT_TEXT, rc = 1;
+    int opt, rc;
 
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":c:tVh", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            conf_path = optarg;
-            break;
-        case 't':
-            test = true;
-            break;
-        case 'D':
-            demo = true;
-            break;
-        case 'p':
-            cli_pid_file = optarg;
-            break;
-        case 'l':
-            if (optarg[0] == '\0')
-                return usage_error("--log: expected stderr, syslog or a "
-                                   "file");
-            log_file = optarg;
-            break;
-        case 'F':
-            log_format = log_format_from_name(optarg);
-            if (log_format < 0)
-                return usage_error("--log-format '%s': expected text or json",
-                                   optarg);
-            break;
-        case 'L':
-            cli_log_level = log_level_from_name(optarg);
-            if (cli_log_level < 0)
-                return usage_error("--log-level '%s': expected error, warn, "
-                                   "info or debug",
-                                   optarg);
-            break;
-        case 'V':
-            printf("chashd %s (libchash %s)\n", CHASH_VERSION_STRING,
-                   CHASH_VERSION_STRING);
-            return 0;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        case ':':
-            return usage_error("option '%s' needs a value", argv[optind - 1]);
-        default:
-            return usage_error("unknown option '%s'", argv[optind - 1]);
-        }
-    }
+    while ((opt = getopt_long(argc, argv, ":c:tVh", opts, NULL)) != -1)
+        if ((rc = parse_option(opt, argv, cl)) >= 0)
+            return rc;
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
-    if (demo && conf_path != NULL)
+    if (cl->demo && proc.conf_path != NULL)
         return usage_error("-c and --demo exclude each other");
     /* The demo runs only when asked: a missing config is an error, not a
      * daemon quietly proxying 127.0.0.1:8080 to ports nobody chose. */
-    if (!demo && conf_path == NULL)
-        conf_path = CHASHD_CONF_PATH;
+    if (!cl->demo && proc.conf_path == NULL)
+        proc.conf_path = CHASHD_CONF_PATH;
+    return -1;
+}
 
-    conf = load(err, sizeof(err));
-    if (conf == NULL) {
+/* The config into proc.conf, checked as -t, a start and every reload
+ * check it: 0, or 2 with the error printed. */
+static int
+config_load(void)
+{
+    const char *path = proc.conf_path;
+    char err[ERRLEN];
+
+    proc.conf = reload_load(path, err, sizeof(err));
+    if (proc.conf == NULL) {
         fprintf(stderr, "%s\n", err);
-        if (strcmp(conf_path ? conf_path : "", CHASHD_CONF_PATH) == 0 &&
+        if (strcmp(path ? path : "", CHASHD_CONF_PATH) == 0 &&
             access(CHASHD_CONF_PATH, F_OK) < 0)
             fprintf(stderr,
                     "chashd: no config at %s: give one with -c FILE, "
@@ -995,53 +492,81 @@ main(int argc, char **argv)
         return 2;
     }
     /* -t refuses what a start refuses, with the same message. */
-    if (check_supported(conf, err, sizeof(err)) < 0) {
+    if (reload_check_supported(proc.conf, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s\n", err);
-        conf_destroy(conf);
+        conf_destroy(proc.conf);
         return 2;
     }
-    if (test) {
-        /* What a start would run, pool by pool, and where each pool's mode
-         * came from: a tcp pool written without `mode:` is a memcache
-         * proxy by twemproxy's rule, and should not be a surprise. */
-        for (size_t i = 0; i < conf->nwarnings; i++)
-            fprintf(stderr, "%s\n", conf->warnings[i]);
-        for (size_t i = 0; i < conf->npools; i++) {
-            const struct conf_pool *cp = &conf->pools[i];
-            char mig[256], chain[512];
+    return 0;
+}
 
-            printf("pool %s: mode %s (%s), listen %s, %zu servers, %s/%s%s",
-                   cp->name, conf_mode_name(cp->mode),
-                   conf_mode_source_name(cp->mode_source), cp->listen.text,
-                   cp->nservers, conf_dist_name(cp->distribution),
-                   chash_hash_name(cp->ring.hash),
-                   migration_phrase(cp, mig, sizeof(mig)));
-            if (cp->mode == CONF_MODE_TCP || cp->mode == CONF_MODE_HTTP)
-                printf(", hash_key %s",
-                       conf_hash_chain_text(cp, chain, sizeof(chain)));
-            if (cp->mode == CONF_MODE_TCP) {
-                char why[256];
+/* -t: one line for pool <cp> of <conf>: what a start would run. */
+static void
+config_test_pool(const struct conf *conf, const struct conf_pool *cp)
+{
+    char mig[256], chain[512];
 
-                if (cp->fast_path == CONF_FAST_PATH_OFF)
-                    printf(", fast_path off");
-                else if (fast_path_start(conf, conf->workers, true, why,
-                                         sizeof(why)))
-                    printf(", fast_path sockmap");
-                else
-                    printf(", fast_path off (sockmap unavailable: %s)", why);
-            }
-            if (cp->members_from == CONF_MEMBERS_ETCD)
-                printf(", members from etcd %s/pools/%s/members/ (the "
-                       "servers seed it when it is empty)",
-                       conf->etcd.prefix, cp->name);
-            putchar('\n');
-        }
-        printf("%s: configuration OK\n", conf_path ? conf_path : "<embedded>");
-        fastpath_deinit();
-        conf_destroy(conf);
-        return 0;
+    printf("pool %s: mode %s (%s), listen %s, %zu servers, %s/%s%s", cp->name,
+           conf_mode_name(cp->mode), conf_mode_source_name(cp->mode_source),
+           cp->listen.text, cp->nservers, conf_dist_name(cp->distribution),
+           chash_hash_name(cp->ring.hash),
+           migration_phrase(cp, mig, sizeof(mig)));
+    if (cp->mode == CONF_MODE_TCP || cp->mode == CONF_MODE_HTTP)
+        printf(", hash_key %s", conf_hash_chain_text(cp, chain, sizeof(chain)));
+    if (cp->mode == CONF_MODE_TCP) {
+        char why[256];
+
+        if (cp->fast_path == CONF_FAST_PATH_OFF)
+            printf(", fast_path off");
+        else if (reload_fast_path_start(conf, conf->workers, true, why,
+                                        sizeof(why)))
+            printf(", fast_path sockmap");
+        else
+            printf(", fast_path off (sockmap unavailable: %s)", why);
     }
-    log_set_format(log_format);
+    if (cp->members_from == CONF_MEMBERS_ETCD)
+        printf(", members from etcd %s/pools/%s/members/ (the "
+               "servers seed it when it is empty)",
+               conf->etcd.prefix, cp->name);
+    putchar('\n');
+}
+
+/*
+ * -t: what a start would run, pool by pool, and where each pool's mode
+ * came from: a tcp pool written without `mode:` is a memcache proxy by
+ * twemproxy's rule, and should not be a surprise. Exit code 0.
+ */
+static int
+config_test(void)
+{
+    const struct conf *conf = proc.conf;
+
+    for (size_t i = 0; i < conf->nwarnings; i++)
+        fprintf(stderr, "%s\n", conf->warnings[i]);
+    for (size_t i = 0; i < conf->npools; i++)
+        config_test_pool(conf, &conf->pools[i]);
+    printf("%s: configuration OK\n",
+           proc.conf_path ? proc.conf_path : "<embedded>");
+    fastpath_deinit();
+    conf_destroy(proc.conf);
+    return 0;
+}
+
+/* ---- start --------------------------------------------------------------- */
+
+/*
+ * What the process needs before anything starts: the log (where, how,
+ * how much), the service manager's socket, our copy of the pid file's
+ * path (a reload frees the config it points into), the metrics. 0, or
+ * the exit code with the running config destroyed.
+ */
+static int
+start_process(const struct cmdline *cl)
+{
+    const char *log_file = cl->log_file;
+    struct conf *conf = proc.conf;
+
+    log_set_format(cl->log_format);
     if (log_file != NULL && strcmp(log_file, "syslog") == 0) {
         log_open_syslog("chashd");
     } else if (log_file != NULL && strcmp(log_file, "stderr") == 0) {
@@ -1052,18 +577,17 @@ main(int argc, char **argv)
         conf_destroy(conf);
         return 1;
     }
-    log_set_level(cli_log_level >= 0 ? cli_log_level : conf->log_level);
+    log_set_level(proc.log_level >= 0 ? proc.log_level : conf->log_level);
     for (size_t i = 0; i < conf->nwarnings; i++)
         log_warn("%s", conf->warnings[i]);
     if (notify_init() < 0)
         log_warn("NOTIFY_SOCKET '%s' is not a unix socket path or "
                  "@abstract name: the service manager is not notified",
                  getenv("NOTIFY_SOCKET"));
-    /* Ours, not the config's: a reload frees the config it points into. */
-    pid_file_cli = cli_pid_file != NULL;
-    if (cli_pid_file != NULL || conf->pid_file != NULL) {
-        pid_file = strdup(cli_pid_file ? cli_pid_file : conf->pid_file);
-        if (pid_file == NULL) {
+    proc.pid_file_cli = cl->pid_file != NULL;
+    if (cl->pid_file != NULL || conf->pid_file != NULL) {
+        proc.pid_file = strdup(cl->pid_file ? cl->pid_file : conf->pid_file);
+        if (proc.pid_file == NULL) {
             log_error("cannot start: %s", strerror(errno));
             conf_destroy(conf);
             log_close();
@@ -1071,91 +595,151 @@ main(int argc, char **argv)
         }
     }
     metrics_init();
+    reload_init(&proc, &reload_hooks);
+    return 0;
+}
 
-    /* Signals arrive through a signalfd in the control loop; the workers
-     * inherit the blocked mask. A peer that closes must not kill us. */
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGHUP);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &mask, NULL);
+/* Signals arrive through a signalfd in the control loop (<mask>); the
+ * workers inherit the blocked mask. A peer that closes must not kill us. */
+static void
+start_signals(sigset_t *mask)
+{
+    sigemptyset(mask);
+    sigaddset(mask, SIGHUP);
+    sigaddset(mask, SIGTERM);
+    sigaddset(mask, SIGINT);
+    sigaddset(mask, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, mask, NULL);
     signal(SIGPIPE, SIG_IGN);
-    raise_nofile();
+}
 
-    if (control_init() < 0 || pool_global_init(conf->workers) < 0 ||
+/* The control plane's modules, in order. 0, or -1 (logged). */
+static int
+start_modules(void)
+{
+    if (control_init() < 0 || pool_global_init(proc.conf->workers) < 0 ||
         health_init() < 0 || membership_init() < 0 || migration_init() < 0 ||
         hot_init() < 0 || replica_init(&replica_engine) < 0 ||
         builder_init() < 0) {
         log_error("cannot start: %s", strerror(errno));
-        goto out;
+        return -1;
     }
+    return 0;
+}
+
+/* The state file's runtime changes onto the config, then the pid file:
+ * 0, or the exit code (logged). */
+static int
+start_state(void)
+{
+    const struct conf *conf = proc.conf;
+    char err[ERRLEN];
+
     /* state.c reports a state file it cannot write (and catches up once
      * it can): a directory we cannot create is worth a warning, not a
      * refusal to serve. */
-    if (conf->state_file != NULL && make_parent_dir(conf->state_file) < 0)
+    if (conf->state_file != NULL &&
+        reload_make_parent_dir(conf->state_file) < 0)
         log_warn("cannot create the directory of state_file %s: %s",
                  conf->state_file, strerror(errno));
-    if (membership_state_apply(conf, err, sizeof(err)) < 0) {
+    if (membership_state_apply(proc.conf, err, sizeof(err)) < 0) {
         log_error("cannot start: %s", err);
-        rc = 2;
-        goto out;
+        return 2;
     }
     /* Before any port listens: whoever sees a port accept also finds the
      * pid file (a failed start below removes it again). */
-    if (pid_file != NULL && write_pid_file(pid_file) < 0) {
-        log_error("cannot write pid file %s: %s", pid_file, strerror(errno));
-        free(pid_file);
-        pid_file = NULL;
+    if (proc.pid_file != NULL && write_pid_file(proc.pid_file) < 0) {
+        log_error("cannot write pid file %s: %s", proc.pid_file,
+                  strerror(errno));
+        free(proc.pid_file);
+        proc.pid_file = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+/* Bind every pool's listeners (<workers> each, into <fds>) before a
+ * single worker runs. 0, or -1 (logged) with none left open. */
+static int
+start_bind(int *fds, unsigned workers)
+{
+    const struct conf *conf = proc.conf;
+    char err[ERRLEN];
+
+    for (size_t i = 0; i < conf->npools; i++) {
+        const struct conf_pool *cp = &conf->pools[i];
+        if (listener_open(&cp->listen, cp->backlog, cp->listen_perm,
+                          fds + i * workers, workers, err, sizeof(err)) < 0) {
+            log_error("pool %s: %s", cp->name, err);
+            for (size_t j = 0; j < i * workers; j++)
+                close(fds[j]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The config's pools, their listeners (<fds>, <workers> per pool) kept
+ * for when their snapshots are live. 0, or -1 (logged). */
+static int
+start_pool_create(const int *fds, unsigned workers)
+{
+    const struct conf *conf = proc.conf;
+    char err[ERRLEN];
+
+    for (size_t i = 0; i < conf->npools; i++) {
+        struct pool *p;
+        if (pool_create(&conf->pools[i], true, &p, err, sizeof(err)) < 0) {
+            log_error("%s", err);
+            return -1;
+        }
+        /* handed to the workers once the snapshots the start-up makes
+         * are live (listen_when_published): the sockets already
+         * listen, so clients wait in the backlog meanwhile */
+        memcpy(p->lfds, fds + i * workers, workers * sizeof(*fds));
+        char mig[256];
+
+        log_info("pool %s: listening on %s, mode %s (%s), %zu members, "
+                 "on_failure %s%s",
+                 p->name, p->cfg.listen.text, conf_mode_name(p->cfg.mode),
+                 conf_mode_source_name(p->cfg.mode_source), p->nservers,
+                 conf_on_failure_name(p->cfg.on_failure),
+                 migration_phrase(&p->cfg, mig, sizeof(mig)));
+    }
+    return 0;
+}
+
+/* Listeners bound, the fast path, the workers, the pools. 0, or -1
+ * (logged; silent when out of memory, as ever). */
+static int
+start_pools(void)
+{
+    unsigned workers = proc.conf->workers;
+    int *fds = calloc(proc.conf->npools * workers, sizeof(int));
+    char why[ERRLEN];
+    int rc = -1;
+
+    if (fds == NULL)
+        return -1;
+    if (start_bind(fds, workers) < 0)
+        goto out;
+    reload_fast_path_start(proc.conf, workers, false, why, sizeof(why));
+    dispatch_init();
+    if (worker_start_all(workers) < 0) {
+        log_error("cannot start the workers: %s", strerror(errno));
         goto out;
     }
-    {
-        int *fds = calloc(conf->npools * conf->workers, sizeof(int));
-        if (fds == NULL)
-            goto out;
-        /* Bind everything before a single worker runs. */
-        for (size_t i = 0; i < conf->npools; i++) {
-            const struct conf_pool *cp = &conf->pools[i];
-            if (listener_open(&cp->listen, cp->backlog, cp->listen_perm,
-                              fds + i * conf->workers, conf->workers, err,
-                              sizeof(err)) < 0) {
-                log_error("pool %s: %s", cp->name, err);
-                for (size_t j = 0; j < i * conf->workers; j++)
-                    close(fds[j]);
-                free(fds);
-                goto out;
-            }
-        }
-        fast_path_start(conf, conf->workers, false, err, sizeof(err));
-        dispatch_init();
-        if (worker_start_all(conf->workers) < 0) {
-            log_error("cannot start the workers: %s", strerror(errno));
-            free(fds);
-            goto out;
-        }
-        for (size_t i = 0; i < conf->npools; i++) {
-            struct pool *p;
-            if (pool_create(&conf->pools[i], true, &p, err, sizeof(err)) < 0) {
-                log_error("%s", err);
-                free(fds);
-                goto out;
-            }
-            /* handed to the workers once the snapshots the start-up makes
-             * are live (listen_when_published): the sockets already
-             * listen, so clients wait in the backlog meanwhile */
-            memcpy(p->lfds, fds + i * conf->workers,
-                   conf->workers * sizeof(*fds));
-            char mig[256];
+    rc = start_pool_create(fds, workers);
+out:
+    free(fds);
+    return rc;
+}
 
-            log_info("pool %s: listening on %s, mode %s (%s), %zu members, "
-                     "on_failure %s%s",
-                     p->name, p->cfg.listen.text, conf_mode_name(p->cfg.mode),
-                     conf_mode_source_name(p->cfg.mode_source), p->nservers,
-                     conf_on_failure_name(p->cfg.on_failure),
-                     migration_phrase(&p->cfg, mig, sizeof(mig)));
-        }
-        free(fds);
-    }
+/* The start's changes settle, migrations resume, then each pool's
+ * listeners go to the workers once its snapshot is live. */
+static void
+start_listening(void)
+{
     membership_state_settle(NULL, NULL);
     migration_set_barrier(drain_workers);
     migrations_resume();
@@ -1167,29 +751,63 @@ main(int argc, char **argv)
         if (etcd_defers_listen(pool_at(i)))
             continue; /* etcd starts it once it is applied */
         if (pool_on_published(pool_at(i), listen_when_published, NULL) < 0)
-            pool_listen_start(pool_at(i), pool_at(i)->lfds);
+            reload_listen_start(pool_at(i), pool_at(i)->lfds);
     }
+}
+
+/* etcd, the admin API, the signals and the tick in the control loop.
+ * 0, or -1 (logged). */
+static int
+start_control(sigset_t *mask)
+{
+    char err[ERRLEN];
+
     /* Pools with `members_from: etcd` list, watch and publish from here
      * on; until etcd answers they serve the config's servers. */
-    if (etcd_start(conf, err, sizeof(err)) < 0) {
+    if (etcd_start(proc.conf, err, sizeof(err)) < 0) {
         log_error("cannot start: %s", err);
-        goto out;
+        return -1;
     }
     /* The admin API registers its own watch and tick with the loop. */
-    if (admin_start(conf, err, sizeof(err)) < 0) {
+    if (admin_start(proc.conf, err, sizeof(err)) < 0) {
         log_error("cannot start: %s", err);
-        goto out;
+        return -1;
     }
-    sigwatch.fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    sigwatch.fd = signalfd(-1, mask, SFD_NONBLOCK | SFD_CLOEXEC);
     sigwatch.cb = signal_cb;
     if (sigwatch.fd < 0 || control_watch_add(&sigwatch, EPOLLIN) < 0 ||
         control_tick_add(main_tick, NULL) < 0) {
         log_error("cannot start: %s", strerror(errno));
-        goto out;
+        return -1;
     }
+    return 0;
+}
+
+/*
+ * Start everything in order and serve until stopped. The exit code: the
+ * control loop's, 2 for a state file that does not fit the config, 1 for
+ * any other failed start. What started is stopped by stop().
+ */
+static int
+run(void)
+{
+    sigset_t mask;
+    int rc;
+
+    start_signals(&mask);
+    raise_nofile();
+    if (start_modules() < 0)
+        return 1;
+    if ((rc = start_state()) != 0)
+        return rc;
+    if (start_pools() < 0)
+        return 1;
+    start_listening();
+    if (start_control(&mask) < 0)
+        return 1;
     log_info("chashd %s started: %u workers, %zu pools, config %s",
              CHASH_VERSION_STRING, worker_count(), pool_count(),
-             conf_path ? conf_path : "<embedded>");
+             proc.conf_path ? proc.conf_path : "<embedded>");
     /* Every listener and the admin API are up: the manager may start
      * what depends on us. */
     if (notify_send("READY=1", "serving %zu pools on %u workers", pool_count(),
@@ -1197,7 +815,15 @@ main(int argc, char **argv)
         log_warn("cannot notify the service manager: %s", strerror(errno));
     rc = control_run();
     log_info("chashd stopped");
-out:
+    return rc;
+}
+
+/* ---- stop ---------------------------------------------------------------- */
+
+/* Everything run() started, in order; safe for what did not start. */
+static void
+stop(void)
+{
     /* Copiers first: where they are is saved for the next start. */
     migration_deinit();
     hot_deinit();
@@ -1215,11 +841,29 @@ out:
     if (sigwatch.fd >= 0)
         close(sigwatch.fd);
     control_deinit();
-    if (pid_file != NULL)
-        remove_pid_file(pid_file);
-    free(pid_file);
+    if (proc.pid_file != NULL)
+        remove_pid_file(proc.pid_file);
+    free(proc.pid_file);
     notify_deinit();
-    conf_destroy(conf);
+    conf_destroy(proc.conf);
     log_close();
+}
+
+int
+main(int argc, char **argv)
+{
+    struct cmdline cl = {.log_format = LOG_FORMAT_TEXT};
+    int rc;
+
+    if ((rc = parse_args(argc, argv, &cl)) >= 0)
+        return rc;
+    if ((rc = config_load()) != 0)
+        return rc;
+    if (cl.test)
+        return config_test();
+    if ((rc = start_process(&cl)) != 0)
+        return rc;
+    rc = run();
+    stop();
     return rc;
 }

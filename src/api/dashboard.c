@@ -1,5 +1,5 @@
-/* dashboard.c -- GENERATED from src/dashboard.html: do not edit; edit the
- * .html and run `/usr/bin/python3 tests/integration/admin_util.py
+/* dashboard.c -- GENERATED from src/api/dashboard.html: do not edit; edit
+ * the .html and run `/usr/bin/python3 tests/integration/lib/admin_util.py
  * --regen-dashboard` (a test fails when the two differ).
  * SPDX-License-Identifier: BSD-2-Clause
  */

@@ -12,18 +12,19 @@
 #include <time.h>
 
 #include "chash/chash.h"
-#include "control/membership.h"
+#include "base/stats.h"
 #include "control/etcd.h"
 #include "control/hot.h"
+#include "control/membership.h"
 #include "control/migration.h"
-#include "model/pool.h"
 #include "control/replica.h"
+#include "model/pool.h"
 #include "model/state.h"
-#include "base/stats.h"
 
+/* Reloads since start, by outcome (control thread). */
 static struct {
-    uint64_t reloads_ok, reloads_failed;
-} M;
+    uint64_t ok, failed;
+} metrics_reloads;
 
 void
 metrics_init(void)
@@ -35,9 +36,9 @@ void
 metrics_note_reload(bool ok)
 {
     if (ok)
-        M.reloads_ok++;
+        metrics_reloads.ok++;
     else
-        M.reloads_failed++;
+        metrics_reloads.failed++;
 }
 
 static void
@@ -47,7 +48,7 @@ family(FILE *f, const char *name, const char *type, const char *help)
 }
 
 static void
-pool_labels(FILE *f, const struct pool *p)
+metrics_pool_labels(FILE *f, const struct pool *p)
 {
     fputs("{pool=\"", f);
     stats_label_escape(f, p->name);
@@ -57,7 +58,7 @@ pool_labels(FILE *f, const struct pool *p)
 static void
 member_labels(FILE *f, const struct pool *p, const struct server *s)
 {
-    pool_labels(f, p);
+    metrics_pool_labels(f, p);
     fputs(",member=\"", f);
     stats_label_escape(f, s->name);
     fputc('"', f);
@@ -245,7 +246,8 @@ member_state_family(FILE *f)
     }
 }
 
-enum pool_value {
+/* Which per-pool value a family shows. */
+enum metrics_pool_value {
     PV_ACTIVE,
     PV_ACCEPTED,
     PV_FIRST_CHOICE,
@@ -265,7 +267,7 @@ static const struct {
     const char *name;
     const char *type;
     const char *help;
-} pool_families[] = {
+} metrics_pool_families[] = {
     [PV_ACTIVE] = {"chashd_pool_active_connections", "gauge",
                    "Client connections open on the pool now."},
     [PV_ACCEPTED] = {"chashd_pool_connections_total", "counter",
@@ -299,10 +301,10 @@ static const struct {
 };
 
 static void
-pool_family(FILE *f, enum pool_value v)
+metrics_pool_family(FILE *f, enum metrics_pool_value v)
 {
-    family(f, pool_families[v].name, pool_families[v].type,
-           pool_families[v].help);
+    family(f, metrics_pool_families[v].name, metrics_pool_families[v].type,
+           metrics_pool_families[v].help);
     for (size_t i = 0; i < pool_count(); i++) {
         struct pool *p = pool_at(i);
         const struct pool_snapshot *snap = pool_snapshot(p);
@@ -356,8 +358,8 @@ pool_family(FILE *f, enum pool_value v)
             u = snap ? snap->version : 0;
             break;
         }
-        fputs(pool_families[v].name, f);
-        pool_labels(f, p);
+        fputs(metrics_pool_families[v].name, f);
+        metrics_pool_labels(f, p);
         if (d >= 0)
             fprintf(f, "} %.17g\n", d);
         else
@@ -443,7 +445,7 @@ member_latency_family(FILE *f)
 
 /* The store modes' requests of a pool, by how they were served. */
 static void
-pool_requests_family(FILE *f)
+metrics_pool_requests_family(FILE *f)
 {
     family(f, "chashd_pool_requests_total", "counter",
            "Client requests (store modes), by how they were served: sent "
@@ -459,13 +461,13 @@ pool_requests_family(FILE *f)
                                   ? sum.local + sum.refused
                                   : sum.requests);
         fputs("chashd_pool_requests_total", f);
-        pool_labels(f, p);
+        metrics_pool_labels(f, p);
         fprintf(f, ",served=\"forwarded\"} %llu\n", (unsigned long long)fwd);
         fputs("chashd_pool_requests_total", f);
-        pool_labels(f, p);
+        metrics_pool_labels(f, p);
         fprintf(f, ",served=\"local\"} %llu\n", (unsigned long long)sum.local);
         fputs("chashd_pool_requests_total", f);
-        pool_labels(f, p);
+        metrics_pool_labels(f, p);
         fprintf(f, ",served=\"refused\"} %llu\n",
                 (unsigned long long)sum.refused);
     }
@@ -478,7 +480,7 @@ pool_requests_family(FILE *f)
 
         stats_pool_sum(p->stats, pool_workers(), &sum);
         fputs("chashd_pool_fragments_total", f);
-        pool_labels(f, p);
+        metrics_pool_labels(f, p);
         fprintf(f, "} %llu\n", (unsigned long long)sum.fragments);
     }
     family(f, "chashd_pool_protocol_errors_total", "counter",
@@ -489,14 +491,14 @@ pool_requests_family(FILE *f)
 
         stats_pool_sum(p->stats, pool_workers(), &sum);
         fputs("chashd_pool_protocol_errors_total", f);
-        pool_labels(f, p);
+        metrics_pool_labels(f, p);
         fprintf(f, "} %llu\n", (unsigned long long)sum.protocol_errors);
     }
 }
 
 /* Refused connections, one series per reason. */
 static void
-pool_refused_family(FILE *f)
+metrics_pool_refused_family(FILE *f)
 {
     family(f, "chashd_pool_refused_total", "counter",
            "Client connections refused: client_connections reached (limit), "
@@ -507,15 +509,15 @@ pool_refused_family(FILE *f)
 
         stats_pool_sum(p->stats, pool_workers(), &sum);
         fputs("chashd_pool_refused_total", f);
-        pool_labels(f, p);
+        metrics_pool_labels(f, p);
         fprintf(f, ",reason=\"limit\"} %llu\n",
                 (unsigned long long)sum.refused_limit);
         fputs("chashd_pool_refused_total", f);
-        pool_labels(f, p);
+        metrics_pool_labels(f, p);
         fprintf(f, ",reason=\"error\"} %llu\n",
                 (unsigned long long)sum.refused_error);
         fputs("chashd_pool_refused_total", f);
-        pool_labels(f, p);
+        metrics_pool_labels(f, p);
         fprintf(f, ",reason=\"no_member\"} %llu\n",
                 (unsigned long long)sum.no_member);
     }
@@ -545,23 +547,23 @@ metrics_render(size_t *len)
     family(f, "chashd_config_reloads_total", "counter",
            "Config reloads (SIGHUP), by result.");
     fprintf(f, "chashd_config_reloads_total{result=\"success\"} %llu\n",
-            (unsigned long long)M.reloads_ok);
+            (unsigned long long)metrics_reloads.ok);
     fprintf(f, "chashd_config_reloads_total{result=\"failure\"} %llu\n",
-            (unsigned long long)M.reloads_failed);
+            (unsigned long long)metrics_reloads.failed);
     family(f, "chashd_retired_snapshots", "gauge",
            "Ring snapshots retired but not yet freed (a worker may hold "
            "them).");
     fprintf(f, "chashd_retired_snapshots %zu\n", pool_retired_count());
 
     for (int v = PV_ACTIVE; v <= PV_SNAPSHOT; v++)
-        pool_family(f, (enum pool_value)v);
-    pool_refused_family(f);
+        metrics_pool_family(f, (enum metrics_pool_value)v);
+    metrics_pool_refused_family(f);
     for (int v = MV_ACTIVE; v <= MV_INFLIGHT; v++)
         member_family(f, (enum member_value)v);
     member_state_family(f);
     member_request_errors_family(f);
     member_latency_family(f);
-    pool_requests_family(f);
+    metrics_pool_requests_family(f);
     migration_metrics(f);
     hot_metrics(f);
     replica_metrics(f);

@@ -22,14 +22,14 @@
 #include <unistd.h>
 
 #include "base/clock.h"
-#include "loop/control.h"
-#include "loop/io.h"
 #include "base/log.h"
 #include "control/membership.h"
+#include "loop/control.h"
+#include "loop/io.h"
 #include "model/pool.h"
+#include "model/state.h"
 #include "proto/modes.h"
 #include "proto/redis.h"
-#include "model/state.h"
 
 struct health_probe {
     struct control_watch watch;

@@ -15,11 +15,11 @@
 
 #include "chash/chash.h"
 #include "base/clock.h"
-#include "conf/conf.h"
-#include "loop/control.h"
-#include "control/membership.h"
-#include "model/pool.h"
 #include "base/stats.h"
+#include "conf/conf.h"
+#include "control/membership.h"
+#include "loop/control.h"
+#include "model/pool.h"
 
 #define HOT_TICK_MS 1000
 #define HOT_TOP 20    /* keys shown per pool */
@@ -151,8 +151,8 @@ merge(struct pool *p, struct hview *v, uint64_t now_ms)
 }
 
 /* hot_keys: spread: the keys whose sure rate reaches the threshold, by
- * their ring hash, for the workers (request.c spread_key). A key cut at
- * HOT_KEY_MAX bytes cannot be hashed: it is not spread. */
+ * their ring hash, for the workers (data/request_rep.c spread_key). A
+ * key cut at HOT_KEY_MAX bytes cannot be hashed: it is not spread. */
 static void
 spread_set(struct pool *p, struct hview *v)
 {
@@ -483,32 +483,49 @@ model_run(struct model *md)
     return worst;
 }
 
-int
-hot_rebalance(struct pool *p, double target, struct membership_batch_op *ops,
-              size_t cap, json_t **proposal)
-{
-    const struct hview *v = view_get(p->name, false);
-    const struct pool_snapshot *snap = atomic_load(&p->snap);
-    double total = v ? members_rate(v) : 0, hot = 0, wsum = 0;
-    double worst, best, scale = 10, modeled = -1, predicted;
-    size_t n = snap ? snap->n : 0, nops = 0, nhot = 0;
-    struct model md = {0};
-    uint32_t *bestw = NULL;
-    double *capf = NULL, *ratio = NULL, *now = NULL;
-    json_t *j, *arr;
-    int steps = 0;
+/* A rebalance's working state: the model, and per member ([n] each) the
+ * best weights found, the capacities and the ratios measured now. */
+struct rebalance {
+    struct model md;
+    uint32_t *bestw;
+    double *capf, *ratio, *now;
+    double worst;   /* the measured worst ratio */
+    double best;    /* the best modeled worst */
+    double modeled; /* the modeled worst with the weights now, -1: none */
+    int steps;      /* rings tried */
+};
 
-    *proposal = NULL;
-    if (v == NULL || total <= 0 || n == 0 || snap->ring == NULL)
+static void
+rebalance_free(struct rebalance *rb)
+{
+    free(rb->md.m);
+    free(rb->bestw);
+    free(rb->capf);
+    free(rb->ratio);
+    free(rb->now);
+}
+
+/* Set <rb> up for <p>'s snapshot <snap> (<n> members) and its view <v>,
+ * whose members take <total> requests/s: what was measured, and the
+ * model of it. 0, or -1 when out of memory. */
+static int
+rebalance_init(struct rebalance *rb, struct pool *p,
+               const struct pool_snapshot *snap, size_t n,
+               const struct hview *v, double total)
+{
+    double hot = 0, wsum = 0, scale = 10;
+    size_t nhot = 0;
+
+    memset(rb, 0, sizeof(*rb));
+    rb->modeled = -1;
+    rb->md.m = calloc(n, sizeof(*rb->md.m));
+    rb->bestw = calloc(n, sizeof(*rb->bestw));
+    rb->capf = calloc(n, sizeof(*rb->capf));
+    rb->ratio = calloc(n, sizeof(*rb->ratio));
+    rb->now = calloc(n, sizeof(*rb->now));
+    if (rb->md.m == NULL || rb->bestw == NULL || rb->capf == NULL ||
+        rb->ratio == NULL || rb->now == NULL)
         return -1;
-    md.m = calloc(n, sizeof(*md.m));
-    bestw = calloc(n, sizeof(*bestw));
-    capf = calloc(n, sizeof(*capf));
-    ratio = calloc(n, sizeof(*ratio));
-    now = calloc(n, sizeof(*now));
-    if (md.m == NULL || bestw == NULL || capf == NULL || ratio == NULL ||
-        now == NULL)
-        goto fail;
     for (size_t i = 0; i < n; i++) {
         wsum += snap->members[i].weight;
         if (snap->members[i].weight >= 10)
@@ -516,92 +533,136 @@ hot_rebalance(struct pool *p, double target, struct membership_batch_op *ops,
     }
     /* what was measured: each member's part of the load over its
      * capacity (with weights that place by share, its load ratio) */
-    worst = 0;
     for (size_t i = 0; i < n; i++) {
-        capf[i] = snap->members[i].weight / wsum;
-        now[i] = (rate_of(v, snap->members[i].name) / total) / capf[i];
-        if (now[i] > worst)
-            worst = now[i];
-        md.m[i] = snap->members[i];
-        md.m[i].ramp = 1.0;
-        md.m[i].weight = (uint32_t)(snap->members[i].weight * scale);
-        bestw[i] = md.m[i].weight;
+        rb->capf[i] = snap->members[i].weight / wsum;
+        rb->now[i] = (rate_of(v, snap->members[i].name) / total) / rb->capf[i];
+        if (rb->now[i] > rb->worst)
+            rb->worst = rb->now[i];
+        rb->md.m[i] = snap->members[i];
+        rb->md.m[i].ramp = 1.0;
+        rb->md.m[i].weight = (uint32_t)(snap->members[i].weight * scale);
+        rb->bestw[i] = rb->md.m[i].weight;
     }
     for (size_t k = 0; k < v->nkeys; k++)
         if (v->keys[k].len <= HOT_KEY_MAX) {
             hot += v->keys[k].rate_min;
             nhot = k + 1;
         }
-    md.n = n;
-    md.cap = capf;
-    md.hot = v->keys;
-    md.nhot = nhot;
-    md.total = total;
-    md.rest = total > hot ? total - hot : 0;
-    md.snap = snap;
-    md.cfg = &p->cfg.ring;
-    md.ratio = ratio;
-    best = worst;
-    /* the worst member gives 10% of its weight at a time, while that
-     * makes the worst better (bounded: REBALANCE_STEPS rings) */
-    if (worst > target) {
-        best = modeled = model_run(&md);
-        for (steps = 1; steps < REBALANCE_STEPS && best > target; steps++) {
-            size_t w = 0;
-            double got;
+    rb->md.n = n;
+    rb->md.cap = rb->capf;
+    rb->md.hot = v->keys;
+    rb->md.nhot = nhot;
+    rb->md.total = total;
+    rb->md.rest = total > hot ? total - hot : 0;
+    rb->md.snap = snap;
+    rb->md.cfg = &p->cfg.ring;
+    rb->md.ratio = rb->ratio;
+    rb->best = rb->worst;
+    return 0;
+}
 
-            for (size_t i = 1; i < n; i++)
-                if (ratio[i] > ratio[w])
-                    w = i;
-            if (md.m[w].weight <= 1)
-                break;
-            md.m[w].weight -= md.m[w].weight / 10 ? md.m[w].weight / 10 : 1;
-            got = model_run(&md);
-            if (got < 0)
-                break;
-            if (got < best) {
-                best = got;
-                for (size_t i = 0; i < n; i++)
-                    bestw[i] = md.m[i].weight;
-            }
+/* The worst member gives 10% of its weight at a time, while that makes
+ * the worst better than <target> would have it (bounded:
+ * REBALANCE_STEPS rings); <rb>'s best weights are the best found. */
+static void
+rebalance_search(struct rebalance *rb, double target)
+{
+    struct model *md = &rb->md;
+
+    if (rb->worst <= target)
+        return;
+    rb->best = rb->modeled = model_run(md);
+    for (rb->steps = 1; rb->steps < REBALANCE_STEPS && rb->best > target;
+         rb->steps++) {
+        size_t w = 0;
+        double got;
+
+        for (size_t i = 1; i < md->n; i++)
+            if (rb->ratio[i] > rb->ratio[w])
+                w = i;
+        if (md->m[w].weight <= 1)
+            break;
+        md->m[w].weight -= md->m[w].weight / 10 ? md->m[w].weight / 10 : 1;
+        got = model_run(md);
+        if (got < 0)
+            break;
+        if (got < rb->best) {
+            rb->best = got;
+            for (size_t i = 0; i < md->n; i++)
+                rb->bestw[i] = md->m[i].weight;
         }
     }
+}
+
+/* The members' weights now and proposed into a JSON array, the changes
+ * into <ops> (at most <cap>; *<nops> of them); the weights found are
+ * proposed only when they are <better>. */
+static json_t *
+rebalance_members(const struct rebalance *rb, const struct pool_snapshot *snap,
+                  bool better, struct membership_batch_op *ops, size_t cap,
+                  size_t *nops)
+{
+    json_t *arr = json_array();
+
+    for (size_t i = 0; i < rb->md.n; i++) {
+        uint32_t nw = better ? rb->bestw[i] : snap->members[i].weight;
+
+        json_array_append_new(
+            arr,
+            json_pack("{s:s,s:I,s:I,s:f}", "name", snap->members[i].name,
+                      "weight", (json_int_t)snap->members[i].weight,
+                      "new_weight", (json_int_t)nw, "load_ratio", rb->now[i]));
+        if (nw != snap->members[i].weight && *nops < cap) {
+            memset(&ops[*nops], 0, sizeof(ops[*nops]));
+            ops[*nops].op = MEMBERSHIP_UPDATE;
+            ops[*nops].name = snap->members[i].name;
+            ops[*nops].has_weight = true;
+            ops[*nops].weight = nw;
+            (*nops)++;
+        }
+    }
+    return arr;
+}
+
+int
+hot_rebalance(struct pool *p, double target, struct membership_batch_op *ops,
+              size_t cap, json_t **proposal)
+{
+    const struct hview *v = view_get(p->name, false);
+    const struct pool_snapshot *snap = atomic_load(&p->snap);
+    double total = v ? members_rate(v) : 0, predicted;
+    size_t n = snap ? snap->n : 0, nops = 0;
+    struct rebalance rb;
+    bool better;
+    json_t *j, *arr;
+
+    *proposal = NULL;
+    if (v == NULL || total <= 0 || n == 0 || snap->ring == NULL)
+        return -1;
+    if (rebalance_init(&rb, p, snap, n, v, total) != 0) {
+        rebalance_free(&rb);
+        return -1;
+    }
+    rebalance_search(&rb, target);
     /* The model is judged against itself: the weights it found against
      * the weights now, both modeled (the hot keys' rates and the members'
      * are measured over different windows; comparing a modeled ratio with
      * a measured one refused good proposals when they drifted apart). The
      * ratio predicted is the measured worst scaled by the model's gain. */
-    bool better = worst > target && modeled > 0 && best < modeled;
-
+    better = rb.worst > target && rb.modeled > 0 && rb.best < rb.modeled;
+    arr = rebalance_members(&rb, snap, better, ops, cap, &nops);
+    predicted = nops > 0 ? rb.worst * (rb.best / rb.modeled) : rb.worst;
     j = json_object();
-    arr = json_array();
-    for (size_t i = 0; i < n; i++) {
-        uint32_t nw = better ? bestw[i] : snap->members[i].weight;
-
-        json_array_append_new(
-            arr, json_pack("{s:s,s:I,s:I,s:f}", "name", snap->members[i].name,
-                           "weight", (json_int_t)snap->members[i].weight,
-                           "new_weight", (json_int_t)nw, "load_ratio", now[i]));
-        if (nw != snap->members[i].weight && nops < cap) {
-            memset(&ops[nops], 0, sizeof(ops[nops]));
-            ops[nops].op = MEMBERSHIP_UPDATE;
-            ops[nops].name = snap->members[i].name;
-            ops[nops].has_weight = true;
-            ops[nops].weight = nw;
-            nops++;
-        }
-    }
     json_object_set_new(j, "pool", json_string(p->name));
     json_object_set_new(j, "target", json_real(target));
-    json_object_set_new(j, "worst_ratio", json_real(worst));
-    predicted = nops > 0 ? worst * (best / modeled) : worst;
+    json_object_set_new(j, "worst_ratio", json_real(rb.worst));
     json_object_set_new(j, "predicted_worst_ratio", json_real(predicted));
     json_object_set_new(j, "meets_target", json_boolean(predicted <= target));
-    json_object_set_new(j, "rings_tried", json_integer(steps));
+    json_object_set_new(j, "rings_tried", json_integer(rb.steps));
     json_object_set_new(j, "members", arr);
     json_object_set_new(
         j, "note",
-        json_string(worst <= target
+        json_string(rb.worst <= target
                         ? "every member's load is within the target of "
                           "its capacity: nothing to change"
                     : nops == 0 ? "no weight change makes the most loaded "
@@ -611,17 +672,6 @@ hot_rebalance(struct pool *p, double target, struct membership_batch_op *ops,
                                   "puts them, the rest of the load by share; "
                                   "capacity: the weights before"));
     *proposal = j;
-    free(md.m);
-    free(bestw);
-    free(capf);
-    free(ratio);
-    free(now);
+    rebalance_free(&rb);
     return (int)nops;
-fail:
-    free(md.m);
-    free(bestw);
-    free(capf);
-    free(ratio);
-    free(now);
-    return -1;
 }

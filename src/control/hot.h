@@ -13,7 +13,6 @@
 
 #include "model/hotkeys.h"
 
-
 struct pool;
 
 /* Register the merge with the control loop (once a second). 0 or -1. */

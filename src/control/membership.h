@@ -2,7 +2,12 @@
  * it: runtime changes (admin API, later etcd), reloads, health
  * transitions and finished ramps; the exact migration report of each; the
  * change log; and the state file that keeps runtime changes across
- * restarts and reloads. Control thread only.
+ * restarts and reloads. Control thread only. The module's files:
+ * membership.c (the model, change log, events, state file, migrations,
+ * a store's members), membership_report.c (reports on the builder
+ * thread), membership_reload.c (reloads), membership_change.c (runtime
+ * changes), membership_batch.c (a batch, one etcd transaction); they
+ * share membership_int.h.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #ifndef CHASHD_MEMBERSHIP_H
@@ -240,5 +245,39 @@ uint64_t membership_pool_changes(const char *pool, double *last_moved);
 
 /* The migration the state file holds for <pool> (borrowed), or NULL. */
 json_t *membership_migration_saved(const char *pool);
+
+/* ==== a store's members (etcd): membership_apply_remote ===================
+ *
+ * One member the store holds for a pool: <server> its name, address and
+ * weight (borrowed); <admin> its admin state (enum state_admin); <age_ms>
+ * how long ago the store wrote it: a ramp the change starts began then,
+ * so that every instance ramps alike.
+ */
+struct conf_server;
+struct membership_remote_member {
+    const struct conf_server *server;
+    int admin;
+    uint64_t age_ms;
+};
+/* Member <i> could not be added (<err>: an errno, EEXIST when its address
+ * is another member's); called as it happens, so that what the store's
+ * module logs about it comes in order. */
+typedef void membership_remote_refused_fn(size_t i, int err, void *arg);
+/*
+ * Make pool <p> hold exactly the store's <members> (<n> of them, sorted by
+ * name as strcmp orders them, names distinct): removals first (an address
+ * may pass from one name to another: a member whose address changed is
+ * removed, then added again), then changes of weight and admin state, then
+ * additions; all in one control-loop step (the caller may hold them in
+ * one snapshot with pool_batch). What changed is logged and entered in the
+ * change log with its report, as <verb> ("etcd revision 42") by source
+ * "etcd"; a removed member's reason is "removed in etcd". <refused> gets
+ * each member that cannot be added. Control thread. Returns whether
+ * anything changed.
+ */
+bool membership_apply_remote(struct pool *p,
+                             const struct membership_remote_member *members,
+                             size_t n, const char *verb,
+                             membership_remote_refused_fn *refused, void *arg);
 
 #endif /* CHASHD_MEMBERSHIP_H */

@@ -5,7 +5,7 @@
  *
  *   - requests: before a request touches a moving key, chashd moves the
  *     key first (a "gate": MIGRATE on the old owner), then runs the
- *     request on the new owner (request.c, redis_mode.c);
+ *     request on the new owner (data/request.c, data/redis_mode.c);
  *   - a drain barrier: nothing is moved until every request sent to an
  *     old owner under the old ring has been answered (a late write would
  *     recreate a moved key on its old owner);
@@ -14,7 +14,11 @@
  *   - the migration is kept in the state file and resumed after a
  *     restart.
  * doc/migration.md for users; the design and its races in
- * doc/internals/chashd.md.
+ * doc/internals/chashd.md. The module's files: migration.c (the life on
+ * the control thread), migration_copy.c (the copiers),
+ * migration_report.c (API, metrics, state file), migration_plan.c (the
+ * probe, reload plans), migration_etcd.c (several instances); they share
+ * migration_int.h.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #ifndef CHASHD_MIGRATION_H
@@ -148,14 +152,15 @@ void migration_probe(struct migration_probe *pr);
  * ---- one migration run by several chashd instances (etcd pools) ----
  *
  * In a pool that takes its members from etcd, a migration is described
- * in etcd (etcd.c, doc/etcd.md): its descriptor, created in the same
- * transaction as the change, gives the old placement, so every instance
- * -- a late one too -- runs the same migration, numbered by the revision
- * of the change (<epoch>). Each instance gates its own requests and
- * drains its own connections; a stage's gates open only once every
- * instance has drained (a barrier in etcd); only the instance that holds
- * the pool's copier lock runs copiers, and it ends the stage (or the
- * migration) in etcd, which every instance then applies.
+ * in etcd (control/etcd_migration.c, doc/etcd.md): its descriptor,
+ * created in the same transaction as the change, gives the old
+ * placement, so every instance -- a late one too -- runs the same
+ * migration, numbered by the revision of the change (<epoch>). Each
+ * instance gates its own requests and drains its own connections; a
+ * stage's gates open only once every instance has drained (a barrier in
+ * etcd); only the instance that holds the pool's copier lock runs
+ * copiers, and it ends the stage (or the migration) in etcd, which every
+ * instance then applies.
  */
 struct migration_etcd_ops {
     /* This instance drained stage <stage> of <epoch>: say so in etcd. */

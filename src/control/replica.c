@@ -16,14 +16,14 @@
 
 #include "chash/chash.h"
 #include "base/clock.h"
-#include "conf/conf.h"
-#include "loop/control.h"
 #include "base/log.h"
 #include "base/stats.h"
-#include "model/pool.h"
-#include "loop/rconn.h"
-#include "data/request.h"
 #include "base/u64set.h"
+#include "conf/conf.h"
+#include "data/request.h"
+#include "loop/control.h"
+#include "loop/rconn.h"
+#include "model/pool.h"
 
 /* A member that could not be reached is tried again after this. */
 #define RETRY_MS 1000

@@ -78,6 +78,7 @@ static const struct worker_hooks dispatch_worker_hooks = {
 void
 dispatch_init(void)
 {
+    redis_mode_init();
     request_register_modes(&redis_request_mode, &memcache_request_mode);
     worker_set_hooks(&dispatch_worker_hooks);
 }

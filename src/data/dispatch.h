@@ -1,7 +1,8 @@
 /* dispatch.h -- which connection engine serves a mode: the tcp splice
  * (bytes both ways between a client and one member), the http engine,
  * the request engine of the store modes. The worker's listeners hand each
- * accepted client to it through the hooks main.c registers.
+ * accepted client to it through the worker's hooks, which dispatch_init
+ * registers (main.c calls it at start).
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #ifndef CHASHD_DISPATCH_H

@@ -14,15 +14,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "loop/access_log.h"
-#include "conf/conf.h"
 #include "base/invariant.h"
-#include "proto/proxy.h"
 #include "base/log.h"
 #include "base/stats.h"
+#include "conf/conf.h"
+#include "loop/access_log.h"
 #include "loop/io.h"
 #include "loop/worker.h"
 #include "model/pool.h"
+#include "proto/proxy.h"
 
 bool
 engine_admit(struct worker *w, struct pool *p, int fd)

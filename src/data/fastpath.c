@@ -1,5 +1,5 @@
 /* fastpath.c -- the tcp fast path's loader and pair slots: the BPF object
- * built from src/bpf/fastpath.bpf.c is embedded in chashd and loaded
+ * built from src/data/bpf/fastpath.bpf.c is embedded in chashd and loaded
  * through libbpf at start; each worker owns a range of the `pairs` map's
  * slots and sweeps its pairs to fold the kernel's counters. Without clang
  * and libbpf at build time this file builds the stubs only (CHASH_FASTPATH
@@ -29,15 +29,15 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "data/bpf/fastpath_abi.h"
 #include "base/invariant.h"
 #include "base/log.h"
+#include "data/bpf/fastpath_abi.h"
 
 _Static_assert(FP_CLIENT == FASTPATH_CLIENT && FP_MEMBER == FASTPATH_MEMBER,
                "the sides agree with the program's");
 _Static_assert(sizeof(struct fp_pair) == 128, "a pair is two cache lines");
 
-/* The object built by the Makefile from src/bpf/fastpath.bpf.c. */
+/* The object built by the Makefile from src/data/bpf/fastpath.bpf.c. */
 extern const unsigned char fastpath_bpf_obj[];
 extern const size_t fastpath_bpf_obj_len;
 
@@ -112,7 +112,7 @@ store64(__u64 *p, uint64_t v)
     __atomic_store_n(p, v, __ATOMIC_RELAXED);
 }
 
-/* Map worker <i>'s ring: its consumer page to write, its producer page
+/* Map worker <fw>'s ring: its consumer page to write, its producer page
  * and data (twice, so a record that wraps reads in one piece) to read. */
 static int
 ring_map(struct fp_worker *fw)
@@ -155,15 +155,14 @@ map_fd(const char *map)
     return m != NULL ? bpf_map__fd(m) : -1;
 }
 
-int
-fastpath_init(unsigned workers, char *why, size_t whylen)
+/* Open the embedded object, size its maps for <workers> and load it into
+ * the kernel. 0, or -1 with <why> (fp.obj may be left open). */
+static int
+object_load(unsigned workers, char *why, size_t whylen)
 {
     LIBBPF_OPTS(bpf_object_open_opts, opts, .object_name = "chashd_fastpath");
-    struct bpf_program *prog;
-    int pairs_fd, rings_fd, err;
-    void *m;
+    int err;
 
-    INVARIANT(!fastpath_ready() && workers > 0);
     libbpf_set_print(libbpf_print);
     fp.obj =
         bpf_object__open_mem(fastpath_bpf_obj, fastpath_bpf_obj_len, &opts);
@@ -177,7 +176,7 @@ fastpath_init(unsigned workers, char *why, size_t whylen)
         set_size("ends", 2 * FASTPATH_PAIRS, why, whylen) < 0 ||
         set_size("pairs", FASTPATH_PAIRS, why, whylen) < 0 ||
         set_size("rings", workers, why, whylen) < 0)
-        goto fail;
+        return -1;
     err = bpf_object__load(fp.obj);
     if (err < 0) {
         if (err == -EPERM || err == -EACCES)
@@ -188,41 +187,52 @@ fastpath_init(unsigned workers, char *why, size_t whylen)
             snprintf(why, whylen, "the kernel refused the program: %s%s%s",
                      strerror(-err), fp.libbpf_msg[0] ? ": " : "",
                      fp.libbpf_msg);
-        goto fail;
+        return -1;
     }
-    prog = bpf_object__find_program_by_name(fp.obj, "fastpath_verdict");
+    return 0;
+}
+
+/* The loaded object's maps (fp.socks, fp.holds, fp.ends; *<pairs_fd>,
+ * *<rings_fd>) and its verdict program, attached to `socks`. 0, or -1
+ * with <why>. */
+static int
+object_attach(int *pairs_fd, int *rings_fd, char *why, size_t whylen)
+{
+    struct bpf_program *prog =
+        bpf_object__find_program_by_name(fp.obj, "fastpath_verdict");
+
     fp.socks = map_fd("socks");
     fp.holds = map_fd("holds");
     fp.ends = map_fd("ends");
-    pairs_fd = map_fd("pairs");
-    rings_fd = map_fd("rings");
+    *pairs_fd = map_fd("pairs");
+    *rings_fd = map_fd("rings");
     if (prog == NULL || fp.socks < 0 || fp.holds < 0 || fp.ends < 0 ||
-        pairs_fd < 0 || rings_fd < 0) {
+        *pairs_fd < 0 || *rings_fd < 0) {
         snprintf(why, whylen, "the program lacks its maps");
-        goto fail;
+        return -1;
     }
     if (bpf_prog_attach(bpf_program__fd(prog), fp.socks, BPF_SK_SKB_VERDICT,
                         0) < 0) {
         snprintf(why, whylen,
                  "the kernel refused the verdict program on a sockhash: %s",
                  strerror(errno));
-        goto fail;
+        return -1;
     }
-    fp.pairs_len = sizeof(struct fp_pair) * FASTPATH_PAIRS;
-    m = mmap(NULL, fp.pairs_len, PROT_READ | PROT_WRITE, MAP_SHARED, pairs_fd,
-             0);
-    if (m == MAP_FAILED) {
-        snprintf(why, whylen, "cannot map the pairs' counters: %s",
-                 strerror(errno));
-        goto fail;
-    }
-    fp.pairs = m;
+    return 0;
+}
+
+/* Each of <workers> workers' slots and its ring, made and put in
+ * `rings` (<rings_fd>). 0, or -1 with <why> (the unwinding frees what
+ * was made). */
+static int
+workers_setup(unsigned workers, int rings_fd, char *why, size_t whylen)
+{
     fp.nworkers = workers;
     fp.per_worker = FASTPATH_PAIRS / workers;
     fp.workers = calloc(workers, sizeof(*fp.workers));
     if (fp.workers == NULL) {
         snprintf(why, whylen, "out of memory");
-        goto fail;
+        return -1;
     }
     /* None has a ring yet: the unwinding closes only those made. */
     for (unsigned i = 0; i < workers; i++)
@@ -235,7 +245,7 @@ fastpath_init(unsigned workers, char *why, size_t whylen)
         fw->by_slot = calloc(fp.per_worker, sizeof(*fw->by_slot));
         if (fw->free == NULL || fw->by_slot == NULL) {
             snprintf(why, whylen, "out of memory");
-            goto fail;
+            return -1;
         }
         fw->ring = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "chashd_fp_ring", 0, 0,
                                   FP_RING_SIZE, NULL);
@@ -244,37 +254,44 @@ fastpath_init(unsigned workers, char *why, size_t whylen)
             ring_map(fw) < 0) {
             snprintf(why, whylen, "cannot set up worker %u's ring: %s", i,
                      strerror(errno));
-            goto fail;
+            return -1;
         }
     }
-    /* Three descriptors and a ring per worker are all chashd needs from
-     * here on (a daemon at its descriptor limit serves a pair more per
-     * two): the sockhashes hold the program, the program holds `rings`,
-     * the mapping holds `pairs`. */
-    {
-        int socks = fcntl(fp.socks, F_DUPFD_CLOEXEC, 0);
-        int holds = fcntl(fp.holds, F_DUPFD_CLOEXEC, 0);
-        int ends = fcntl(fp.ends, F_DUPFD_CLOEXEC, 0);
-
-        if (socks < 0 || holds < 0 || ends < 0) {
-            snprintf(why, whylen, "no descriptor left: %s", strerror(errno));
-            if (socks >= 0)
-                close(socks);
-            if (holds >= 0)
-                close(holds);
-            if (ends >= 0)
-                close(ends);
-            goto fail; /* the object's own close with it */
-        }
-        fp.socks = socks;
-        fp.holds = holds;
-        fp.ends = ends;
-    }
-    bpf_object__close(fp.obj);
-    fp.obj = NULL;
-    atomic_store_explicit(&fp.ready, true, memory_order_release);
     return 0;
-fail:
+}
+
+/* Three descriptors and a ring per worker are all chashd needs from
+ * here on (a daemon at its descriptor limit serves a pair more per
+ * two): the sockhashes hold the program, the program holds `rings`, the
+ * mapping holds `pairs`. Our own copies of the three, for fp; 0, or -1
+ * with <why> (fp's are still the object's). */
+static int
+maps_keep(char *why, size_t whylen)
+{
+    int socks = fcntl(fp.socks, F_DUPFD_CLOEXEC, 0);
+    int holds = fcntl(fp.holds, F_DUPFD_CLOEXEC, 0);
+    int ends = fcntl(fp.ends, F_DUPFD_CLOEXEC, 0);
+
+    if (socks < 0 || holds < 0 || ends < 0) {
+        snprintf(why, whylen, "no descriptor left: %s", strerror(errno));
+        if (socks >= 0)
+            close(socks);
+        if (holds >= 0)
+            close(holds);
+        if (ends >= 0)
+            close(ends);
+        return -1;
+    }
+    fp.socks = socks;
+    fp.holds = holds;
+    fp.ends = ends;
+    return 0;
+}
+
+/* fastpath_init failed: undo what it made for <workers> workers. */
+static void
+init_unwind(unsigned workers)
+{
     if (fp.workers != NULL) {
         for (unsigned i = 0; i < workers; i++) {
             free(fp.workers[i].free);
@@ -300,6 +317,36 @@ fail:
     bpf_object__close(fp.obj); /* closes the maps and the program */
     fp.obj = NULL;
     fp.socks = fp.holds = fp.ends = -1;
+}
+
+int
+fastpath_init(unsigned workers, char *why, size_t whylen)
+{
+    int pairs_fd, rings_fd;
+    void *m;
+
+    INVARIANT(!fastpath_ready() && workers > 0);
+    if (object_load(workers, why, whylen) < 0 ||
+        object_attach(&pairs_fd, &rings_fd, why, whylen) < 0)
+        goto fail;
+    fp.pairs_len = sizeof(struct fp_pair) * FASTPATH_PAIRS;
+    m = mmap(NULL, fp.pairs_len, PROT_READ | PROT_WRITE, MAP_SHARED, pairs_fd,
+             0);
+    if (m == MAP_FAILED) {
+        snprintf(why, whylen, "cannot map the pairs' counters: %s",
+                 strerror(errno));
+        goto fail;
+    }
+    fp.pairs = m;
+    if (workers_setup(workers, rings_fd, why, whylen) < 0 ||
+        maps_keep(why, whylen) < 0)
+        goto fail; /* the object's own descriptors close with it */
+    bpf_object__close(fp.obj);
+    fp.obj = NULL;
+    atomic_store_explicit(&fp.ready, true, memory_order_release);
+    return 0;
+fail:
+    init_unwind(workers);
     return -1;
 }
 
@@ -455,47 +502,32 @@ cookie_of(int fd, uint64_t *cookie)
     return getsockopt(fd, SOL_SOCKET, SO_COOKIE, cookie, &len);
 }
 
-int
-fastpath_enter(struct worker *w, struct fastpath_pair *p, int client_fd,
-               int member_fd, fastpath_sweep_fn *sweep)
+/* The first pair of worker <w> (<fw>): its range of slots, lowest on
+ * top, its sweep, and its ring in its epoll. */
+static void
+worker_fill(struct fp_worker *fw, struct worker *w)
 {
-    struct fp_worker *fw;
-    struct fp_pair *slot;
-    int one = 1, held = 0;
+    struct epoll_event e = {.events = EPOLLIN | EPOLLET,
+                            .data.ptr = &fw->ring_ev};
 
-    if (!fastpath_ready()) {
-        errno = ENOSYS;
-        return -1;
-    }
-    INVARIANT(w->id < fp.nworkers);
-    fw = &fp.workers[w->id];
-    if (!fw->filled) {
-        /* The worker's range, lowest slot on top. */
-        for (uint32_t i = 0; i < fp.per_worker; i++)
-            fw->free[i] = w->id * fp.per_worker + (fp.per_worker - 1 - i);
-        fw->nfree = fp.per_worker;
-        fw->filled = true;
-        fw->w = w;
-        fw->sweep.on_expire = sweep_run;
-        fw->ring_ev.handler = ring_event;
-        {
-            struct epoll_event e = {.events = EPOLLIN | EPOLLET,
-                                    .data.ptr = &fw->ring_ev};
+    for (uint32_t i = 0; i < fp.per_worker; i++)
+        fw->free[i] = w->id * fp.per_worker + (fp.per_worker - 1 - i);
+    fw->nfree = fp.per_worker;
+    fw->filled = true;
+    fw->w = w;
+    fw->sweep.on_expire = sweep_run;
+    fw->ring_ev.handler = ring_event;
+    if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fw->ring, &e) < 0)
+        log_warn("fast path: worker %u cannot watch its ring: %s; "
+                 "its bound is looked at every %dms only",
+                 w->id, strerror(errno), FASTPATH_SWEEP_MS);
+}
 
-            if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fw->ring, &e) < 0)
-                log_warn("fast path: worker %u cannot watch its ring: %s; "
-                         "its bound is looked at every %dms only",
-                         w->id, strerror(errno), FASTPATH_SWEEP_MS);
-        }
-    }
-    if (fw->nfree == 0) {
-        errno = ENOSPC;
-        return -1;
-    }
-    memset(p, 0, sizeof(*p));
-    p->fd[FP_CLIENT] = client_fd;
-    p->fd[FP_MEMBER] = member_fd;
-    p->sweep = sweep;
+/* Whether <p>'s sockets may enter, and where their streams stand: their
+ * cookies and bases. 0, or -1 with errno (EAGAIN: try later). */
+static int
+pair_measure(struct fastpath_pair *p)
+{
     /* The program takes a receive queue whole from its head, skb by skb:
      * one chashd has read a part of would go out again. A queue with
      * nothing unread holds no such part, and whatever comes next is
@@ -514,18 +546,16 @@ fastpath_enter(struct worker *w, struct fastpath_pair *p, int client_fd,
         if (cookie_of(p->fd[i], &p->cookie[i]) < 0 ||
             written(p->fd[i], &p->base[i], true) < 0)
             return -1;
-    p->slot = fw->free[fw->nfree - 1];
-    /* The slot is nobody's: its sockets closed (they left the maps) and
-     * its ends were deleted before it was given back. */
-    slot = &fp.pairs[p->slot];
-    for (int i = 0; i < 2; i++) {
-        store64(&slot->redirected[i], 0);
-        store64(&slot->passed[i], 0);
-        store64(&slot->consumed[i], 0);
-        store64(&slot->limit[i], FASTPATH_WINDOW);
-        store64(&slot->noted[i], 0);
-        store64(&slot->note[i], FASTPATH_NOTE);
-    }
+    return 0;
+}
+
+/* Put <p> (of worker <w>, its slot taken) into the maps: its ends, then
+ * its sockets. 0, or -1 with errno and the maps as they were. */
+static int
+pair_insert(struct worker *w, struct fastpath_pair *p)
+{
+    int held = 0;
+
     for (int i = 0; i < 2; i++) {
         struct fp_end e = {
             .pair = p->slot, .side = (uint32_t)i, .worker = w->id};
@@ -560,6 +590,61 @@ fastpath_enter(struct worker *w, struct fastpath_pair *p, int client_fd,
         }
         p->in[i] = true;
     }
+    return 0;
+undo : {
+    int err = errno;
+
+    for (int i = 0; i < held; i++) {
+        uint32_t key = FP_SOCK_KEY(p->slot, (uint32_t)i);
+        bpf_map_delete_elem(fp.holds, &key);
+    }
+    for (int i = 0; i < 2; i++)
+        bpf_map_delete_elem(fp.ends, &p->cookie[i]);
+    errno = err;
+    return -1;
+}
+}
+
+int
+fastpath_enter(struct worker *w, struct fastpath_pair *p, int client_fd,
+               int member_fd, fastpath_sweep_fn *sweep)
+{
+    struct fp_worker *fw;
+    struct fp_pair *slot;
+    int one = 1;
+
+    if (!fastpath_ready()) {
+        errno = ENOSYS;
+        return -1;
+    }
+    INVARIANT(w->id < fp.nworkers);
+    fw = &fp.workers[w->id];
+    if (!fw->filled)
+        worker_fill(fw, w);
+    if (fw->nfree == 0) {
+        errno = ENOSPC;
+        return -1;
+    }
+    memset(p, 0, sizeof(*p));
+    p->fd[FP_CLIENT] = client_fd;
+    p->fd[FP_MEMBER] = member_fd;
+    p->sweep = sweep;
+    if (pair_measure(p) < 0)
+        return -1;
+    p->slot = fw->free[fw->nfree - 1];
+    /* The slot is nobody's: its sockets closed (they left the maps) and
+     * its ends were deleted before it was given back. */
+    slot = &fp.pairs[p->slot];
+    for (int i = 0; i < 2; i++) {
+        store64(&slot->redirected[i], 0);
+        store64(&slot->passed[i], 0);
+        store64(&slot->consumed[i], 0);
+        store64(&slot->limit[i], FASTPATH_WINDOW);
+        store64(&slot->noted[i], 0);
+        store64(&slot->note[i], FASTPATH_NOTE);
+    }
+    if (pair_insert(w, p) < 0)
+        return -1;
     /* Bytes that arrived before the program was attached wait in the
      * receive queue, and the program sees a queue only when a segment
      * comes: setting the low-water mark runs it at once on what waits. */
@@ -575,18 +660,6 @@ fastpath_enter(struct worker *w, struct fastpath_pair *p, int client_fd,
     if (p->prev == &fw->pairs)
         worker_timer_set(w, &fw->sweep, w->now_ms + FASTPATH_SWEEP_MS);
     return 0;
-undo : {
-    int err = errno;
-
-    for (int i = 0; i < held; i++) {
-        uint32_t key = FP_SOCK_KEY(p->slot, (uint32_t)i);
-        bpf_map_delete_elem(fp.holds, &key);
-    }
-    for (int i = 0; i < 2; i++)
-        bpf_map_delete_elem(fp.ends, &p->cookie[i]);
-    errno = err;
-    return -1;
-}
 }
 
 void

@@ -1,11 +1,11 @@
 /* fastpath.h -- the tcp fast path: once a client is paired with its member
  * and chashd holds none of their bytes, both sockets go into a sockhash
- * whose BPF verdict program (src/bpf/fastpath.bpf.c) writes each segment
- * read from one end straight to the other, in the kernel, and counts it.
- * chashd keeps the rest: routing, FINs (half-close), errors, closes,
- * idle_timeout, and the bound on what the kernel may queue for a peer
- * that stops reading. Loaded once at start; per worker, pair slots and a
- * sweep that folds the kernel's byte counts into the stats.
+ * whose BPF verdict program (src/data/bpf/fastpath.bpf.c) writes each
+ * segment read from one end straight to the other, in the kernel, and
+ * counts it. chashd keeps the rest: routing, FINs (half-close), errors,
+ * closes, idle_timeout, and the bound on what the kernel may queue for a
+ * peer that stops reading. Loaded once at start; per worker, pair slots
+ * and a sweep that folds the kernel's byte counts into the stats.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #ifndef CHASHD_FASTPATH_H

@@ -23,20 +23,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "loop/access_log.h"
 #include "chash/chash.h"
-#include "conf/conf.h"
-#include "data/engine.h"
-#include "model/hotkeys.h"
 #include "base/buf.h"
 #include "base/invariant.h"
-#include "loop/io.h"
 #include "base/log.h"
+#include "conf/conf.h"
+#include "data/engine.h"
+#include "loop/access_log.h"
+#include "loop/io.h"
+#include "model/hotkeys.h"
 #include "model/pool.h"
 #include "proto/http.h"
 #include "proto/proxy.h"
 #include "proto/tcp.h"
-
 
 /* A request is kept whole for a retry while it is at most this large. */
 #define RETRY_MAX (64 * 1024)
@@ -132,14 +131,14 @@ struct hclient {
     socklen_t peerlen;
     char *logbuf; /* [ACCESS_METHOD_MAX + ACCESS_TARGET_MAX], lazily */
     size_t log_method, log_target;
-    int state;      /* enum hstate */
+    int state;     /* enum hstate */
     struct buf in; /* from the client, not consumed yet */
     struct buf up; /* to the member: [0, up_sent) sent */
     size_t up_sent;
     struct buf down;  /* to the client, not taken yet */
     struct buf rhead; /* the member's response head, arriving */
-    uint64_t in_cap;   /* the most <in> holds */
-    uint64_t last_ms;  /* the timer's reference */
+    uint64_t in_cap;  /* the most <in> holds */
+    uint64_t last_ms; /* the timer's reference */
     /* the request */
     int method, minor;
     bool keep_alive, upgrade, idempotent, retryable;
@@ -1303,7 +1302,7 @@ head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
             /* what the client sent after its request is the tunnel's */
             if (c->in.len > c->in.off &&
                 buf_append(&c->up, c->in.data + c->in.off,
-                         c->in.len - c->in.off) != 0) {
+                           c->in.len - c->in.off) != 0) {
                 client_close(w, c);
                 return;
             }
@@ -1690,7 +1689,7 @@ more_run(struct worker *w, struct worker_task *t)
 }
 
 static void
-client_event(struct worker *w, struct ev *ev, uint32_t events)
+http_client_event(struct worker *w, struct ev *ev, uint32_t events)
 {
     struct hclient *c = WORKER_OF(ev, struct hclient, side.ev);
 
@@ -1831,7 +1830,7 @@ http_accept(struct worker *w, struct listener *l, int fd,
         memcpy(&c->peer, peer, peerlen);
         c->peerlen = peerlen;
     }
-    io_side_init(&c->side, fd, client_event);
+    io_side_init(&c->side, fd, http_client_event);
     c->w = w;
     c->pool = p;
     pool_ref(p);

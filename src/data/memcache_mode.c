@@ -24,10 +24,10 @@
 #include <unistd.h>
 
 #include "chash/chash.h"
+#include "base/stats.h"
 #include "conf/conf.h"
 #include "model/pool.h"
 #include "proto/memcache.h"
-#include "base/stats.h"
 
 /* The memcached protocol level chashd speaks (meta commands: 1.6), then
  * what it is: clients that parse the number read "1.6.0". */
@@ -614,10 +614,11 @@ local(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
 /* ---- dispatch ------------------------------------------------------------ */
 
 static int
-mc_dispatch(struct rclient *c, struct rreq *r, const char *buf,
+mc_dispatch(struct rclient *c, struct rreq *r,
+            const struct pool_snapshot *snap, const char *buf,
             const struct proto_request *rq)
 {
-    struct pool_snapshot *snap = request_snapshot(c);
+    (void)c;
 
     r->kind = rq->command;
     if (rq->flags & PROTO_REQ_REFUSED) {

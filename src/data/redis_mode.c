@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "chash/chash.h"
+#include "base/invariant.h"
 #include "conf/conf.h"
 #include "model/migration_view.h"
 #include "model/pool.h"
@@ -131,8 +132,76 @@ answer_error(struct rreq *r, const char *fmt, ...)
     request_error(r, PROTO_ERR_REQUEST, msg);
 }
 
-/* The command's name as the client wrote it, lower-cased, for messages. */
-static void
+/*
+ * The commands this mode tells apart, by the index the parser found
+ * (proto_request.command): looked up once in the table by name (at
+ * start: redis_mode_init), compared as integers per request.
+ */
+static struct {
+    int ping;
+    int echo;
+    int quit;
+    int select;
+    int auth;
+    int hello;
+    int command;
+    int client;
+    int time;
+    int reset;
+    int info;
+    int multi;
+    int exec;
+    int discard;
+    int watch;
+    int unwatch;
+    int spop;
+    int mget;
+    int scan;
+    int dbsize;
+    int keys;
+    int randomkey;
+} ids;
+
+void
+redis_mode_init(void)
+{
+    static const struct {
+        const char *name;
+        int *id;
+    } want[] = {
+        {"ping", &ids.ping},
+        {"echo", &ids.echo},
+        {"quit", &ids.quit},
+        {"select", &ids.select},
+        {"auth", &ids.auth},
+        {"hello", &ids.hello},
+        {"command", &ids.command},
+        {"client", &ids.client},
+        {"time", &ids.time},
+        {"reset", &ids.reset},
+        {"info", &ids.info},
+        {"multi", &ids.multi},
+        {"exec", &ids.exec},
+        {"discard", &ids.discard},
+        {"watch", &ids.watch},
+        {"unwatch", &ids.unwatch},
+        {"spop", &ids.spop},
+        {"mget", &ids.mget},
+        {"scan", &ids.scan},
+        {"dbsize", &ids.dbsize},
+        {"keys", &ids.keys},
+        {"randomkey", &ids.randomkey},
+    };
+
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        *want[i].id = redis_command_find(want[i].name, strlen(want[i].name));
+        INVARIANT(*want[i].id >= 0); /* every one is in the table */
+    }
+}
+
+/* The command's name as the client wrote it, lower-cased, for messages
+ * (only: commands are told apart by the parser's index, ids). */
+static const char *
 command_name(const struct parsed *pr, char *out, size_t cap)
 {
     size_t n, k;
@@ -147,6 +216,7 @@ command_name(const struct parsed *pr, char *out, size_t cap)
                                                         : '?';
     }
     out[k] = '\0';
+    return out;
 }
 
 /* ---- routing ------------------------------------------------------------- */
@@ -825,27 +895,28 @@ info(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr)
 
 /* The commands chashd answers itself. */
 static int
-local(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
-      const char *name)
+local(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr)
 {
+    int id = pr->rq->command;
+    char name[64];
     struct rclient *c = r->client;
     size_t n;
     const char *a;
 
-    if (strcmp(name, "ping") == 0) {
+    if (id == ids.ping) {
         if (pr->rq->nargs > 1) {
             a = arg(pr, 1, &n);
             answer_bulk(r, a, n);
         } else {
             answer(r, "+PONG\r\n");
         }
-    } else if (strcmp(name, "echo") == 0) {
+    } else if (id == ids.echo) {
         a = arg(pr, 1, &n);
         answer_bulk(r, a, n);
-    } else if (strcmp(name, "quit") == 0) {
+    } else if (id == ids.quit) {
         answer(r, "+OK\r\n");
         r->quit = true;
-    } else if (strcmp(name, "select") == 0) {
+    } else if (id == ids.select) {
         uint64_t db;
         if (arg_u64(pr, 1, &db) == 0 && db == (uint64_t)snap->set.redis_db)
             answer(r, "+OK\r\n");
@@ -854,11 +925,11 @@ local(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
                          "ERR SELECT: this chashd pool serves database %d "
                          "only (its redis_db)",
                          snap->set.redis_db);
-    } else if (strcmp(name, "auth") == 0) {
+    } else if (id == ids.auth) {
         size_t last = pr->rq->nargs - 1;
         if (check_auth(r, snap, pr, pr->rq->nargs == 3 ? 1 : last, last) == 0)
             answer(r, "+OK\r\n");
-    } else if (strcmp(name, "hello") == 0) {
+    } else if (id == ids.hello) {
         uint64_t v = 2;
         size_t i = 2;
 
@@ -891,23 +962,23 @@ local(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr,
             return 0;
         }
         answer_hello(r, snap);
-    } else if (strcmp(name, "command") == 0) {
+    } else if (id == ids.command) {
         answer_command(r, pr);
-    } else if (strcmp(name, "client") == 0) {
+    } else if (id == ids.client) {
         answer_client(r, pr);
-    } else if (strcmp(name, "time") == 0) {
+    } else if (id == ids.time) {
         answer_time(r);
-    } else if (strcmp(name, "reset") == 0) {
+    } else if (id == ids.reset) {
         free(c->name);
         c->name = NULL;
         c->authed = snap->set.redis_auth == NULL;
         c->multi_refused = false; /* RESET discards a MULTI block */
         answer(r, "+RESET\r\n");
-    } else if (strcmp(name, "info") == 0) {
+    } else if (id == ids.info) {
         return info(r, snap, pr);
     } else {
         answer_error(r, "ERR unsupported command '%s' in a chashd redis pool",
-                     name);
+                     command_name(pr, name, sizeof(name)));
     }
     return 0;
 }
@@ -959,36 +1030,37 @@ arity_fits(const struct redis_command *cmd, const struct parsed *pr)
  * answered here. */
 static bool
 multi_outside(struct rclient *c, struct rreq *r, const struct parsed *pr,
-              const struct redis_command *cmd, const char *name)
+              const struct redis_command *cmd)
 {
+    int id = pr->rq->command;
     bool fits = cmd != NULL && arity_fits(cmd, pr);
     const char *err = pr->rq->err ? pr->rq->err : "bad request";
 
-    if (strcmp(name, "multi") == 0) {
+    if (id == ids.multi) {
         if (!fits) {
             answer_error(r, "ERR %s", err);
             return true;
         }
         c->multi_refused = true;
         answer(r, "+OK\r\n");
-    } else if (strcmp(name, "exec") == 0) {
+    } else if (id == ids.exec) {
         if (fits)
             answer_error(r, "ERR EXEC without MULTI");
         else
             answer_error(r, "EXECABORT Transaction discarded because of: %s",
                          err);
-    } else if (strcmp(name, "discard") == 0) {
+    } else if (id == ids.discard) {
         if (fits)
             answer_error(r, "ERR DISCARD without MULTI");
         else
             answer_error(r, "ERR %s", err);
-    } else if (strcmp(name, "watch") == 0) {
+    } else if (id == ids.watch) {
         if (fits)
             answer_error(r, "ERR WATCH is refused by chashd (transactions "
                             "are not supported yet): no key is watched");
         else
             answer_error(r, "ERR %s", err);
-    } else if (strcmp(name, "unwatch") == 0) {
+    } else if (id == ids.unwatch) {
         if (fits)
             answer(r, "+OK\r\n"); /* nothing is ever watched here */
         else
@@ -1001,13 +1073,14 @@ multi_outside(struct rclient *c, struct rreq *r, const struct parsed *pr,
 
 /*
  * MULTI blocks (see above): true when <r> (command <cmd>, NULL when
- * unknown, named <name>) was answered here, false when it goes on to be
+ * unknown) was answered here, false when it goes on to be
  * served as usual.
  */
 static bool
 multi_gate(struct rclient *c, struct rreq *r, const struct parsed *pr,
-           const struct redis_command *cmd, const char *name)
+           const struct redis_command *cmd)
 {
+    int id = pr->rq->command;
     bool fits;
     const char *err;
 
@@ -1015,10 +1088,10 @@ multi_gate(struct rclient *c, struct rreq *r, const struct parsed *pr,
      * in the table -- are this gate's: no name compared per request) */
     if (!c->multi_refused)
         return cmd != NULL && cmd->kind == REDIS_REFUSED &&
-               multi_outside(c, r, pr, cmd, name);
+               multi_outside(c, r, pr, cmd);
     fits = cmd != NULL && arity_fits(cmd, pr);
     err = pr->rq->err ? pr->rq->err : "bad request";
-    if (strcmp(name, "exec") == 0) {
+    if (id == ids.exec) {
         c->multi_refused = false;
         if (fits)
             answer_error(r, "EXECABORT Transaction discarded because " MULTI_WHY
@@ -1026,18 +1099,18 @@ multi_gate(struct rclient *c, struct rreq *r, const struct parsed *pr,
         else
             answer_error(r, "EXECABORT Transaction discarded because of: %s",
                          err);
-    } else if (strcmp(name, "discard") == 0) {
+    } else if (id == ids.discard) {
         if (!fits) {
             answer_error(r, "ERR %s", err); /* the block goes on */
             return true;
         }
         c->multi_refused = false;
         answer(r, "+OK\r\n");
-    } else if (strcmp(name, "multi") == 0 && fits) {
+    } else if (id == ids.multi && fits) {
         answer_error(r, "ERR MULTI calls can not be nested");
-    } else if (strcmp(name, "watch") == 0 && fits) {
+    } else if (id == ids.watch && fits) {
         answer_error(r, "ERR WATCH inside MULTI is not allowed");
-    } else if ((strcmp(name, "reset") == 0 || strcmp(name, "quit") == 0) &&
+    } else if ((id == ids.reset || id == ids.quit) &&
                fits) {
         return false; /* run now, as Redis runs them (local) */
     } else {
@@ -1049,11 +1122,12 @@ multi_gate(struct rclient *c, struct rreq *r, const struct parsed *pr,
 /* ---- dispatch ------------------------------------------------------------ */
 
 static int
-redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
+redis_dispatch(struct rclient *c, struct rreq *r,
+               const struct pool_snapshot *snap, const char *buf,
                const struct proto_request *rq)
 {
-    struct pool_snapshot *snap = request_snapshot(c);
     const struct redis_command *cmd = redis_command_at(rq->command);
+    int id = rq->command;
     struct parsed pr = {.rq = rq};
     char name[64];
     uint64_t hash = 0;
@@ -1067,23 +1141,22 @@ redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
         pr.len = rq->head;
     }
     r->kind = cmd ? cmd->kind : REDIS_REFUSED;
-    command_name(&pr, name, sizeof(name));
     /* Nothing but AUTH (and HELLO, QUIT) before a client authenticates. */
-    if (!c->authed && strcmp(name, "auth") != 0 && strcmp(name, "hello") != 0 &&
-        strcmp(name, "quit") != 0) {
+    if (!c->authed && id != ids.auth && id != ids.hello &&
+        id != ids.quit) {
         answer_error(r, "NOAUTH Authentication required.");
         return 0;
     }
-    if (multi_gate(c, r, &pr, cmd, name))
+    if (multi_gate(c, r, &pr, cmd))
         return 0;
     if (cmd == NULL) {
         answer_error(r, "ERR unsupported command '%s' in a chashd redis pool",
-                     name);
+                     command_name(&pr, name, sizeof(name)));
         return 0;
     }
     if (cmd->kind == REDIS_REFUSED) {
         answer_error(r, "ERR unsupported command '%s' in a chashd redis pool",
-                     name);
+                     command_name(&pr, name, sizeof(name)));
         return 0;
     }
     if (rq->flags & PROTO_REQ_REFUSED) {
@@ -1091,7 +1164,7 @@ redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
         answer_error(r, "ERR %s", rq->err ? rq->err : "bad request");
         return 0;
     }
-    if (snap->set.replicas > 1 && strcmp(name, "spop") == 0) {
+    if (snap->set.replicas > 1 && id == ids.spop) {
         /* each member would pop a member of its own choice: the copies
          * would part at once (Redis' own replication sends an SREM of the
          * one it popped) */
@@ -1119,7 +1192,7 @@ redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
             answer_error(r,
                          "ERR '%s' names no key: chashd cannot tell which "
                          "member should run it",
-                         name);
+                         command_name(&pr, name, sizeof(name)));
             return 0;
         }
         s = same_member(r, snap, &pr, &hash);
@@ -1128,25 +1201,25 @@ redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
         return send_whole(r, snap, &pr, s, hash);
     case REDIS_SPLIT_KEYS:
         return split(r, snap, &pr, 1,
-                     strcmp(name, "mget") == 0 ? MERGE_BY_KEY : MERGE_SUM);
+                     id == ids.mget ? MERGE_BY_KEY : MERGE_SUM);
     case REDIS_SPLIT_KV:
         return split(r, snap, &pr, 2, MERGE_OK);
     case REDIS_LOCAL:
-        return local(r, snap, &pr, name);
+        return local(r, snap, &pr);
     case REDIS_FANOUT:
         if ((cmd->flags & REDIS_ADMIN) && !snap->set.allow_fanout_admin) {
             answer_error(r,
                          "ERR '%s' runs on every member: refused in this "
                          "pool (allow_fanout_admin: false)",
-                         name);
+                         command_name(&pr, name, sizeof(name)));
             return 0;
         }
-        if (strcmp(name, "scan") == 0)
+        if (id == ids.scan)
             return scan(r, snap, &pr);
         {
-            int kind = strcmp(name, "dbsize") == 0      ? MERGE_SUM
-                       : strcmp(name, "keys") == 0      ? MERGE_CONCAT
-                       : strcmp(name, "randomkey") == 0 ? MERGE_RANDOM
+            int kind = id == ids.dbsize      ? MERGE_SUM
+                       : id == ids.keys      ? MERGE_CONCAT
+                       : id == ids.randomkey ? MERGE_RANDOM
                                                         : MERGE_OK;
             struct merge *m = merge_new(r, kind);
 
@@ -1157,7 +1230,7 @@ redis_dispatch(struct rclient *c, struct rreq *r, const char *buf,
         }
     default:
         answer_error(r, "ERR unsupported command '%s' in a chashd redis pool",
-                     name);
+                     command_name(&pr, name, sizeof(name)));
         return 0;
     }
 }

@@ -9,5 +9,7 @@
 #include "data/request.h"
 
 extern const struct request_mode redis_request_mode;
+/* Once, before the first request (data/dispatch.c). */
+void redis_mode_init(void);
 
 #endif /* CHASHD_REDIS_MODE_H */

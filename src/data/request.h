@@ -18,11 +18,11 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "loop/io.h"
 #include "base/buf.h"
+#include "loop/io.h"
+#include "loop/worker.h"
 #include "model/migration_view.h"
 #include "proto/proto.h"
-#include "loop/worker.h"
 
 struct pool;
 struct pool_snapshot;
@@ -130,11 +130,13 @@ struct request_mode {
     const struct proto *proto; /* its parsers and error replies */
     /*
      * Route parsed request <rq> (its bytes at <buf>, <rq->head> of them,
-     * then <rq->body> streamed) of client <c>: answer it locally, refuse
-     * it, or send its fragments (request_send). Returns 0, or -1 when the
-     * client must close (out of memory).
+     * then <rq->body> streamed) of client <c> by snapshot <snap> (the one
+     * its parse read: one snapshot's settings for the whole request):
+     * answer it locally, refuse it, or send its fragments (request_send).
+     * Returns 0, or -1 when the client must close (out of memory).
      */
-    int (*dispatch)(struct rclient *c, struct rreq *r, const char *buf,
+    int (*dispatch)(struct rclient *c, struct rreq *r,
+                    const struct pool_snapshot *snap, const char *buf,
                     const struct proto_request *rq);
     /* Every fragment of <r> is answered: write the client's reply from
      * them (merge). */
@@ -192,7 +194,8 @@ const struct request_mode *request_mode_of(const struct pool_snapshot *snap);
 struct rclient {
     struct io_side side;
     struct worker_conn link;
-    struct worker_task more; /* input left after the read budget */
+    struct worker_task more;  /* input left after the read budget */
+    struct worker_task ready; /* replies ready to be written */
     struct worker *w;
     struct pool *pool; /* (ref held) */
     const struct request_mode *mode;

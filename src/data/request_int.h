@@ -16,8 +16,8 @@
 #include <stdint.h>
 
 #include "base/clock.h"
-#include "data/request.h"
 #include "base/u64set.h"
+#include "data/request.h"
 
 /* Buckets of a worker's member table (server id -> connections). */
 #define MEMBER_BUCKETS 256
@@ -34,7 +34,7 @@ request_stuck_ms(uint32_t timeout_ms)
 {
     uint64_t t = (uint64_t)timeout_ms * 10;
 
-    return timeout_ms == 0             ? REQUEST_STUCK_MS
+    return timeout_ms == 0            ? REQUEST_STUCK_MS
            : t < REQUEST_STUCK_MIN_MS ? REQUEST_STUCK_MIN_MS
                                       : t;
 }
@@ -52,8 +52,8 @@ struct rserver {
     struct worker *w;
     struct rmember *m;         /* its member (owns it) */
     int state;                 /* enum rs_state */
-    struct buf out;           /* bytes for the member, in FIFO order */
-    struct buf in;            /* bytes from it, replies not parsed yet */
+    struct buf out;            /* bytes for the member, in FIFO order */
+    struct buf in;             /* bytes from it, replies not parsed yet */
     struct rfrag *head, *tail; /* queued, waiting for their replies */
     size_t nfifo;
     unsigned swallow;            /* handshake replies still to drop */
@@ -105,7 +105,7 @@ struct rworker {
      * that a repair holds (their requests wait behind it), by ring hash. */
     struct rhold *holds[HOLD_BUCKETS];
     size_t nholds;
-    struct rbar *bars;     /* barriers waiting for replies (request_rep) */
+    struct rbar *bars; /* barriers waiting for replies (request_rep) */
     struct timer bar_timer;
     /* pools whose requests wait for an ordered fan-out (request_rep) */
     struct rpaused *paused;
@@ -135,17 +135,136 @@ struct rserver *request_send_on(struct worker *w, struct pool *p,
 /* That connection if it exists, without making or counting anything. */
 struct rserver *request_conn_of(struct worker *w, const struct server *srv,
                                 const struct request_mode *mode, uint64_t hash);
-/* Queue <len> bytes of fragment <f> on <s> (request.c's conn_queue). */
-void request_conn_queue(struct rserver *s, struct rfrag *f, const char *buf,
-                        size_t len);
 
-/* A fragment's reply bytes; its end (answered or failed); its failure
- * with the mode's error of <kind>. */
+/* ==== the engine's parts: request.c, request_conn.c, request_gate.c,
+ * request_client.c (and request_rep.c, request_repair.c below) ==== */
+
+/* Reads per connection per event before yielding (as the splice). */
+#define READS_PER_EVENT 8
+/* A client stops being read while it has this many requests in flight:
+ * a client that pipelines without reading replies cannot grow our memory
+ * without bound. */
+#define MAX_PIPELINE 4096
+/* Bytes a reply may hold unsent before its member's connection is not
+ * read any more (back-pressure from a slow client to the member). */
+#define REPLY_HIGH (1024 * 1024)
+/* Bytes queued for a member before the client streaming to it is not
+ * read any more. */
+#define OUT_HIGH (1024 * 1024)
+/* Replies written to a client per writev(). */
+#define WRITE_BATCH 64
+/* A batch (request_send_batch): at most this many requests ride on one
+ * line, and the line is at most this long (memcached takes longer get
+ * lines; a bound keeps one reply, and its latency, reasonable). */
+#define BATCH_MAX 128
+#define BATCH_LINE_MAX (16 * 1024)
+/* ... and asks for at most this many keys: its reply is held whole before
+ * any of its requests is answered, so large values want small batches. */
+#define BATCH_KEYS_MAX 64
+/* How long a closing client may go on sending before we close anyway. */
+#define LINGER_MS 2000
+/* A client that streams a value into a member connection and then sends
+ * nothing for this long (in a pool without `timeout`) loses the value:
+ * the connection is shared, the other requests on it would wait for
+ * good. */
+#define STREAM_STALL_MS 10000
+/* Initial sizes of the per-client parse arrays. */
+#define KEYS_INIT 16
+#define SCRATCH_INIT 1024
+
+/* A migration's gate: the request that moves one key off its old owner
+ * before the fragment that needs it runs on the new one. */
+struct rgate {
+    struct rfrag frag;        /* its own, on the old owner's connection */
+    struct rfrag *opens;      /* the fragment waiting for it */
+    struct server *from, *to; /* old and new owner (refs held) */
+    struct pool *pool;        /* (ref held) */
+    struct worker *w;
+    uint64_t epoch; /* the migration's: sent once it drained */
+    uint64_t hash;  /* the key's: its connection among several */
+    char *key;
+    size_t len;
+    unsigned tries;
+    int step;    /* 0: on the old owner; 1: the next step, on the new one */
+    bool cache;  /* its answer may go in the moved cache (a copy: a key
+                    gone from its old owner stays gone) */
+    int command; /* the mode's index of what it sent (its reply's parse) */
+    uint64_t held_ms;   /* when it began to wait for the drain, 0: never */
+    struct rgate *next; /* the fragment's, then the worker's wait list */
+};
+
+/* A gate waits so long for its migration's drain barrier (with several
+ * chashd instances, for every one of them) before its request fails. */
+#define GATE_HOLD_MS 10000
+
+/* A drain barrier in one worker (request_drain). */
+struct rdrain {
+    struct rdrain *next;
+    struct migration_drain *d; /* (ref held) */
+    size_t n;
+    struct rdrain_mark {
+        struct rserver *s;
+        uint64_t mark;
+    } * marks;
+};
+
+/* Keys a gate found gone from their old owner (moved, or never there),
+ * per migration: while it runs, "absent from the old owner" stays true
+ * (nothing writes a moving key there after the drain barrier), so later
+ * requests on them need no gate. Direct-mapped, one key per slot. */
+#define MOVED_SLOTS 16384
+/* How often a worker closes the connections of members that left. */
+#define SWEEP_MS 1000
+struct moved {
+    uint64_t epoch; /* 0: empty */
+    char *key;
+    size_t len;
+};
+
+/* request.c: requests, fragments, routing, the worker's members */
+struct rmember *request_member_get(struct rworker *rw, struct server *s,
+                                   struct pool *p, size_t nconns,
+                                   const struct request_mode *mode);
+const struct proto *request_req_proto(const struct rreq *r);
+void request_req_free(struct rreq *r);
+bool request_reply_is_error(const struct rreq *r);
+/* Fragment <f>'s reply bytes; <f> answered; <f> failed with the mode's
+ * error reply of <kind> in its place. */
 int request_frag_data(struct rfrag *f, const char *data, size_t len);
 void request_frag_done(struct rfrag *f);
 void request_frag_fail(struct rfrag *f, int kind);
-/* Free a request (and what its fragments hold). */
-void request_req_free(struct rreq *r);
+struct server *request_old_owner(const struct pool_snapshot *snap,
+                                 const char *key, size_t len, uint64_t hash);
+bool request_deferred(const struct pool_snapshot *snap, const struct server *o,
+                      const struct server *n);
+
+/* request_conn.c: member connections, sending */
+void request_conn_queue(struct rserver *s, struct rfrag *f, const char *buf,
+                        size_t len, struct rclient *streamer);
+void request_conn_flush(struct rserver *s);
+void request_conn_read(struct rserver *s);
+void request_conn_fail(struct rserver *s, int kind, int err);
+void request_conn_abandon(struct rserver *s, int kind);
+void request_conn_stream_done(struct rserver *s);
+void request_conn_destroy(struct rserver *s);
+struct rserver *request_send_to(struct rreq *r, struct rfrag *f,
+                                struct server *srv, uint64_t hash);
+
+/* request_gate.c: a migration's gates and drain barriers */
+void request_gate_hold(struct rreq *r, struct rfrag *f, struct server *srv,
+                       uint64_t hash, const char *buf, size_t len,
+                       uint64_t stream);
+void request_gate_done(struct rgate *g);
+void request_gate_free(struct rgate *g);
+void request_mig_timer(struct worker *w, struct timer *t);
+void request_client_release(struct rclient *c);
+void request_client_abandon(struct rclient *c);
+
+/* request_client.c: clients */
+void request_client_flush(struct rclient *c);
+void request_client_read(struct rclient *c);
+void request_client_close(struct rclient *c);
+void request_client_unstream(struct rclient *c, int kind);
 
 /* ---- replication's internals (request_rep.c, request_repair.c) ---------- */
 

@@ -30,14 +30,14 @@
 #include <string.h>
 
 #include "chash/chash.h"
-#include "conf/conf.h"
 #include "base/invariant.h"
 #include "base/log.h"
+#include "conf/conf.h"
+#include "loop/worker.h"
 #include "model/pool.h"
+#include "model/replica_log.h"
 #include "proto/memcache.h"
 #include "proto/proto.h"
-#include "model/replica_log.h"
-#include "loop/worker.h"
 
 /* A read not answered after this fraction of the pool's timeout is also
  * asked of the next member (bounded below and above). */
@@ -181,18 +181,18 @@ struct rrep {
     struct worker_msg msg; /* to its home */
     struct rheld held;     /* waiting behind a repair of its key */
     /* the origin's */
-    struct rfrag *f;        /* the client's fragment: touched only by the
-                               origin (the answer is posted back) */
+    struct rfrag *f; /* the client's fragment: touched only by the
+                        origin (the answer is posted back) */
     struct worker *origin;
     /* the request */
     struct pool *pool; /* (ref held) */
     const struct request_mode *mode;
     int command;
     unsigned flags;
-    bool rep_one;  /* a reply that differs by member (TTL...): one
-                      member answers a read */
-    bool rotate;   /* read_policy any, or a hot key: the set's order
-                      starts at <rot> */
+    bool rep_one; /* a reply that differs by member (TTL...): one
+                     member answers a read */
+    bool rotate;  /* read_policy any, or a hot key: the set's order
+                     starts at <rot> */
     unsigned rot;
     uint64_t hash; /* the ring hash of its keys (one for all) */
     size_t reqlen, keyslen;
@@ -207,11 +207,11 @@ struct rrep {
     unsigned next; /* REP_READ_ONE: the next member to ask */
     int chosen;    /* the member whose reply answered, -1 */
     bool answered;
-    bool sending;  /* the first copies are being sent: no decision
-                      before all are (one may fail at once) */
-    bool expired;  /* past the deadline: what is pending counts as
-                      missing for the answer (it still reports) */
-    bool differ;   /* current members answered apart */
+    bool sending; /* the first copies are being sent: no decision
+                     before all are (one may fail at once) */
+    bool expired; /* past the deadline: what is pending counts as
+                     missing for the answer (it still reports) */
+    bool differ;  /* current members answered apart */
     bool quorum_failed;
     size_t log_cap; /* repair_log */
     /* From here on, not zeroed when a cached one is reused (rep_get): the
@@ -437,8 +437,7 @@ reply_run(struct worker *w, struct worker_msg *m)
     struct rfrag *f = rr->f;
 
     f->error = rr->error;
-    if (request_frag_data(f, rr->data, rr->len) < 0 &&
-        f->req->client != NULL)
+    if (request_frag_data(f, rr->data, rr->len) < 0 && f->req->client != NULL)
         f->req->client->closing = true; /* out of memory: close, in order */
     request_frag_done(f);
     if (rr->cap != REPLY_INLINE || !cache_put(w->requests, CACHE_REPLY, rr))
@@ -875,7 +874,7 @@ rep_send(struct rrep *rep, unsigned i)
     s = request_send_on(rep->w, rep->pool, rep->mode, &copy->one, rep->m[i],
                         rep->hash);
     if (s != NULL)
-        request_conn_queue(s, &copy->one, rep->req, rep->reqlen);
+        request_conn_queue(s, &copy->one, rep->req, rep->reqlen, NULL);
     /* (a copy that failed at once has reported already) */
 }
 
@@ -904,7 +903,9 @@ hedge_delay(const struct pool_settings *set)
     if (set->timeout_ms == 0)
         return HEDGE_NO_TIMEOUT_MS;
     d = set->timeout_ms / HEDGE_DIV;
-    return d < HEDGE_MIN_MS ? HEDGE_MIN_MS : d > HEDGE_MAX_MS ? HEDGE_MAX_MS : d;
+    return d < HEDGE_MIN_MS   ? HEDGE_MIN_MS
+           : d > HEDGE_MAX_MS ? HEDGE_MAX_MS
+                              : d;
 }
 
 /* The members of the key's set, in the order a read asks them: rotated
@@ -1132,8 +1133,7 @@ request_send_keyed(struct rreq *r, const struct pool_snapshot *snap,
 static uint64_t
 verified_key(const struct pool *p, uint64_t hash)
 {
-    return (hash ^ ((uint64_t)(uintptr_t)p * UINT64_C(0x9E3779B97F4A7C15))) |
-           1;
+    return (hash ^ ((uint64_t)(uintptr_t)p * UINT64_C(0x9E3779B97F4A7C15))) | 1;
 }
 
 /* Remember that the key of ring hash <hash> of <p> is compared (or being
@@ -1147,7 +1147,6 @@ request_verified_put(struct rworker *rw, const struct pool *p, uint64_t hash)
         u64set_clear(&rw->verified); /* compared again: harmless */
     return rc != 0;
 }
-
 
 /* A comparison this home started for a request: counted, freed. */
 static void
@@ -1265,7 +1264,8 @@ stat_of(const char *buf, size_t len, const char *name)
     size_t nl = strlen(name);
 
     for (size_t i = 0; i + 5 + nl < len; i++)
-        if ((i == 0 || buf[i - 1] == '\n') && memcmp(buf + i, "STAT ", 5) == 0 &&
+        if ((i == 0 || buf[i - 1] == '\n') &&
+            memcmp(buf + i, "STAT ", 5) == 0 &&
             memcmp(buf + i + 5, name, nl) == 0 && buf[i + 5 + nl] == ' ')
             return strtoll(buf + i + 6 + nl, NULL, 10);
     return -1;

@@ -15,14 +15,14 @@
 #include <string.h>
 
 #include "chash/chash.h"
-#include "conf/conf.h"
 #include "base/invariant.h"
 #include "base/log.h"
+#include "conf/conf.h"
+#include "loop/worker.h"
 #include "model/pool.h"
+#include "model/replica_log.h"
 #include "proto/memcache.h"
 #include "proto/proto.h"
-#include "model/replica_log.h"
-#include "loop/worker.h"
 
 /* ---- repairs ------------------------------------------------------------- */
 
@@ -35,12 +35,12 @@ enum jstate { J_IDLE, J_READING, J_READ, J_WRITING, J_DONE, J_FAILED };
 struct jmember {
     struct server *s; /* (ref held) */
     unsigned role;
-    bool cur;        /* its copy is a current one (a voter) */
-    int st;          /* enum jstate */
-    unsigned want;   /* replies still to come */
-    bool present;    /* its copy, once read */
-    char *val;       /* redis: DUMP's payload; memcache: flags, a space,
-                        the data */
+    bool cur;      /* its copy is a current one (a voter) */
+    int st;        /* enum jstate */
+    unsigned want; /* replies still to come */
+    bool present;  /* its copy, once read */
+    char *val;     /* redis: DUMP's payload; memcache: flags, a space,
+                      the data */
     size_t len;
     long long ttl_ms; /* -1: none */
     bool ttl_read;
@@ -147,10 +147,10 @@ job_send(struct rjob *job, size_t i, unsigned which, int command,
     q->start_ms = job->w->now_ms;
     q->job = job;
     q->rep_idx = (unsigned)(i * 2 + which);
-    s = request_send_on(job->w, job->r->pool, job->mode, &q->one,
-                        job->jm[i].s, job->hash);
+    s = request_send_on(job->w, job->r->pool, job->mode, &q->one, job->jm[i].s,
+                        job->hash);
     if (s != NULL)
-        request_conn_queue(s, &q->one, buf, len);
+        request_conn_queue(s, &q->one, buf, len, NULL);
 }
 
 /* Whether a repair may talk to member <s>: not known to be down (a
@@ -158,8 +158,8 @@ job_send(struct rjob *job, size_t i, unsigned which, int command,
 static bool
 job_reachable(const struct server *s)
 {
-    int st = atomic_load_explicit((_Atomic int *)&s->state,
-                                  memory_order_relaxed);
+    int st =
+        atomic_load_explicit((_Atomic int *)&s->state, memory_order_relaxed);
 
     return st != SERVER_DOWN && st != SERVER_EJECTED;
 }
@@ -173,8 +173,7 @@ resp_cmd(struct buf *b, size_t argc, const char *const *argv,
         return -1;
     for (size_t i = 0; i < argc; i++)
         if (buf_printf(b, "$%zu\r\n", lens[i]) < 0 ||
-            buf_append(b, argv[i], lens[i]) < 0 ||
-            buf_append(b, "\r\n", 2) < 0)
+            buf_append(b, argv[i], lens[i]) < 0 || buf_append(b, "\r\n", 2) < 0)
             return -1;
     return 0;
 }
@@ -265,7 +264,6 @@ job_run(struct rjob *job)
     if (job->out == 0)
         job_decide(job);
 }
-
 
 /* memcached's mg reply at <buf> (<len> bytes): the copy into <m>. 0, or
  * -1 when it is not one. */
@@ -500,8 +498,7 @@ job_decide(struct rjob *job)
         /* a tie: every voter stays behind until a majority can say */
         for (size_t i = 0; i < job->n; i++)
             if (job->jm[i].st == J_READ && (job->jm[i].role & J_SET))
-                replica_note(job->jm[i].s, job->packed, job->plen,
-                             SIZE_MAX);
+                replica_note(job->jm[i].s, job->packed, job->plen, SIZE_MAX);
         job_end(job, REPAIR_UNDECIDED);
         return;
     }
@@ -530,13 +527,13 @@ job_put(struct rjob *job, size_t i, const struct jmember *w)
             unsigned long long flags = strtoull(w->val, NULL, 10);
             size_t n = sp != NULL ? w->len - (size_t)(sp + 1 - w->val) : 0;
 
-            ok = sp != NULL && buf_append(&b, "ms ", 3) == 0 &&
-                 buf_append(&b, r->key, r->klen) == 0 &&
-                 buf_printf(&b, " %zu F%llu T%lld\r\n", n, flags,
-                             w->ttl_ms > 0 ? (w->ttl_ms + 999) / 1000 : 0) ==
-                     0 &&
-                 buf_append(&b, sp + 1, n) == 0 &&
-                 buf_append(&b, "\r\n", 2) == 0;
+            ok =
+                sp != NULL && buf_append(&b, "ms ", 3) == 0 &&
+                buf_append(&b, r->key, r->klen) == 0 &&
+                buf_printf(&b, " %zu F%llu T%lld\r\n", n, flags,
+                           w->ttl_ms > 0 ? (w->ttl_ms + 999) / 1000 : 0) == 0 &&
+                buf_append(&b, sp + 1, n) == 0 &&
+                buf_append(&b, "\r\n", 2) == 0;
         }
     } else if (!w->present) {
         const char *del[] = {"DEL", r->key};
@@ -667,7 +664,6 @@ request_job_report(struct rreq *q)
         }
     job_done(job); /* (only failures) */
 }
-
 
 static void
 job_msg_run(struct worker *w, struct worker_msg *m)
@@ -901,8 +897,8 @@ bar_run(struct worker *w, struct worker_msg *m)
     for (size_t b = 0; b < MEMBER_BUCKETS && (cap == 0 || x->marks); b++)
         for (struct rmember *mb = rw->table[b]; mb != NULL; mb = mb->next)
             for (size_t c = 0; mb->pool == x->b->pool && c < mb->nconns; c++)
-                if (mb->conns[c] != NULL && mb->conns[c]->sent >
-                                                mb->conns[c]->answered) {
+                if (mb->conns[c] != NULL &&
+                    mb->conns[c]->sent > mb->conns[c]->answered) {
                     x->marks[x->n].s = mb->conns[c];
                     x->marks[x->n++].mark = mb->conns[c]->sent;
                 }
@@ -952,7 +948,7 @@ struct rpause {
     _Atomic unsigned left; /* (atomic) workers not paused yet */
     struct pool *pool;     /* (ref held) */
     struct worker *origin;
-    struct rreq *r; /* the client's request (the origin's) */
+    struct rreq *r;    /* the client's request (the origin's) */
     struct server **m; /* [n] (refs held) */
     size_t n;
     char *buf; /* what each member is sent */
@@ -1041,7 +1037,7 @@ request_pause_take_held(struct rworker *rw, struct rhold *h)
 
 /* Whether a repair of pool <p> runs on <rw>. */
 static bool
-pool_repairing(const struct rworker *rw, const struct pool *p)
+repair_pool_repairing(const struct rworker *rw, const struct pool *p)
 {
     if (rw->nholds == 0)
         return false;
@@ -1081,7 +1077,7 @@ pause_check(struct rworker *rw)
 
     while (*pp != NULL) {
         struct rpw *x = *pp;
-        bool clear = !pool_repairing(rw, x->p->pool);
+        bool clear = !repair_pool_repairing(rw, x->p->pool);
 
         for (size_t i = 0; clear && i < x->n; i++)
             clear = x->marks[i].s->answered >= x->marks[i].mark;
@@ -1239,7 +1235,7 @@ pause_go(struct worker *w, struct worker_msg *m)
         s = request_send_on(w, p->pool, copy->mode, &copy->one, p->m[i],
                             p->m[i]->id);
         if (s != NULL)
-            request_conn_queue(s, &copy->one, p->buf, p->len);
+            request_conn_queue(s, &copy->one, p->buf, p->len, NULL);
     }
     if (--p->out == 0) {
         pause_post(p, true);
@@ -1270,9 +1266,8 @@ request_pause_report(struct rreq *copy)
     struct rfrag *f = &p->r->frags[i];
 
     if (copy->one.failed || copy->one.error)
-        replica_note_whole(p->m[i], copy->one.failed
-                                        ? "it missed a flush"
-                                        : "it refused a flush");
+        replica_note_whole(p->m[i], copy->one.failed ? "it missed a flush"
+                                                     : "it refused a flush");
     f->error = copy->one.error;
     if (request_frag_data(f, copy->reply.data + copy->reply.off,
                           buf_size(&copy->reply)) < 0 &&
@@ -1296,8 +1291,8 @@ request_send_every(struct rreq *r, const struct pool_snapshot *snap,
 
     if (snap->set.replicas <= 1 || !(r->flags & PROTO_REQ_WRITE)) {
         for (size_t i = 0; i < n; i++)
-            request_send(r, &r->frags[i], members[i], members[i]->id, buf,
-                         len, 0);
+            request_send(r, &r->frags[i], members[i], members[i]->id, buf, len,
+                         0);
         return;
     }
     p = calloc(1, sizeof(*p));

@@ -25,12 +25,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "loop/access_log.h"
-#include "data/engine.h"
 #include "chash/chash.h"
-#include "conf/conf.h"
 #include "base/invariant.h"
 #include "base/log.h"
+#include "conf/conf.h"
+#include "data/engine.h"
+#include "loop/access_log.h"
 #include "model/pool.h"
 #include "proto/proto.h"
 #include "proto/proxy.h"
@@ -721,7 +721,7 @@ more_run(struct worker *w, struct worker_task *t)
 }
 
 static void
-client_event(struct worker *w, struct ev *ev, uint32_t events)
+splice_client_event(struct worker *w, struct ev *ev, uint32_t events)
 {
     struct splice *c = SPLICE_OF(ev, client.ev);
 
@@ -1051,7 +1051,7 @@ splice_accept(struct worker *w, struct listener *l, int fd,
         close(fd);
         return;
     }
-    io_side_init(&c->client, fd, client_event);
+    io_side_init(&c->client, fd, splice_client_event);
     io_side_init(&c->backend, -1, backend_event);
     c->link.close = link_close;
     c->more.run = more_run;

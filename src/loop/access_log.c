@@ -29,11 +29,11 @@ static const int access_syslog_priority = LOG_DAEMON | LOG_INFO;
 #undef LOG_INFO
 #undef LOG_DEBUG
 
-#include "conf/conf.h"
 #include "base/invariant.h"
 #include "base/log.h"
 #include "base/stats.h"
 #include "base/text.h"
+#include "conf/conf.h"
 
 struct access_log {
     _Atomic int refs;

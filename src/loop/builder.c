@@ -15,9 +15,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "loop/control.h"
 #include "base/invariant.h"
 #include "base/log.h"
+#include "loop/control.h"
 
 static pthread_t thread;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;

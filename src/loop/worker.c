@@ -4,7 +4,7 @@
  * out, exit). Events and timers carry their handlers: this file knows no
  * connection type and no pool: what a listener's pool means (its engine,
  * its references, its snapshots' epochs) comes from the hooks the layers
- * above register (worker_set_hooks; main.c).
+ * above register (worker_set_hooks; data/dispatch.c).
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #include "loop/worker.h"
@@ -24,9 +24,9 @@
 #include <unistd.h>
 
 #include "base/clock.h"
-#include "conf/conf.h"
 #include "base/invariant.h"
 #include "base/log.h"
+#include "conf/conf.h"
 
 /* The layers above (worker_set_hooks); set before worker_start_all. */
 static struct worker_hooks hooks;

@@ -118,15 +118,16 @@ struct worker {
     uint64_t wheel_pos;              /* last slot processed (ms / WHEEL_MS) */
     size_t ntimers;
     uint64_t accept_resume_ms; /* paused listeners come back then (0: none) */
-    void *requests;            /* the request engine's state of this worker
-                                  (request.c), NULL until it is used */
-    void *http;                /* the http engine's (http.c), the same */
+    /* The engines' state in this worker, NULL until first used: opaque
+     * here (the loop never looks inside; data/request.c, data/http.c). */
+    struct rworker *requests;
+    struct hworker *http;
     bool exiting;
 };
 
 /*
  * What a worker needs from the layers above it, registered once before
- * worker_start_all (main.c: the engines' table, data/engine.c). The loop
+ * worker_start_all (data/dispatch.c's dispatch_init). The loop
  * holds a listener's pool only as a pointer it passes back.
  */
 struct worker_hooks {

@@ -12,16 +12,16 @@
 #include <sys/types.h>
 #include <string.h>
 
-#include "loop/access_log.h"
-#include "loop/builder.h"
 #include "base/clock.h"
-#include "model/hotkeys.h"
 #include "base/invariant.h"
 #include "base/log.h"
-#include "model/migration_view.h"
-#include "proto/modes.h"
 #include "conf/ring.h"
+#include "loop/access_log.h"
+#include "loop/builder.h"
+#include "model/hotkeys.h"
+#include "model/migration_view.h"
 #include "model/state.h"
+#include "proto/modes.h"
 
 #define EPOCH_QUIESCENT UINT64_MAX
 
@@ -686,6 +686,24 @@ pool_snapshot_owner(const struct pool_snapshot *snap, const char *key,
     n = chash_key_tag(key, len, snap->set.hash_tag, &off);
     return snap->servers[chash_ring_lookup(
         snap->ring, chash_ring_hash(snap->ring, key + off, n))];
+}
+
+struct server *
+pool_snapshot_owner_of(const struct pool_snapshot *snap,
+                       const struct pool_snapshot *by, const char *key,
+                       size_t len, uint64_t hash)
+{
+    struct chash_config a, b;
+
+    if (snap->ring == NULL)
+        return NULL;
+    if (by->ring != NULL && strcmp(snap->set.hash_tag, by->set.hash_tag) == 0) {
+        chash_ring_config(snap->ring, &a);
+        chash_ring_config(by->ring, &b);
+        if (a.hash == b.hash)
+            return snap->servers[chash_ring_lookup(snap->ring, hash)];
+    }
+    return pool_snapshot_owner(snap, key, len);
 }
 
 double

@@ -12,9 +12,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "base/stats.h"
 #include "conf/conf.h"
 #include "model/replica_log.h"
-#include "base/stats.h"
 
 struct proto;
 struct access_log;
@@ -299,7 +299,7 @@ struct pool *pool_at(size_t i);
 
 /*
  * What the control plane hears from the pools below it: hooks registered
- * once at start (main.c: control/health.c's), each may be NULL (unit
+ * once at start (health_init, control/health.c), each may be NULL (unit
  * tests). The one way up from the data path and the model.
  */
 struct pool_hooks {
@@ -451,6 +451,13 @@ double pool_snapshot_routing_share(const struct pool_snapshot *snap,
  * that holds <snap>. */
 struct server *pool_snapshot_owner(const struct pool_snapshot *snap,
                                    const char *key, size_t len);
+/* The same, for a key whose ring hash in snapshot <by> is <hash>: not
+ * hashed again when both snapshots hash keys alike (the same hash
+ * function and hash tag: a migration's old placement and its new one). */
+struct server *pool_snapshot_owner_of(const struct pool_snapshot *snap,
+                                      const struct pool_snapshot *by,
+                                      const char *key, size_t len,
+                                      uint64_t hash);
 
 /* The exact share and the points member <s> owns in <snap>'s ring; 0 when
  * <snap> is NULL, has no ring, or <s> is not in it. Any thread that holds

@@ -96,7 +96,7 @@ entry_deinit(struct state_entry *e)
 
 /* Free a pool's delta (not its base or name). */
 static void
-pool_delta_clear(struct state_pool *p)
+state_pool_delta_clear(struct state_pool *p)
 {
     for (size_t i = 0; i < p->nadded; i++)
         entry_deinit(&p->added[i]);
@@ -113,7 +113,7 @@ pool_delta_clear(struct state_pool *p)
 }
 
 static void
-pool_base_clear(struct state_pool *p)
+state_pool_base_clear(struct state_pool *p)
 {
     for (size_t i = 0; i < p->nbase; i++) {
         free(p->base[i].name);
@@ -126,10 +126,10 @@ pool_base_clear(struct state_pool *p)
 }
 
 static void
-pool_deinit(struct state_pool *p)
+state_pool_deinit(struct state_pool *p)
 {
-    pool_delta_clear(p);
-    pool_base_clear(p);
+    state_pool_delta_clear(p);
+    state_pool_base_clear(p);
     free(p->name);
     p->name = NULL;
 }
@@ -144,7 +144,7 @@ static void
 state_clear(struct state *st)
 {
     for (size_t i = 0; i < st->npools; i++)
-        pool_deinit(&st->pools[i]);
+        state_pool_deinit(&st->pools[i]);
     free(st->pools);
     st->pools = NULL;
     st->npools = 0;
@@ -162,7 +162,7 @@ state_destroy(struct state *st)
 }
 
 static struct state_pool *
-pool_find(const struct state *st, const char *name)
+state_pool_find(const struct state *st, const char *name)
 {
     for (size_t i = 0; i < st->npools; i++)
         if (strcmp(st->pools[i].name, name) == 0)
@@ -171,9 +171,9 @@ pool_find(const struct state *st, const char *name)
 }
 
 static struct state_pool *
-pool_get(struct state *st, const char *name)
+state_pool_get(struct state *st, const char *name)
 {
-    struct state_pool *p = pool_find(st, name), *np;
+    struct state_pool *p = state_pool_find(st, name), *np;
 
     if (p != NULL)
         return p;
@@ -337,7 +337,7 @@ parse_pool(struct state *st, const char *pname, json_t *j, const char *file,
             return -1;
         }
     }
-    p = pool_get(st, pname);
+    p = state_pool_get(st, pname);
     if (p == NULL) {
         seterr(err, errlen, "out of memory");
         return -1;
@@ -449,9 +449,9 @@ state_load_string(struct state *st, const char *name, const char *text,
     /* Only a fully valid file replaces the state. Bases survive: they
      * belong to the loaded config, not to the file. */
     for (size_t i = 0; i < st->npools; i++)
-        pool_delta_clear(&st->pools[i]);
+        state_pool_delta_clear(&st->pools[i]);
     for (size_t i = 0; i < tmp.npools; i++) {
-        struct state_pool *p = pool_get(st, tmp.pools[i].name);
+        struct state_pool *p = state_pool_get(st, tmp.pools[i].name);
 
         if (p == NULL) {
             seterr(err, errlen, "out of memory");
@@ -588,9 +588,9 @@ address_taken(const struct conf_pool *cp, const struct conf_addr *addr,
 }
 
 static int
-pool_capture_base(struct state_pool *p, const struct conf_pool *cp)
+state_pool_capture_base(struct state_pool *p, const struct conf_pool *cp)
 {
-    pool_base_clear(p);
+    state_pool_base_clear(p);
     p->base = calloc(cp->nservers ? cp->nservers : 1, sizeof(*p->base));
     if (p->base == NULL)
         return -1;
@@ -621,14 +621,11 @@ server_replace(struct conf_pool *cp, size_t idx, struct conf_server *ns)
     cp->servers[idx].line = line;
 }
 
-/* Apply one pool's delta to <cp>, a pool of <conf>; collect the admin
- * states it sets into <admins> (parallel to cp->servers after the call). */
-static int
-pool_apply(struct state_pool *p, const struct conf *conf, struct conf_pool *cp,
-           int **admins, char *warn, size_t warnlen)
+/* Drop the members <p> removed from <cp> (never the last one). */
+static void
+apply_removed(const struct state_pool *p, struct conf_pool *cp, char *warn,
+              size_t warnlen)
 {
-    char msg[256], self[320];
-
     for (size_t i = 0; i < p->nremoved; i++) {
         long k = server_find(cp, p->removed[i]);
 
@@ -651,15 +648,54 @@ pool_apply(struct state_pool *p, const struct conf *conf, struct conf_pool *cp,
                 (cp->nservers - (size_t)k - 1) * sizeof(cp->servers[0]));
         cp->nservers--;
     }
+}
 
-    /* A changed entry, or an added one the config now holds itself,
-     * overrides the config server's weight (and address if given). */
+/* Whether server <ns>, for member <name> (whose entry wrote <address>)
+ * of <cp>, cannot take that address: another member of <cp> than index
+ * <except> (-1: any) has it, or it is now chashd's own. Says so in
+ * <warn>, naming the member as <what> ("member", "added member"). */
+static bool
+address_refused(const struct conf *conf, const struct conf_pool *cp,
+                const struct conf_server *ns, long except, const char *what,
+                const char *name, const char *address, char *warn,
+                size_t warnlen)
+{
+    char self[320];
+
+    if (address_taken(cp, &ns->addr, except)) {
+        addwarn(warn, warnlen,
+                except >= 0 ? "pool %s: %s %s: address %s is "
+                              "taken by another member"
+                            : "pool %s: %s %s: address %s is "
+                              "now taken by a config member",
+                cp->name, what, name, address);
+        return true;
+    }
+    /* A listen address the config moved onto a member's: the member
+     * would be chashd connecting to itself. */
+    if (conf_self_address(conf, &ns->addr, self, sizeof(self))) {
+        addwarn(warn, warnlen,
+                "pool %s: %s %s: address %s is now chashd's own, %s", cp->name,
+                what, name, address, self);
+        return true;
+    }
+    return false;
+}
+
+/* A changed entry of <p>, or an added one the config now holds itself,
+ * overrides the config server's weight (and address if given). */
+static void
+apply_overrides(const struct state_pool *p, const struct conf *conf,
+                struct conf_pool *cp, char *warn, size_t warnlen)
+{
+    char msg[256];
+
     for (size_t pass = 0; pass < 2; pass++) {
-        struct state_entry *arr = pass == 0 ? p->changed : p->added;
+        const struct state_entry *arr = pass == 0 ? p->changed : p->added;
         size_t n = pass == 0 ? p->nchanged : p->nadded;
 
         for (size_t i = 0; i < n; i++) {
-            struct state_entry *e = &arr[i];
+            const struct state_entry *e = &arr[i];
             long k = server_find(cp, e->name);
             struct conf_server ns;
             uint32_t w;
@@ -683,32 +719,30 @@ pool_apply(struct state_pool *p, const struct conf *conf, struct conf_pool *cp,
                         e->name, msg);
                 continue;
             }
-            if (address_taken(cp, &ns.addr, k)) {
-                addwarn(warn, warnlen,
-                        "pool %s: member %s: address %s is "
-                        "taken by another member",
-                        cp->name, e->name, e->address);
-                conf_server_deinit(&ns);
-                continue;
-            }
-            if (conf_self_address(conf, &ns.addr, self, sizeof(self))) {
-                addwarn(warn, warnlen,
-                        "pool %s: member %s: address %s is now chashd's "
-                        "own, %s",
-                        cp->name, e->name, e->address, self);
+            if (address_refused(conf, cp, &ns, k, "member", e->name, e->address,
+                                warn, warnlen)) {
                 conf_server_deinit(&ns);
                 continue;
             }
             server_replace(cp, (size_t)k, &ns);
         }
     }
+}
+
+/* Append the members <p> added that <cp> does not hold. 0, or -1 with
+ * errno ENOMEM. */
+static int
+apply_added(const struct state_pool *p, const struct conf *conf,
+            struct conf_pool *cp, char *warn, size_t warnlen)
+{
+    char msg[256];
 
     for (size_t i = 0; i < p->nadded; i++) {
-        struct state_entry *e = &p->added[i];
+        const struct state_entry *e = &p->added[i];
         struct conf_server ns, *nsv;
 
         if (server_find(cp, e->name) >= 0)
-            continue; /* handled above */
+            continue; /* handled by apply_overrides */
         if (server_parse(e->name, e->address, e->weight, &ns, msg,
                          sizeof(msg)) != 0) {
             addwarn(warn, warnlen, "pool %s: added member %s: %s", cp->name,
@@ -728,21 +762,8 @@ pool_apply(struct state_pool *p, const struct conf *conf, struct conf_pool *cp,
             conf_server_deinit(&ns);
             continue;
         }
-        if (address_taken(cp, &ns.addr, -1)) {
-            addwarn(warn, warnlen,
-                    "pool %s: added member %s: address %s is "
-                    "now taken by a config member",
-                    cp->name, e->name, e->address);
-            conf_server_deinit(&ns);
-            continue;
-        }
-        /* A listen address the config moved onto a member's: the member
-         * would be chashd connecting to itself. */
-        if (conf_self_address(conf, &ns.addr, self, sizeof(self))) {
-            addwarn(warn, warnlen,
-                    "pool %s: added member %s: address %s is now "
-                    "chashd's own, %s",
-                    cp->name, e->name, e->address, self);
+        if (address_refused(conf, cp, &ns, -1, "added member", e->name,
+                            e->address, warn, warnlen)) {
             conf_server_deinit(&ns);
             continue;
         }
@@ -756,7 +777,20 @@ pool_apply(struct state_pool *p, const struct conf *conf, struct conf_pool *cp,
         ns.line = 0;
         cp->servers[cp->nservers++] = ns;
     }
+    return 0;
+}
 
+/* Apply one pool's delta to <cp>, a pool of <conf>; collect the admin
+ * states it sets into <admins> (parallel to cp->servers after the call).
+ * 0, or -1 with errno ENOMEM. */
+static int
+state_pool_apply(struct state_pool *p, const struct conf *conf,
+                 struct conf_pool *cp, int **admins, char *warn, size_t warnlen)
+{
+    apply_removed(p, cp, warn, warnlen);
+    apply_overrides(p, conf, cp, warn, warnlen);
+    if (apply_added(p, conf, cp, warn, warnlen) != 0)
+        return -1;
     *admins = calloc(cp->nservers ? cp->nservers : 1, sizeof(int));
     if (*admins == NULL) {
         errno = ENOMEM;
@@ -811,17 +845,17 @@ servers_free(struct conf_server *s, size_t n)
 
 /*
  * Does <cp>, with the delta applied, still give a ring? The config alone
- * passed this check at load (conf.c check_ring), but the delta was made
- * under an older config: a weight of 5 is fine for rendezvous and not for
- * jump, nor with a larger points_per_weight. Applied anyway, the pool
- * could not be built and the daemon refused to start on a valid config.
- * The size comes first, from arithmetic (conf_ring_points), as at load:
- * a delta that asks for more than max_points is refused before anything
- * is built. 0; 1 when the pool gives no ring, with the reason in <why>;
- * -1 (ENOMEM).
+ * passed this check at load (conf/conf_check.c check_ring), but the
+ * delta was made under an older config: a weight of 5 is fine for
+ * rendezvous and not for jump, nor with a larger points_per_weight.
+ * Applied anyway, the pool could not be built and the daemon refused to
+ * start on a valid config. The size comes first, from arithmetic
+ * (conf_ring_points), as at load: a delta that asks for more than
+ * max_points is refused before anything is built. 0; 1 when the pool
+ * gives no ring, with the reason in <why>; -1 (ENOMEM).
  */
 static int
-pool_ring_check(const struct conf_pool *cp, char *why, size_t whylen)
+state_pool_ring_check(const struct conf_pool *cp, char *why, size_t whylen)
 {
     struct chash_member *m =
         calloc(cp->nservers ? cp->nservers : 1, sizeof(*m));
@@ -872,7 +906,7 @@ state_apply(struct state *st, struct conf *conf, char *warn, size_t warnlen)
                         "pool %s is no longer in the config; "
                         "its runtime changes are dropped",
                         st->pools[i].name);
-            pool_deinit(&st->pools[i]);
+            state_pool_deinit(&st->pools[i]);
             memmove(&st->pools[i], &st->pools[i + 1],
                     (st->npools - i - 1) * sizeof(st->pools[0]));
             st->npools--;
@@ -886,7 +920,7 @@ state_apply(struct state *st, struct conf *conf, char *warn, size_t warnlen)
         struct state_pool *p;
         if (cp->members_from == CONF_MEMBERS_ETCD)
             continue; /* etcd holds its runtime state (doc/etcd.md) */
-        p = pool_get(st, cp->name);
+        p = state_pool_get(st, cp->name);
         struct state_member *rm;
         int *admins = NULL;
         char why[256];
@@ -895,16 +929,16 @@ state_apply(struct state *st, struct conf *conf, char *warn, size_t warnlen)
         struct conf_server *orig;
         size_t norig = cp->nservers;
 
-        if (p == NULL || pool_capture_base(p, cp) != 0 ||
+        if (p == NULL || state_pool_capture_base(p, cp) != 0 ||
             servers_copy(cp, &orig) != 0) {
             errno = ENOMEM;
             return -1;
         }
-        if (pool_apply(p, conf, cp, &admins, warn, warnlen) != 0) {
+        if (state_pool_apply(p, conf, cp, &admins, warn, warnlen) != 0) {
             servers_free(orig, norig);
             return -1;
         }
-        if ((rc = pool_ring_check(cp, why, sizeof(why))) < 0) {
+        if ((rc = state_pool_ring_check(cp, why, sizeof(why))) < 0) {
             servers_free(orig, norig);
             free(admins);
             errno = ENOMEM;
@@ -954,7 +988,7 @@ state_apply(struct state *st, struct conf *conf, char *warn, size_t warnlen)
 int
 state_admin(const struct state *st, const char *pool, const char *member)
 {
-    const struct state_pool *p = pool_find(st, pool);
+    const struct state_pool *p = state_pool_find(st, pool);
 
     if (p == NULL)
         return STATE_ADMIN_UP;
@@ -971,7 +1005,7 @@ int
 state_record(struct state *st, const char *pool,
              const struct state_member *members, size_t n)
 {
-    struct state_pool *p = pool_find(st, pool);
+    struct state_pool *p = state_pool_find(st, pool);
     struct state_pool nd = {0};
 
     if (p == NULL || !p->have_base) {
@@ -1010,7 +1044,7 @@ state_record(struct state *st, const char *pool,
             name_push(&nd.removed, &nd.nremoved, p->base[k].name) != 0)
             goto nomem;
     }
-    pool_delta_clear(p);
+    state_pool_delta_clear(p);
     p->added = nd.added;
     p->nadded = nd.nadded;
     p->changed = nd.changed;
@@ -1019,7 +1053,7 @@ state_record(struct state *st, const char *pool,
     p->nremoved = nd.nremoved;
     return 0;
 nomem:
-    pool_delta_clear(&nd);
+    state_pool_delta_clear(&nd);
     errno = ENOMEM;
     return -1;
 }
@@ -1115,7 +1149,7 @@ state_overrides_json(const struct state *st, const struct conf *conf)
 
     for (size_t i = 0; i < conf->npools && rc == 0; i++) {
         const struct conf_pool *cp = &conf->pools[i];
-        const struct state_pool *p = pool_find(st, cp->name);
+        const struct state_pool *p = state_pool_find(st, cp->name);
         struct written w;
 
         if (p == NULL)
@@ -1203,7 +1237,7 @@ names_drop(char **arr, size_t *n, const char *name)
 int
 state_reset(struct state *st, const char *pool, const char *member)
 {
-    struct state_pool *p = pool != NULL ? pool_find(st, pool) : NULL;
+    struct state_pool *p = pool != NULL ? state_pool_find(st, pool) : NULL;
     int n;
 
     if (p == NULL) {
@@ -1212,7 +1246,7 @@ state_reset(struct state *st, const char *pool, const char *member)
     }
     if (member == NULL) {
         n = (int)(p->nadded + p->nchanged + p->nremoved);
-        pool_delta_clear(p);
+        state_pool_delta_clear(p);
         return n;
     }
     n = entries_drop(p->added, &p->nadded, member);

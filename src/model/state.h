@@ -129,12 +129,12 @@ json_t *state_overrides_json(const struct state *st, const struct conf *conf);
  */
 int state_reset(struct state *st, const char *pool, const char *member);
 
-/* "up", "drain", "maint"; and back (-1 for an unknown name). */
 /* The migration running in <pool> as the file keeps it (borrowed), or
  * NULL; set it (a copy is kept; NULL drops it). 0 or -1. */
 json_t *state_migration(const struct state *st, const char *pool);
 int state_set_migration(struct state *st, const char *pool, json_t *m);
 
+/* "up", "drain", "maint"; and back (-1 for an unknown name). */
 const char *state_admin_name(int admin);
 int state_admin_from_name(const char *name);
 

@@ -106,7 +106,7 @@ struct redis_entry {
  * The commands of Redis 7.0 (redis-server 7.0.15's COMMAND), sorted by
  * name for the binary search in redis_command_find(). Arity, the key
  * range first/last/step and the write flag are Redis' own;
- * tests/integration/test_redis_table.py checks every entry against a live
+ * tests/integration/redis/test_redis_table.py checks every entry against a live
  * redis-server, and the key positions the parser derives against its
  * COMMAND GETKEYS. The kind is chashd's decision:
  *

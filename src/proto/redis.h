@@ -1,7 +1,7 @@
 /* redis.h -- mode redis: RESP2 requests (multibulk and inline) and
  * replies, the command table of Redis 7.0 with each command's class and
  * key positions, error replies and the health probe. Pure functions only:
- * the request engine (src/request.c) does the I/O.
+ * the request engine (src/data/request*.c) does the I/O.
  * SPDX-License-Identifier: BSD-2-Clause
  */
 #ifndef CHASHD_PROTO_REDIS_H
