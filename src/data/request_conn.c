@@ -487,6 +487,58 @@ conn_unbatch(struct rserver *s, struct rfrag *f, const char *buf,
     conn_arm(s);
 }
 
+/* The next <len> bytes of <buf> belong to the value streaming to
+ * <s>->reply_to: hand over what is there. 0, or -1 when <s> failed. */
+static int
+reply_stream(struct rserver *s, const char *buf, size_t len)
+{
+    size_t n = len < s->reply_left ? len : (size_t)s->reply_left;
+    struct rfrag *to = s->reply_to;
+
+    if (request_frag_data(to, buf, n) < 0) {
+        request_conn_fail(s, PROTO_ERR_CLOSED, ENOMEM);
+        return -1;
+    }
+    s->in.off += n;
+    s->reply_left -= n;
+    if (s->reply_left == 0) {
+        s->reply_to = NULL;
+        to->req->streaming = false;
+        request_frag_done(to);
+    } else if (to->req->client != NULL) {
+        request_client_flush(to->req->client);
+        /* A slow client: stop reading the member until it takes what it
+         * has -- but only while no other request waits on this
+         * connection: the replies behind the value can only be read
+         * through it, and a slow client must never make another one's
+         * request wait, or fail at its timeout. Then the value is held
+         * for the slow client instead (at most its size:
+         * request_conn_queue lifts the pause when a request comes). */
+        if (buf_size(&to->req->reply) > REPLY_HIGH && s->head == NULL)
+            s->paused = true;
+    }
+    return 0;
+}
+
+/* <rp> (at <buf>) answers AUTH or SELECT of <s>'s handshake: an error
+ * means the member refuses us (a wrong redis_auth): every request fails.
+ * 0, or -1 when <s> failed. */
+static int
+reply_handshake(struct rserver *s, const char *buf,
+                const struct proto_reply *rp)
+{
+    s->swallow--;
+    s->in.off += rp->len;
+    if (rp->error) {
+        log_warn_limited(10, "pool %s: member %s refused the handshake: %.*s",
+                         s->m->pool->name, s->m->server->name,
+                         (int)(rp->len > 2 ? rp->len - 2 : rp->len), buf);
+        request_conn_fail(s, PROTO_ERR_CLOSED, EACCES);
+        return -1;
+    }
+    return 0;
+}
+
 /*
  * Parse replies from <s>'s input and hand each to the oldest fragment
  * waiting on it (FIFO: a member answers a connection's requests in the
@@ -507,32 +559,8 @@ conn_replies(struct rserver *s)
         int st;
 
         if (s->reply_left > 0) {
-            size_t n = len < s->reply_left ? len : (size_t)s->reply_left;
-            struct rfrag *to = s->reply_to;
-
-            if (request_frag_data(to, buf, n) < 0) {
-                request_conn_fail(s, PROTO_ERR_CLOSED, ENOMEM);
+            if (reply_stream(s, buf, len) < 0)
                 return;
-            }
-            s->in.off += n;
-            s->reply_left -= n;
-            if (s->reply_left == 0) {
-                s->reply_to = NULL;
-                to->req->streaming = false;
-                request_frag_done(to);
-            } else if (to->req->client != NULL) {
-                request_client_flush(to->req->client);
-                /* A slow client: stop reading the member until it takes
-                 * what it has -- but only while no other request waits on
-                 * this connection: the replies behind the value can only
-                 * be read through it, and a slow client must never make
-                 * another one's request wait, or fail at its timeout.
-                 * Then the value is held for the slow client instead (at
-                 * most its size: request_conn_queue lifts the pause when a
-                 * request comes). */
-                if (buf_size(&to->req->reply) > REPLY_HIGH && s->head == NULL)
-                    s->paused = true;
-            }
             continue;
         }
         if (s->swallow == 1 && s->ident) {
@@ -569,19 +597,8 @@ conn_replies(struct rserver *s)
             return;
         }
         if (s->swallow > 0) {
-            /* AUTH or SELECT of the handshake: an error means the member
-             * refuses us (a wrong redis_auth): every request fails. */
-            s->swallow--;
-            s->in.off += rp.len;
-            if (rp.error) {
-                log_warn_limited(10,
-                                 "pool %s: member %s refused the "
-                                 "handshake: %.*s",
-                                 s->m->pool->name, s->m->server->name,
-                                 (int)(rp.len > 2 ? rp.len - 2 : rp.len), buf);
-                request_conn_fail(s, PROTO_ERR_CLOSED, EACCES);
+            if (reply_handshake(s, buf, &rp) < 0)
                 return;
-            }
             continue;
         }
         f = s->head;

@@ -676,6 +676,126 @@ over(struct http_chunked *c, size_t max, const char *why, const char **err)
     return true;
 }
 
+/* One byte <b> of a chunk's size line (size, whitespace, extensions,
+ * CRLF). 0, or -1 with *<err>. */
+static int
+size_line_byte(struct http_chunked *c, unsigned char b, size_t max_trailer,
+               const char **err)
+{
+    int v;
+
+    switch (c->state) {
+    case CH_SIZE0:
+    case CH_SIZE:
+        v = hex_value(b);
+        if (v >= 0) {
+            if (c->digits == 16 || (c->size >> 59) != 0) {
+                *err = "a chunk size too large";
+                return -1;
+            }
+            c->size = c->size * 16 + (uint64_t)v;
+            c->digits++;
+            c->state = CH_SIZE;
+        } else if (c->state == CH_SIZE0) {
+            *err = "a chunk size that is not hexadecimal";
+            return -1;
+        } else if (b == ';') {
+            c->state = CH_EXT;
+        } else if (b == ' ' || b == '\t') {
+            c->state = CH_BWS;
+        } else if (b == '\r') {
+            c->state = CH_SIZE_LF;
+        } else {
+            *err = "a chunk size that is not hexadecimal";
+            return -1;
+        }
+        return 0;
+    case CH_BWS:
+        if (b == ';')
+            c->state = CH_EXT;
+        else if (b == '\r')
+            c->state = CH_SIZE_LF;
+        else if (b != ' ' && b != '\t') {
+            *err = "a chunk size that is not hexadecimal";
+            return -1;
+        }
+        return 0;
+    case CH_EXT:
+        if (b == '\r')
+            c->state = CH_SIZE_LF;
+        else if (!is_value_char(b)) {
+            *err = "a control byte in a chunk extension";
+            return -1;
+        }
+        return over(c, max_trailer, "chunk extensions too large", err) ? -1 : 0;
+    default: /* CH_SIZE_LF */
+        if (b != '\n') {
+            *err = "a chunk size line not ended by CRLF";
+            return -1;
+        }
+        c->digits = 0;
+        if (c->size == 0) {
+            c->state = CH_TRAILER0;
+            c->trailer = 0;
+        } else {
+            c->state = CH_DATA;
+        }
+        return 0;
+    }
+}
+
+/* One byte <b> of the trailer section (after the last chunk). 0; 1 when
+ * it ended the message; -1 with *<err>. */
+static int
+trailer_byte(struct http_chunked *c, unsigned char b, size_t max_trailer,
+             const char **err)
+{
+    switch (c->state) {
+    case CH_TRAILER0:
+        if (b == '\r') {
+            c->state = CH_END_LF;
+        } else if (b == ' ' || b == '\t') {
+            *err = "obs-fold in the trailers";
+            return -1;
+        } else if (is_tchar(b)) {
+            c->state = CH_TRAILER_NAME;
+        } else {
+            *err = "a malformed trailer line";
+            return -1;
+        }
+        c->trailer++;
+        return 0;
+    case CH_TRAILER_NAME:
+        /* A trailer is a field line as a header is (RFC 9112 7.1.2): a
+         * line without its colon, or with whitespace before it, is one a
+         * member may read differently. */
+        if (b == ':') {
+            c->state = CH_TRAILER;
+        } else if (!is_tchar(b)) {
+            *err = "a malformed trailer line";
+            return -1;
+        }
+        return over(c, max_trailer, "the trailers are too large", err) ? -1 : 0;
+    case CH_TRAILER:
+        if (b == '\r')
+            c->state = CH_TRAILER_LF;
+        else if (!is_value_char(b)) {
+            *err = "a control byte in the trailers";
+            return -1;
+        }
+        return over(c, max_trailer, "the trailers are too large", err) ? -1 : 0;
+    default: /* CH_TRAILER_LF, CH_END_LF */
+        if (b != '\n') {
+            *err = "a trailer line not ended by CRLF";
+            return -1;
+        }
+        if (c->state == CH_END_LF)
+            return 1;
+        c->state = CH_TRAILER0;
+        return 0;
+    }
+}
+
 ssize_t
 http_chunked_scan(struct http_chunked *c, const char *buf, size_t len,
                   size_t max_trailer, bool *done, const char **err)
@@ -685,70 +805,17 @@ http_chunked_scan(struct http_chunked *c, const char *buf, size_t len,
     *done = false;
     while (i < len) {
         unsigned char b = (unsigned char)buf[i];
-        int v;
+        int r;
 
         switch (c->state) {
         case CH_SIZE0:
         case CH_SIZE:
-            v = hex_value(b);
-            if (v >= 0) {
-                if (c->digits == 16 || (c->size >> 59) != 0) {
-                    *err = "a chunk size too large";
-                    return -1;
-                }
-                c->size = c->size * 16 + (uint64_t)v;
-                c->digits++;
-                c->state = CH_SIZE;
-            } else if (c->state == CH_SIZE0) {
-                *err = "a chunk size that is not hexadecimal";
-                return -1;
-            } else if (b == ';') {
-                c->state = CH_EXT;
-            } else if (b == ' ' || b == '\t') {
-                c->state = CH_BWS;
-            } else if (b == '\r') {
-                c->state = CH_SIZE_LF;
-            } else {
-                *err = "a chunk size that is not hexadecimal";
-                return -1;
-            }
-            i++;
-            break;
         case CH_BWS:
-            if (b == ';')
-                c->state = CH_EXT;
-            else if (b == '\r')
-                c->state = CH_SIZE_LF;
-            else if (b != ' ' && b != '\t') {
-                *err = "a chunk size that is not hexadecimal";
-                return -1;
-            }
-            i++;
-            break;
         case CH_EXT:
-            if (b == '\r')
-                c->state = CH_SIZE_LF;
-            else if (!is_value_char(b)) {
-                *err = "a control byte in a chunk extension";
-                return -1;
-            }
-            if (over(c, max_trailer, "chunk extensions too large", err))
-                return -1;
-            i++;
-            break;
         case CH_SIZE_LF:
-            if (b != '\n') {
-                *err = "a chunk size line not ended by CRLF";
+            if (size_line_byte(c, b, max_trailer, err) < 0)
                 return -1;
-            }
             i++;
-            c->digits = 0;
-            if (c->size == 0) {
-                c->state = CH_TRAILER0;
-                c->trailer = 0;
-            } else {
-                c->state = CH_DATA;
-            }
             break;
         case CH_DATA: {
             size_t take = len - i;
@@ -772,57 +839,18 @@ http_chunked_scan(struct http_chunked *c, const char *buf, size_t len,
             i++;
             break;
         case CH_TRAILER0:
-            if (b == '\r') {
-                c->state = CH_END_LF;
-            } else if (b == ' ' || b == '\t') {
-                *err = "obs-fold in the trailers";
-                return -1;
-            } else if (is_tchar(b)) {
-                c->state = CH_TRAILER_NAME;
-            } else {
-                *err = "a malformed trailer line";
-                return -1;
-            }
-            c->trailer++;
-            i++;
-            break;
         case CH_TRAILER_NAME:
-            /* A trailer is a field line as a header is (RFC 9112 7.1.2):
-             * a line without its colon, or with whitespace before it, is
-             * one a member may read differently. */
-            if (b == ':') {
-                c->state = CH_TRAILER;
-            } else if (!is_tchar(b)) {
-                *err = "a malformed trailer line";
-                return -1;
-            }
-            if (over(c, max_trailer, "the trailers are too large", err))
-                return -1;
-            i++;
-            break;
         case CH_TRAILER:
-            if (b == '\r')
-                c->state = CH_TRAILER_LF;
-            else if (!is_value_char(b)) {
-                *err = "a control byte in the trailers";
-                return -1;
-            }
-            if (over(c, max_trailer, "the trailers are too large", err))
-                return -1;
-            i++;
-            break;
         case CH_TRAILER_LF:
         case CH_END_LF:
-            if (b != '\n') {
-                *err = "a trailer line not ended by CRLF";
+            r = trailer_byte(c, b, max_trailer, err);
+            if (r < 0)
                 return -1;
-            }
             i++;
-            if (c->state == CH_END_LF) {
+            if (r > 0) {
                 *done = true;
                 return (ssize_t)i;
             }
-            c->state = CH_TRAILER0;
             break;
         default:
             *err = "the chunked scanner is lost";

@@ -303,15 +303,18 @@ one_key(struct proto_request *rq, size_t line)
     return PROTO_OK;
 }
 
+/* The request line at the front of <buf>: PROTO_OK with <line> its
+ * length with its newline and <end> where its text ends (before "\r\n");
+ * PROTO_AGAIN while it is not whole, PROTO_FATAL for the binary protocol
+ * or a line too long. Where the last call stopped looking for the newline
+ * is kept in <rq>'s progress. */
 static int
-mc_parse_request(const char *buf, size_t len, struct proto_request *rq)
+request_line(const char *buf, size_t len, struct proto_request *rq,
+             size_t *line, size_t *end)
 {
     size_t from = rq->progress != NULL ? rq->progress->pos : 0;
     const char *nl;
-    size_t line, end, first;
-    const struct proto_span *w;
 
-    proto_request_reset(rq);
     if (len == 0)
         return PROTO_AGAIN;
     if ((unsigned char)buf[0] == 0x80)
@@ -327,10 +330,80 @@ mc_parse_request(const char *buf, size_t len, struct proto_request *rq)
             rq->progress->pos = len;
         return PROTO_AGAIN;
     }
-    line = (size_t)(nl - buf) + 1;
-    end = line - 1;
-    if (end > 0 && buf[end - 1] == '\r')
-        end--;
+    *line = (size_t)(nl - buf) + 1;
+    *end = *line - 1;
+    if (*end > 0 && buf[*end - 1] == '\r')
+        (*end)--;
+    return PROTO_OK;
+}
+
+/* get, gets, gat, gats <exptime>: their keys (several: a split). */
+static int
+retrieval(const char *buf, struct proto_request *rq, size_t line)
+{
+    const struct proto_span *w = rq->args;
+    size_t first = rq->command >= MC_GAT ? 2 : 1;
+
+    if (rq->nargs == 1)
+        return invalid(rq, line, E_ERROR);
+    if (first == 2) {
+        /* memcached reads gat's exptime before it counts keys */
+        uint64_t t;
+        bool neg;
+        if (word_number(buf, &w[1], true, &t, &neg) < 0)
+            return invalid(rq, line, "CLIENT_ERROR invalid exptime argument");
+        if (rq->nargs == 2) { /* no key: nothing found */
+            rq->flags |= PROTO_REQ_LOCAL;
+            rq->head = line;
+            return PROTO_OK;
+        }
+    }
+    for (size_t i = first; i < rq->nargs; i++) {
+        if (w[i].len > MC_KEY_MAX)
+            return invalid(rq, line, E_FORMAT);
+        rq->keys[rq->nkeys++] = w[i];
+    }
+    if (rq->nkeys > 1)
+        rq->flags |= PROTO_REQ_SPLIT;
+    if (rq->command >= MC_GAT)
+        rq->flags |= PROTO_REQ_WRITE; /* it touches */
+    rq->head = line;
+    return PROTO_OK;
+}
+
+/* verbosity <level> [noreply]: answered by chashd. */
+static int
+verbosity(const char *buf, struct proto_request *rq, size_t line)
+{
+    const struct proto_span *w = rq->args;
+    uint64_t level;
+    bool neg;
+
+    if (rq->nargs < 2 || rq->nargs > 3)
+        return invalid(rq, line, E_ERROR);
+    if (word_is(buf, &w[rq->nargs - 1], "noreply"))
+        rq->flags |= PROTO_REQ_NOREPLY;
+    /* the level must be a number (a third word is ignored) */
+    if (word_number(buf, &w[1], false, &level, &neg) < 0)
+        return mistake(rq, line, E_FORMAT);
+    rq->flags |= PROTO_REQ_LOCAL;
+    rq->head = line;
+    return PROTO_OK;
+}
+
+/* The table's parse_request: one request line (and a storage command's
+ * value), its command, keys and flags. */
+static int
+mc_parse_request(const char *buf, size_t len, struct proto_request *rq)
+{
+    size_t line, end;
+    const struct proto_span *w;
+    int st;
+
+    proto_request_reset(rq);
+    st = request_line(buf, len, rq, &line, &end);
+    if (st != PROTO_OK)
+        return st;
     words(buf, end, rq);
     if (rq->nargs > rq->argcap || rq->nargs > rq->keycap) {
         rq->nkeys = rq->nargs; /* room for every word as a key */
@@ -345,54 +418,21 @@ mc_parse_request(const char *buf, size_t len, struct proto_request *rq)
     case MC_GETS:
     case MC_GAT:
     case MC_GATS:
-        first = rq->command >= MC_GAT ? 2 : 1;
-        if (rq->nargs == 1)
-            return invalid(rq, line, E_ERROR);
-        if (first == 2) {
-            /* memcached reads gat's exptime before it counts keys */
-            uint64_t t;
-            bool neg;
-            if (word_number(buf, &w[1], true, &t, &neg) < 0)
-                return invalid(rq, line,
-                               "CLIENT_ERROR invalid exptime argument");
-            if (rq->nargs == 2) { /* no key: nothing found */
-                rq->flags |= PROTO_REQ_LOCAL;
-                rq->head = line;
-                return PROTO_OK;
-            }
-        }
-        for (size_t i = first; i < rq->nargs; i++) {
-            if (w[i].len > MC_KEY_MAX)
-                return invalid(rq, line, E_FORMAT);
-            rq->keys[rq->nkeys++] = w[i];
-        }
-        if (rq->nkeys > 1)
-            rq->flags |= PROTO_REQ_SPLIT;
-        if (rq->command >= MC_GAT)
-            rq->flags |= PROTO_REQ_WRITE; /* it touches */
-        rq->head = line;
-        return PROTO_OK;
+        return retrieval(buf, rq, line);
     case MC_SET:
     case MC_ADD:
     case MC_REPLACE:
     case MC_APPEND:
     case MC_PREPEND:
-    case MC_CAS: {
-        int st = storage(buf, len, rq, line);
+    case MC_CAS:
+    case MC_MS:
+        st = rq->command == MC_MS ? meta_set(buf, len, rq, line)
+                                  : storage(buf, len, rq, line);
         if (st == PROTO_OK && !(rq->flags & PROTO_REQ_REFUSED)) {
             rq->keys[0] = w[1];
             rq->nkeys = 1;
         }
         return st;
-    }
-    case MC_MS: {
-        int st = meta_set(buf, len, rq, line);
-        if (st == PROTO_OK && !(rq->flags & PROTO_REQ_REFUSED)) {
-            rq->keys[0] = w[1];
-            rq->nkeys = 1;
-        }
-        return st;
-    }
     case MC_DELETE:
     case MC_INCR:
     case MC_DECR:
@@ -430,21 +470,8 @@ mc_parse_request(const char *buf, size_t len, struct proto_request *rq)
         rq->flags |= PROTO_REQ_LOCAL | PROTO_REQ_QUIT;
         rq->head = line;
         return PROTO_OK;
-    case MC_VERBOSITY: {
-        uint64_t level;
-        bool neg;
-
-        if (rq->nargs < 2 || rq->nargs > 3)
-            return invalid(rq, line, E_ERROR);
-        if (word_is(buf, &w[rq->nargs - 1], "noreply"))
-            rq->flags |= PROTO_REQ_NOREPLY;
-        /* the level must be a number (a third word is ignored) */
-        if (word_number(buf, &w[1], false, &level, &neg) < 0)
-            return mistake(rq, line, E_FORMAT);
-        rq->flags |= PROTO_REQ_LOCAL;
-        rq->head = line;
-        return PROTO_OK;
-    }
+    case MC_VERBOSITY:
+        return verbosity(buf, rq, line);
     case MC_FLUSH_ALL:
         if (rq->nargs > 3)
             return invalid(rq, line, E_ERROR);
