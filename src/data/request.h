@@ -95,7 +95,7 @@ struct rreq {
     struct rfrag *frags;             /* [nfrags] */
     size_t nfrags, pending;          /* fragments, and those not answered yet */
     struct rfrag one;                /* the fragment of a plain request */
-    struct buf reply;               /* what the client gets, in order */
+    struct buf reply;                /* what the client gets, in order */
     bool done;                       /* <reply> is complete */
     bool streaming;                  /* its reply body is still arriving */
     bool quit;                       /* close once it is answered */
@@ -125,7 +125,8 @@ struct rmember {
     struct rmember *next;            /* hash chain */
 };
 
-/* What a store mode supplies to the engine (redis.c, later memcache.c). */
+/* What a store mode supplies to the engine (data/redis_mode.c,
+ * data/memcache_mode.c). */
 struct request_mode {
     const struct proto *proto; /* its parsers and error replies */
     /*
@@ -189,7 +190,6 @@ void request_register_modes(const struct request_mode *redis,
 struct pool_snapshot;
 const struct request_mode *request_mode_of(const struct pool_snapshot *snap);
 
-
 /* A client of a store pool. */
 struct rclient {
     struct io_side side;
@@ -200,7 +200,7 @@ struct rclient {
     struct pool *pool; /* (ref held) */
     const struct request_mode *mode;
     uint64_t id;              /* CLIENT ID */
-    struct buf in;           /* bytes read, not yet parsed */
+    struct buf in;            /* bytes read, not yet parsed */
     struct rreq *head, *tail; /* requests in order */
     size_t nreqs;
     struct proto_span *keys, *args; /* parse arrays, grown on demand */
@@ -236,7 +236,7 @@ struct rclient {
  * pool <p> now (as twemproxy does at start), not at the first request. */
 void request_preconnect(struct worker *w, struct pool *p);
 
-/* engine_accept_fn for redis (and later memcache) pools. */
+/* engine_accept_fn for redis and memcache pools. */
 void request_accept(struct worker *w, struct listener *l, int fd,
                     const struct sockaddr *peer, socklen_t peerlen);
 
@@ -424,10 +424,10 @@ struct request_repair {
     void (*done)(struct request_repair *r);
     void *arg; /* the caller's */
     /* results */
-    int result;        /* enum request_repair_result */
-    unsigned written;  /* copies written */
-    unsigned deleted;  /* copies deleted on leavers */
-    bool divergent;    /* members holding current copies disagreed */
+    int result;            /* enum request_repair_result */
+    unsigned written;      /* copies written */
+    unsigned deleted;      /* copies deleted on leavers */
+    bool divergent;        /* members holding current copies disagreed */
     struct server *failed; /* the member that could not be reached, or
                               NULL (a borrowed pointer, for the log) */
     void *priv;            /* (the engine's) */

@@ -314,6 +314,40 @@ client_stream(struct rclient *c)
     return true;
 }
 
+/*
+ * Route request <r> (<rq>, its bytes at <buf>), parsed in <snap>. A plain
+ * one (one key, sent and answered as it is) the engine routes alone when
+ * nothing else is in play: no migration gate, no replica set, no client
+ * state the mode keeps (AUTH, a refused MULTI block). The mode gets the
+ * rest: split, fan-out, local answers, noreply, its own checks.
+ */
+static int
+client_dispatch(struct rclient *c, struct rreq *r,
+                const struct pool_snapshot *snap, const char *buf,
+                const struct proto_request *rq)
+{
+    const char *key, *why;
+    struct server *s;
+    uint64_t hash;
+    size_t len;
+
+    if (!(rq->flags & PROTO_REQ_PLAIN) || !c->authed || c->multi_refused ||
+        snap->mig != NULL || snap->set.replicas > 1)
+        return c->mode->dispatch(c, r, snap, buf, rq);
+    key = buf + rq->keys[0].off;
+    len = rq->keys[0].len;
+    s = request_key_member(snap, key, len, &hash, &why);
+    request_hot_note(r, snap, key, len);
+    if (s == NULL) {
+        request_error(r, PROTO_ERR_NO_MEMBER, why);
+        return 0;
+    }
+    if (request_frags(r, 1) < 0)
+        return -1;
+    request_send(r, &r->frags[0], s, hash, buf, rq->head, rq->body);
+    return 0;
+}
+
 /* Parse and dispatch what <c> has read. */
 static void
 client_parse(struct rclient *c)
@@ -383,7 +417,7 @@ client_parse(struct rclient *c)
         r->flags = rq.flags;
         stats_add(&c->pool->stats[c->w->id].bytes_in, rq.head + rq.body);
         stats_add(&c->pool->stats[c->w->id].requests, 1);
-        if (c->mode->dispatch(c, r, snap, c->in.data + c->in.off, &rq) < 0) {
+        if (client_dispatch(c, r, snap, c->in.data + c->in.off, &rq) < 0) {
             request_client_close(c);
             return;
         }

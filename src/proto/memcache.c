@@ -303,6 +303,18 @@ one_key(struct proto_request *rq, size_t line)
     return PROTO_OK;
 }
 
+/* A text command on one key (not a meta one: its key may be base64)
+ * whose reply the client gets as it is: the engine routes it alone. A
+ * noreply is not plain (the mode sends it without the word and drops the
+ * answer); nor is a get (the mode batches gets). */
+static void
+plain(struct proto_request *rq)
+{
+    if (rq->nkeys == 1 && !mc_is_meta(rq->command) &&
+        !(rq->flags & PROTO_REQ_NOREPLY))
+        rq->flags |= PROTO_REQ_PLAIN;
+}
+
 /* The request line at the front of <buf>: PROTO_OK with <line> its
  * length with its newline and <end> where its text ends (before "\r\n");
  * PROTO_AGAIN while it is not whole, PROTO_FATAL for the binary protocol
@@ -431,6 +443,7 @@ mc_parse_request(const char *buf, size_t len, struct proto_request *rq)
         if (st == PROTO_OK && !(rq->flags & PROTO_REQ_REFUSED)) {
             rq->keys[0] = w[1];
             rq->nkeys = 1;
+            plain(rq);
         }
         return st;
     case MC_DELETE:
@@ -443,7 +456,10 @@ mc_parse_request(const char *buf, size_t len, struct proto_request *rq)
         if (rq->nargs >= 3 && word_is(buf, &w[rq->nargs - 1], "noreply"))
             rq->flags |= PROTO_REQ_NOREPLY;
         rq->flags |= PROTO_REQ_WRITE;
-        return one_key(rq, line);
+        st = one_key(rq, line);
+        if (st == PROTO_OK && !(rq->flags & PROTO_REQ_REFUSED))
+            plain(rq);
+        return st;
     }
     case MC_MG:
     case MC_MD:

@@ -50,9 +50,13 @@ enum proto_request_flag {
     PROTO_REQ_FANOUT = 1u << 7,  /* every member (flush_all, with leave) */
     PROTO_REQ_REFUSED = 1u << 8, /* understood but not served: answer the
                                     error in <err> and keep the connection */
-    PROTO_REQ_INLINE = 1u << 9   /* an inline (telnet) request: <args> point
+    PROTO_REQ_INLINE = 1u << 9,  /* an inline (telnet) request: <args> point
                                     into <scratch>, where the parser wrote it
                                     re-encoded in the protocol's own form */
+    PROTO_REQ_PLAIN = 1u << 10   /* one key, sent as it is to its member,
+                                    the reply returned as it is: the engine
+                                    routes it without the mode (GET, SET,
+                                    INCR; set, incr, delete) */
 };
 
 /* The smallest value a parser streams instead of waiting for it whole:

@@ -995,6 +995,9 @@ classify(const char *base, struct proto_request *rq)
         rq->flags |= PROTO_REQ_NOKEY;
     else if (rq->nkeys > 1 && !(rq->flags & PROTO_REQ_SPLIT))
         rq->flags |= PROTO_REQ_SAME;
+    else if (rq->nkeys == 1 &&
+             !(rq->flags & (PROTO_REQ_SPLIT | PROTO_REQ_INLINE)))
+        rq->flags |= PROTO_REQ_PLAIN; /* (an inline one is re-encoded) */
     return PROTO_OK;
 }
 

@@ -159,6 +159,53 @@ test_storage(void **state)
     assert_int_equal(parse(&p, "prepend k 0 -5 01\r\nx\r\n"), PROTO_OK);
 }
 
+/* PROTO_REQ_PLAIN: a text command on one key whose reply the client gets
+ * as it is -- the engine routes it without the mode. */
+static void
+test_plain(void **state)
+{
+    static const char *const plain[] = {
+        "set k 0 0 1\r\nx\r\n",
+        "cas k 0 0 1 7\r\nx\r\n",
+        "append k 0 0 1\r\nx\r\n",
+        "incr k 1\r\n",
+        "decr k 1\r\n",
+        "delete k\r\n",
+        "touch k 10\r\n",
+    };
+    static const char *const not_plain[] = {
+        "set k 0 0 1 noreply\r\nx\r\n", /* sent without the word */
+        "delete k noreply\r\n",
+        "get k\r\n", /* the mode batches gets */
+        "gets k\r\n",
+        "get a b\r\n",
+        "mg k v\r\n", /* meta: the key may be base64 */
+        "ms k 1\r\nx\r\n",
+        "md k q\r\n",
+        "version\r\n",
+        "flush_all\r\n",
+    };
+    struct parsed p;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) {
+        assert_int_equal(parse(&p, plain[i]), PROTO_OK);
+        assert_true(p.rq.flags & PROTO_REQ_PLAIN);
+        assert_int_equal(p.rq.nkeys, 1);
+    }
+    for (size_t i = 0; i < sizeof(not_plain) / sizeof(not_plain[0]); i++) {
+        assert_int_equal(parse(&p, not_plain[i]), PROTO_OK);
+        assert_false(p.rq.flags & PROTO_REQ_PLAIN);
+    }
+    /* refused: a key too long */
+    {
+        char line[400];
+        snprintf(line, sizeof(line), "incr %0300d 1\r\n", 0);
+        parse(&p, line);
+        assert_false(p.rq.flags & PROTO_REQ_PLAIN);
+    }
+}
+
 static void
 test_storage_refusals(void **state)
 {
@@ -565,6 +612,7 @@ main(void)
         cmocka_unit_test(test_get_keys),
         cmocka_unit_test(test_key_length),
         cmocka_unit_test(test_storage),
+        cmocka_unit_test(test_plain),
         cmocka_unit_test(test_storage_refusals),
         cmocka_unit_test(test_too_large),
         cmocka_unit_test(test_one_key_commands),

@@ -261,7 +261,7 @@ test_multibulk(void **state)
     (void)state;
     served(&p, s);
     assert_int_equal(p.rq.command, cmd("set"));
-    assert_int_equal(p.rq.flags, PROTO_REQ_WRITE);
+    assert_int_equal(p.rq.flags, PROTO_REQ_WRITE | PROTO_REQ_PLAIN);
     assert_args(&p, s, 3, "SET", "k", "value");
     assert_keys(&p, s, 1, "k");
     assert_int_equal(p.rq.scratchlen, 0);
@@ -284,6 +284,39 @@ test_multibulk(void **state)
     assert_int_equal(p.rq.head, 14);
     assert_int_equal(parse(&p, s + 14, strlen(s) - 14), PROTO_OK);
     assert_keys(&p, s + 14, 1, "a");
+}
+
+/* PROTO_REQ_PLAIN: one key, sent and answered as it is -- what the
+ * engine routes without the mode; nothing the mode must see. */
+static void
+test_plain(void **state)
+{
+    struct parsed p;
+
+    (void)state;
+    served(&p, "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+    assert_int_equal(p.rq.flags, PROTO_REQ_PLAIN);
+    served(&p, "*3\r\n$6\r\nINCRBY\r\n$1\r\nk\r\n$1\r\n2\r\n");
+    assert_int_equal(p.rq.flags, PROTO_REQ_WRITE | PROTO_REQ_PLAIN);
+    /* one key given by numkeys */
+    served(&p, "*4\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n1\r\n$1\r\nk\r\n");
+    assert_true(p.rq.flags & PROTO_REQ_PLAIN);
+    /* a split command on one key is still merged by the mode */
+    served(&p, "*2\r\n$4\r\nMGET\r\n$1\r\nk\r\n");
+    assert_int_equal(p.rq.flags, PROTO_REQ_SPLIT);
+    served(&p, "*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n");
+    assert_false(p.rq.flags & PROTO_REQ_PLAIN);
+    /* two keys that must share a member, no key, a local answer */
+    served(&p, "*3\r\n$6\r\nRENAME\r\n$1\r\na\r\n$1\r\nb\r\n");
+    assert_false(p.rq.flags & PROTO_REQ_PLAIN);
+    assert_true(p.rq.flags & PROTO_REQ_SAME);
+    served(&p, "*1\r\n$4\r\nPING\r\n");
+    assert_false(p.rq.flags & PROTO_REQ_PLAIN);
+    served(&p, "*2\r\n$4\r\nAUTH\r\n$1\r\np\r\n");
+    assert_false(p.rq.flags & PROTO_REQ_PLAIN);
+    /* inline: re-encoded in the scratch, the mode's */
+    served(&p, "GET k\r\n");
+    assert_int_equal(p.rq.flags, PROTO_REQ_INLINE);
 }
 
 static void
@@ -637,7 +670,7 @@ test_streaming(void **state)
         assert_int_equal(p.rq.args[2].off, hlen);
         assert_int_equal(p.rq.args[2].len, vlen);
         assert_keys(&p, buf, 1, "key");
-        assert_int_equal(p.rq.flags, PROTO_REQ_WRITE);
+        assert_int_equal(p.rq.flags, PROTO_REQ_WRITE | PROTO_REQ_PLAIN);
     }
 
     /* the value is not last (SET k v EX 10): the request is waited for */
@@ -740,12 +773,11 @@ test_prelude(void **state)
     assert_int_equal(replies, 2);
     assert_memory_equal(out, want, sizeof(want) - 1);
     /* exactly the room it needs, and one byte less */
-    assert_int_equal(redis_prelude(out, sizeof(want) - 1, "s3cret", 12,
-                                   &replies),
-                     (int)sizeof(want) - 1);
-    assert_int_equal(redis_prelude(out, sizeof(want) - 2, "s3cret", 12,
-                                   &replies),
-                     -1);
+    assert_int_equal(
+        redis_prelude(out, sizeof(want) - 1, "s3cret", 12, &replies),
+        (int)sizeof(want) - 1);
+    assert_int_equal(
+        redis_prelude(out, sizeof(want) - 2, "s3cret", 12, &replies), -1);
     assert_int_equal(redis_prelude(out, sizeof(out), NULL, 7, &replies), 23);
     assert_memory_equal(out, "*2\r\n$6\r\nSELECT\r\n$1\r\n7\r\n", 23);
     assert_int_equal(replies, 1);
@@ -763,8 +795,8 @@ test_resume(void **state)
     enum { NARGS = 2001 };
     static struct proto_span args[NARGS], keys[NARGS], whole[NARGS];
     struct proto_progress progress = {0};
-    struct proto_request rq = {.args = args, .argcap = NARGS, .keys = keys,
-                               .keycap = NARGS};
+    struct proto_request rq = {
+        .args = args, .argcap = NARGS, .keys = keys, .keycap = NARGS};
     char *buf = malloc(64 * NARGS);
     size_t len, n, done = 0, i;
 
@@ -1177,6 +1209,7 @@ main(void)
         cmocka_unit_test(test_table_sorted_and_found),
         cmocka_unit_test(test_table_classes),
         cmocka_unit_test(test_multibulk),
+        cmocka_unit_test(test_plain),
         cmocka_unit_test(test_inline),
         cmocka_unit_test(test_skipped),
         cmocka_unit_test(test_keys_by_class),
