@@ -32,8 +32,15 @@
 #   ONLY_CHASHD=0  1: no direct redis, no nutcracker (and no ratios
 #                  against them): only the chashd targets, for a shorter
 #                  BASE= run; the keys are then written through chashd
+#   TESTS=         only these tests, e.g. TESTS=GET,SET,INCR,MGET10 (of
+#                  SET GET INCR LPUSH MSET10 MGET10); BIG=0 skips the
+#                  4096-byte cases: fewer cases, so that longer runs and
+#                  more rounds fit (a BASE= run wants DURATION=2 ROUNDS=5
+#                  to bring the noise under 3%)
 #
 #   B=build-new BASE=build-old ONLY_CHASHD=1 bench/redis.sh
+#   B=build-new BASE=build-old ONLY_CHASHD=1 TESTS=GET,SET,INCR,MGET10 \
+#       BIG=0 DURATION=2 ROUNDS=5 bench/redis.sh
 #
 # SPDX-License-Identifier: BSD-2-Clause
 set -eu
@@ -155,6 +162,16 @@ TESTS = [("SET", ["-t", "set"]), ("GET", ["-t", "get"]),
          ("INCR", ["-t", "incr"]), ("LPUSH", ["-t", "lpush"]),
          ("MSET10", ["-t", "mset"]), ("MGET10", MGET)]
 BIG = ("SET", "GET")       # the only tests run with 4096-byte values
+if os.environ.get("TESTS"):
+    want = os.environ["TESTS"].split(",")
+    unknown = [t for t in want if t not in dict(TESTS)]
+    if unknown:
+        sys.exit("bench/redis.sh: TESTS=%s: no test %s (want some of %s)"
+                 % (os.environ["TESTS"], ", ".join(unknown),
+                    " ".join(t for t, _ in TESTS)))
+    TESTS = [(t, a) for t, a in TESTS if t in want]
+if os.environ.get("BIG", "1") == "0":
+    BIG = ()
 
 cases = benchlib.make_cases([t for t, _ in TESTS], BIG)   # (test, P, c, d)
 ARGS = dict(TESTS)

@@ -270,6 +270,9 @@ exact_moved(const struct chash_ring *a, const struct chash_ring *b,
         mv->exact = NAN;
 }
 
+/* One algorithm at one size: build, lookups, memory, movement, in the
+ * order the table prints them. Long (about 110 lines): each measure is
+ * a few lines, and splitting them would pass the timers around. */
 static int
 bench_one(const struct bench_opts *o, int algo, size_t n, const uint64_t *h,
           struct result *r)

@@ -416,6 +416,8 @@ render(struct plot *p)
     return 0;
 }
 
+/* `chash plot`: options, the rings, the SVG. Long (about 110 lines):
+ * its getopt loop and checks, read as the man page lists them. */
 int
 cmd_plot(int argc, char **argv)
 {

@@ -285,6 +285,9 @@ serve_accept(struct serve *sv, int lfd)
     }
 }
 
+/* `chash serve`: options, listeners, then the epoll loop. Long (about
+ * 120 lines) because it is the command's getopt loop and its one loop;
+ * the per-connection work is in the functions above. */
 int
 cmd_serve(int argc, char **argv)
 {

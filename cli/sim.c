@@ -550,7 +550,9 @@ client_mapping(const struct sim *s, const struct step *st)
  * one by one with chash_ring_lookup_bounded(), live loads counting each
  * admission, as chashd places connections with a balance_factor; on the
  * failure the failed member's keys are placed again one by one on the
- * survivors' ring, the survivors keeping theirs.
+ * survivors' ring, the survivors keeping theirs. Long (about 130 lines):
+ * the two worlds are computed side by side, key by key, so that their
+ * counts come from one pass.
  */
 static int
 fail_view(struct sim *s, const struct step *init)
@@ -802,6 +804,9 @@ out:
     return rc;
 }
 
+/* `chash sim`: options, then the steps in order, then the output. Long
+ * (about 150 lines) because it is the command's whole getopt loop and
+ * its checks, read top to bottom as the man page lists them. */
 int
 cmd_sim(int argc, char **argv)
 {

@@ -219,6 +219,9 @@ flatten(struct chash_zring *z)
     return rc;
 }
 
+/* Long (about 145 lines): the checks, each zone's members, the zones'
+ * ring, each zone's ring, the checksum -- every failure goes to the one
+ * label that frees what the steps before it made. */
 int
 chash_zring_create(const struct chash_config *cfg,
                    const struct chash_zmember *members, size_t n,

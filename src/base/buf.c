@@ -30,6 +30,16 @@ buf_reserve(struct buf *b, size_t more)
     cap = b->cap ? b->cap * 2 : 512;
     while (cap < live + more)
         cap *= 2;
+    if (b->off == 0) {
+        /* nothing to move down: realloc may grow it in place (or, for a
+         * large one, remap its pages) instead of copying it */
+        d = realloc(b->data, cap);
+        if (d == NULL)
+            return -1;
+        b->data = d;
+        b->cap = cap;
+        return 0;
+    }
     d = malloc(cap);
     if (d == NULL)
         return -1;

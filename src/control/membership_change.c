@@ -687,6 +687,9 @@ pending_submit(struct pending *pc, const struct model *b, const struct model *a)
     builder_submit(&rj->job);
 }
 
+/* Long (about 110 lines): every check an add must pass (name, address,
+ * weight, points, a conflicting member), one after the other, each a few
+ * lines ending in its refusal. */
 static int
 check_add(struct pending *pc, struct model *b, struct model *a)
 {

@@ -1240,6 +1240,34 @@ body_down(struct worker *w, struct hclient *c, const char *p, size_t n)
         response_done(w, c, take < n);
 }
 
+/* The member switched protocols (101, to the client's Upgrade): its
+ * head verbatim (<buf>, <len> bytes), and everything after it, both ways:
+ * the tunnel starts. */
+static void
+tunnel_start(struct worker *w, struct hclient *c, const char *buf, size_t len)
+{
+    c->replied = true;
+    c->status = 101;
+    c->req_out += len;
+    log_request(c);
+    if (buf_append(&c->down, buf, len) != 0) {
+        client_close(w, c);
+        return;
+    }
+    c->rhead.off = c->rhead.len = 0;
+    c->retryable = false;
+    c->up.off = c->up.len = c->up_sent = 0;
+    c->state = H_TUNNEL;
+    /* what the client sent after its request is the tunnel's */
+    if (c->in.len > c->in.off && buf_append(&c->up, c->in.data + c->in.off,
+                                            c->in.len - c->in.off) != 0) {
+        client_close(w, c);
+        return;
+    }
+    c->in.off = c->in.len = 0;
+    arm(w, c);
+}
+
 /* Bytes from the member while its response head is not all in. */
 static void
 head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
@@ -1286,28 +1314,7 @@ head_down(struct worker *w, struct hclient *c, const char *p, size_t n)
                 member_failed(w, c, "switched protocols unasked", false, true);
                 return;
             }
-            /* Verbatim, and everything after it: the tunnel starts. */
-            c->replied = true;
-            c->status = 101;
-            c->req_out += len;
-            log_request(c);
-            if (buf_append(&c->down, buf, len) != 0) {
-                client_close(w, c);
-                return;
-            }
-            c->rhead.off = c->rhead.len = 0;
-            c->retryable = false;
-            c->up.off = c->up.len = c->up_sent = 0;
-            c->state = H_TUNNEL;
-            /* what the client sent after its request is the tunnel's */
-            if (c->in.len > c->in.off &&
-                buf_append(&c->up, c->in.data + c->in.off,
-                           c->in.len - c->in.off) != 0) {
-                client_close(w, c);
-                return;
-            }
-            c->in.off = c->in.len = 0;
-            arm(w, c);
+            tunnel_start(w, c, buf, len);
             return;
         }
         if (rp.status < 200) {

@@ -193,8 +193,7 @@ mc_gate_result(int step, int command, const char *buf, size_t len,
 
         if (!del) /* the add on the new member: HD stored, NS it had one */
             return stored ? GATE_MOVED : GATE_ABSENT;
-        if (buf_append(next, "md ", 3) < 0 ||
-            b64_append(next, key, klen) < 0 ||
+        if (buf_append(next, "md ", 3) < 0 || b64_append(next, key, klen) < 0 ||
             buf_append(next, " b\r\n", 4) < 0)
             return GATE_ABSENT;
         *sent = MC_MD;
@@ -210,7 +209,7 @@ mc_gate_result(int step, int command, const char *buf, size_t len,
     /* ms <key> <len> b ME F<flags> T<ttl>: add, with what it had */
     if (buf_append(next, "ms ", 3) < 0 || b64_append(next, key, klen) < 0 ||
         buf_printf(next, " %lld b ME F%lld T%lld\r\n", vlen, flags,
-                    ttl < 0 ? 0 : ttl) < 0 ||
+                   ttl < 0 ? 0 : ttl) < 0 ||
         buf_append(next, buf + line, (size_t)vlen + 2) < 0)
         return GATE_ABSENT;
     *sent = MC_MS;
@@ -346,6 +345,39 @@ oom:
 
 /* ---- retrievals ---------------------------------------------------------- */
 
+/* A retrieval whose keys (all of <rq>'s) live on one member (<rt>): the
+ * line as it is, or a batch of gets (<batch>; <keys> packs the keys for a
+ * replicated one). 0 or -1. */
+static int
+retrieval_one(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
+              const struct proto_request *rq, const struct request_route *rt,
+              int batch, struct buf *keys)
+{
+    size_t nkeys = rq->nkeys;
+
+    if (request_frags(r, 1) < 0)
+        return -1;
+    for (size_t i = 0; i < nkeys; i++)
+        if (warm_key(r, snap, buf, rq, i, rt->owner[0], rt->hash[i],
+                     &r->frags[0]) < 0)
+            return -1;
+    if (batch == 0) { /* gat: its exptime is its own */
+        for (size_t i = 0; i < nkeys; i++)
+            if (request_key_pack(snap, keys, buf + rq->keys[i].off,
+                                 rq->keys[i].len) < 0)
+                return -1;
+        request_send_keyed(r, snap, &r->frags[0], rt->owner[0], rt->hash[0],
+                           buf, rq->head, 0, keys->data, keys->len);
+    } else { /* the keys as the line has them, spaces and all */
+        request_send_batch(r, &r->frags[0], rt->owner[0], rt->hash[0], batch,
+                           rq->command == MC_GETS ? "gets" : "get",
+                           buf + rq->keys[0].off,
+                           rq->keys[nkeys - 1].off + rq->keys[nkeys - 1].len -
+                               rq->keys[0].off);
+    }
+    return 0;
+}
+
 /*
  * get/gets/gat/gats over keys that live on several members: one request
  * per member with its keys in the client's order (gat's exptime before
@@ -372,28 +404,7 @@ retrieval(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
     for (size_t i = 0; i < nkeys; i++)
         textlen += rq->keys[i].len;
     if (rt.nmembers == 1) {
-        if (request_frags(r, 1) == 0) {
-            for (size_t i = 0; i < nkeys; i++)
-                if (warm_key(r, snap, buf, rq, i, rt.owner[0], rt.hash[i],
-                             &r->frags[0]) < 0)
-                    goto out;
-            if (batch == 0) { /* gat: its exptime is its own */
-                for (size_t i = 0; i < nkeys; i++)
-                    if (request_key_pack(snap, &keys, buf + rq->keys[i].off,
-                                         rq->keys[i].len) < 0)
-                        goto out;
-                request_send_keyed(r, snap, &r->frags[0], rt.owner[0],
-                                   rt.hash[0], buf, rq->head, 0, keys.data,
-                                   keys.len);
-            } else /* the keys as the line has them, spaces and all */
-                request_send_batch(
-                    r, &r->frags[0], rt.owner[0], rt.hash[0], batch,
-                    rq->command == MC_GETS ? "gets" : "get",
-                    buf + rq->keys[0].off,
-                    rq->keys[nkeys - 1].off + rq->keys[nkeys - 1].len -
-                        rq->keys[0].off);
-            rc = 0;
-        }
+        rc = retrieval_one(r, snap, buf, rq, &rt, batch, &keys);
         goto out;
     }
     m = request_mode_data(r, sizeof(*m));
@@ -540,21 +551,21 @@ stats(struct rreq *r, const struct pool_snapshot *snap)
     for (size_t i = 0; i < snap->n; i++)
         up += server_usable(snap->servers[i]);
     buf_printf(&b,
-                "STAT pid %ld\r\nSTAT uptime %.0f\r\nSTAT time %ld\r\n"
-                "STAT version %s\r\nSTAT threads %u\r\n"
-                "STAT curr_connections %" PRIu64
-                "\r\nSTAT total_connections %" PRIu64
-                "\r\nSTAT cmd_total %" PRIu64 "\r\nSTAT cmd_forwarded %" PRIu64
-                "\r\nSTAT cmd_local %" PRIu64 "\r\nSTAT cmd_refused %" PRIu64
-                "\r\nSTAT cmd_errors %" PRIu64 "\r\nSTAT bytes_read %" PRIu64
-                "\r\nSTAT bytes_written %" PRIu64
-                "\r\nSTAT pool %s\r\nSTAT members %zu\r\n"
-                "STAT members_up %zu\r\nEND\r\n",
-                (long)getpid(), stats_uptime(), (long)time(NULL),
-                VERSION_TEXT, (unsigned)pool_workers(),
-                atomic_load_explicit(&p->active, memory_order_relaxed),
-                ps.accepted, ps.requests, ps.fragments, ps.local, ps.refused,
-                ps.errors, ps.bytes_in, ps.bytes_out, p->name, snap->n, up);
+               "STAT pid %ld\r\nSTAT uptime %.0f\r\nSTAT time %ld\r\n"
+               "STAT version %s\r\nSTAT threads %u\r\n"
+               "STAT curr_connections %" PRIu64
+               "\r\nSTAT total_connections %" PRIu64
+               "\r\nSTAT cmd_total %" PRIu64 "\r\nSTAT cmd_forwarded %" PRIu64
+               "\r\nSTAT cmd_local %" PRIu64 "\r\nSTAT cmd_refused %" PRIu64
+               "\r\nSTAT cmd_errors %" PRIu64 "\r\nSTAT bytes_read %" PRIu64
+               "\r\nSTAT bytes_written %" PRIu64
+               "\r\nSTAT pool %s\r\nSTAT members %zu\r\n"
+               "STAT members_up %zu\r\nEND\r\n",
+               (long)getpid(), stats_uptime(), (long)time(NULL), VERSION_TEXT,
+               (unsigned)pool_workers(),
+               atomic_load_explicit(&p->active, memory_order_relaxed),
+               ps.accepted, ps.requests, ps.fragments, ps.local, ps.refused,
+               ps.errors, ps.bytes_in, ps.bytes_out, p->name, snap->n, up);
     if (b.data == NULL) {
         request_error(r, PROTO_ERR_REQUEST, "SERVER_ERROR out of memory");
         return;
@@ -614,9 +625,8 @@ local(struct rreq *r, const struct pool_snapshot *snap, const char *buf,
 /* ---- dispatch ------------------------------------------------------------ */
 
 static int
-mc_dispatch(struct rclient *c, struct rreq *r,
-            const struct pool_snapshot *snap, const char *buf,
-            const struct proto_request *rq)
+mc_dispatch(struct rclient *c, struct rreq *r, const struct pool_snapshot *snap,
+            const char *buf, const struct proto_request *rq)
 {
     (void)c;
 

@@ -42,14 +42,14 @@ enum merge_kind {
 };
 
 struct merge {
-    int kind;         /* enum merge_kind */
-    size_t nkeys;     /* MERGE_BY_KEY: the client's keys */
-    uint32_t *frag;   /* [nkeys] the fragment of key i */
-    uint32_t *pos;    /* [nkeys] its place in that fragment's reply */
-    size_t member;    /* MERGE_SCAN: the member scanned; RANDOM: start */
-    size_t nmembers;  /* MERGE_SCAN: members in the cursor's order */
+    int kind;        /* enum merge_kind */
+    size_t nkeys;    /* MERGE_BY_KEY: the client's keys */
+    uint32_t *frag;  /* [nkeys] the fragment of key i */
+    uint32_t *pos;   /* [nkeys] its place in that fragment's reply */
+    size_t member;   /* MERGE_SCAN: the member scanned; RANDOM: start */
+    size_t nmembers; /* MERGE_SCAN: members in the cursor's order */
     struct buf text; /* MERGE_INFO: chashd's own sections */
-    bool keyspace;    /* MERGE_INFO: the keyspace section is wanted */
+    bool keyspace;   /* MERGE_INFO: the keyspace section is wanted */
 };
 
 /* What one parse produced, with where its bytes are. */
@@ -169,28 +169,17 @@ redis_mode_init(void)
         const char *name;
         int *id;
     } want[] = {
-        {"ping", &ids.ping},
-        {"echo", &ids.echo},
-        {"quit", &ids.quit},
-        {"select", &ids.select},
-        {"auth", &ids.auth},
-        {"hello", &ids.hello},
-        {"command", &ids.command},
-        {"client", &ids.client},
-        {"time", &ids.time},
-        {"reset", &ids.reset},
-        {"info", &ids.info},
-        {"multi", &ids.multi},
-        {"exec", &ids.exec},
-        {"discard", &ids.discard},
-        {"watch", &ids.watch},
-        {"unwatch", &ids.unwatch},
-        {"spop", &ids.spop},
-        {"mget", &ids.mget},
-        {"scan", &ids.scan},
-        {"dbsize", &ids.dbsize},
-        {"keys", &ids.keys},
-        {"randomkey", &ids.randomkey},
+        {"ping", &ids.ping},       {"echo", &ids.echo},
+        {"quit", &ids.quit},       {"select", &ids.select},
+        {"auth", &ids.auth},       {"hello", &ids.hello},
+        {"command", &ids.command}, {"client", &ids.client},
+        {"time", &ids.time},       {"reset", &ids.reset},
+        {"info", &ids.info},       {"multi", &ids.multi},
+        {"exec", &ids.exec},       {"discard", &ids.discard},
+        {"watch", &ids.watch},     {"unwatch", &ids.unwatch},
+        {"spop", &ids.spop},       {"mget", &ids.mget},
+        {"scan", &ids.scan},       {"dbsize", &ids.dbsize},
+        {"keys", &ids.keys},       {"randomkey", &ids.randomkey},
     };
 
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
@@ -675,11 +664,11 @@ answer_hello(struct rreq *r, const struct pool_snapshot *snap)
     struct buf b = {0};
 
     buf_printf(&b,
-                "*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n"
-                "$6\r\n7.0.15\r\n$5\r\nproto\r\n:2\r\n$2\r\nid\r\n:%" PRIu64
-                "\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n"
-                "$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n",
-                r->client->id);
+               "*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n"
+               "$6\r\n7.0.15\r\n$5\r\nproto\r\n:2\r\n$2\r\nid\r\n:%" PRIu64
+               "\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n"
+               "$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n",
+               r->client->id);
     (void)snap;
     if (b.data == NULL) {
         request_error(r, PROTO_ERR_REQUEST, "out of memory");
@@ -760,13 +749,13 @@ answer_command(struct rreq *r, const struct parsed *pr)
             buf_printf(&b, "*6\r\n");
             bulk(&b, cmd->name, strlen(cmd->name));
             buf_printf(&b, ":%d\r\n*%d\r\n", cmd->arity,
-                        cmd->flags & REDIS_WRITE ? 1 : 0);
+                       cmd->flags & REDIS_WRITE ? 1 : 0);
             if (cmd->flags & REDIS_WRITE)
                 buf_printf(&b, "+write\r\n");
             buf_printf(&b, ":%d\r\n:%d\r\n:%d\r\n",
-                        cmd->kind == REDIS_NUMKEYS ? 0 : cmd->first,
-                        cmd->kind == REDIS_NUMKEYS ? 0 : cmd->last,
-                        cmd->kind == REDIS_NUMKEYS ? 0 : cmd->step);
+                       cmd->kind == REDIS_NUMKEYS ? 0 : cmd->first,
+                       cmd->kind == REDIS_NUMKEYS ? 0 : cmd->last,
+                       cmd->kind == REDIS_NUMKEYS ? 0 : cmd->step);
         }
     } else {
         char name[64];
@@ -841,7 +830,7 @@ answer_time(struct rreq *r)
     snprintf(s, sizeof(s), "%ld", (long)tv.tv_sec);
     snprintf(us, sizeof(us), "%ld", (long)tv.tv_usec);
     buf_printf(&b, "*2\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(s), s,
-                strlen(us), us);
+               strlen(us), us);
     request_answer(r, b.data, b.len);
     buf_free(&b);
 }
@@ -867,18 +856,18 @@ info(struct rreq *r, const struct pool_snapshot *snap, const struct parsed *pr)
     stats_pool_sum(p->stats, pool_workers(), &ps);
     if (server)
         buf_printf(&m->text,
-                    "# Server\r\nredis_version:7.0.15\r\n"
-                    "chashd_version:%s\r\nredis_mode:standalone\r\n"
-                    "process_id:%ld\r\nchashd_pool:%s\r\n"
-                    "chashd_members:%zu\r\n\r\n",
-                    CHASH_VERSION_STRING, (long)getpid(), p->name, snap->n);
+                   "# Server\r\nredis_version:7.0.15\r\n"
+                   "chashd_version:%s\r\nredis_mode:standalone\r\n"
+                   "process_id:%ld\r\nchashd_pool:%s\r\n"
+                   "chashd_members:%zu\r\n\r\n",
+                   CHASH_VERSION_STRING, (long)getpid(), p->name, snap->n);
     if (stats)
         buf_printf(&m->text,
-                    "# Clients\r\nconnected_clients:%" PRIu64
-                    "\r\n\r\n# Stats\r\ntotal_connections_received:%" PRIu64
-                    "\r\ntotal_commands_processed:%" PRIu64 "\r\n\r\n",
-                    atomic_load_explicit(&p->active, memory_order_relaxed),
-                    ps.accepted, ps.requests);
+                   "# Clients\r\nconnected_clients:%" PRIu64
+                   "\r\n\r\n# Stats\r\ntotal_connections_received:%" PRIu64
+                   "\r\ntotal_commands_processed:%" PRIu64 "\r\n\r\n",
+                   atomic_load_explicit(&p->active, memory_order_relaxed),
+                   ps.accepted, ps.requests);
     if (!ks) {
         /* answered from chashd's own sections alone */
         struct buf b = {0};
@@ -1110,8 +1099,7 @@ multi_gate(struct rclient *c, struct rreq *r, const struct parsed *pr,
         answer_error(r, "ERR MULTI calls can not be nested");
     } else if (id == ids.watch && fits) {
         answer_error(r, "ERR WATCH inside MULTI is not allowed");
-    } else if ((id == ids.reset || id == ids.quit) &&
-               fits) {
+    } else if ((id == ids.reset || id == ids.quit) && fits) {
         return false; /* run now, as Redis runs them (local) */
     } else {
         answer_error(r, "ERR " MULTI_WHY ": this command was not run");
@@ -1120,6 +1108,39 @@ multi_gate(struct rclient *c, struct rreq *r, const struct parsed *pr,
 }
 
 /* ---- dispatch ------------------------------------------------------------ */
+
+/* A command every member runs (DBSIZE, KEYS, SCAN, FLUSHALL...): refused
+ * when it administers the members and the pool does not allow it; else
+ * sent to each member, the replies merged as the command wants. */
+static int
+fanout_command(struct rclient *c, struct rreq *r,
+               const struct pool_snapshot *snap, const struct parsed *pr,
+               const struct redis_command *cmd)
+{
+    int id = pr->rq->command;
+    char name[64];
+    struct merge *m;
+    int kind;
+
+    if ((cmd->flags & REDIS_ADMIN) && !snap->set.allow_fanout_admin) {
+        answer_error(r,
+                     "ERR '%s' runs on every member: refused in this "
+                     "pool (allow_fanout_admin: false)",
+                     command_name(pr, name, sizeof(name)));
+        return 0;
+    }
+    if (id == ids.scan)
+        return scan(r, snap, pr);
+    kind = id == ids.dbsize      ? MERGE_SUM
+           : id == ids.keys      ? MERGE_CONCAT
+           : id == ids.randomkey ? MERGE_RANDOM
+                                 : MERGE_OK;
+    m = merge_new(r, kind);
+    if (m == NULL)
+        return -1;
+    m->member = (size_t)(c->id % (snap->n ? snap->n : 1));
+    return fanout(r, snap, pr->buf, pr->len, m);
+}
 
 static int
 redis_dispatch(struct rclient *c, struct rreq *r,
@@ -1142,8 +1163,7 @@ redis_dispatch(struct rclient *c, struct rreq *r,
     }
     r->kind = cmd ? cmd->kind : REDIS_REFUSED;
     /* Nothing but AUTH (and HELLO, QUIT) before a client authenticates. */
-    if (!c->authed && id != ids.auth && id != ids.hello &&
-        id != ids.quit) {
+    if (!c->authed && id != ids.auth && id != ids.hello && id != ids.quit) {
         answer_error(r, "NOAUTH Authentication required.");
         return 0;
     }
@@ -1168,10 +1188,9 @@ redis_dispatch(struct rclient *c, struct rreq *r,
         /* each member would pop a member of its own choice: the copies
          * would part at once (Redis' own replication sends an SREM of the
          * one it popped) */
-        answer_error(r,
-                     "ERR SPOP removes a random member: in a pool with "
-                     "replicas each copy would lose a different one; use "
-                     "SRANDMEMBER, then SREM what it gave");
+        answer_error(r, "ERR SPOP removes a random member: in a pool with "
+                        "replicas each copy would lose a different one; use "
+                        "SRANDMEMBER, then SREM what it gave");
         return 0;
     }
     switch (cmd->kind) {
@@ -1207,27 +1226,7 @@ redis_dispatch(struct rclient *c, struct rreq *r,
     case REDIS_LOCAL:
         return local(r, snap, &pr);
     case REDIS_FANOUT:
-        if ((cmd->flags & REDIS_ADMIN) && !snap->set.allow_fanout_admin) {
-            answer_error(r,
-                         "ERR '%s' runs on every member: refused in this "
-                         "pool (allow_fanout_admin: false)",
-                         command_name(&pr, name, sizeof(name)));
-            return 0;
-        }
-        if (id == ids.scan)
-            return scan(r, snap, &pr);
-        {
-            int kind = id == ids.dbsize      ? MERGE_SUM
-                       : id == ids.keys      ? MERGE_CONCAT
-                       : id == ids.randomkey ? MERGE_RANDOM
-                                                        : MERGE_OK;
-            struct merge *m = merge_new(r, kind);
-
-            if (m == NULL)
-                return -1;
-            m->member = (size_t)(c->id % (snap->n ? snap->n : 1));
-            return fanout(r, snap, pr.buf, pr.len, m);
-        }
+        return fanout_command(c, r, snap, &pr, cmd);
     default:
         answer_error(r, "ERR unsupported command '%s' in a chashd redis pool",
                      command_name(&pr, name, sizeof(name)));
@@ -1364,9 +1363,9 @@ merge_info(struct rreq *r, struct merge *m)
     for (unsigned db = 0; db < 16; db++)
         if (seen[db])
             buf_printf(&m->text,
-                        "db%u:keys=%" PRIu64 ",expires=%" PRIu64
-                        ",avg_ttl=0\r\n",
-                        db, keys[db], expires[db]);
+                       "db%u:keys=%" PRIu64 ",expires=%" PRIu64
+                       ",avg_ttl=0\r\n",
+                       db, keys[db], expires[db]);
     buf_printf(&b, "$%zu\r\n", m->text.len);
     buf_append(&b, m->text.data, m->text.len);
     buf_append(&b, "\r\n", 2);
